@@ -1,0 +1,130 @@
+//! The composition root: builds every owner from the configuration and wires them.
+//!
+//! `run(config, listeners, shutdown)` takes already-bound listeners, so tests bind port 0
+//! and read the port back (mini-redis style). Start-up order: metadata (topics, ids) →
+//! replica manager (opens and recovers every partition log) → purgatory → protocol
+//! handler → server; background tasks: retention. Shutdown: stop accepting, let
+//! connections end, stop background tasks, flush every log.
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::cluster::Metadata;
+use crate::config::BrokerConfig;
+use crate::protocol::{Context, Endpoint, Handler};
+use crate::purgatory::Purgatory;
+use crate::replica::ReplicaManager;
+use crate::server::{self, ServerLimits};
+
+/// Binds every configured listener (port 0 picks a free port).
+///
+/// Errors: the address cannot be bound (in use, no permission), with the address.
+pub async fn bind(config: &BrokerConfig) -> anyhow::Result<Vec<TcpListener>> {
+    let mut out = Vec::new();
+    for l in &config.listeners {
+        let addr = format!("{}:{}", l.host, l.port);
+        let listener = TcpListener::bind(&addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr} (listeners)"))?;
+        out.push(listener);
+    }
+    Ok(out)
+}
+
+/// The endpoint Metadata advertises: the first `advertised.listeners` entry, else the
+/// first bound listener (its real port, so port 0 works; 0.0.0.0 becomes 127.0.0.1).
+pub fn advertised_endpoint(config: &BrokerConfig, bound: &TcpListener) -> anyhow::Result<Endpoint> {
+    if let Some(a) = config.advertised_listeners.first() {
+        return Ok(Endpoint {
+            host: a.host.clone(),
+            port: i32::from(a.port),
+        });
+    }
+    let addr = bound.local_addr().context("listener has no local address")?;
+    let host = if addr.ip().is_unspecified() {
+        tracing::warn!("listening on {addr}; advertising 127.0.0.1: set advertised.listeners for remote clients");
+        "127.0.0.1".to_string()
+    } else {
+        addr.ip().to_string()
+    };
+    Ok(Endpoint {
+        host,
+        port: i32::from(addr.port()),
+    })
+}
+
+/// Runs a broker on `listeners` until `shutdown` becomes true.
+///
+/// Errors: the log directory cannot be created or recovered (environment), with context.
+pub async fn run(
+    config: BrokerConfig,
+    listeners: Vec<TcpListener>,
+    shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let config = Arc::new(config);
+    let first = listeners.first().context("no listener to serve")?;
+    let advertised = advertised_endpoint(&config, first)?;
+    std::fs::create_dir_all(&config.log_dir)
+        .with_context(|| format!("cannot create log.dirs {}", config.log_dir.display()))?;
+    let metadata = Arc::new(
+        Metadata::open(&config.log_dir, config.node_id).context("cannot open cluster metadata")?,
+    );
+    let purgatory = Arc::new(Purgatory::new(config.fetch_purgatory_max_size));
+    let topics = metadata.topics();
+    let started = std::time::Instant::now();
+    let replicas = Arc::new(
+        ReplicaManager::open(config.clone(), &topics, purgatory)
+            .context("cannot open partition logs")?,
+    );
+    tracing::info!(
+        topics = topics.len(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        log_dir = %config.log_dir.display(),
+        cluster_id = metadata.cluster_id(),
+        "logs recovered"
+    );
+    let handler = Arc::new(Handler::new(Context {
+        config: config.clone(),
+        metadata,
+        replicas: replicas.clone(),
+        advertised,
+    }));
+    let limits = ServerLimits {
+        request_max_bytes: config.socket_request_max_bytes,
+        max_connections: config.max_connections,
+        queued_max_requests: config.queued_max_requests,
+    };
+
+    let mut tasks = tokio::task::JoinSet::new();
+    for listener in listeners {
+        let addr = listener.local_addr().context("listener has no local address")?;
+        tracing::info!(%addr, "listening");
+        tasks.spawn(server::run(listener, handler.clone(), limits, shutdown.clone()));
+    }
+    {
+        let replicas = replicas.clone();
+        let mut shutdown = shutdown.clone();
+        let every = std::time::Duration::from_millis(config.retention_check_interval_ms.max(1));
+        tasks.spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {
+                        let r = replicas.clone();
+                        // Retention deletes files: keep it off the async workers.
+                        let _ = tokio::task::spawn_blocking(move || r.apply_retention()).await;
+                    }
+                    _ = shutdown.changed() => break,
+                }
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    replicas.flush_all();
+    tracing::info!("broker stopped");
+    Ok(())
+}

@@ -1,0 +1,236 @@
+//! What the client subcommands (`topic`, `produce`, `consume`) share: the librdkafka
+//! configuration every client starts from, a client context that remembers the last
+//! connection-level error, Kafka-style error text, and a stop flag raised by Ctrl-C/SIGTERM.
+//!
+//! `WEIR_RDKAFKA_DEBUG=protocol,cgrp` (librdkafka's `debug` contexts) prints librdkafka's
+//! log on stderr, to see what a command sends.
+//!
+//! Never does: talk to the broker by any other means than librdkafka, or import broker
+//! internals; the CLI is "any client".
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::ConsumerContext;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::metadata::Metadata;
+use rdkafka::ClientConfig;
+
+use super::ClientArgs;
+
+/// `client.id` of every client the CLI creates, so broker logs can tell them apart.
+pub const CLIENT_ID: &str = "weir-cli";
+
+/// Environment variable naming librdkafka `debug` contexts (e.g. `protocol,cgrp`) to turn
+/// on; their log lines go to stderr. For diagnosing a client/broker mismatch.
+pub const RDKAFKA_DEBUG_ENV: &str = "WEIR_RDKAFKA_DEBUG";
+
+/// How long a metadata request may take before the command gives up.
+pub const METADATA_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The librdkafka configuration all CLI clients start from: bootstrap servers and
+/// `client.id`. Callers add what their client type needs.
+pub fn base_config(client: &ClientArgs) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", &client.bootstrap_server)
+        .set("client.id", CLIENT_ID)
+        // Never create a topic as a side effect of asking about it.
+        .set("allow.auto.create.topics", "false");
+    if let Ok(contexts) = std::env::var(RDKAFKA_DEBUG_ENV) {
+        config.set("debug", contexts);
+    }
+    config
+}
+
+/// Client context for every CLI client: records the last global error librdkafka reports
+/// (for example "Connect to ipv4#127.0.0.1:9092 failed: Connection refused") so that a
+/// timeout can say *why*; prints librdkafka's own log lines on stderr only when
+/// [`RDKAFKA_DEBUG_ENV`] is set.
+#[derive(Debug, Default)]
+pub struct CliContext {
+    last_error: Mutex<Option<String>>,
+}
+
+impl CliContext {
+    /// The last global error seen, if any.
+    pub fn last_error(&self) -> Option<String> {
+        match self.last_error.lock() {
+            Ok(guard) => guard.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// `error` followed by the last connection-level error, if there was one: a timeout
+    /// alone does not say that the broker refused the connection.
+    pub fn explain(&self, error: &KafkaError) -> String {
+        match self.last_error() {
+            Some(last) => format!("{} (last client error: {last})", KafkaErrorText(error)),
+            None => KafkaErrorText(error).to_string(),
+        }
+    }
+}
+
+impl ClientContext for CliContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        if std::env::var_os(RDKAFKA_DEBUG_ENV).is_some() {
+            eprintln!("weir: librdkafka {level:?} {fac}: {log_message}");
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        let text = format!("{}: {reason}", KafkaErrorText(&error));
+        match self.last_error.lock() {
+            Ok(mut guard) => *guard = Some(text),
+            Err(poisoned) => *poisoned.into_inner() = Some(text),
+        }
+    }
+}
+
+impl ConsumerContext for CliContext {}
+
+/// Kafka's name for an error code, as in Kafka's `Errors` enum: `TopicAlreadyExists` →
+/// `TOPIC_ALREADY_EXISTS`. librdkafka-local codes (negative in librdkafka) get the same
+/// treatment; their description starts with "Local:".
+pub fn error_name(code: RDKafkaErrorCode) -> String {
+    let camel = format!("{code:?}");
+    let mut name = String::with_capacity(camel.len() + 8);
+    for (i, c) in camel.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            name.push('_');
+        }
+        name.push(c.to_ascii_uppercase());
+    }
+    name
+}
+
+/// `NAME: description` for an error code, e.g. `TOPIC_ALREADY_EXISTS: Topic already exists`.
+pub fn code_text(code: RDKafkaErrorCode) -> String {
+    // rdkafka's Display is "Variant (librdkafka description)"; keep the description.
+    let full = code.to_string();
+    let prefix = format!("{code:?} (");
+    let description = full
+        .strip_prefix(prefix.as_str())
+        .and_then(|s| s.strip_suffix(')'))
+        .unwrap_or(full.as_str());
+    let description = description.strip_prefix("Broker: ").unwrap_or(description);
+    format!("{}: {description}", error_name(code))
+}
+
+/// Displays a [`KafkaError`] with Kafka's error name when it carries a code.
+pub struct KafkaErrorText<'a>(pub &'a KafkaError);
+
+impl fmt::Display for KafkaErrorText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.rdkafka_error_code() {
+            Some(code) => f.write_str(&code_text(code)),
+            None => write!(f, "{}", self.0),
+        }
+    }
+}
+
+/// Looks `topic` up in `metadata`; a missing topic or one the broker reports an error for
+/// is `UNKNOWN_TOPIC_OR_PARTITION` (or that error).
+pub fn find_topic<'m>(
+    metadata: &'m Metadata,
+    topic: &str,
+) -> anyhow::Result<&'m rdkafka::metadata::MetadataTopic> {
+    let found = metadata.topics().iter().find(|t| t.name() == topic);
+    match found {
+        None => anyhow::bail!(
+            "topic '{topic}': {}",
+            code_text(RDKafkaErrorCode::UnknownTopicOrPartition)
+        ),
+        Some(t) => match t.error() {
+            Some(err) => anyhow::bail!("topic '{topic}': {}", code_text(err.into())),
+            None => Ok(t),
+        },
+    }
+}
+
+/// A flag raised once SIGINT (Ctrl-C) or SIGTERM arrives, so a long-running command can
+/// stop at a record boundary and flush its output instead of dying mid-line.
+///
+/// The signal is awaited on a small detached thread with its own single-threaded tokio
+/// runtime; the thread ends with the process.
+pub fn stop_on_signal() -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    let spawned = std::thread::Builder::new()
+        .name("weir-signal".into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_io()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(_) => return,
+            };
+            runtime.block_on(async {
+                use tokio::signal::unix::{signal, SignalKind};
+                match signal(SignalKind::terminate()) {
+                    Ok(mut term) => {
+                        tokio::select! {
+                            _ = tokio::signal::ctrl_c() => {}
+                            _ = term.recv() => {}
+                        }
+                    }
+                    Err(_) => {
+                        let _ = tokio::signal::ctrl_c().await;
+                    }
+                }
+            });
+            flag.store(true, Ordering::SeqCst);
+        });
+    // Without the thread, Ctrl-C keeps its default meaning (end the process): still correct.
+    drop(spawned);
+    stop
+}
+
+/// Runs a future (an rdkafka admin operation, resolved by rdkafka's own polling thread)
+/// to completion on a single-threaded runtime.
+pub fn block_on<F: std::future::Future>(future: F) -> anyhow::Result<F::Output> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()?;
+    Ok(runtime.block_on(future))
+}
+
+/// Splits `KEY=VALUE` at the first `=`.
+pub fn parse_key_value(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("expected KEY=VALUE, got '{s}'")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_names_follow_kafka() {
+        assert_eq!(
+            error_name(RDKafkaErrorCode::TopicAlreadyExists),
+            "TOPIC_ALREADY_EXISTS"
+        );
+        assert_eq!(
+            code_text(RDKafkaErrorCode::UnknownTopicOrPartition),
+            "UNKNOWN_TOPIC_OR_PARTITION: Unknown topic or partition"
+        );
+    }
+
+    #[test]
+    fn key_value() {
+        assert_eq!(
+            parse_key_value("a=b=c"),
+            Ok(("a".to_string(), "b=c".to_string()))
+        );
+        assert!(parse_key_value("novalue").is_err());
+        assert!(parse_key_value("=x").is_err());
+    }
+}

@@ -1,0 +1,75 @@
+//! The `weir` command line: `serve` runs a broker; every other subcommand is a Kafka client
+//! for people, in the spirit of Kafka's `kafka-*.sh` tools and rpk, built on librdkafka
+//! (the `rdkafka` crate) so it behaves like any other client.
+//!
+//! Never does: reach into broker internals, except `serve`, which starts one.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+mod client;
+mod consume;
+mod produce;
+mod serve;
+mod topic;
+
+/// The `weir` command.
+#[derive(Debug, Parser)]
+#[command(name = "weir", version, about = "A Kafka-compatible broker with WebAssembly plugins")]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a broker (single node; every setting has a default).
+    Serve(ServeArgs),
+    /// Create, list, describe, alter and delete topics.
+    #[command(subcommand)]
+    Topic(topic::TopicCommand),
+    /// Produce one record per stdin line.
+    Produce(produce::ProduceArgs),
+    /// Consume records and print one per line.
+    Consume(consume::ConsumeArgs),
+}
+
+/// `weir serve` options.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// TOML config file with Kafka's key names (see config/weir.toml).
+    #[arg(long, short = 'c')]
+    pub config: Option<PathBuf>,
+    /// KEY=VALUE, overriding the file (as kafka-server-start.sh --override); repeatable.
+    #[arg(long = "override", value_name = "KEY=VALUE")]
+    pub overrides: Vec<String>,
+}
+
+/// Options every client subcommand shares.
+#[derive(Debug, Args, Clone)]
+pub struct ClientArgs {
+    /// Broker address(es), host:port[,host:port].
+    #[arg(short = 'b', long = "bootstrap-server", default_value = "127.0.0.1:9092", global = true)]
+    pub bootstrap_server: String,
+}
+
+/// Parses the command line and runs the subcommand; the exit code is 0 on success, 1 on
+/// an error (printed on stderr), 2 on bad usage (clap's).
+pub fn run() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => serve::run(args),
+        Command::Topic(cmd) => topic::run(cmd),
+        Command::Produce(args) => produce::run(args),
+        Command::Consume(args) => consume::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("weir: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

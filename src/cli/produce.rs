@@ -1,0 +1,292 @@
+//! `weir produce`: one record per stdin line, as Kafka's `kafka-console-producer.sh`.
+//!
+//! Lines end at `\n` (a trailing `\r` is dropped too) and are sent as raw bytes; an empty
+//! line is an empty record. With `--key-separator SEP` the bytes before the first SEP are
+//! the key and the rest the value (Kafka's `parse.key=true` + `key.separator`); a line
+//! without SEP is an error, as in Kafka.
+//!
+//! Stdin is streamed: one line buffer, reused; librdkafka's queue bounds what is in flight,
+//! and a full queue (`QUEUE_FULL`) is waited out by polling for deliveries. Every delivery
+//! report is counted; the command fails if any record failed, naming the first failure.
+//!
+//! Never does: read all of stdin into memory, or retry a record librdkafka gave up on.
+
+use std::io::{BufRead, Read as _};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, ValueEnum};
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::DeliveryResult;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
+
+use super::client::{self, CliContext, KafkaErrorText};
+use super::ClientArgs;
+
+/// Longest stdin line accepted, in bytes: librdkafka's default `message.max.bytes`. A
+/// longer line could never be sent, and bounding it bounds the line buffer.
+const MAX_LINE_BYTES: usize = 1_000_000;
+
+/// librdkafka's `message.timeout.ms` for the CLI: Kafka's `delivery.timeout.ms` default.
+const MESSAGE_TIMEOUT_MS: u64 = 120_000;
+
+/// How long one wait for delivery reports lasts while the send queue is full.
+const QUEUE_FULL_POLL: Duration = Duration::from_millis(100);
+
+/// `weir produce` options (as `kafka-console-producer.sh`).
+#[derive(Debug, Args)]
+pub struct ProduceArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// Topic to produce to.
+    pub topic: String,
+    /// Split each line at the first SEP into key and value (Kafka's parse.key/key.separator).
+    #[arg(long = "key-separator", value_name = "SEP")]
+    pub key_separator: Option<String>,
+    /// Partition to write every record to; librdkafka's partitioner chooses if absent.
+    #[arg(short = 'p', long)]
+    pub partition: Option<i32>,
+    /// Acknowledgements the leader waits for before answering (Kafka's `acks`).
+    #[arg(long, value_enum, default_value_t = Acks::All)]
+    pub acks: Acks,
+    /// Compression codec for record batches (Kafka's `compression.type`).
+    #[arg(long, value_enum, default_value_t = Compression::None)]
+    pub compression: Compression,
+}
+
+/// Kafka's `acks`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Acks {
+    /// Wait for the full ISR (`acks=all`, also spelled -1).
+    #[value(name = "all", alias = "-1")]
+    All,
+    /// Wait for the leader only.
+    #[value(name = "1")]
+    Leader,
+    /// Do not wait: failures are not reported.
+    #[value(name = "0")]
+    None,
+}
+
+impl Acks {
+    fn config_value(self) -> &'static str {
+        match self {
+            Acks::All => "-1",
+            Acks::Leader => "1",
+            Acks::None => "0",
+        }
+    }
+}
+
+/// Kafka's `compression.type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Compression {
+    /// No compression.
+    None,
+    /// gzip.
+    Gzip,
+    /// Snappy.
+    Snappy,
+    /// LZ4.
+    Lz4,
+    /// Zstandard.
+    Zstd,
+}
+
+impl Compression {
+    fn config_value(self) -> &'static str {
+        match self {
+            Compression::None => "none",
+            Compression::Gzip => "gzip",
+            Compression::Snappy => "snappy",
+            Compression::Lz4 => "lz4",
+            Compression::Zstd => "zstd",
+        }
+    }
+}
+
+/// Runs `weir produce`: reads stdin to EOF, then flushes.
+///
+/// Errors: a line without the key separator or longer than 1,000,000 bytes (after
+/// flushing what was already sent), stdin unreadable, a producer config librdkafka rejects
+/// (e.g. a codec it was built without), or any failed delivery (`N of M records failed`,
+/// with the first failure's Kafka error name and line number).
+pub fn run(args: ProduceArgs) -> anyhow::Result<()> {
+    let mut config = client::base_config(&args.client);
+    config
+        .set("acks", args.acks.config_value())
+        .set("compression.type", args.compression.config_value())
+        .set("message.timeout.ms", MESSAGE_TIMEOUT_MS.to_string());
+    let producer: BaseProducer<DeliveryTally> = config
+        .create_with_context(DeliveryTally::default())
+        .map_err(|e| anyhow::anyhow!("cannot create the producer: {}", KafkaErrorText(&e)))?;
+
+    let stdin = std::io::stdin();
+    let read_result = send_lines(&producer, &args, &mut stdin.lock());
+
+    // Deliver what was sent even when reading stopped early, so the error is the only loss.
+    let flush_result = producer.flush(Duration::from_millis(MESSAGE_TIMEOUT_MS + 10_000));
+    let sent = read_result?;
+    let tally = producer.context();
+    if let Err(e) = flush_result {
+        anyhow::bail!(
+            "{} records not delivered before the timeout: {}",
+            producer.in_flight_count(),
+            tally.inner.explain(&e)
+        );
+    }
+    let failed = tally.failed.load(Ordering::SeqCst);
+    if failed > 0 {
+        let first = tally.first_error().unwrap_or_default();
+        anyhow::bail!("{failed} of {sent} records failed; first: {first}");
+    }
+    Ok(())
+}
+
+/// Sends one record per line of `input`; returns how many lines were read.
+fn send_lines(
+    producer: &BaseProducer<DeliveryTally>,
+    args: &ProduceArgs,
+    input: &mut impl BufRead,
+) -> anyhow::Result<u64> {
+    let separator = args.key_separator.as_deref().map(str::as_bytes);
+    if separator == Some(b"".as_slice()) {
+        anyhow::bail!("--key-separator must not be empty");
+    }
+    let mut line = Vec::with_capacity(4096);
+    let mut line_number: usize = 0;
+    loop {
+        line.clear();
+        let limit = u64::try_from(MAX_LINE_BYTES + 2).unwrap_or(u64::MAX);
+        let n = input
+            .by_ref()
+            .take(limit)
+            .read_until(b'\n', &mut line)
+            .context("cannot read stdin")?;
+        if n == 0 {
+            break;
+        }
+        line_number += 1;
+        if line.last() == Some(&b'\n') {
+            line.pop();
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+        }
+        if line.len() > MAX_LINE_BYTES {
+            anyhow::bail!("line {line_number} is longer than {MAX_LINE_BYTES} bytes");
+        }
+        let (key, value) = match separator {
+            None => (None, line.as_slice()),
+            Some(sep) => match find(&line, sep) {
+                Some(at) => (Some(&line[..at]), &line[at + sep.len()..]),
+                None => anyhow::bail!(
+                    "no key separator found on line number {line_number}: '{}'",
+                    String::from_utf8_lossy(&line)
+                ),
+            },
+        };
+        let mut record: BaseRecord<'_, [u8], [u8], usize> =
+            BaseRecord::with_opaque_to(&args.topic, line_number).payload(value);
+        if let Some(key) = key {
+            record = record.key(key);
+        }
+        if let Some(partition) = args.partition {
+            record = record.partition(partition);
+        }
+        send(producer, record);
+        // Serve delivery reports as they come, without waiting.
+        producer.poll(Duration::ZERO);
+    }
+    u64::try_from(line_number).context("line count overflow")
+}
+
+/// Hands `record` to librdkafka, waiting while its queue is full. A record librdkafka
+/// refuses outright (too large, unknown partition) is counted as failed, like a failed
+/// delivery: Kafka's producer reports those through the callback too.
+fn send(producer: &BaseProducer<DeliveryTally>, mut record: BaseRecord<'_, [u8], [u8], usize>) {
+    loop {
+        match producer.send(record) {
+            Ok(()) => return,
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                record = back;
+                producer.poll(QUEUE_FULL_POLL);
+            }
+            Err((e, back)) => {
+                producer.context().fail(back.delivery_opaque, &e);
+                return;
+            }
+        }
+    }
+}
+
+/// The first index of `needle` in `haystack`.
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack
+        .windows(needle.len())
+        .position(|window| window == needle)
+}
+
+/// Producer context counting delivery reports; keeps the first failure's text.
+#[derive(Debug, Default)]
+struct DeliveryTally {
+    inner: CliContext,
+    failed: AtomicU64,
+    first_error: Mutex<Option<String>>,
+}
+
+impl DeliveryTally {
+    fn fail(&self, line_number: usize, error: &KafkaError) {
+        self.failed.fetch_add(1, Ordering::SeqCst);
+        let mut guard = match self.first_error.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if guard.is_none() {
+            *guard = Some(format!("line {line_number}: {}", self.inner.explain(error)));
+        }
+    }
+
+    fn first_error(&self) -> Option<String> {
+        match self.first_error.lock() {
+            Ok(guard) => guard.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+}
+
+impl ClientContext for DeliveryTally {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        self.inner.log(level, fac, log_message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.inner.error(error, reason);
+    }
+}
+
+impl ProducerContext for DeliveryTally {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, line_number: usize) {
+        if let Err((error, _)) = result {
+            self.fail(line_number, error);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::find;
+
+    #[test]
+    fn find_first_separator() {
+        assert_eq!(find(b"k::v::w", b"::"), Some(1));
+        assert_eq!(find(b"kv", b"::"), None);
+        assert_eq!(find(b"\tv", b"\t"), Some(0));
+    }
+}

@@ -1,0 +1,58 @@
+//! `weir serve`: load the config, bind the listeners, run the broker until Ctrl-C/SIGTERM.
+//!
+//! Prints one machine-readable line on stdout once listening —
+//! `weir listening on HOST:PORT` per listener — so scripts and tests that start the binary
+//! with port 0 learn the port.
+
+use tokio::sync::watch;
+
+use crate::config::BrokerConfig;
+
+use super::ServeArgs;
+
+/// Runs `weir serve`.
+///
+/// Errors: bad config (names the key), a listener that cannot bind, an unreadable log dir.
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let config = BrokerConfig::load(args.config.as_deref(), &args.overrides)?;
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("WEIR_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("weir")
+        .build()?;
+    rt.block_on(async move {
+        let listeners = crate::broker::bind(&config).await?;
+        for l in &listeners {
+            println!("weir listening on {}", l.local_addr()?);
+        }
+        let (tx, rx) = watch::channel(false);
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("shutting down");
+            let _ = tx.send(true);
+        });
+        crate::broker::run(config, listeners, rx).await
+    })
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

@@ -1,0 +1,308 @@
+//! `weir topic`: create, list, describe, alter and delete topics, as Kafka's
+//! `kafka-topics.sh` does, through librdkafka's admin client (CreateTopics, Metadata,
+//! DescribeConfigs, CreatePartitions, DeleteTopics).
+//!
+//! Output follows `kafka-topics.sh`: `Created topic NAME.` on create, one name per line on
+//! list, the tab-separated describe layout; alter and delete print nothing on success.
+//! Errors carry Kafka's error name (`TOPIC_ALREADY_EXISTS: Topic already exists`).
+//!
+//! Never does: change topic configs after creation (that is `kafka-configs.sh`'s job).
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use rdkafka::admin::{
+    AdminClient, AdminOptions, ConfigSource, NewPartitions, NewTopic, OwnedResourceSpecifier,
+    ResourceSpecifier,
+    TopicReplication, TopicResult,
+};
+use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::metadata::MetadataTopic;
+
+use super::client::{self, CliContext};
+use super::ClientArgs;
+
+/// How long the broker may take to finish a topic operation (Kafka's `timeout.ms` in
+/// CreateTopics/DeleteTopics/CreatePartitions).
+const OPERATION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long the client waits for the broker's answer to an admin request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(40);
+
+/// Topic subcommands.
+#[derive(Debug, Subcommand)]
+pub enum TopicCommand {
+    /// Create a topic; prints `Created topic NAME.`.
+    Create(CreateArgs),
+    /// List topic names, one per line, sorted.
+    List(ListArgs),
+    /// Describe a topic (or every topic): partitions, leaders, replicas, ISR, configs.
+    Describe(DescribeArgs),
+    /// Add partitions to a topic.
+    Alter(AlterArgs),
+    /// Delete a topic.
+    Delete(DeleteArgs),
+}
+
+/// `weir topic create` options (as `kafka-topics.sh --create`).
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// Topic name.
+    pub name: String,
+    /// Number of partitions; the broker's `num.partitions` if absent.
+    #[arg(short = 'p', long)]
+    pub partitions: Option<i32>,
+    /// Replication factor; the broker's `default.replication.factor` if absent.
+    #[arg(short = 'r', long = "replication-factor")]
+    pub replication_factor: Option<i32>,
+    /// Topic config override KEY=VALUE (e.g. cleanup.policy=compact); repeatable.
+    #[arg(short = 'c', long = "config", value_name = "KEY=VALUE", value_parser = client::parse_key_value)]
+    pub configs: Vec<(String, String)>,
+    /// Succeed without doing anything if the topic already exists.
+    #[arg(long = "if-not-exists")]
+    pub if_not_exists: bool,
+}
+
+/// `weir topic list` options.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `weir topic describe` options.
+#[derive(Debug, Args)]
+pub struct DescribeArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// Topic name; every topic if absent.
+    pub name: Option<String>,
+}
+
+/// `weir topic alter` options (as `kafka-topics.sh --alter`).
+#[derive(Debug, Args)]
+pub struct AlterArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// Topic name.
+    pub name: String,
+    /// New total number of partitions (partitions can only be added).
+    #[arg(short = 'p', long)]
+    pub partitions: i32,
+}
+
+/// `weir topic delete` options.
+#[derive(Debug, Args)]
+pub struct DeleteArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// Topic name.
+    pub name: String,
+    /// Succeed without doing anything if the topic does not exist.
+    #[arg(long = "if-exists")]
+    pub if_exists: bool,
+}
+
+/// Runs a topic subcommand.
+///
+/// Errors: the broker's error for the topic (Kafka's name and description), a connection
+/// that cannot be made within the timeouts (with librdkafka's last connection error).
+pub fn run(cmd: TopicCommand) -> anyhow::Result<()> {
+    match cmd {
+        TopicCommand::Create(args) => create(args),
+        TopicCommand::List(args) => list(args),
+        TopicCommand::Describe(args) => describe(args),
+        TopicCommand::Alter(args) => alter(args),
+        TopicCommand::Delete(args) => delete(args),
+    }
+}
+
+fn admin_client(client: &ClientArgs) -> anyhow::Result<AdminClient<CliContext>> {
+    client::base_config(client)
+        .create_with_context(CliContext::default())
+        .context("cannot create the admin client")
+}
+
+fn admin_options() -> AdminOptions {
+    AdminOptions::new()
+        .operation_timeout(Some(OPERATION_TIMEOUT))
+        .request_timeout(Some(REQUEST_TIMEOUT))
+}
+
+/// The one result for `name` out of a per-topic result list, as a `Result` with Kafka's
+/// error text; `tolerated` is an error code that counts as success (`--if-exists` etc.).
+fn single_result(
+    results: Vec<TopicResult>,
+    name: &str,
+    tolerated: Option<RDKafkaErrorCode>,
+) -> anyhow::Result<()> {
+    for result in results {
+        match result {
+            Ok(topic) if topic == name => return Ok(()),
+            Err((topic, code)) if topic == name => {
+                if Some(code) == tolerated {
+                    return Ok(());
+                }
+                anyhow::bail!("topic '{name}': {}", client::code_text(code));
+            }
+            _ => {}
+        }
+    }
+    anyhow::bail!("topic '{name}': the broker's response did not mention it")
+}
+
+fn create(args: CreateArgs) -> anyhow::Result<()> {
+    let admin = admin_client(&args.client)?;
+    // -1 asks the broker for its default (CreateTopics v4+, KIP-464).
+    let replication = TopicReplication::Fixed(args.replication_factor.unwrap_or(-1));
+    let mut new_topic = NewTopic::new(&args.name, args.partitions.unwrap_or(-1), replication);
+    for (key, value) in &args.configs {
+        new_topic = new_topic.set(key, value);
+    }
+    let results = client::block_on(admin.create_topics([&new_topic], &admin_options()))?
+        .map_err(|e| anyhow::anyhow!("create topic '{}': {}", args.name, admin.inner().context().explain(&e)))?;
+    let tolerated = args
+        .if_not_exists
+        .then_some(RDKafkaErrorCode::TopicAlreadyExists);
+    single_result(results, &args.name, tolerated)?;
+    println!("Created topic {}.", args.name);
+    Ok(())
+}
+
+fn alter(args: AlterArgs) -> anyhow::Result<()> {
+    let count = usize::try_from(args.partitions)
+        .ok()
+        .filter(|n| *n > 0)
+        .with_context(|| format!("--partitions must be positive, got {}", args.partitions))?;
+    let admin = admin_client(&args.client)?;
+    let new_partitions = NewPartitions::new(&args.name, count);
+    let results = client::block_on(admin.create_partitions([&new_partitions], &admin_options()))?
+        .map_err(|e| anyhow::anyhow!("alter topic '{}': {}", args.name, admin.inner().context().explain(&e)))?;
+    single_result(results, &args.name, None)
+}
+
+fn delete(args: DeleteArgs) -> anyhow::Result<()> {
+    let admin = admin_client(&args.client)?;
+    let results = client::block_on(admin.delete_topics(&[&args.name], &admin_options()))?
+        .map_err(|e| anyhow::anyhow!("delete topic '{}': {}", args.name, admin.inner().context().explain(&e)))?;
+    let tolerated = args
+        .if_exists
+        .then_some(RDKafkaErrorCode::UnknownTopicOrPartition);
+    single_result(results, &args.name, tolerated)
+}
+
+fn list(args: ListArgs) -> anyhow::Result<()> {
+    let admin = admin_client(&args.client)?;
+    let metadata = admin
+        .inner()
+        .fetch_metadata(None, client::METADATA_TIMEOUT)
+        .map_err(|e| anyhow::anyhow!("list topics: {}", admin.inner().context().explain(&e)))?;
+    let mut names: Vec<&str> = metadata.topics().iter().map(|t| t.name()).collect();
+    names.sort_unstable();
+    let mut out = String::new();
+    for name in names {
+        out.push_str(name);
+        out.push('\n');
+    }
+    print!("{out}");
+    Ok(())
+}
+
+fn describe(args: DescribeArgs) -> anyhow::Result<()> {
+    let admin = admin_client(&args.client)?;
+    // All topics, not just the one asked for: a Metadata request naming a topic may
+    // create it on a broker with auto.create.topics.enable.
+    let metadata = admin
+        .inner()
+        .fetch_metadata(None, client::METADATA_TIMEOUT)
+        .map_err(|e| anyhow::anyhow!("describe topics: {}", admin.inner().context().explain(&e)))?;
+    let mut topics: Vec<&MetadataTopic> = match &args.name {
+        Some(name) => vec![client::find_topic(&metadata, name)?],
+        None => metadata.topics().iter().collect(),
+    };
+    topics.sort_unstable_by_key(|t| t.name());
+    if topics.is_empty() {
+        return Ok(());
+    }
+
+    let specifiers: Vec<ResourceSpecifier<'_>> = topics
+        .iter()
+        .map(|t| ResourceSpecifier::Topic(t.name()))
+        .collect();
+    let configs = client::block_on(admin.describe_configs(&specifiers, &admin_options()))?
+        .map_err(|e| anyhow::anyhow!("describe topic configs: {}", admin.inner().context().explain(&e)))?;
+
+    let mut out = String::new();
+    for (i, topic) in topics.iter().enumerate() {
+        // Results come in request order; look the name up anyway rather than trust it.
+        let by_name = configs.iter().find_map(|c| match c {
+            Ok(c) if c.specifier == OwnedResourceSpecifier::Topic(topic.name().to_string()) => {
+                Some(c)
+            }
+            _ => None,
+        });
+        let config = match (by_name, configs.get(i)) {
+            (Some(c), _) => c,
+            (None, Some(Err(code))) => anyhow::bail!(
+                "describe configs of topic '{}': {}",
+                topic.name(),
+                client::code_text(*code)
+            ),
+            (None, _) => anyhow::bail!(
+                "describe configs of topic '{}': the broker's response did not mention it",
+                topic.name()
+            ),
+        };
+        let mut set: Vec<String> = config
+            .entries
+            .iter()
+            .filter(|e| e.source == ConfigSource::DynamicTopic)
+            .map(|e| format!("{}={}", e.name, e.value.as_deref().unwrap_or("null")))
+            .collect();
+        set.sort_unstable();
+        describe_topic(&mut out, topic, &set.join(","));
+    }
+    print!("{out}");
+    Ok(())
+}
+
+/// Appends `kafka-topics.sh --describe`'s layout for one topic to `out`.
+///
+/// librdkafka does not expose the topic ID from Metadata, hence `TopicId: -`.
+fn describe_topic(out: &mut String, topic: &MetadataTopic, configs: &str) {
+    let mut partitions: Vec<_> = topic.partitions().iter().collect();
+    partitions.sort_unstable_by_key(|p| p.id());
+    let replication_factor = partitions.first().map_or(0, |p| p.replicas().len());
+    out.push_str(&format!(
+        "Topic: {}\tTopicId: -\tPartitionCount: {}\tReplicationFactor: {}\tConfigs: {}\n",
+        topic.name(),
+        partitions.len(),
+        replication_factor,
+        configs
+    ));
+    for p in partitions {
+        let leader = if p.leader() < 0 {
+            "none".to_string()
+        } else {
+            p.leader().to_string()
+        };
+        out.push_str(&format!(
+            "\tTopic: {}\tPartition: {}\tLeader: {}\tReplicas: {}\tIsr: {}\n",
+            topic.name(),
+            p.id(),
+            leader,
+            join_ids(p.replicas()),
+            join_ids(p.isr())
+        ));
+    }
+}
+
+fn join_ids(ids: &[i32]) -> String {
+    ids.iter()
+        .map(|id| id.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}

@@ -1,0 +1,620 @@
+//! Broker configuration: the key registry, TOML loading and `--override`.
+//!
+//! Owns: the list of every broker key weir understands (name, type, default, one line of
+//! doc, validator), turning a TOML file plus `KEY=VALUE` overrides into a typed
+//! [`BrokerConfig`], and the per-topic keys ([`TOPIC_KEYS`]) with the broker key each one
+//! falls back to, so DescribeConfigs can report a value and its source.
+//!
+//! Never does: I/O beyond reading the one file it is given. Key names are Apache Kafka's
+//! (`log.dirs`, `log.segment.bytes`, ...), so a Kafka user's habits carry over; TOML dotted
+//! keys (`log.dirs = "x"`) and quoted keys (`"log.dirs" = "x"`) are the same key.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The type of a configuration value, as Kafka's `ConfigDef.Type` names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyType {
+    /// `true` / `false`.
+    Boolean,
+    /// A 32-bit signed integer.
+    Int,
+    /// A 64-bit signed integer.
+    Long,
+    /// Free text.
+    String,
+    /// A comma-separated list of strings.
+    List,
+}
+
+impl KeyType {
+    /// The name Kafka uses in DescribeConfigs v3+ (`config_type`, KIP-569).
+    pub fn describe_configs_code(self) -> i8 {
+        match self {
+            KeyType::Boolean => 1,
+            KeyType::String => 2,
+            KeyType::Int => 3,
+            KeyType::Long => 5,
+            KeyType::List => 7,
+        }
+    }
+}
+
+/// One broker configuration key: its Kafka name, type, default (as text; `None` = no
+/// default, i.e. null) and one line of documentation.
+#[derive(Debug, Clone, Copy)]
+pub struct KeySpec {
+    /// Kafka's key name, e.g. `log.segment.bytes`.
+    pub name: &'static str,
+    /// Value type.
+    pub key_type: KeyType,
+    /// Default value as text, `None` for null.
+    pub default: Option<&'static str>,
+    /// Smallest accepted value for numeric keys.
+    pub min: Option<i64>,
+    /// One line of documentation (also in `config/weir.toml`).
+    pub doc: &'static str,
+}
+
+const fn key(
+    name: &'static str,
+    key_type: KeyType,
+    default: Option<&'static str>,
+    min: Option<i64>,
+    doc: &'static str,
+) -> KeySpec {
+    KeySpec {
+        name,
+        key_type,
+        default,
+        min,
+        doc,
+    }
+}
+
+use KeyType::{Boolean, Int, List, Long};
+
+/// Every broker key weir understands. `config/weir.toml` lists each of them with its
+/// default; a tidy test keeps the two in step.
+pub const BROKER_KEYS: &[KeySpec] = &[
+    key("node.id", Int, Some("1"), Some(0), "This broker's id (Kafka's broker.id / node.id)."),
+    key("listeners", List, Some("PLAINTEXT://127.0.0.1:9092"), None, "Addresses to listen on, as NAME://HOST:PORT; port 0 picks a free port."),
+    key("advertised.listeners", List, None, None, "Addresses given to clients in Metadata; defaults to listeners (with the bound port)."),
+    key("log.dirs", KeyType::String, Some("./data"), None, "Directory holding partition logs and broker metadata."),
+    key("num.partitions", Int, Some("1"), Some(1), "Partitions of an auto-created topic, and of CreateTopics with -1."),
+    key("default.replication.factor", Int, Some("1"), Some(1), "Replication factor of auto-created topics."),
+    key("log.segment.bytes", Int, Some("1073741824"), Some(14), "Roll a new segment when the active one would exceed this many bytes."),
+    key("log.roll.ms", Long, None, Some(1), "Roll a new segment when the active one's first batch is this old (ms); overrides log.roll.hours."),
+    key("log.roll.hours", Int, Some("168"), Some(1), "As log.roll.ms, in hours."),
+    key("log.retention.ms", Long, None, Some(-1), "Delete segments whose newest record is older than this (ms); -1 keeps forever. Overrides log.retention.minutes/hours."),
+    key("log.retention.minutes", Int, None, Some(-1), "As log.retention.ms, in minutes; overrides log.retention.hours."),
+    key("log.retention.hours", Int, Some("168"), Some(-1), "As log.retention.ms, in hours."),
+    key("log.retention.bytes", Long, Some("-1"), Some(-1), "Delete oldest segments while a partition is larger than this; -1 for no limit."),
+    key("log.retention.check.interval.ms", Long, Some("300000"), Some(1), "How often retention runs (ms)."),
+    key("log.index.interval.bytes", Int, Some("4096"), Some(0), "Bytes of log between two sparse offset-index entries."),
+    key("log.index.size.max.bytes", Int, Some("10485760"), Some(4), "Largest offset index of a segment; a full index rolls the segment."),
+    key("log.flush.interval.messages", Long, Some("9223372036854775807"), Some(1), "fsync a partition after this many records (default: leave it to the OS)."),
+    key("log.flush.interval.ms", Long, None, Some(0), "fsync a partition when its oldest unflushed record is this old (ms); null: leave it to the OS."),
+    key("log.cleanup.policy", List, Some("delete"), None, "delete or compact (compaction is not implemented yet: accepted, stored, reported)."),
+    key("log.message.timestamp.type", KeyType::String, Some("CreateTime"), None, "CreateTime keeps the producer's timestamp; LogAppendTime stamps batches with the broker's clock."),
+    key("message.max.bytes", Int, Some("1048588"), Some(0), "Largest record batch a producer may send (bytes, after compression)."),
+    key("auto.create.topics.enable", Boolean, Some("true"), None, "Create a topic on first Metadata/Produce for it."),
+    key("delete.topic.enable", Boolean, Some("true"), None, "Allow DeleteTopics."),
+    key("min.insync.replicas", Int, Some("1"), Some(1), "Replicas that must hold a batch before acks=all succeeds."),
+    key("socket.request.max.bytes", Int, Some("104857600"), Some(1), "Largest request frame; a larger one closes the connection before anything is allocated."),
+    key("max.connections", Int, Some("10000"), Some(1), "Most client connections served at once; more wait in the accept queue."),
+    key("queued.max.requests", Int, Some("500"), Some(1), "Most requests of one connection in flight (pipelined) at once."),
+    key("fetch.purgatory.max.size", Int, Some("10000"), Some(1), "Most long-poll Fetch requests parked at once; more answer at once."),
+];
+
+/// A topic-level key (Kafka's `TopicConfig`) and the broker key supplying its default.
+#[derive(Debug, Clone, Copy)]
+pub struct TopicKeySpec {
+    /// Topic-level name, e.g. `retention.ms`.
+    pub name: &'static str,
+    /// The broker key whose value is the default, e.g. `log.retention.ms`.
+    pub broker_key: &'static str,
+    /// Value type.
+    pub key_type: KeyType,
+    /// One line of documentation.
+    pub doc: &'static str,
+}
+
+/// Topic-level keys accepted by CreateTopics and reported by DescribeConfigs.
+pub const TOPIC_KEYS: &[TopicKeySpec] = &[
+    TopicKeySpec { name: "cleanup.policy", broker_key: "log.cleanup.policy", key_type: List, doc: "delete or compact." },
+    TopicKeySpec { name: "retention.ms", broker_key: "log.retention.ms", key_type: Long, doc: "Delete segments older than this (ms); -1 forever." },
+    TopicKeySpec { name: "retention.bytes", broker_key: "log.retention.bytes", key_type: Long, doc: "Largest partition size before old segments go; -1 no limit." },
+    TopicKeySpec { name: "segment.bytes", broker_key: "log.segment.bytes", key_type: Int, doc: "Segment size (bytes)." },
+    TopicKeySpec { name: "segment.ms", broker_key: "log.roll.ms", key_type: Long, doc: "Segment age before a roll (ms)." },
+    TopicKeySpec { name: "segment.index.bytes", broker_key: "log.index.size.max.bytes", key_type: Int, doc: "Largest offset index (bytes)." },
+    TopicKeySpec { name: "index.interval.bytes", broker_key: "log.index.interval.bytes", key_type: Int, doc: "Bytes between offset-index entries." },
+    TopicKeySpec { name: "max.message.bytes", broker_key: "message.max.bytes", key_type: Int, doc: "Largest record batch (bytes)." },
+    TopicKeySpec { name: "message.timestamp.type", broker_key: "log.message.timestamp.type", key_type: KeyType::String, doc: "CreateTime or LogAppendTime." },
+    TopicKeySpec { name: "min.insync.replicas", broker_key: "min.insync.replicas", key_type: Int, doc: "Replicas needed for acks=all." },
+    TopicKeySpec { name: "flush.messages", broker_key: "log.flush.interval.messages", key_type: Long, doc: "fsync after this many records." },
+    TopicKeySpec { name: "flush.ms", broker_key: "log.flush.interval.ms", key_type: Long, doc: "fsync after this long (ms)." },
+];
+
+/// A configuration error: names the key and says what is wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The path given.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML.
+    #[error("config file {path} is not valid TOML: {message}")]
+    Toml {
+        /// The path given.
+        path: PathBuf,
+        /// The parser's message.
+        message: String,
+    },
+    /// A key weir does not know.
+    #[error("unknown config key `{0}` (see config/weir.toml for every key)")]
+    UnknownKey(String),
+    /// A value of the wrong type or out of range.
+    #[error("invalid value for `{key}`: {message}")]
+    InvalidValue {
+        /// The key.
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// An `--override` without `=`.
+    #[error("override `{0}` is not KEY=VALUE")]
+    BadOverride(String),
+}
+
+/// A listener: name (security protocol, only PLAINTEXT is served), host and port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listener {
+    /// Listener name, e.g. `PLAINTEXT`.
+    pub name: String,
+    /// Host or IP address.
+    pub host: String,
+    /// TCP port; 0 asks the OS for one.
+    pub port: u16,
+}
+
+impl Listener {
+    /// Parses `NAME://HOST:PORT` (`[v6]:port` allowed).
+    ///
+    /// Errors: [`ConfigError::InvalidValue`] naming `key`.
+    pub fn parse(key: &str, text: &str) -> Result<Listener, ConfigError> {
+        let bad = |message: &str| ConfigError::InvalidValue {
+            key: key.to_string(),
+            message: format!("`{text}`: {message}"),
+        };
+        let (name, rest) = text
+            .split_once("://")
+            .ok_or_else(|| bad("expected NAME://HOST:PORT"))?;
+        let (host, port) = rest
+            .rsplit_once(':')
+            .ok_or_else(|| bad("expected HOST:PORT after ://"))?;
+        let port: u16 = port.parse().map_err(|_| bad("port is not a number 0-65535"))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let host = if host.is_empty() { "0.0.0.0" } else { host };
+        if name != "PLAINTEXT" {
+            return Err(bad("only PLAINTEXT listeners are supported"));
+        }
+        Ok(Listener {
+            name: name.to_string(),
+            host: host.to_string(),
+            port,
+        })
+    }
+}
+
+/// A raw key → text value map: what a file and overrides said, validated against
+/// [`BROKER_KEYS`]. Every reader goes through the typed getters of [`BrokerConfig`].
+#[derive(Debug, Clone, Default)]
+pub struct RawConfig {
+    values: BTreeMap<String, String>,
+}
+
+impl RawConfig {
+    /// Reads a TOML file. Dotted tables are flattened (`[log] dirs = "x"` is `log.dirs`).
+    ///
+    /// Errors: [`ConfigError::Read`], [`ConfigError::Toml`], [`ConfigError::UnknownKey`],
+    /// [`ConfigError::InvalidValue`].
+    pub fn from_file(path: &Path) -> Result<RawConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        RawConfig::from_toml_str(&text).map_err(|e| match e {
+            ConfigError::Toml { message, .. } => ConfigError::Toml {
+                path: path.to_path_buf(),
+                message,
+            },
+            other => other,
+        })
+    }
+
+    /// Parses TOML text (see [`RawConfig::from_file`]).
+    pub fn from_toml_str(text: &str) -> Result<RawConfig, ConfigError> {
+        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError::Toml {
+            path: PathBuf::new(),
+            message: e.to_string(),
+        })?;
+        let mut raw = RawConfig::default();
+        flatten("", &table, &mut raw)?;
+        Ok(raw)
+    }
+
+    /// Applies `KEY=VALUE` overrides (Kafka's `kafka-server-start.sh --override`).
+    ///
+    /// Errors: [`ConfigError::BadOverride`], [`ConfigError::UnknownKey`],
+    /// [`ConfigError::InvalidValue`].
+    pub fn apply_overrides<S: AsRef<str>>(&mut self, overrides: &[S]) -> Result<(), ConfigError> {
+        for o in overrides {
+            let o = o.as_ref();
+            let (k, v) = o
+                .split_once('=')
+                .ok_or_else(|| ConfigError::BadOverride(o.to_string()))?;
+            self.set(k.trim(), v.trim())?;
+        }
+        Ok(())
+    }
+
+    /// Sets one key after checking it exists and its value parses.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+        let spec = broker_key(key).ok_or_else(|| ConfigError::UnknownKey(key.to_string()))?;
+        check_value(spec.name, spec.key_type, spec.min, value)?;
+        self.values.insert(key.to_string(), value.to_string());
+        Ok(())
+    }
+
+    /// The explicitly set value of `key`, if any.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.values.get(key).map(String::as_str)
+    }
+
+    /// The value of `key`: set or default (`None` for a null default).
+    pub fn value(&self, key: &str) -> Option<String> {
+        self.get(key)
+            .map(str::to_string)
+            .or_else(|| broker_key(key).and_then(|s| s.default.map(str::to_string)))
+    }
+}
+
+fn flatten(prefix: &str, table: &toml::Table, out: &mut RawConfig) -> Result<(), ConfigError> {
+    for (k, v) in table {
+        let name = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        let text = match v {
+            toml::Value::Table(t) => {
+                flatten(&name, t, out)?;
+                continue;
+            }
+            toml::Value::String(s) => s.clone(),
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            toml::Value::Array(items) => {
+                let mut parts = Vec::new();
+                for item in items {
+                    match item {
+                        toml::Value::String(s) => parts.push(s.clone()),
+                        other => parts.push(other.to_string()),
+                    }
+                }
+                parts.join(",")
+            }
+            other => {
+                return Err(ConfigError::InvalidValue {
+                    key: name,
+                    message: format!("unsupported TOML value {other}"),
+                })
+            }
+        };
+        out.set(&name, &text)?;
+    }
+    Ok(())
+}
+
+/// The spec of a broker key, if weir knows it.
+pub fn broker_key(name: &str) -> Option<&'static KeySpec> {
+    BROKER_KEYS.iter().find(|k| k.name == name)
+}
+
+/// The spec of a topic-level key, if weir knows it.
+pub fn topic_key(name: &str) -> Option<&'static TopicKeySpec> {
+    TOPIC_KEYS.iter().find(|k| k.name == name)
+}
+
+/// Checks that `value` parses as `key_type` and respects `min`; also the enumerated keys.
+///
+/// Errors: [`ConfigError::InvalidValue`] naming `key`.
+pub fn check_value(
+    key: &str,
+    key_type: KeyType,
+    min: Option<i64>,
+    value: &str,
+) -> Result<(), ConfigError> {
+    let bad = |message: String| ConfigError::InvalidValue {
+        key: key.to_string(),
+        message,
+    };
+    match key_type {
+        KeyType::Boolean => {
+            if value != "true" && value != "false" {
+                return Err(bad(format!("`{value}` is not true or false")));
+            }
+        }
+        KeyType::Int | KeyType::Long => {
+            let n: i64 = value
+                .parse()
+                .map_err(|_| bad(format!("`{value}` is not an integer")))?;
+            if key_type == KeyType::Int && i32::try_from(n).is_err() {
+                return Err(bad(format!("`{value}` does not fit a 32-bit int")));
+            }
+            if let Some(min) = min {
+                if n < min {
+                    return Err(bad(format!("`{value}` is below the minimum {min}")));
+                }
+            }
+        }
+        KeyType::String | KeyType::List => {}
+    }
+    match key {
+        "log.message.timestamp.type" | "message.timestamp.type" => {
+            if value != "CreateTime" && value != "LogAppendTime" {
+                return Err(bad(format!("`{value}` is not CreateTime or LogAppendTime")));
+            }
+        }
+        "log.cleanup.policy" | "cleanup.policy" => {
+            for p in value.split(',') {
+                if !matches!(p.trim(), "delete" | "compact") {
+                    return Err(bad(format!("`{p}` is not delete or compact")));
+                }
+            }
+        }
+        "listeners" | "advertised.listeners" => {
+            for l in value.split(',').filter(|s| !s.trim().is_empty()) {
+                Listener::parse(key, l.trim())?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The typed broker configuration every owner reads from. Built by [`BrokerConfig::from_raw`].
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    /// The validated key/value map (for DescribeConfigs).
+    pub raw: RawConfig,
+    /// `node.id`.
+    pub node_id: i32,
+    /// `listeners`.
+    pub listeners: Vec<Listener>,
+    /// `advertised.listeners` (empty: use the bound listeners).
+    pub advertised_listeners: Vec<Listener>,
+    /// `log.dirs` (the first directory; several directories are not supported yet).
+    pub log_dir: PathBuf,
+    /// `num.partitions`.
+    pub num_partitions: i32,
+    /// `default.replication.factor`.
+    pub default_replication_factor: i16,
+    /// `log.retention.check.interval.ms`.
+    pub retention_check_interval_ms: u64,
+    /// `auto.create.topics.enable`.
+    pub auto_create_topics_enable: bool,
+    /// `delete.topic.enable`.
+    pub delete_topic_enable: bool,
+    /// `socket.request.max.bytes`.
+    pub socket_request_max_bytes: usize,
+    /// `max.connections`.
+    pub max_connections: usize,
+    /// `queued.max.requests`.
+    pub queued_max_requests: usize,
+    /// `fetch.purgatory.max.size`.
+    pub fetch_purgatory_max_size: usize,
+}
+
+impl BrokerConfig {
+    /// Every key at its default: a single node on 127.0.0.1:9092 with data under `./data`.
+    pub fn defaults() -> BrokerConfig {
+        match BrokerConfig::from_raw(RawConfig::default()) {
+            Ok(c) => c,
+            // The defaults are ours: failing to parse them is a bug the unit tests catch.
+            Err(e) => panic!("built-in defaults are invalid: {e}"),
+        }
+    }
+
+    /// Builds the typed config.
+    ///
+    /// Errors: [`ConfigError::InvalidValue`] for a value that parses alone but not with the
+    /// others.
+    pub fn from_raw(raw: RawConfig) -> Result<BrokerConfig, ConfigError> {
+        let text = |k: &str| raw.value(k).unwrap_or_default();
+        let int = |k: &str| -> Result<i64, ConfigError> {
+            let v = text(k);
+            v.parse().map_err(|_| ConfigError::InvalidValue {
+                key: k.to_string(),
+                message: format!("`{v}` is not an integer"),
+            })
+        };
+        let listeners = parse_listeners("listeners", &text("listeners"))?;
+        if listeners.is_empty() {
+            return Err(ConfigError::InvalidValue {
+                key: "listeners".into(),
+                message: "at least one listener is needed".into(),
+            });
+        }
+        let advertised_listeners =
+            parse_listeners("advertised.listeners", &text("advertised.listeners"))?;
+        let log_dirs = text("log.dirs");
+        let log_dir = log_dirs.split(',').next().unwrap_or("./data").trim();
+        if log_dir.is_empty() {
+            return Err(ConfigError::InvalidValue {
+                key: "log.dirs".into(),
+                message: "empty".into(),
+            });
+        }
+        let rf = int("default.replication.factor")?;
+        Ok(BrokerConfig {
+            node_id: int("node.id")? as i32,
+            listeners,
+            advertised_listeners,
+            log_dir: PathBuf::from(log_dir),
+            num_partitions: int("num.partitions")? as i32,
+            default_replication_factor: i16::try_from(rf).map_err(|_| {
+                ConfigError::InvalidValue {
+                    key: "default.replication.factor".into(),
+                    message: "too large".into(),
+                }
+            })?,
+            retention_check_interval_ms: int("log.retention.check.interval.ms")? as u64,
+            auto_create_topics_enable: text("auto.create.topics.enable") == "true",
+            delete_topic_enable: text("delete.topic.enable") == "true",
+            socket_request_max_bytes: int("socket.request.max.bytes")? as usize,
+            max_connections: int("max.connections")? as usize,
+            queued_max_requests: int("queued.max.requests")? as usize,
+            fetch_purgatory_max_size: int("fetch.purgatory.max.size")? as usize,
+            raw,
+        })
+    }
+
+    /// Reads `path` (if given), applies overrides, builds the typed config.
+    pub fn load(path: Option<&Path>, overrides: &[String]) -> Result<BrokerConfig, ConfigError> {
+        let mut raw = match path {
+            Some(p) => RawConfig::from_file(p)?,
+            None => RawConfig::default(),
+        };
+        raw.apply_overrides(overrides)?;
+        BrokerConfig::from_raw(raw)
+    }
+
+    /// The broker-level default of a topic key, with Kafka's fallbacks for the keys with
+    /// several spellings (`log.retention.ms` > `.minutes` > `.hours`, `log.roll.ms` >
+    /// `.hours`). Returns the value as text (`None`: null) and whether it was set
+    /// explicitly (DescribeConfigs source STATIC_BROKER_CONFIG vs DEFAULT_CONFIG).
+    pub fn topic_default(&self, topic_key: &TopicKeySpec) -> (Option<String>, bool) {
+        let raw = &self.raw;
+        match topic_key.broker_key {
+            "log.retention.ms" => {
+                if let Some(v) = raw.get("log.retention.ms") {
+                    return (Some(v.to_string()), true);
+                }
+                if let Some(v) = raw.get("log.retention.minutes") {
+                    let m: i64 = v.parse().unwrap_or(-1);
+                    return (Some(if m < 0 { -1 } else { m * 60_000 }.to_string()), true);
+                }
+                let set = raw.get("log.retention.hours").is_some();
+                let h: i64 = raw
+                    .value("log.retention.hours")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(168);
+                (Some(if h < 0 { -1 } else { h * 3_600_000 }.to_string()), set)
+            }
+            "log.roll.ms" => {
+                if let Some(v) = raw.get("log.roll.ms") {
+                    return (Some(v.to_string()), true);
+                }
+                let set = raw.get("log.roll.hours").is_some();
+                let h: i64 = raw
+                    .value("log.roll.hours")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(168);
+                (Some((h * 3_600_000).to_string()), set)
+            }
+            other => (raw.value(other), raw.get(other).is_some()),
+        }
+    }
+}
+
+fn parse_listeners(key: &str, text: &str) -> Result<Vec<Listener>, ConfigError> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| Listener::parse(key, s))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_a_single_local_node() {
+        let c = BrokerConfig::defaults();
+        assert_eq!(c.listeners[0].host, "127.0.0.1");
+        assert_eq!(c.listeners[0].port, 9092);
+        assert_eq!(c.log_dir, PathBuf::from("./data"));
+        assert!(c.auto_create_topics_enable);
+        assert_eq!(c.num_partitions, 1);
+    }
+
+    #[test]
+    fn toml_dotted_and_quoted_keys_and_overrides() {
+        let mut raw = RawConfig::from_toml_str(
+            "log.dirs = \"/tmp/x\"\n\"num.partitions\" = 3\n[log.retention]\nbytes = 100\n",
+        )
+        .unwrap();
+        raw.apply_overrides(&["num.partitions=5"]).unwrap();
+        let c = BrokerConfig::from_raw(raw).unwrap();
+        assert_eq!(c.log_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(c.num_partitions, 5);
+        assert_eq!(c.raw.get("log.retention.bytes"), Some("100"));
+    }
+
+    #[test]
+    fn bad_config_names_the_key() {
+        let e = RawConfig::from_toml_str("num.partitions = \"many\"").unwrap_err();
+        assert!(e.to_string().contains("num.partitions"), "{e}");
+        let e = RawConfig::from_toml_str("no.such.key = 1").unwrap_err();
+        assert!(e.to_string().contains("no.such.key"), "{e}");
+        let e = RawConfig::default()
+            .apply_overrides(&["listeners=tcp:9092"])
+            .unwrap_err();
+        assert!(e.to_string().contains("listeners"), "{e}");
+        let e = RawConfig::default()
+            .apply_overrides(&["num.partitions=0"])
+            .unwrap_err();
+        assert!(e.to_string().contains("minimum"), "{e}");
+    }
+
+    #[test]
+    fn retention_fallbacks() {
+        let mut raw = RawConfig::default();
+        raw.set("log.retention.minutes", "2").unwrap();
+        let c = BrokerConfig::from_raw(raw).unwrap();
+        let spec = topic_key("retention.ms").unwrap();
+        assert_eq!(c.topic_default(spec), (Some("120000".to_string()), true));
+        let d = BrokerConfig::defaults();
+        assert_eq!(
+            d.topic_default(spec),
+            (Some((168 * 3_600_000i64).to_string()), false)
+        );
+    }
+}
+
+#[cfg(test)]
+mod tidy {
+    use super::*;
+
+    /// `config/weir.toml` documents every key, and parses as it stands.
+    #[test]
+    fn weir_toml_documents_every_key() {
+        let text = include_str!("../../config/weir.toml");
+        for k in BROKER_KEYS {
+            assert!(
+                text.contains(&format!("{} =", k.name)),
+                "config/weir.toml lacks {}",
+                k.name
+            );
+        }
+        let raw = RawConfig::from_toml_str(text).expect("config/weir.toml parses");
+        BrokerConfig::from_raw(raw).expect("config/weir.toml is valid");
+    }
+}

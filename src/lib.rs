@@ -1,0 +1,16 @@
+//! weir: a Kafka-compatible message broker.
+//!
+//! Modules in reading order: `config` (keys and defaults) → `server` (sockets and frames)
+//! → `protocol` (one handler per Kafka API) → `replica` (hosted partitions) → `log`
+//! (segments on disk) → `purgatory` (parked long polls) → `cluster` (topics and ids) →
+//! `broker` (wiring) → `cli` (the `weir` command). See ARCHITECTURE.md.
+
+pub mod broker;
+pub mod cli;
+pub mod cluster;
+pub mod config;
+pub mod log;
+pub mod protocol;
+pub mod purgatory;
+pub mod replica;
+pub mod server;

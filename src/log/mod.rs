@@ -1,0 +1,692 @@
+//! The partition log: bytes on disk for one partition, in Kafka's layout.
+//!
+//! Owns: `<log.dirs>/<topic>-<partition>/` — segments (`<base_offset:020>.log`), their
+//! sparse `.index` / `.timeindex`, producer snapshots (`.snapshot`); offset assignment,
+//! the log start offset and log end offset (LEO), rolling, retention, truncation,
+//! recovery after kill -9, idempotent producer state, and fsync when `flush_messages` /
+//! `flush_ms` ask for it. Never does: networking, request/response types, decompression,
+//! leadership decisions (the high watermark is passed in as `max_offset`), or locking
+//! (the owner wraps a `PartitionLog` in whatever lock it needs; reads take `&self`).
+//!
+//! Design (DESIGN.md, core decisions 1-3): record batches are stored exactly as the
+//! client sent them except for baseOffset, partitionLeaderEpoch and, for LogAppendTime,
+//! attributes/maxTimestamp/CRC. Closed segments and their indexes are trusted on open;
+//! only the tail of the last segment is scanned, so start-up time is bounded by
+//! `segment_bytes`, not by the data size.
+//!
+//! Durability without flush settings is the page cache (survives kill -9, not power
+//! loss). There is no recovery-point checkpoint yet: after a power loss only the last
+//! segment is verified.
+
+pub mod batch;
+mod index;
+mod producer;
+mod segment;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+
+pub use batch::{split_batches, validate, BatchError, Compression, TimestampType, ValidatedBatch};
+use producer::{ProducerStateManager, SequenceCheck};
+use segment::{file_path, io_error, remove_if_exists, Segment};
+
+/// Per-partition log settings, Kafka's topic-level names with units.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// `segment.bytes`: roll before a segment would exceed this (1..=i32::MAX; default
+    /// 1 GiB). A single batch larger than this gets a segment of its own.
+    pub segment_bytes: u64,
+    /// `segment.ms`: roll when the incoming batch's maxTimestamp is this much newer than the
+    /// active segment's first batch (default 7 days).
+    pub segment_ms: i64,
+    /// `retention.ms`: delete segments whose largest timestamp is older; -1 = forever.
+    pub retention_ms: i64,
+    /// `retention.bytes`: delete oldest segments while the log is larger; -1 = no limit.
+    pub retention_bytes: i64,
+    /// `index.interval.bytes`: bytes between offset index entries (default 4096).
+    pub index_interval_bytes: u32,
+    /// `segment.index.bytes`: roll when an index would grow past this (default 10 MiB).
+    pub segment_index_bytes: u64,
+    /// `flush.messages`: fsync after this many records; `None` = leave it to the OS.
+    pub flush_messages: Option<u64>,
+    /// `flush.ms`: fsync when this long passed since the last one (checked on append and
+    /// in [`PartitionLog::maybe_flush`]); `None` = leave it to the OS.
+    pub flush_ms: Option<i64>,
+}
+
+impl Default for LogConfig {
+    /// Kafka's defaults.
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes: 1 << 30,
+            segment_ms: 7 * 24 * 3_600_000,
+            retention_ms: 7 * 24 * 3_600_000,
+            retention_bytes: -1,
+            index_interval_bytes: 4096,
+            segment_index_bytes: 10 << 20,
+            flush_messages: None,
+            flush_ms: None,
+        }
+    }
+}
+
+/// How to append one batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendOptions {
+    /// `Some(now_ms)` when the topic has `message.timestamp.type=LogAppendTime`.
+    pub log_append_time_ms: Option<i64>,
+    /// Written into partitionLeaderEpoch of the stored batch.
+    pub leader_epoch: i32,
+}
+
+/// Result of an append, the fields a ProduceResponse partition needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendInfo {
+    /// Offset assigned to the first record.
+    pub base_offset: i64,
+    /// Offset of the last record.
+    pub last_offset: i64,
+    /// The log-append time written into the batch, or -1 (CreateTime or duplicate).
+    pub log_append_time_ms: i64,
+    /// Log start offset after the append.
+    pub log_start_offset: i64,
+    /// True when the batch was a retry of one already in the log: nothing was written and
+    /// the offsets are the original ones (KIP-98).
+    pub duplicate: bool,
+}
+
+/// Bytes of a read: whole stored batches, concatenated, exactly as on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadResult {
+    /// Concatenated batches (empty when nothing is readable below `max_offset`).
+    pub bytes: Bytes,
+    /// Base offset of the first batch in `bytes`; `None` when `bytes` is empty.
+    pub first_batch_base_offset: Option<i64>,
+}
+
+/// Errors of the partition log. Kafka codes are given for the protocol layer
+/// ([`LogError::kafka_error_code`]).
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    /// The file system failed. Kafka `KAFKA_STORAGE_ERROR` (56).
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        /// What was being done ("read", "append", "fsync", ...).
+        op: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A read or ListOffsets outside `[log_start_offset, log_end_offset]`.
+    /// Kafka `OFFSET_OUT_OF_RANGE` (1).
+    #[error("offset {offset} is outside [{log_start_offset}, {log_end_offset}]")]
+    OffsetOutOfRange {
+        /// The offset asked for.
+        offset: i64,
+        /// Current log start offset.
+        log_start_offset: i64,
+        /// Current log end offset.
+        log_end_offset: i64,
+    },
+    /// A batch from an older producer epoch than the log knows (a fenced producer).
+    /// Kafka `INVALID_PRODUCER_EPOCH` (47).
+    #[error("producer {producer_id} epoch {producer_epoch} is older than {current_epoch}")]
+    InvalidProducerEpoch {
+        /// producerId of the batch.
+        producer_id: i64,
+        /// producerEpoch of the batch.
+        producer_epoch: i16,
+        /// The epoch the log knows.
+        current_epoch: i16,
+    },
+    /// A batch whose baseSequence does not follow the producer's last one.
+    /// Kafka `OUT_OF_ORDER_SEQUENCE_NUMBER` (45).
+    #[error(
+        "producer {producer_id} epoch {producer_epoch}: sequence {base_sequence}, expected {expected_sequence}"
+    )]
+    OutOfOrderSequence {
+        /// producerId of the batch.
+        producer_id: i64,
+        /// producerEpoch of the batch.
+        producer_epoch: i16,
+        /// baseSequence of the batch.
+        base_sequence: i32,
+        /// The sequence the log expected.
+        expected_sequence: i32,
+    },
+    /// Stored bytes do not match what the indexes or previous batches promise (the read
+    /// side of "assert in pairs"). Kafka `KAFKA_STORAGE_ERROR` (56).
+    #[error("corrupt log data in {} at byte {position}: {reason}", path.display())]
+    Corrupt {
+        /// The `.log` file.
+        path: PathBuf,
+        /// Byte position in it.
+        position: u64,
+        /// What did not match.
+        reason: String,
+    },
+    /// A `LogConfig` value out of range. Kafka `INVALID_CONFIG` (40).
+    #[error("invalid log config: {reason}")]
+    InvalidConfig {
+        /// Which value and why.
+        reason: String,
+    },
+}
+
+impl LogError {
+    /// The Kafka error code for this error (see each variant).
+    pub fn kafka_error_code(&self) -> i16 {
+        match self {
+            LogError::Io { .. } | LogError::Corrupt { .. } => 56,
+            LogError::OffsetOutOfRange { .. } => 1,
+            LogError::InvalidProducerEpoch { .. } => 47,
+            LogError::OutOfOrderSequence { .. } => 45,
+            LogError::InvalidConfig { .. } => 40,
+        }
+    }
+}
+
+/// One partition's log. See the module doc.
+#[derive(Debug)]
+pub struct PartitionLog {
+    dir: PathBuf,
+    config: LogConfig,
+    /// Sorted by base offset, never empty; the last one is the active segment.
+    segments: Vec<Segment>,
+    log_start_offset: i64,
+    producers: ProducerStateManager,
+    unflushed_messages: u64,
+    last_flush_ms: i64,
+    /// Reused buffer so a small batch is appended with one `write`.
+    scratch: Vec<u8>,
+}
+
+fn check_config(config: &LogConfig) -> Result<(), LogError> {
+    let invalid = |reason: String| Err(LogError::InvalidConfig { reason });
+    if config.segment_bytes == 0 || config.segment_bytes > i32::MAX as u64 {
+        return invalid(format!(
+            "segment_bytes {} not in 1..=2^31-1",
+            config.segment_bytes
+        ));
+    }
+    if config.segment_index_bytes < 12 || config.segment_index_bytes > i32::MAX as u64 {
+        return invalid(format!(
+            "segment_index_bytes {} not in 12..=2^31-1",
+            config.segment_index_bytes
+        ));
+    }
+    if config.segment_ms <= 0 {
+        return invalid(format!("segment_ms {} must be positive", config.segment_ms));
+    }
+    if config.retention_ms < -1 || config.retention_bytes < -1 {
+        return invalid("retention_ms and retention_bytes must be >= -1".into());
+    }
+    if config.flush_messages == Some(0) || config.flush_ms.is_some_and(|ms| ms < 0) {
+        return invalid("flush_messages must be >= 1 and flush_ms >= 0".into());
+    }
+    Ok(())
+}
+
+impl PartitionLog {
+    /// Opens (creating if absent) `dir` (= `<log.dirs>/<topic>-<partition>`) and recovers
+    /// it: closed segments are trusted (an index that is missing is rebuilt), the last
+    /// segment's tail is scanned from its last index entry and cut at the first torn or
+    /// corrupt batch (logged with `tracing::warn!`), producer state is reloaded from the
+    /// active segment's snapshot plus its batch headers. `now_ms` is the wall clock.
+    ///
+    /// Errors: `InvalidConfig`, `Io` (with the path), `Corrupt`.
+    pub fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<PartitionLog, LogError> {
+        check_config(&config)?;
+        std::fs::create_dir_all(dir).map_err(io_error("create", dir))?;
+        let mut bases = Vec::new();
+        let mut others = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(io_error("list", dir))? {
+            let entry = entry.map_err(io_error("list", dir))?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let Some((stem, extension)) = name.split_once('.') else {
+                continue;
+            };
+            let Ok(base) = stem.parse::<i64>() else {
+                continue;
+            };
+            if stem.len() != 20 || base < 0 {
+                continue;
+            }
+            match extension {
+                "log" => bases.push(base),
+                "index" | "timeindex" | "snapshot" => others.push((base, entry.path())),
+                _ if extension.ends_with(".tmp") => others.push((-1, entry.path())),
+                _ => {}
+            }
+        }
+        bases.sort_unstable();
+        // Files of a segment whose .log is gone (a crash mid-delete) and temp files.
+        for (base, path) in others {
+            if bases.binary_search(&base).is_err() {
+                remove_if_exists(&path)?;
+            }
+        }
+        let mut segments = Vec::with_capacity(bases.len().max(1));
+        for (i, base) in bases.iter().enumerate() {
+            if let Some(next) = bases.get(i + 1) {
+                segments.push(Segment::open_closed(
+                    dir,
+                    *base,
+                    *next,
+                    config.index_interval_bytes,
+                    now_ms,
+                )?);
+            }
+        }
+        match bases.last() {
+            Some(last) => {
+                let (segment, _report) =
+                    Segment::recover(dir, *last, config.index_interval_bytes, now_ms)?;
+                segments.push(segment);
+            }
+            None => segments.push(Segment::create(
+                dir,
+                0,
+                config.index_interval_bytes,
+                now_ms,
+            )?),
+        }
+        let log_start_offset = segments[0].base_offset;
+        let mut log = PartitionLog {
+            dir: dir.to_path_buf(),
+            config,
+            segments,
+            log_start_offset,
+            producers: ProducerStateManager::default(),
+            unflushed_messages: 0,
+            last_flush_ms: now_ms,
+            scratch: Vec::new(),
+        };
+        log.reload_producer_state()?;
+        Ok(log)
+    }
+
+    /// Producer state = snapshot at the active segment's base + the active segment's batches.
+    fn reload_producer_state(&mut self) -> Result<(), LogError> {
+        let active = self.active();
+        let path = file_path(&self.dir, active.base_offset, "snapshot");
+        let mut producers = ProducerStateManager::read_snapshot(&path)?.unwrap_or_default();
+        active.for_each_header(|header| producers.update(header))?;
+        self.producers = producers;
+        Ok(())
+    }
+
+    fn active(&self) -> &Segment {
+        self.segments
+            .last()
+            .expect("a log always has an active segment")
+    }
+
+    fn active_mut(&mut self) -> &mut Segment {
+        self.segments
+            .last_mut()
+            .expect("a log always has an active segment")
+    }
+
+    /// Offset of the first record still in the log.
+    pub fn log_start_offset(&self) -> i64 {
+        self.log_start_offset
+    }
+
+    /// Log end offset (LEO): the offset the next appended record gets.
+    pub fn log_end_offset(&self) -> i64 {
+        self.active().next_offset
+    }
+
+    /// Total bytes of all segments.
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.iter().map(|s| s.size_bytes).sum()
+    }
+
+    /// Number of segments (at least 1).
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// The partition directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Appends one batch: checks idempotent-producer sequence/epoch (KIP-98), assigns
+    /// offsets LEO..LEO+lastOffsetDelta, writes `options.leader_epoch` into the header,
+    /// applies LogAppendTime when `options.log_append_time_ms` is set, rolls the active
+    /// segment if needed (size, `segment_ms`, full index) and writes the bytes (page cache;
+    /// fsync only when the flush settings say so). `now_ms` is the wall clock.
+    ///
+    /// A retry of one of the producer's last 5 batches returns the original offsets with
+    /// `duplicate: true` and writes nothing. Errors: `InvalidProducerEpoch` (47),
+    /// `OutOfOrderSequence` (45), `Io` (56; the partial write is undone).
+    pub fn append(
+        &mut self,
+        batch: ValidatedBatch,
+        options: AppendOptions,
+        now_ms: i64,
+    ) -> Result<AppendInfo, LogError> {
+        let mut batch = batch;
+        if batch.producer_id() >= 0 && batch.base_sequence() >= 0 {
+            let check = self.producers.check(
+                batch.producer_id(),
+                batch.producer_epoch(),
+                batch.base_sequence(),
+                batch.last_offset_delta(),
+            )?;
+            match check {
+                SequenceCheck::Append => {}
+                SequenceCheck::Duplicate(original) => {
+                    return Ok(AppendInfo {
+                        base_offset: original.base_offset,
+                        last_offset: original.last_offset,
+                        log_append_time_ms: -1,
+                        log_start_offset: self.log_start_offset,
+                        duplicate: true,
+                    });
+                }
+            }
+        }
+        let base_offset = self.log_end_offset();
+        batch.set_base_offset(base_offset);
+        batch.set_partition_leader_epoch(options.leader_epoch);
+        let log_append_time_ms = match options.log_append_time_ms {
+            Some(ts) => {
+                batch.set_log_append_time(ts);
+                ts
+            }
+            None => -1,
+        };
+        if self.should_roll(&batch, now_ms) {
+            self.roll(now_ms)?;
+        }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let appended = self.active_mut().append(&batch, &mut scratch);
+        self.scratch = scratch;
+        appended?;
+        let header = batch::BatchHeader::parse(batch.header());
+        self.producers.update(&header);
+        self.unflushed_messages += batch.record_count().max(0) as u64;
+        let due_by_count = self
+            .config
+            .flush_messages
+            .is_some_and(|n| self.unflushed_messages >= n);
+        if due_by_count || self.flush_due_by_time(now_ms) {
+            self.flush_at(now_ms)?;
+        }
+        Ok(AppendInfo {
+            base_offset,
+            last_offset: batch.last_offset(),
+            log_append_time_ms,
+            log_start_offset: self.log_start_offset,
+            duplicate: false,
+        })
+    }
+
+    fn should_roll(&self, batch: &ValidatedBatch, now_ms: i64) -> bool {
+        let active = self.active();
+        if active.size_bytes == 0 {
+            return false;
+        }
+        let too_big = active.size_bytes + batch.len() as u64 > self.config.segment_bytes;
+        let waited_ms = match active.first_batch_timestamp_ms {
+            Some(first) if batch.max_timestamp() >= 0 => batch.max_timestamp() - first,
+            _ => now_ms - active.created_ms,
+        };
+        let too_old = waited_ms > self.config.segment_ms;
+        let relative_overflow = batch.last_offset() - active.base_offset > i64::from(u32::MAX);
+        too_big
+            || too_old
+            || relative_overflow
+            || active.index_full(self.config.segment_index_bytes)
+    }
+
+    /// Closes the active segment (final time index entry, producer snapshot) and starts a
+    /// new one at the LEO.
+    fn roll(&mut self, now_ms: i64) -> Result<(), LogError> {
+        let fsync = self.config.flush_messages.is_some() || self.config.flush_ms.is_some();
+        let leo = self.log_end_offset();
+        self.active_mut().close(fsync)?;
+        self.producers
+            .write_snapshot(&file_path(&self.dir, leo, "snapshot"))?;
+        let segment = Segment::create(&self.dir, leo, self.config.index_interval_bytes, now_ms)?;
+        self.segments.push(segment);
+        tracing::debug!(dir = %self.dir.display(), base_offset = leo, "rolled new segment");
+        Ok(())
+    }
+
+    /// Whole batches from the one containing `offset` (KIP-74: the first batch is whole
+    /// even when larger than `max_bytes`; later ones only while the total stays within
+    /// `max_bytes`), from one segment, and only batches whose last offset is below
+    /// `max_offset` (the caller passes the high watermark, or the LEO).
+    ///
+    /// `offset == LEO` (or a batch beyond `max_offset`) gives an empty result. Errors:
+    /// `OffsetOutOfRange` (1) when `offset < log_start_offset` or `> LEO`; `Corrupt` when a
+    /// stored header does not carry the expected offsets; `Io`.
+    pub fn read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+    ) -> Result<ReadResult, LogError> {
+        let leo = self.log_end_offset();
+        if offset < self.log_start_offset || offset > leo {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                log_start_offset: self.log_start_offset,
+                log_end_offset: leo,
+            });
+        }
+        let empty = ReadResult {
+            bytes: Bytes::new(),
+            first_batch_base_offset: None,
+        };
+        if offset == leo || offset >= max_offset {
+            return Ok(empty);
+        }
+        let first = self
+            .segments
+            .partition_point(|s| s.base_offset <= offset)
+            .saturating_sub(1);
+        for segment in &self.segments[first..] {
+            if let Some((bytes, first_batch_base_offset)) =
+                segment.read(offset, max_bytes, max_offset)?
+            {
+                return Ok(ReadResult {
+                    bytes,
+                    first_batch_base_offset,
+                });
+            }
+        }
+        Ok(empty)
+    }
+
+    /// ListOffsets by timestamp (protocol guide, ListOffsets; KIP-79): the first record
+    /// whose timestamp is >= `ts_ms`, as `(offset, timestamp_ms)`. Segments are chosen by
+    /// their largest timestamp, then the time index and offset index narrow the scan to
+    /// the first batch whose maxTimestamp >= `ts_ms`. Inside that batch the answer is
+    /// record-exact for uncompressed CreateTime batches; for compressed or LogAppendTime
+    /// batches it is the batch's base offset and maxTimestamp (the log never
+    /// decompresses). `None` when no record is that recent. The special timestamps -1, -2
+    /// and -3 are the caller's (LEO, log start, [`PartitionLog::max_timestamp`]).
+    pub fn offset_for_timestamp(&self, ts_ms: i64) -> Result<Option<(i64, i64)>, LogError> {
+        for segment in &self.segments {
+            if segment.max_timestamp_ms >= ts_ms && segment.size_bytes > 0 {
+                if let Some(found) = segment.find_by_timestamp(ts_ms)? {
+                    return Ok(Some(found));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// ListOffsets -3 (KIP-734): `(offset, timestamp_ms)` of the record with the largest
+    /// timestamp (the first such on ties; record-exact for uncompressed CreateTime
+    /// batches, else the batch's base offset). `None` for an empty log or one without
+    /// timestamps.
+    ///
+    /// API change from the brief: returns `Result` because it may read a batch from disk.
+    pub fn max_timestamp(&self) -> Result<Option<(i64, i64)>, LogError> {
+        let mut best: Option<&Segment> = None;
+        for segment in &self.segments {
+            if segment.size_bytes > 0
+                && segment.max_timestamp_ms >= 0
+                && best.is_none_or(|b| segment.max_timestamp_ms > b.max_timestamp_ms)
+            {
+                best = Some(segment);
+            }
+        }
+        match best {
+            Some(segment) => segment.max_timestamp_record(),
+            None => Ok(None),
+        }
+    }
+
+    /// Deletes the oldest segments that are past `retention_ms` (their largest timestamp,
+    /// or file mtime when they have none, is older than `now_ms - retention_ms`) and then
+    /// those that keep the log above `retention_bytes`, oldest first, never leaving a gap.
+    /// If every segment, the active one included, is to go, it rolls first so the active
+    /// segment is new and empty and the log start offset becomes the LEO (new records
+    /// continue from there). Also expires idle producer ids. Returns the number of
+    /// segments deleted. The caller must not call it with data above the high watermark
+    /// it cares about (single node: HW = LEO).
+    pub fn apply_retention(&mut self, now_ms: i64) -> Result<usize, LogError> {
+        self.producers.expire(now_ms);
+        let count = self.segments.len();
+        let mut deletable = 0usize;
+        if self.config.retention_ms >= 0 {
+            while deletable < count {
+                let segment = &self.segments[deletable];
+                if segment.size_bytes == 0 {
+                    break;
+                }
+                let largest_ms = if segment.max_timestamp_ms >= 0 {
+                    segment.max_timestamp_ms
+                } else {
+                    segment.modified_ms()?
+                };
+                if now_ms - largest_ms > self.config.retention_ms {
+                    deletable += 1;
+                } else {
+                    break;
+                }
+            }
+        }
+        if self.config.retention_bytes >= 0 {
+            let remaining: u64 = self.segments[deletable..]
+                .iter()
+                .map(|s| s.size_bytes)
+                .sum();
+            let mut excess = remaining as i64 - self.config.retention_bytes;
+            while deletable < count {
+                let size = self.segments[deletable].size_bytes as i64;
+                if size == 0 || excess - size < 0 {
+                    break;
+                }
+                excess -= size;
+                deletable += 1;
+            }
+        }
+        if deletable == 0 {
+            return Ok(0);
+        }
+        if deletable == count {
+            self.roll(now_ms)?;
+        }
+        let removed: Vec<Segment> = self.segments.drain(..deletable).collect();
+        self.log_start_offset = self.segments[0].base_offset;
+        for segment in removed {
+            tracing::info!(
+                dir = %self.dir.display(),
+                base_offset = segment.base_offset,
+                size_bytes = segment.size_bytes,
+                "retention deleted segment"
+            );
+            segment.delete_files()?;
+        }
+        Ok(deletable)
+    }
+
+    /// fsyncs the active segment and its indexes (and the directory, for new files).
+    /// Errors: `Io` (56).
+    pub fn flush(&mut self) -> Result<(), LogError> {
+        let now_ms = self.last_flush_ms;
+        self.flush_at(now_ms)
+    }
+
+    /// Flushes if `flush_ms` has passed since the last flush and records are unflushed
+    /// (what Kafka's periodic log flusher does). Returns whether it flushed.
+    pub fn maybe_flush(&mut self, now_ms: i64) -> Result<bool, LogError> {
+        if self.unflushed_messages > 0 && self.flush_due_by_time(now_ms) {
+            self.flush_at(now_ms)?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    fn flush_due_by_time(&self, now_ms: i64) -> bool {
+        self.config
+            .flush_ms
+            .is_some_and(|ms| now_ms - self.last_flush_ms >= ms)
+    }
+
+    fn flush_at(&mut self, now_ms: i64) -> Result<(), LogError> {
+        self.active().sync()?;
+        std::fs::File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io_error("fsync", &self.dir))?;
+        self.unflushed_messages = 0;
+        self.last_flush_ms = now_ms;
+        Ok(())
+    }
+
+    /// Removes the partition directory and everything in it (DeleteTopics).
+    /// Errors: `Io` (56).
+    pub fn delete(self) -> Result<(), LogError> {
+        let dir = self.dir.clone();
+        drop(self);
+        std::fs::remove_dir_all(&dir).map_err(io_error("remove", &dir))
+    }
+
+    /// Removes every record at or above `offset` (a batch containing `offset` goes
+    /// entirely, as in Kafka, so the LEO may end below `offset`). `offset >= LEO` does
+    /// nothing; `offset <= log_start_offset` empties the log and restarts it at `offset`.
+    /// Producer state is reloaded for the new tail. For replication (follower truncation).
+    /// Errors: `Io`, `Corrupt`.
+    pub fn truncate_to(&mut self, offset: i64, now_ms: i64) -> Result<(), LogError> {
+        if offset >= self.log_end_offset() {
+            return Ok(());
+        }
+        if offset <= self.log_start_offset {
+            while let Some(segment) = self.segments.pop() {
+                segment.delete_files()?;
+            }
+            let segment =
+                Segment::create(&self.dir, offset, self.config.index_interval_bytes, now_ms)?;
+            self.segments.push(segment);
+            self.log_start_offset = offset;
+            self.producers = ProducerStateManager::default();
+            return Ok(());
+        }
+        // Newest first, so a crash leaves a prefix of segments.
+        while self.active().base_offset >= offset {
+            let segment = self
+                .segments
+                .pop()
+                .expect("offset > log start keeps a segment");
+            segment.delete_files()?;
+        }
+        self.active_mut().truncate_to(offset, now_ms)?;
+        self.reload_producer_state()?;
+        Ok(())
+    }
+}

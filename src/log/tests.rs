@@ -1,0 +1,774 @@
+//! Tests of the partition log: round trips across rolls, KIP-74 reads, recovery of torn
+//! and corrupt tails, index rebuilds, retention, time lookups, idempotence, truncation,
+//! and a property test against a `Vec<batch>` model.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use proptest::prelude::*;
+
+use super::batch::testing::{batch, BatchSpec};
+use super::batch::{validate_stored, ValidatedBatch, LOG_OVERHEAD_BYTES};
+use super::*;
+
+const NOW_MS: i64 = 1_700_000_000_000;
+
+fn small_config(segment_bytes: u64) -> LogConfig {
+    LogConfig {
+        segment_bytes,
+        segment_ms: i64::MAX / 2,
+        retention_ms: -1,
+        retention_bytes: -1,
+        index_interval_bytes: 100,
+        segment_index_bytes: 10 << 20,
+        flush_messages: None,
+        flush_ms: None,
+    }
+}
+
+fn opts() -> AppendOptions {
+    AppendOptions {
+        log_append_time_ms: None,
+        leader_epoch: 3,
+    }
+}
+
+/// Appends and returns the bytes the log should have stored.
+fn append(log: &mut PartitionLog, b: ValidatedBatch) -> (AppendInfo, Bytes) {
+    let mut expected = b.clone();
+    let info = log.append(b, opts(), NOW_MS).expect("append");
+    expected.set_base_offset(info.base_offset);
+    expected.set_partition_leader_epoch(3);
+    (info, expected.to_bytes())
+}
+
+/// Splits read bytes into (base offset, last offset), checking every CRC.
+fn batches_of(bytes: &Bytes) -> Vec<(i64, i64)> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let len = i32::from_be_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize
+            + LOG_OVERHEAD_BYTES;
+        let b = validate_stored(bytes.slice(at..at + len), at).expect("stored batch valid");
+        out.push((b.base_offset(), b.last_offset()));
+        at += len;
+    }
+    out
+}
+
+fn read_all(log: &PartitionLog) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut offset = log.log_start_offset();
+    while offset < log.log_end_offset() {
+        let r = log.read(offset, 1 << 20, i64::MAX).expect("read");
+        let batches = batches_of(&r.bytes);
+        assert!(!batches.is_empty(), "no progress at {offset}");
+        offset = batches.last().unwrap().1 + 1;
+        out.extend_from_slice(&r.bytes);
+    }
+    out
+}
+
+fn last_log_file(dir: &Path) -> std::path::PathBuf {
+    let mut logs: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    logs.sort();
+    logs.pop().unwrap()
+}
+
+/// A tracing subscriber that keeps WARN messages, to assert recovery said what it did.
+#[derive(Clone, Default)]
+struct Warnings(Arc<Mutex<Vec<String>>>);
+
+struct MessageVisitor<'a>(&'a mut String);
+
+impl tracing::field::Visit for MessageVisitor<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.push_str(&format!("{}={:?} ", field.name(), value));
+    }
+}
+
+impl tracing::Subscriber for Warnings {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        if *event.metadata().level() == tracing::Level::WARN {
+            let mut text = String::new();
+            event.record(&mut MessageVisitor(&mut text));
+            self.0.lock().unwrap().push(text);
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+fn with_warnings<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
+    let warnings = Warnings::default();
+    let out = tracing::subscriber::with_default(warnings.clone(), f);
+    let seen = warnings.0.lock().unwrap().clone();
+    (out, seen)
+}
+
+#[test]
+fn round_trip_across_rolls_and_reads_from_mid_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), small_config(1_000), NOW_MS).unwrap();
+    let mut expected = Vec::new();
+    let mut ranges = Vec::new();
+    for i in 0..40 {
+        let (info, bytes) = append(&mut log, batch(1 + i % 5, 1_000 + i as i64));
+        assert!(!info.duplicate);
+        assert_eq!(info.log_append_time_ms, -1);
+        ranges.push((info.base_offset, info.last_offset));
+        expected.extend_from_slice(&bytes);
+    }
+    assert!(log.segment_count() > 3, "segments: {}", log.segment_count());
+    assert_eq!(log.log_end_offset(), ranges.last().unwrap().1 + 1);
+    assert_eq!(read_all(&log), expected);
+    for &(base, last) in &ranges {
+        for offset in base..=last {
+            let r = log.read(offset, 1, i64::MAX).unwrap();
+            assert_eq!(batches_of(&r.bytes), vec![(base, last)], "offset {offset}");
+            assert_eq!(r.first_batch_base_offset, Some(base));
+        }
+    }
+    // Reopen: same bytes, appends continue.
+    drop(log);
+    let mut log = PartitionLog::open(dir.path(), small_config(1_000), NOW_MS).unwrap();
+    assert_eq!(read_all(&log), expected);
+    let (info, _) = append(&mut log, batch(2, 5_000));
+    assert_eq!(info.base_offset, ranges.last().unwrap().1 + 1);
+}
+
+#[test]
+fn kip74_max_bytes_max_offset_and_range_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), small_config(1 << 20), NOW_MS).unwrap();
+    let (_, a) = append(&mut log, batch(3, 10));
+    let (_, b) = append(&mut log, batch(3, 20));
+    let (_, _c) = append(&mut log, batch(3, 30));
+    // First batch whole even with max_bytes 1.
+    let r = log.read(0, 1, i64::MAX).unwrap();
+    assert_eq!(r.bytes.len(), a.len());
+    // Exactly two batches fit.
+    let r = log.read(0, a.len() + b.len(), i64::MAX).unwrap();
+    assert_eq!(batches_of(&r.bytes), vec![(0, 2), (3, 5)]);
+    let r = log.read(0, a.len() + b.len() - 1, i64::MAX).unwrap();
+    assert_eq!(batches_of(&r.bytes), vec![(0, 2)]);
+    // max_offset (high watermark) bounds the read.
+    let r = log.read(0, 1 << 20, 6).unwrap();
+    assert_eq!(batches_of(&r.bytes), vec![(0, 2), (3, 5)]);
+    let r = log.read(6, 1 << 20, 6).unwrap();
+    assert!(r.bytes.is_empty() && r.first_batch_base_offset.is_none());
+    // LEO reads empty; beyond it is out of range.
+    assert!(log.read(9, 100, i64::MAX).unwrap().bytes.is_empty());
+    match log.read(10, 100, i64::MAX) {
+        Err(e @ LogError::OffsetOutOfRange { .. }) => assert_eq!(e.kafka_error_code(), 1),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        log.read(-1, 100, i64::MAX),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+}
+
+#[test]
+fn recovery_cuts_torn_tail_and_continues() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(1 << 20);
+    let mut log = PartitionLog::open(dir.path(), config.clone(), NOW_MS).unwrap();
+    let mut expected = Vec::new();
+    let mut last_whole_end = 0;
+    for i in 0..30 {
+        let (info, bytes) = append(&mut log, batch(4, i));
+        if i < 29 {
+            expected.extend_from_slice(&bytes);
+            last_whole_end = info.last_offset + 1;
+        }
+    }
+    drop(log);
+    let path = last_log_file(dir.path());
+    let len = std::fs::metadata(&path).unwrap().len();
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.set_len(len - 7).unwrap();
+    drop(file);
+    let (log, warnings) = with_warnings(|| PartitionLog::open(dir.path(), config.clone(), NOW_MS));
+    let mut log = log.unwrap();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("truncated_bytes") && w.contains("from_offset=116")),
+        "{warnings:?}"
+    );
+    assert_eq!(log.log_end_offset(), last_whole_end);
+    assert_eq!(read_all(&log), expected);
+    let (info, _) = append(&mut log, batch(2, 99));
+    assert_eq!(info.base_offset, last_whole_end);
+}
+
+#[test]
+fn recovery_cuts_at_corrupt_crc() {
+    let dir = tempfile::tempdir().unwrap();
+    // One index entry at most: the scan covers the whole segment.
+    let mut config = small_config(1 << 20);
+    config.index_interval_bytes = 4096;
+    let mut log = PartitionLog::open(dir.path(), config.clone(), NOW_MS).unwrap();
+    let mut positions = Vec::new();
+    let mut position = 0u64;
+    for i in 0..20 {
+        let (info, bytes) = append(&mut log, batch(2, i));
+        positions.push((position, info.base_offset));
+        position += bytes.len() as u64;
+    }
+    drop(log);
+    // Flip a record byte in batch 15: it and everything after it go.
+    let path = last_log_file(dir.path());
+    let mut raw = std::fs::read(&path).unwrap();
+    let (corrupt_at, corrupt_offset) = positions[15];
+    raw[corrupt_at as usize + 70] ^= 0x55;
+    std::fs::write(&path, &raw).unwrap();
+    let (log, warnings) = with_warnings(|| PartitionLog::open(dir.path(), config.clone(), NOW_MS));
+    let mut log = log.unwrap();
+    assert!(warnings.iter().any(|w| w.contains("crc")), "{warnings:?}");
+    assert_eq!(log.log_end_offset(), corrupt_offset);
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), corrupt_at);
+    let (info, _) = append(&mut log, batch(1, 50));
+    assert_eq!(info.base_offset, corrupt_offset);
+    assert_eq!(batches_of(&Bytes::from(read_all(&log))).len(), 16);
+}
+
+#[test]
+fn missing_and_corrupt_indexes_are_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(2_000);
+    let mut log = PartitionLog::open(dir.path(), config.clone(), NOW_MS).unwrap();
+    let mut expected = Vec::new();
+    for i in 0..60 {
+        expected.extend_from_slice(&append(&mut log, batch(2, i)).1);
+    }
+    let segments = log.segment_count();
+    assert!(segments >= 3);
+    drop(log);
+    let mut indexes: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "index"))
+        .collect();
+    indexes.sort();
+    let first_index_len = std::fs::metadata(&indexes[0]).unwrap().len();
+    assert!(first_index_len >= 16, "index has entries");
+    // Closed segment: missing index. Second closed: non-monotonic entries. Active: missing.
+    std::fs::remove_file(&indexes[0]).unwrap();
+    let mut raw = std::fs::read(&indexes[1]).unwrap();
+    raw[0..8].copy_from_slice(&[0xff; 8]);
+    std::fs::write(&indexes[1], &raw).unwrap();
+    std::fs::remove_file(indexes.last().unwrap()).unwrap();
+    let ((), warnings) = with_warnings(|| {
+        let log = PartitionLog::open(dir.path(), config.clone(), NOW_MS).unwrap();
+        assert_eq!(log.segment_count(), segments);
+        // Reads go through every segment's index (lazily loading and rebuilding).
+        assert_eq!(read_all(&log), expected);
+        for offset in (0..120).step_by(7) {
+            let r = log.read(offset, 1, i64::MAX).unwrap();
+            let (base, last) = batches_of(&r.bytes)[0];
+            assert!(base <= offset && offset <= last);
+        }
+    });
+    assert_eq!(warnings.len(), 3, "{warnings:?}");
+    assert!(warnings[2].contains("corrupt"), "{warnings:?}");
+    assert_eq!(
+        std::fs::metadata(&indexes[0]).unwrap().len(),
+        first_index_len
+    );
+}
+
+#[test]
+fn read_checks_stored_base_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = small_config(1_000);
+    config.index_interval_bytes = 4096;
+    let mut log = PartitionLog::open(dir.path(), config, NOW_MS).unwrap();
+    let mut positions = Vec::new();
+    let mut position = 0;
+    for i in 0..12 {
+        let (info, bytes) = append(&mut log, batch(2, i));
+        positions.push((position, info.base_offset));
+        position += bytes.len();
+    }
+    assert!(log.segment_count() > 1);
+    // Rewrite batch 2's baseOffset (outside the CRC) in the closed first segment.
+    let first = dir.path().join(format!("{:020}.log", 0));
+    let mut raw = std::fs::read(&first).unwrap();
+    let (at, _) = positions[2];
+    raw[at..at + 8].copy_from_slice(&1i64.to_be_bytes());
+    std::fs::write(&first, raw).unwrap();
+    let (_, base3) = positions[3];
+    match log.read(base3, 1, i64::MAX) {
+        Err(e @ LogError::Corrupt { .. }) => assert_eq!(e.kafka_error_code(), 56),
+        other => panic!("{other:?}"),
+    }
+    assert!(log.read(0, 1, i64::MAX).is_ok());
+}
+
+#[test]
+fn retention_by_bytes_moves_log_start_and_keeps_active() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = small_config(1_000);
+    config.retention_bytes = 2_500;
+    let mut log = PartitionLog::open(dir.path(), config, NOW_MS).unwrap();
+    for i in 0..40 {
+        append(&mut log, batch(3, NOW_MS + i));
+    }
+    let before = log.segment_count();
+    let deleted = log.apply_retention(NOW_MS).unwrap();
+    assert!(deleted > 0);
+    assert_eq!(log.segment_count(), before - deleted);
+    assert!(log.size_bytes() <= 2_500 + 1_000);
+    assert!(log.log_start_offset() > 0);
+    assert!(matches!(
+        log.read(0, 10, i64::MAX),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+    let r = log.read(log.log_start_offset(), 10, i64::MAX).unwrap();
+    assert_eq!(r.first_batch_base_offset, Some(log.log_start_offset()));
+    // Nothing more to delete; the survivors reopen with the same log start.
+    assert_eq!(log.apply_retention(NOW_MS).unwrap(), 0);
+    let start = log.log_start_offset();
+    drop(log);
+    let log = PartitionLog::open(dir.path(), small_config(1_000), NOW_MS).unwrap();
+    assert_eq!(log.log_start_offset(), start);
+}
+
+#[test]
+fn retention_by_time_then_all_expired_rolls_and_continues_from_leo() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = small_config(1_000);
+    config.retention_ms = 60_000;
+    let mut log = PartitionLog::open(dir.path(), config.clone(), NOW_MS).unwrap();
+    for i in 0..20 {
+        append(&mut log, batch(3, NOW_MS + i * 1_000));
+    }
+    // Only segments whose largest timestamp is older than 60 s go.
+    let deleted = log.apply_retention(NOW_MS + 75_000).unwrap();
+    assert!(deleted >= 1);
+    let start = log.log_start_offset();
+    assert!(start > 0);
+    assert!(log.read(start, 1, i64::MAX).is_ok());
+    // Everything expired: roll, delete all, log start = LEO.
+    let leo = log.log_end_offset();
+    log.apply_retention(NOW_MS + 10_000_000).unwrap();
+    assert_eq!(log.log_start_offset(), leo);
+    assert_eq!(log.log_end_offset(), leo);
+    assert_eq!(log.segment_count(), 1);
+    assert!(log.read(leo, 100, i64::MAX).unwrap().bytes.is_empty());
+    drop(log);
+    let mut log = PartitionLog::open(dir.path(), config, NOW_MS).unwrap();
+    assert_eq!(log.log_start_offset(), leo);
+    let (info, _) = append(&mut log, batch(1, NOW_MS + 10_000_000));
+    assert_eq!(info.base_offset, leo);
+    assert_eq!(info.log_start_offset, leo);
+}
+
+/// Model answer for ListOffsets: first record with timestamp >= target.
+fn model_lookup(records: &[(i64, i64)], target: i64) -> Option<(i64, i64)> {
+    let max = records.iter().map(|r| r.1).max()?;
+    if max < target {
+        return None;
+    }
+    records.iter().copied().find(|r| r.1 >= target)
+}
+
+#[test]
+fn time_index_lookups_across_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = small_config(900);
+    config.index_interval_bytes = 50;
+    let mut log = PartitionLog::open(dir.path(), config.clone(), NOW_MS).unwrap();
+    assert_eq!(log.offset_for_timestamp(0).unwrap(), None);
+    assert_eq!(log.max_timestamp().unwrap(), None);
+    let mut records = Vec::new(); // (offset, timestamp)
+    for i in 0..50i64 {
+        // Timestamps mostly rise, with a dip every 7th batch.
+        let base_ts = if i % 7 == 3 {
+            100 + i * 10 - 35
+        } else {
+            100 + i * 10
+        };
+        let (info, _) = append(&mut log, BatchSpec::new(3, base_ts).build());
+        for k in 0..3 {
+            records.push((info.base_offset + k, base_ts + k));
+        }
+    }
+    assert!(log.segment_count() > 4);
+    for reopen in [false, true] {
+        if reopen {
+            drop(log);
+            log = PartitionLog::open(dir.path(), config.clone(), NOW_MS).unwrap();
+        }
+        for target in (50..700).step_by(3) {
+            assert_eq!(
+                log.offset_for_timestamp(target).unwrap(),
+                model_lookup(&records, target),
+                "target {target} reopen {reopen}"
+            );
+        }
+        let max = records.iter().map(|r| r.1).max().unwrap();
+        let first_max = *records.iter().find(|r| r.1 == max).unwrap();
+        assert_eq!(log.max_timestamp().unwrap(), Some(first_max));
+    }
+}
+
+#[test]
+fn max_timestamp_in_middle_segment_is_record_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), small_config(500), NOW_MS).unwrap();
+    for i in 0..10 {
+        let spec = if i == 4 {
+            let mut s = BatchSpec::new(4, 1_000);
+            s.records[2].0 = 9_000; // record offset base+2 holds ts 10_000
+            s
+        } else {
+            BatchSpec::new(4, 2_000 + i)
+        };
+        append(&mut log, spec.build());
+    }
+    assert!(log.segment_count() > 2);
+    assert_eq!(log.max_timestamp().unwrap(), Some((18, 10_000)));
+    assert_eq!(log.offset_for_timestamp(10_001).unwrap(), None);
+}
+
+#[test]
+fn log_append_time_rewrites_header_and_is_batch_level_for_lookup() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), small_config(1 << 20), NOW_MS).unwrap();
+    let options = AppendOptions {
+        log_append_time_ms: Some(NOW_MS),
+        leader_epoch: 7,
+    };
+    let info = log.append(batch(5, 10), options, NOW_MS).unwrap();
+    assert_eq!(info.log_append_time_ms, NOW_MS);
+    let r = log.read(0, 1 << 20, i64::MAX).unwrap();
+    let stored = validate(r.bytes.clone()).unwrap();
+    assert_eq!(stored.timestamp_type(), TimestampType::LogAppendTime);
+    assert_eq!(stored.max_timestamp(), NOW_MS);
+    assert_eq!(stored.partition_leader_epoch(), 7);
+    assert_eq!(log.offset_for_timestamp(12).unwrap(), Some((0, NOW_MS)));
+}
+
+fn idempotent(count: usize, pid: i64, epoch: i16, seq: i32) -> ValidatedBatch {
+    BatchSpec::new(count, NOW_MS)
+        .idempotent(pid, epoch, seq)
+        .build()
+}
+
+#[test]
+fn idempotent_producer_duplicates_ordering_and_fencing() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(1 << 20);
+    let mut log = PartitionLog::open(dir.path(), config.clone(), NOW_MS).unwrap();
+    let first = log.append(idempotent(3, 42, 0, 0), opts(), NOW_MS).unwrap();
+    let second = log.append(idempotent(2, 42, 0, 3), opts(), NOW_MS).unwrap();
+    assert_eq!((second.base_offset, second.last_offset), (3, 4));
+    // Retry of the first batch: original offsets, nothing written.
+    let retry = log.append(idempotent(3, 42, 0, 0), opts(), NOW_MS).unwrap();
+    assert!(retry.duplicate);
+    assert_eq!(
+        (retry.base_offset, retry.last_offset),
+        (first.base_offset, first.last_offset)
+    );
+    assert_eq!(log.log_end_offset(), 5);
+    // Gap and replay of an unseen older sequence: out of order.
+    let gap = log
+        .append(idempotent(1, 42, 0, 7), opts(), NOW_MS)
+        .unwrap_err();
+    assert_eq!(gap.kafka_error_code(), 45);
+    assert!(matches!(
+        log.append(idempotent(2, 42, 0, 1), opts(), NOW_MS),
+        Err(LogError::OutOfOrderSequence {
+            expected_sequence: 5,
+            ..
+        })
+    ));
+    // New epoch must start at 0; then the old epoch is fenced.
+    assert!(matches!(
+        log.append(idempotent(1, 42, 1, 5), opts(), NOW_MS),
+        Err(LogError::OutOfOrderSequence { .. })
+    ));
+    log.append(idempotent(1, 42, 1, 0), opts(), NOW_MS).unwrap();
+    let fenced = log
+        .append(idempotent(1, 42, 0, 5), opts(), NOW_MS)
+        .unwrap_err();
+    assert_eq!(fenced.kafka_error_code(), 47);
+    // Unknown producer: any sequence (KIP-360).
+    log.append(idempotent(1, 77, 4, 1_000), opts(), NOW_MS)
+        .unwrap();
+    // State survives a reopen (replay of the active segment).
+    drop(log);
+    let mut log = PartitionLog::open(dir.path(), config, NOW_MS).unwrap();
+    let retry = log
+        .append(idempotent(1, 77, 4, 1_000), opts(), NOW_MS)
+        .unwrap();
+    assert!(retry.duplicate);
+    assert!(log.append(idempotent(1, 42, 0, 5), opts(), NOW_MS).is_err());
+}
+
+#[test]
+fn producer_state_survives_roll_and_reopen_via_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(300);
+    let mut log = PartitionLog::open(dir.path(), config.clone(), NOW_MS).unwrap();
+    let original = log.append(idempotent(2, 9, 0, 0), opts(), NOW_MS).unwrap();
+    for _ in 0..5 {
+        append(&mut log, batch(5, NOW_MS));
+    }
+    assert!(
+        log.segment_count() > 2,
+        "the producer's batch is in a closed segment"
+    );
+    drop(log);
+    let mut log = PartitionLog::open(dir.path(), config, NOW_MS).unwrap();
+    let retry = log.append(idempotent(2, 9, 0, 0), opts(), NOW_MS).unwrap();
+    assert!(retry.duplicate);
+    assert_eq!(retry.base_offset, original.base_offset);
+    assert!(log.append(idempotent(1, 9, 0, 5), opts(), NOW_MS).is_err());
+    log.append(idempotent(1, 9, 0, 2), opts(), NOW_MS).unwrap();
+}
+
+#[test]
+fn truncate_to_mid_batch_and_across_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(600);
+    let mut log = PartitionLog::open(dir.path(), config.clone(), NOW_MS).unwrap();
+    let mut expected = Vec::new();
+    let mut ranges = Vec::new();
+    for i in 0..20 {
+        let (info, bytes) = append(&mut log, batch(3, i));
+        ranges.push((info.base_offset, bytes.len()));
+        expected.push(bytes);
+    }
+    // Offset 31 is inside batch [30, 32]: that batch goes too.
+    log.truncate_to(31, NOW_MS).unwrap();
+    assert_eq!(log.log_end_offset(), 30);
+    let kept: Vec<u8> = expected[..10].concat();
+    assert_eq!(read_all(&log), kept);
+    let (info, _) = append(&mut log, batch(1, 5));
+    assert_eq!(info.base_offset, 30);
+    drop(log);
+    let mut log = PartitionLog::open(dir.path(), config, NOW_MS).unwrap();
+    assert_eq!(log.log_end_offset(), 31);
+    log.truncate_to(0, NOW_MS).unwrap();
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (0, 0));
+    assert_eq!(append(&mut log, batch(1, 5)).0.base_offset, 0);
+}
+
+#[test]
+fn rolls_on_segment_ms_and_full_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = small_config(1 << 20);
+    config.segment_ms = 1_000;
+    let mut log = PartitionLog::open(dir.path(), config, NOW_MS).unwrap();
+    append(&mut log, batch(1, 10_000));
+    append(&mut log, batch(1, 10_500));
+    assert_eq!(log.segment_count(), 1);
+    append(&mut log, batch(1, 11_001));
+    assert_eq!(log.segment_count(), 2);
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = small_config(1 << 20);
+    config.index_interval_bytes = 0; // an entry before every batch but the first
+    config.segment_index_bytes = 24; // 3 offset entries, 2 time entries
+    let mut log = PartitionLog::open(dir.path(), config, NOW_MS).unwrap();
+    for i in 0..10 {
+        append(&mut log, batch(1, i));
+    }
+    assert!(log.segment_count() >= 3, "{}", log.segment_count());
+    assert_eq!(batches_of(&Bytes::from(read_all(&log))).len(), 10);
+}
+
+#[test]
+fn flush_settings_and_delete() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("topic-0");
+    let mut config = small_config(1 << 20);
+    config.flush_messages = Some(2);
+    config.flush_ms = Some(1_000);
+    let mut log = PartitionLog::open(&path, config, NOW_MS).unwrap();
+    append(&mut log, batch(1, 1));
+    assert!(!log.maybe_flush(NOW_MS + 10).unwrap());
+    assert!(log.maybe_flush(NOW_MS + 2_000).unwrap());
+    append(&mut log, batch(3, 1));
+    log.flush().unwrap();
+    assert!(path.exists());
+    log.delete().unwrap();
+    assert!(!path.exists());
+}
+
+#[test]
+fn invalid_config_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = small_config(0);
+    let err = PartitionLog::open(dir.path(), config.clone(), NOW_MS).unwrap_err();
+    assert_eq!(err.kafka_error_code(), 40);
+    config.segment_bytes = 1 << 40;
+    assert!(PartitionLog::open(dir.path(), config, NOW_MS).is_err());
+}
+
+// ---------------------------------------------------------------------------------------
+// Property test against a model.
+
+#[derive(Debug, Clone)]
+enum Op {
+    Append {
+        records: usize,
+        ts: i64,
+    },
+    Read {
+        pick: usize,
+        max_bytes: usize,
+        hw_back: i64,
+    },
+    Reopen,
+    RetainBytes {
+        limit: i64,
+    },
+    CutTail {
+        bytes: u64,
+    },
+    TruncateTo {
+        pick: usize,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (1usize..6, 0i64..10_000).prop_map(|(records, ts)| Op::Append { records, ts }),
+        3 => (any::<usize>(), 1usize..600, 0i64..3).prop_map(|(pick, max_bytes, hw_back)| Op::Read { pick, max_bytes, hw_back }),
+        1 => Just(Op::Reopen),
+        1 => (200i64..2_000).prop_map(|limit| Op::RetainBytes { limit }),
+        1 => (1u64..150).prop_map(|bytes| Op::CutTail { bytes }),
+        1 => any::<usize>().prop_map(|pick| Op::TruncateTo { pick }),
+    ]
+}
+
+struct Model {
+    /// (base offset, last offset, stored bytes)
+    batches: Vec<(i64, i64, Bytes)>,
+    log_start_offset: i64,
+    log_end_offset: i64,
+}
+
+fn check_against_model(log: &PartitionLog, model: &Model) {
+    assert_eq!(log.log_start_offset(), model.log_start_offset);
+    assert_eq!(log.log_end_offset(), model.log_end_offset);
+    let all: Vec<u8> = model
+        .batches
+        .iter()
+        .flat_map(|b| b.2.iter().copied())
+        .collect();
+    assert_eq!(read_all(log), all);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #[test]
+    fn log_matches_model(ops in proptest::collection::vec(op(), 1..60)) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = small_config(700);
+        config.index_interval_bytes = 64;
+        let mut log = PartitionLog::open(dir.path(), config.clone(), NOW_MS).unwrap();
+        let mut model = Model { batches: Vec::new(), log_start_offset: 0, log_end_offset: 0 };
+        for op in ops {
+            match op {
+                Op::Append { records, ts } => {
+                    let (info, bytes) = append(&mut log, batch(records, ts));
+                    prop_assert_eq!(info.base_offset, model.log_end_offset);
+                    model.log_end_offset = info.last_offset + 1;
+                    model.batches.push((info.base_offset, info.last_offset, bytes));
+                }
+                Op::Read { pick, max_bytes, hw_back } => {
+                    let span = (model.log_end_offset - model.log_start_offset + 1) as usize;
+                    let offset = model.log_start_offset + (pick % span) as i64;
+                    let hw = model.log_end_offset - hw_back;
+                    let r = log.read(offset, max_bytes, hw).unwrap();
+                    let got = batches_of(&r.bytes);
+                    let first = model.batches.iter().position(|b| b.1 >= offset);
+                    match first {
+                        Some(i) if model.batches[i].1 < hw => {
+                            prop_assert!(!got.is_empty());
+                            prop_assert_eq!(got[0], (model.batches[i].0, model.batches[i].1));
+                            prop_assert!(got.len() == 1 || r.bytes.len() <= max_bytes);
+                            for (k, g) in got.iter().enumerate() {
+                                let m = &model.batches[i + k];
+                                prop_assert_eq!(*g, (m.0, m.1));
+                                prop_assert!(m.1 < hw);
+                            }
+                        }
+                        _ => prop_assert!(got.is_empty()),
+                    }
+                }
+                Op::Reopen => {
+                    drop(log);
+                    log = PartitionLog::open(dir.path(), config.clone(), NOW_MS).unwrap();
+                }
+                Op::RetainBytes { limit } => {
+                    let mut retain = config.clone();
+                    retain.retention_bytes = limit;
+                    drop(log);
+                    log = PartitionLog::open(dir.path(), retain, NOW_MS).unwrap();
+                    log.apply_retention(NOW_MS).unwrap();
+                    let start = log.log_start_offset();
+                    prop_assert!(start >= model.log_start_offset);
+                    prop_assert!(start == model.log_end_offset || model.batches.iter().any(|b| b.0 == start));
+                    model.batches.retain(|b| b.0 >= start);
+                    model.log_start_offset = start;
+                    drop(log);
+                    log = PartitionLog::open(dir.path(), config.clone(), NOW_MS).unwrap();
+                }
+                Op::CutTail { bytes } => {
+                    drop(log);
+                    let path = last_log_file(dir.path());
+                    let len = std::fs::metadata(&path).unwrap().len();
+                    let cut = bytes.min(len);
+                    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+                    file.set_len(len - cut).unwrap();
+                    drop(file);
+                    let base: i64 = path.file_stem().unwrap().to_str().unwrap().parse().unwrap();
+                    // Batches of the last file that still end within it survive.
+                    let mut end = 0u64;
+                    let new_len = len - cut;
+                    model.batches.retain(|b| {
+                        if b.0 < base { return true; }
+                        end += b.2.len() as u64;
+                        end <= new_len
+                    });
+                    model.log_end_offset = model.batches.last().map_or(base.max(model.log_start_offset), |b| (b.1 + 1).max(base));
+                    log = PartitionLog::open(dir.path(), config.clone(), NOW_MS).unwrap();
+                }
+                Op::TruncateTo { pick } => {
+                    let span = (model.log_end_offset - model.log_start_offset + 1) as usize;
+                    let offset = model.log_start_offset + (pick % span) as i64;
+                    log.truncate_to(offset, NOW_MS).unwrap();
+                    if offset <= model.log_start_offset {
+                        model.batches.clear();
+                        model.log_start_offset = offset;
+                        model.log_end_offset = offset;
+                    } else if offset < model.log_end_offset {
+                        model.batches.retain(|b| b.1 < offset);
+                        model.log_end_offset = model.batches.last().map_or(model.log_start_offset, |b| b.1 + 1);
+                    }
+                }
+            }
+            check_against_model(&log, &model);
+        }
+    }
+}

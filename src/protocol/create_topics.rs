@@ -1,0 +1,110 @@
+//! CreateTopics (key 19), v2–v7. Protocol guide "CreateTopics"; KIP-464 (defaults via -1,
+//! v4+), KIP-525 (configs in the response, v5+), KIP-516 (topic id, v7).
+//!
+//! Errors returned per topic: INVALID_TOPIC_EXCEPTION (17), TOPIC_ALREADY_EXISTS (36),
+//! INVALID_PARTITIONS (37), INVALID_REPLICATION_FACTOR (38), INVALID_REPLICA_ASSIGNMENT
+//! (39), INVALID_CONFIG (40), INVALID_REQUEST (42) for a topic named twice.
+
+use std::collections::BTreeMap;
+
+use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
+use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use crate::replica::effective_topic_configs;
+
+use super::topics::{self, TopicError};
+use super::Context;
+
+/// Handles a CreateTopics request.
+pub fn handle(ctx: &Context, request: CreateTopicsRequest, version: i16) -> CreateTopicsResponse {
+    let mut seen = std::collections::HashSet::new();
+    let duplicates: std::collections::HashSet<String> = request
+        .topics
+        .iter()
+        .filter_map(|t| {
+            let n = t.name.0.as_str().to_string();
+            (!seen.insert(n.clone())).then_some(n)
+        })
+        .collect();
+    let results = request
+        .topics
+        .into_iter()
+        .map(|t| {
+            let name = t.name.0.as_str().to_string();
+            let result = if duplicates.contains(&name) {
+                Err(TopicError::new(ResponseError::InvalidRequest, format!("Create topics request from client contains multiple entries for topic {name}")))
+            } else {
+                create_one(ctx, &name, &t, request.validate_only)
+            };
+            let out = CreatableTopicResult::default().with_name(t.name);
+            match result {
+                Ok(meta) => {
+                    let mut out = out
+                        .with_topic_id(meta.id)
+                        .with_num_partitions(meta.partitions)
+                        .with_replication_factor(meta.replication_factor);
+                    if version >= 5 {
+                        let configs = effective_topic_configs(&ctx.config, &meta.configs)
+                            .into_iter()
+                            .map(|(k, v, source)| {
+                                CreatableTopicConfigs::default()
+                                    .with_name(StrBytes::from_static_str(k))
+                                    .with_value(v.map(StrBytes::from_string))
+                                    .with_config_source(source.code())
+                            })
+                            .collect();
+                        out = out.with_configs(Some(configs));
+                    }
+                    out
+                }
+                Err(e) => {
+                    tracing::debug!(topic = %name, error = ?e.error, message = %e.message, "create topic refused");
+                    out.with_error_code(e.error.code())
+                        .with_error_message(Some(StrBytes::from_string(e.message)))
+                        .with_num_partitions(-1)
+                        .with_replication_factor(-1)
+                }
+            }
+        })
+        .collect();
+    CreateTopicsResponse::default().with_topics(results)
+}
+
+fn create_one(
+    ctx: &Context,
+    name: &str,
+    t: &kafka_protocol::messages::create_topics_request::CreatableTopic,
+    validate_only: bool,
+) -> Result<crate::cluster::TopicMeta, TopicError> {
+    let mut configs = BTreeMap::new();
+    for c in &t.configs {
+        match &c.value {
+            Some(v) => {
+                configs.insert(c.name.as_str().to_string(), v.as_str().to_string());
+            }
+            None => {
+                return Err(TopicError::new(ResponseError::InvalidConfig, format!("Null value not supported for topic config {}", c.name.as_str())))
+            }
+        }
+    }
+    let (partitions, replication_factor) = if t.assignments.is_empty() {
+        (t.num_partitions, t.replication_factor)
+    } else {
+        if t.num_partitions != -1 || t.replication_factor != -1 {
+            return Err(TopicError::new(ResponseError::InvalidRequest, "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time."));
+        }
+        let me = ctx.metadata.node_id();
+        let mut indexes: Vec<i32> = t.assignments.iter().map(|a| a.partition_index).collect();
+        indexes.sort_unstable();
+        if indexes.iter().enumerate().any(|(i, p)| *p != i as i32) {
+            return Err(TopicError::new(ResponseError::InvalidReplicaAssignment, "Partitions in the assignment must be 0..N-1, each once."));
+        }
+        if t.assignments.iter().any(|a| a.broker_ids.len() != 1 || a.broker_ids[0].0 != me) {
+            return Err(TopicError::new(ResponseError::InvalidReplicaAssignment, format!("Replica assignment may only name broker {me}, once per partition.")));
+        }
+        (t.assignments.len() as i32, 1)
+    };
+    topics::create(ctx, name, partitions, replication_factor, configs, validate_only)
+}

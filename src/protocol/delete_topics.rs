@@ -1,0 +1,74 @@
+//! DeleteTopics (key 20), v1–v6. Protocol guide "DeleteTopics"; KIP-516 (by topic id, v6).
+//!
+//! Removes the topic from the metadata and deletes its partition directories.
+//!
+//! Errors returned per topic: UNKNOWN_TOPIC_OR_PARTITION (3), TOPIC_DELETION_DISABLED (73)
+//! when `delete.topic.enable=false`, UNKNOWN_TOPIC_ID (100), UNKNOWN_SERVER_ERROR (-1) when
+//! the files cannot be removed.
+
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+use uuid::Uuid;
+
+use super::Context;
+
+fn delete_one(ctx: &Context, name: Option<String>, id: Uuid) -> DeletableTopicResult {
+    let meta = match &name {
+        Some(n) => ctx.metadata.topic(n),
+        None => ctx.metadata.topic_by_id(id),
+    };
+    let out = DeletableTopicResult::default()
+        .with_name(name.clone().map(|n| TopicName(StrBytes::from_string(n))))
+        .with_topic_id(id);
+    let Some(meta) = meta else {
+        let e = if name.is_some() {
+            ResponseError::UnknownTopicOrPartition
+        } else {
+            ResponseError::UnknownTopicId
+        };
+        return out.with_error_code(e.code());
+    };
+    let out = out
+        .with_name(Some(TopicName(StrBytes::from_string(meta.name.clone()))))
+        .with_topic_id(meta.id);
+    if !ctx.config.delete_topic_enable {
+        return out.with_error_code(ResponseError::TopicDeletionDisabled.code());
+    }
+    let result = ctx
+        .metadata
+        .delete_topic(&meta.name)
+        .map_err(|e| e.to_string())
+        .and_then(|_| ctx.replicas.delete_topic(&meta.name).map_err(|e| e.to_string()));
+    match result {
+        Ok(()) => {
+            tracing::info!(topic = %meta.name, "deleted topic");
+            out
+        }
+        Err(e) => {
+            tracing::error!(topic = %meta.name, error = %e, "delete topic failed");
+            out.with_error_code(ResponseError::UnknownServerError.code())
+                .with_error_message(Some(StrBytes::from_string(e)))
+        }
+    }
+}
+
+/// Handles a DeleteTopics request.
+pub fn handle(ctx: &Context, request: DeleteTopicsRequest, version: i16) -> DeleteTopicsResponse {
+    let responses = if version >= 6 {
+        request
+            .topics
+            .into_iter()
+            .map(|t| delete_one(ctx, t.name.map(|n| n.0.as_str().to_string()), t.topic_id))
+            .collect()
+    } else {
+        request
+            .topic_names
+            .into_iter()
+            .map(|n| delete_one(ctx, Some(n.0.as_str().to_string()), Uuid::nil()))
+            .map(|r| r.with_topic_id(Uuid::nil()))
+            .collect()
+    };
+    DeleteTopicsResponse::default().with_responses(responses)
+}

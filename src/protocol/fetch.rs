@@ -1,0 +1,151 @@
+//! Fetch (key 1), v4–v16. Protocol guide "Fetch"; KIP-74 (response `max_bytes`, first batch
+//! whole), KIP-227 (fetch sessions: never created, `session_id` 0 tells the client to send
+//! full requests), KIP-516 (topic ids, v13+), KIP-392 (`preferred_read_replica` -1).
+//!
+//! Reads whole stored batches from each partition, up to `partition_max_bytes` per
+//! partition and `max_bytes` per response; the first batch of the response is returned
+//! whole even if larger. If fewer than `min_bytes` are ready, the request parks in the
+//! purgatory until an append or `max_wait_ms`, then reads again. An empty partition gets a
+//! zero-length record set, never null (older librdkafka fails on null).
+//!
+//! Errors returned per partition: OFFSET_OUT_OF_RANGE (1), UNKNOWN_TOPIC_OR_PARTITION (3),
+//! KAFKA_STORAGE_ERROR (56), UNKNOWN_TOPIC_ID (100).
+
+use bytes::Bytes;
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+use tokio::time::Instant;
+
+use crate::log::LogError;
+use crate::purgatory::Wake;
+
+use super::Context;
+
+/// The longest `max_wait_ms` honoured (a limit on every wait).
+const MAX_WAIT_MS_LIMIT: i32 = 5 * 60 * 1000;
+
+fn partition_error(index: i32, error: ResponseError) -> PartitionData {
+    PartitionData::default()
+        .with_partition_index(index)
+        .with_error_code(error.code())
+        .with_high_watermark(-1)
+        .with_last_stable_offset(-1)
+        .with_log_start_offset(-1)
+        .with_records(Some(Bytes::new()))
+}
+
+/// One pass over the requested partitions; returns the response and the bytes it holds.
+fn read_once(ctx: &Context, request: &FetchRequest, version: i16) -> (Vec<FetchableTopicResponse>, usize) {
+    let mut remaining = request.max_bytes.max(0) as usize;
+    let mut total = 0usize;
+    let mut topics = Vec::with_capacity(request.topics.len());
+    for topic in &request.topics {
+        let meta = if version >= 13 {
+            ctx.metadata.topic_by_id(topic.topic_id)
+        } else {
+            ctx.metadata.topic(topic.topic.0.as_str())
+        };
+        let unknown = if version >= 13 {
+            ResponseError::UnknownTopicId
+        } else {
+            ResponseError::UnknownTopicOrPartition
+        };
+        let mut partitions = Vec::with_capacity(topic.partitions.len());
+        for p in &topic.partitions {
+            let Some(meta) = &meta else {
+                partitions.push(partition_error(p.partition, unknown));
+                continue;
+            };
+            let Some(partition) = ctx.replicas.partition(&meta.name, p.partition) else {
+                partitions.push(partition_error(p.partition, ResponseError::UnknownTopicOrPartition));
+                continue;
+            };
+            let limit = (p.partition_max_bytes.max(0) as usize).min(remaining);
+            let first = total == 0;
+            let result = partition.with_log(|log| {
+                let hw = log.log_end_offset();
+                let start = log.log_start_offset();
+                let read = if limit == 0 && !first {
+                    Ok(None)
+                } else {
+                    log.read(p.fetch_offset, limit.max(1), hw).map(Some)
+                };
+                (hw, start, read)
+            });
+            let (hw, start, read) = result;
+            let data = PartitionData::default()
+                .with_partition_index(p.partition)
+                .with_high_watermark(hw)
+                .with_last_stable_offset(hw)
+                .with_log_start_offset(start);
+            match read {
+                Ok(Some(r)) => {
+                    let mut bytes = r.bytes;
+                    // KIP-74: only the response's first batch may exceed the limits.
+                    if !first && bytes.len() > limit {
+                        bytes = Bytes::new();
+                    }
+                    total += bytes.len();
+                    remaining = remaining.saturating_sub(bytes.len());
+                    partitions.push(data.with_records(Some(bytes)));
+                }
+                Ok(None) => partitions.push(data.with_records(Some(Bytes::new()))),
+                Err(LogError::OffsetOutOfRange { .. }) => partitions.push(
+                    data.with_error_code(ResponseError::OffsetOutOfRange.code())
+                        .with_records(Some(Bytes::new())),
+                ),
+                Err(e) => {
+                    tracing::error!(topic = %meta.name, partition = p.partition, error = %e, "fetch read failed");
+                    partitions.push(partition_error(p.partition, ResponseError::KafkaStorageError));
+                }
+            }
+        }
+        let name = match (&meta, version >= 13) {
+            (_, true) => TopicName::default(),
+            (Some(m), false) => TopicName(StrBytes::from_string(m.name.clone())),
+            (None, false) => topic.topic.clone(),
+        };
+        topics.push(
+            FetchableTopicResponse::default()
+                .with_topic(name)
+                .with_topic_id(if version >= 13 { topic.topic_id } else { Default::default() })
+                .with_partitions(partitions),
+        );
+    }
+    (topics, total)
+}
+
+fn has_error(topics: &[FetchableTopicResponse]) -> bool {
+    topics
+        .iter()
+        .any(|t| t.partitions.iter().any(|p| p.error_code != 0))
+}
+
+/// Handles a Fetch request, long-polling per `max_wait_ms` / `min_bytes`.
+pub async fn handle(ctx: &Context, request: FetchRequest, version: i16) -> FetchResponse {
+    let wait_ms = request.max_wait_ms.clamp(0, MAX_WAIT_MS_LIMIT) as u64;
+    let deadline = Instant::now() + std::time::Duration::from_millis(wait_ms);
+    let min_bytes = request.min_bytes.max(0) as usize;
+    loop {
+        let mut ticket = ctx.replicas.purgatory().ticket();
+        let (topics, total) = read_once(ctx, &request, version);
+        let now = Instant::now();
+        if min_bytes == 0 || total >= min_bytes || now >= deadline || has_error(&topics) {
+            return FetchResponse::default()
+                .with_error_code(0)
+                .with_session_id(0)
+                .with_responses(topics);
+        }
+        let left_ms = (deadline - now).as_millis() as u64;
+        if ctx.replicas.purgatory().park(&mut ticket, left_ms.max(1)).await == Wake::Deadline
+            && Instant::now() < deadline
+        {
+            // The purgatory was full: answer now with what there is.
+            return FetchResponse::default()
+                .with_session_id(0)
+                .with_responses(topics);
+        }
+    }
+}

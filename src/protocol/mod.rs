@@ -1,0 +1,234 @@
+//! The Kafka protocol layer: the dispatch table from API key to handler, request and
+//! response codecs (the `kafka-protocol` crate), version gating and error mapping.
+//!
+//! Owns: [`SUPPORTED_APIS`] — the single table ApiVersions is built from, so an API is
+//! advertised exactly when it has a handler here, at exactly the versions listed;
+//! decoding a frame into a request; encoding the response with the right header version.
+//!
+//! Never does: hold state of its own (every handler calls the owners in [`Context`]),
+//! file I/O, or spawn long-lived tasks. No `unwrap` on anything from the network: a frame
+//! that does not decode closes the connection with a log line (Kafka does the same).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::{Buf, Bytes, BytesMut};
+use kafka_protocol::messages::{
+    ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind,
+};
+use kafka_protocol::protocol::{Decodable, Encodable};
+
+use crate::cluster::Metadata;
+use crate::config::BrokerConfig;
+use crate::replica::ReplicaManager;
+use crate::server::{Outcome, RequestHandler};
+
+mod api_versions;
+mod create_partitions;
+mod create_topics;
+mod delete_topics;
+mod describe_configs;
+mod fetch;
+mod init_producer_id;
+mod list_offsets;
+mod metadata;
+mod produce;
+mod topics;
+
+/// One implemented API: its key and the version range implemented and tested.
+#[derive(Debug, Clone, Copy)]
+pub struct ApiSpec {
+    /// The API key.
+    pub key: ApiKey,
+    /// Lowest version handled.
+    pub min_version: i16,
+    /// Highest version handled.
+    pub max_version: i16,
+}
+
+const fn api(key: ApiKey, min_version: i16, max_version: i16) -> ApiSpec {
+    ApiSpec {
+        key,
+        min_version,
+        max_version,
+    }
+}
+
+/// The dispatch table. ApiVersions answers with exactly this list. Ranges cover what real
+/// clients negotiate: librdkafka 2.x (Metadata ≤ 13, Produce ≤ 10, Fetch ≤ 16), kafkajs
+/// (non-flexible: Metadata 6, Produce 7, Fetch 11), kafka-python 3, aiokafka (ApiVersions
+/// v0, Metadata v5), the Java client. Lower bounds are the `kafka-protocol` crate's.
+pub const SUPPORTED_APIS: &[ApiSpec] = &[
+    api(ApiKey::Produce, 3, 10),
+    api(ApiKey::Fetch, 4, 16),
+    api(ApiKey::ListOffsets, 1, 8),
+    api(ApiKey::Metadata, 0, 13),
+    api(ApiKey::ApiVersions, 0, 4),
+    api(ApiKey::CreateTopics, 2, 7),
+    api(ApiKey::DeleteTopics, 1, 6),
+    api(ApiKey::InitProducerId, 0, 4),
+    api(ApiKey::DescribeConfigs, 1, 4),
+    api(ApiKey::CreatePartitions, 0, 3),
+];
+
+/// The supported range of `key`, if it is implemented.
+pub fn supported(key: ApiKey) -> Option<&'static ApiSpec> {
+    SUPPORTED_APIS.iter().find(|a| a.key == key)
+}
+
+/// A host and port given to clients in Metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// Host name or address.
+    pub host: String,
+    /// TCP port.
+    pub port: i32,
+}
+
+/// The owners a handler may call. Holds only references: the protocol layer has no state.
+#[derive(Debug, Clone)]
+pub struct Context {
+    /// Broker configuration.
+    pub config: Arc<BrokerConfig>,
+    /// Cluster metadata (topics, ids, producer ids).
+    pub metadata: Arc<Metadata>,
+    /// Hosted partitions and their logs.
+    pub replicas: Arc<ReplicaManager>,
+    /// What Metadata advertises for this broker.
+    pub advertised: Endpoint,
+}
+
+/// The protocol layer as the server sees it.
+#[derive(Debug)]
+pub struct Handler {
+    ctx: Context,
+}
+
+impl Handler {
+    /// A handler over the given owners.
+    pub fn new(ctx: Context) -> Handler {
+        Handler { ctx }
+    }
+}
+
+/// Size of the fixed part every request header starts with: api key, version, correlation id.
+const HEADER_PREFIX_BYTES: usize = 8;
+
+impl RequestHandler for Handler {
+    fn handle(
+        self: Arc<Self>,
+        frame: Bytes,
+        peer: SocketAddr,
+    ) -> impl std::future::Future<Output = Outcome> + Send + 'static {
+        async move { handle_frame(&self.ctx, frame, peer).await }
+    }
+}
+
+/// Handles one request frame (without its size prefix).
+pub async fn handle_frame(ctx: &Context, mut frame: Bytes, peer: SocketAddr) -> Outcome {
+    if frame.len() < HEADER_PREFIX_BYTES {
+        return Outcome::Close(format!(
+            "frame of {} bytes is shorter than a request header",
+            frame.len()
+        ));
+    }
+    let raw_key = i16::from_be_bytes([frame[0], frame[1]]);
+    let version = i16::from_be_bytes([frame[2], frame[3]]);
+    let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+    let Ok(key) = ApiKey::try_from(raw_key) else {
+        return Outcome::Close(format!("unknown API key {raw_key}"));
+    };
+    let Some(spec) = supported(key) else {
+        return Outcome::Close(format!("API {key:?} (key {raw_key}) is not supported"));
+    };
+    if version < spec.min_version || version > spec.max_version {
+        if key == ApiKey::ApiVersions {
+            // KIP-511: answer UNSUPPORTED_VERSION in a v0 body so the client retries lower.
+            return respond(
+                ResponseKind::ApiVersions(api_versions::unsupported_version()),
+                key,
+                0,
+                correlation_id,
+            );
+        }
+        return Outcome::Close(format!(
+            "{key:?} v{version} is outside the supported range v{}-v{}",
+            spec.min_version, spec.max_version
+        ));
+    }
+    let header_version = key.request_header_version(version);
+    let header = match RequestHeader::decode(&mut frame, header_version) {
+        Ok(h) => h,
+        Err(e) => return Outcome::Close(format!("bad {key:?} v{version} request header: {e}")),
+    };
+    let request = match RequestKind::decode(key, &mut frame, version) {
+        Ok(r) => r,
+        Err(e) => return Outcome::Close(format!("bad {key:?} v{version} request body: {e}")),
+    };
+    if frame.has_remaining() {
+        tracing::debug!(%peer, ?key, version, extra = frame.remaining(), "trailing bytes after request body");
+    }
+    let client_id = header
+        .client_id
+        .as_ref()
+        .map(|c| c.as_str().to_string())
+        .unwrap_or_default();
+    let response = match dispatch(ctx, request, version, &client_id).await {
+        Some(r) => r,
+        None => return Outcome::NoResponse,
+    };
+    respond(response, key, version, correlation_id)
+}
+
+/// Calls the handler of one decoded request. `None` means no response (acks=0).
+async fn dispatch(
+    ctx: &Context,
+    request: RequestKind,
+    version: i16,
+    client_id: &str,
+) -> Option<ResponseKind> {
+    let _ = client_id;
+    Some(match request {
+        RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(r, version)),
+        RequestKind::Metadata(r) => ResponseKind::Metadata(metadata::handle(ctx, r, version)),
+        RequestKind::Produce(r) => {
+            return produce::handle(ctx, r, version).await.map(ResponseKind::Produce)
+        }
+        RequestKind::Fetch(r) => ResponseKind::Fetch(fetch::handle(ctx, r, version).await),
+        RequestKind::ListOffsets(r) => {
+            ResponseKind::ListOffsets(list_offsets::handle(ctx, r, version))
+        }
+        RequestKind::CreateTopics(r) => {
+            ResponseKind::CreateTopics(create_topics::handle(ctx, r, version))
+        }
+        RequestKind::DeleteTopics(r) => {
+            ResponseKind::DeleteTopics(delete_topics::handle(ctx, r, version))
+        }
+        RequestKind::CreatePartitions(r) => {
+            ResponseKind::CreatePartitions(create_partitions::handle(ctx, r, version))
+        }
+        RequestKind::DescribeConfigs(r) => {
+            ResponseKind::DescribeConfigs(describe_configs::handle(ctx, r, version))
+        }
+        RequestKind::InitProducerId(r) => {
+            ResponseKind::InitProducerId(init_producer_id::handle(ctx, r, version))
+        }
+        // Not in SUPPORTED_APIS, so `handle_frame` closed the connection before decoding.
+        other => {
+            tracing::error!(request = ?std::mem::discriminant(&other), "request for an API outside the dispatch table");
+            return None;
+        }
+    })
+}
+
+fn respond(response: ResponseKind, key: ApiKey, version: i16, correlation_id: i32) -> Outcome {
+    let mut buf = BytesMut::with_capacity(256);
+    let header = ResponseHeader::default().with_correlation_id(correlation_id);
+    if let Err(e) = header.encode(&mut buf, key.response_header_version(version)) {
+        return Outcome::Close(format!("cannot encode {key:?} response header: {e}"));
+    }
+    if let Err(e) = response.encode(&mut buf, version) {
+        return Outcome::Close(format!("cannot encode {key:?} v{version} response: {e}"));
+    }
+    Outcome::Respond(buf)
+}

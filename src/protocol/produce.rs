@@ -1,0 +1,130 @@
+//! Produce (key 0), v3–v10. Protocol guide "Produce"; KIP-98 (idempotence), KIP-74,
+//! KIP-110 (zstd needs v7+), KIP-467 (record_errors, not filled: whole-batch errors only).
+//!
+//! For each partition: find the topic (auto-creating it when enabled), split the records
+//! field into record batches and validate each (magic 2, length, CRC-32C), check its size
+//! against `max.message.bytes` and its codec against the request version, then append
+//! through the replica manager. Batches are stored as sent: never decompressed or
+//! re-encoded. acks=0 does the work and sends nothing; acks=1 and acks=-1 answer once the
+//! batch is in the log (on one node the log is the whole ISR).
+//!
+//! Errors returned per partition: UNKNOWN_TOPIC_OR_PARTITION (3), CORRUPT_MESSAGE (2),
+//! MESSAGE_TOO_LARGE (10), INVALID_TOPIC_EXCEPTION (17), INVALID_REQUIRED_ACKS (21),
+//! OUT_OF_ORDER_SEQUENCE_NUMBER (45), INVALID_PRODUCER_EPOCH (47),
+//! KAFKA_STORAGE_ERROR (56), UNSUPPORTED_COMPRESSION_TYPE (76), INVALID_RECORD (87).
+
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use crate::log::{split_batches, BatchError, Compression, LogError};
+
+use super::{topics, Context};
+
+fn partition_error(index: i32, error: ResponseError, message: Option<String>) -> PartitionProduceResponse {
+    PartitionProduceResponse::default()
+        .with_index(index)
+        .with_error_code(error.code())
+        .with_base_offset(-1)
+        .with_log_append_time_ms(-1)
+        .with_log_start_offset(-1)
+        .with_error_message(message.map(StrBytes::from_string))
+}
+
+/// The Kafka error for a log failure.
+pub fn log_error_code(e: &LogError) -> ResponseError {
+    match e {
+        LogError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
+        LogError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
+        LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+        _ => ResponseError::KafkaStorageError,
+    }
+}
+
+fn batch_error_code(e: &BatchError) -> ResponseError {
+    match e {
+        BatchError::UnsupportedCompression { .. } => ResponseError::UnsupportedCompressionType,
+        BatchError::InvalidRecord { .. } => ResponseError::InvalidRecord,
+        _ => ResponseError::CorruptMessage,
+    }
+}
+
+/// Handles a Produce request; `None` for acks=0 (no response is sent).
+pub async fn handle(ctx: &Context, request: ProduceRequest, version: i16) -> Option<ProduceResponse> {
+    let acks = request.acks;
+    let mut responses = Vec::with_capacity(request.topic_data.len());
+    for topic in request.topic_data {
+        let name = topic.name.0.as_str().to_string();
+        let meta = if matches!(acks, -1 | 0 | 1) {
+            topics::get_or_auto_create(ctx, &name, true).map_err(|e| e.error)
+        } else {
+            Err(ResponseError::InvalidRequiredAcks)
+        };
+        let mut partitions = Vec::with_capacity(topic.partition_data.len());
+        for pd in topic.partition_data {
+            let index = pd.index;
+            let meta = match &meta {
+                Ok(m) => m,
+                Err(e) => {
+                    partitions.push(partition_error(index, *e, None));
+                    continue;
+                }
+            };
+            let Some(partition) = ctx.replicas.partition(&meta.name, index) else {
+                partitions.push(partition_error(index, ResponseError::UnknownTopicOrPartition, None));
+                continue;
+            };
+            let Some(records) = pd.records.filter(|r| !r.is_empty()) else {
+                partitions.push(partition_error(index, ResponseError::InvalidRecord, Some("produce request with no record batches".into())));
+                continue;
+            };
+            let batches = match split_batches(records) {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::warn!(topic = %name, partition = index, error = %e, "refused produce batch");
+                    partitions.push(partition_error(index, batch_error_code(&e), Some(e.to_string())));
+                    continue;
+                }
+            };
+            let max = partition.settings.max_message_bytes;
+            if let Some(big) = batches.iter().find(|b| b.len() > max) {
+                let msg = format!("record batch of {} bytes exceeds max.message.bytes {max}", big.len());
+                tracing::debug!(topic = %name, partition = index, "{msg}");
+                partitions.push(partition_error(index, ResponseError::MessageTooLarge, Some(msg)));
+                continue;
+            }
+            if version < 7 && batches.iter().any(|b| b.compression() == Compression::Zstd) {
+                partitions.push(partition_error(index, ResponseError::UnsupportedCompressionType, Some("zstd needs Produce v7+".into())));
+                continue;
+            }
+            match ctx.replicas.append(&partition, batches) {
+                Ok(info) => partitions.push(
+                    PartitionProduceResponse::default()
+                        .with_index(index)
+                        .with_base_offset(info.base_offset)
+                        .with_log_append_time_ms(info.log_append_time_ms)
+                        .with_log_start_offset(info.log_start_offset),
+                ),
+                Err(e) => {
+                    let code = log_error_code(&e);
+                    if code == ResponseError::KafkaStorageError {
+                        tracing::error!(topic = %name, partition = index, error = %e, "append failed");
+                    } else {
+                        tracing::debug!(topic = %name, partition = index, error = %e, "append refused");
+                    }
+                    partitions.push(partition_error(index, code, Some(e.to_string())));
+                }
+            }
+        }
+        responses.push(
+            TopicProduceResponse::default()
+                .with_name(topic.name)
+                .with_partition_responses(partitions),
+        );
+    }
+    if acks == 0 {
+        return None;
+    }
+    Some(ProduceResponse::default().with_responses(responses))
+}

@@ -1,0 +1,163 @@
+//! Topic creation shared by CreateTopics, auto-creation on Metadata and on Produce.
+//!
+//! Validates like Kafka (`Topic.validate`, `.`/`_` collisions, partitions ≥ 1, replication
+//! factor ≤ live brokers, known topic-level config keys with valid values), then asks
+//! `cluster` to record the topic and `replica` to open its partition logs.
+//!
+//! Errors returned: INVALID_TOPIC_EXCEPTION (17), TOPIC_ALREADY_EXISTS (36),
+//! INVALID_PARTITIONS (37), INVALID_REPLICATION_FACTOR (38), INVALID_CONFIG (40),
+//! UNKNOWN_SERVER_ERROR (-1) when the metadata or log cannot be written.
+
+use std::collections::BTreeMap;
+
+use kafka_protocol::ResponseError;
+
+use crate::cluster::{validate_topic_name, TopicMeta};
+use crate::config::{check_value, topic_key};
+
+use super::Context;
+
+/// Most partitions one topic may have (a limit on everything; Kafka has none, but each
+/// partition here is a directory and open files).
+pub const MAX_PARTITIONS_PER_TOPIC: i32 = 10_000;
+
+/// A refused topic operation: the Kafka error and a message for `error_message`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopicError {
+    /// The Kafka error.
+    pub error: ResponseError,
+    /// Human-readable detail.
+    pub message: String,
+}
+
+impl TopicError {
+    pub(super) fn new(error: ResponseError, message: impl Into<String>) -> TopicError {
+        TopicError {
+            error,
+            message: message.into(),
+        }
+    }
+}
+
+/// Checks a topic name, including the `.`/`_` collision with existing topics.
+pub fn check_name(ctx: &Context, name: &str) -> Result<(), TopicError> {
+    validate_topic_name(name)
+        .map_err(|e| TopicError::new(ResponseError::InvalidTopicException, e.to_string()))?;
+    if let Some(other) = ctx.metadata.colliding_topic(name) {
+        return Err(TopicError::new(
+            ResponseError::InvalidTopicException,
+            format!("Topic '{name}' collides with existing topic: {other}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks topic-level configs: known keys, values of the right type.
+pub fn check_configs(configs: &BTreeMap<String, String>) -> Result<(), TopicError> {
+    for (k, v) in configs {
+        let spec = topic_key(k).ok_or_else(|| {
+            TopicError::new(ResponseError::InvalidConfig, format!("Unknown topic config name: {k}"))
+        })?;
+        let min = crate::config::broker_key(spec.broker_key).and_then(|b| b.min);
+        check_value(k, spec.key_type, min, v)
+            .map_err(|e| TopicError::new(ResponseError::InvalidConfig, e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// Validates and (unless `validate_only`) creates a topic with its partition logs.
+/// `partitions` / `replication_factor` of -1 mean the broker defaults.
+pub fn create(
+    ctx: &Context,
+    name: &str,
+    partitions: i32,
+    replication_factor: i16,
+    configs: BTreeMap<String, String>,
+    validate_only: bool,
+) -> Result<TopicMeta, TopicError> {
+    if ctx.metadata.topic(name).is_some() {
+        return Err(TopicError::new(
+            ResponseError::TopicAlreadyExists,
+            format!("Topic '{name}' already exists."),
+        ));
+    }
+    check_name(ctx, name)?;
+    let partitions = if partitions == -1 {
+        ctx.config.num_partitions
+    } else {
+        partitions
+    };
+    if partitions < 1 || partitions > MAX_PARTITIONS_PER_TOPIC {
+        return Err(TopicError::new(
+            ResponseError::InvalidPartitions,
+            format!("Number of partitions must be between 1 and {MAX_PARTITIONS_PER_TOPIC}, got {partitions}."),
+        ));
+    }
+    let replication_factor = if replication_factor == -1 {
+        ctx.config.default_replication_factor
+    } else {
+        replication_factor
+    };
+    if replication_factor < 1 || replication_factor > 1 {
+        return Err(TopicError::new(
+            ResponseError::InvalidReplicationFactor,
+            format!("Replication factor must be between 1 and the number of brokers (1), got {replication_factor}."),
+        ));
+    }
+    check_configs(&configs)?;
+    if validate_only {
+        return Ok(TopicMeta {
+            name: name.to_string(),
+            id: uuid::Uuid::nil(),
+            partitions,
+            replication_factor,
+            configs,
+        });
+    }
+    let meta = match ctx
+        .metadata
+        .create_topic(name, partitions, replication_factor, configs)
+    {
+        Ok(Some(m)) => m,
+        Ok(None) => {
+            return Err(TopicError::new(
+                ResponseError::TopicAlreadyExists,
+                format!("Topic '{name}' already exists."),
+            ))
+        }
+        Err(e) => {
+            tracing::error!(topic = name, error = %e, "cannot record new topic");
+            return Err(TopicError::new(ResponseError::UnknownServerError, e.to_string()));
+        }
+    };
+    if let Err(e) = ctx.replicas.open_partitions(&meta, 0) {
+        tracing::error!(topic = name, error = %e, "cannot create partition logs");
+        return Err(TopicError::new(ResponseError::UnknownServerError, e.to_string()));
+    }
+    tracing::info!(topic = name, partitions, "created topic");
+    Ok(meta)
+}
+
+/// The topic, auto-creating it with the broker defaults when `auto.create.topics.enable`
+/// and `allowed` say so. `Err` carries the error for this topic (UNKNOWN_TOPIC_OR_PARTITION
+/// (3) when it does not exist and may not be created).
+pub fn get_or_auto_create(ctx: &Context, name: &str, allowed: bool) -> Result<TopicMeta, TopicError> {
+    if let Some(t) = ctx.metadata.topic(name) {
+        return Ok(t);
+    }
+    if validate_topic_name(name).is_err() {
+        return Err(TopicError::new(ResponseError::InvalidTopicException, format!("invalid topic name {name:?}")));
+    }
+    if !(allowed && ctx.config.auto_create_topics_enable) {
+        return Err(TopicError::new(ResponseError::UnknownTopicOrPartition, "This server does not host this topic-partition."));
+    }
+    match create(ctx, name, -1, -1, BTreeMap::new(), false) {
+        Ok(t) => Ok(t),
+        // Lost a race with another creator: the topic exists now.
+        Err(e) if e.error == ResponseError::TopicAlreadyExists => ctx
+            .metadata
+            .topic(name)
+            .ok_or(e),
+        Err(e) => Err(e),
+    }
+}

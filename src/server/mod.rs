@@ -1,0 +1,182 @@
+//! The TCP server: accepts connections, reads size-prefixed frames, hands each request to
+//! the protocol layer, and writes responses back in request order.
+//!
+//! Owns: sockets, the frame size check (`socket.request.max.bytes`, checked *before*
+//! allocating), the per-connection pipeline (up to `queued.max.requests` requests in
+//! flight, answered strictly in order, as the Kafka protocol guide requires), the
+//! connection limit (`max.connections`) and graceful shutdown.
+//!
+//! Never does: interpret request bodies, or touch `log`, `group` or `cluster`. A request
+//! the protocol layer cannot parse closes that connection (with a log line), never the
+//! broker.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot, watch, Semaphore};
+use tokio::task::JoinSet;
+
+/// What the protocol layer makes of one request frame.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Send this (response header + body, without the 4-byte size prefix).
+    Respond(BytesMut),
+    /// Send nothing (Produce with acks=0).
+    NoResponse,
+    /// Close the connection (unparseable request); the reason is logged.
+    Close(String),
+}
+
+/// The request handler the server calls, one call per frame (the frame without its size
+/// prefix). Implemented by `protocol::Handler`; tests may plug in their own.
+pub trait RequestHandler: Send + Sync + 'static {
+    /// Handles one request. Must not panic on any input.
+    fn handle(
+        self: Arc<Self>,
+        frame: Bytes,
+        peer: SocketAddr,
+    ) -> impl Future<Output = Outcome> + Send + 'static;
+}
+
+/// Server limits from the broker config.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerLimits {
+    /// `socket.request.max.bytes`: larger frames close the connection.
+    pub request_max_bytes: usize,
+    /// `max.connections`.
+    pub max_connections: usize,
+    /// `queued.max.requests`: requests in flight per connection.
+    pub queued_max_requests: usize,
+}
+
+/// Serves `listener` until `shutdown` turns true, then stops accepting, and waits for
+/// every connection task to end (they end when their client disconnects or at shutdown).
+pub async fn run<H: RequestHandler>(
+    listener: TcpListener,
+    handler: Arc<H>,
+    limits: ServerLimits,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let mut conns = JoinSet::new();
+    loop {
+        let permit = tokio::select! {
+            p = permits.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+            _ = shutdown.changed() => break,
+        };
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = shutdown.changed() => break,
+        };
+        // Reap finished connection tasks so the set does not grow.
+        while conns.try_join_next().is_some() {}
+        match accepted {
+            Ok((stream, peer)) => {
+                let _ = stream.set_nodelay(true);
+                let handler = handler.clone();
+                let shutdown = shutdown.clone();
+                conns.spawn(async move {
+                    if let Err(e) = serve_connection(stream, peer, handler, limits, shutdown).await
+                    {
+                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+                    }
+                    drop(permit);
+                });
+            }
+            Err(e) => {
+                // EMFILE and friends: back off a little instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+    conns.shutdown().await;
+}
+
+async fn serve_connection<H: RequestHandler>(
+    stream: TcpStream,
+    peer: SocketAddr,
+    handler: Arc<H>,
+    limits: ServerLimits,
+    mut shutdown: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let (mut reader, writer) = stream.into_split();
+    // In-order responses: the reader queues one receiver per request; the writer awaits
+    // them in that order. The bounded queue caps requests in flight per connection.
+    let (tx, mut rx) = mpsc::channel::<oneshot::Receiver<Outcome>>(limits.queued_max_requests);
+    let writer_task = tokio::spawn(async move {
+        let mut w = BufWriter::with_capacity(256 * 1024, writer);
+        while let Some(pending) = rx.recv().await {
+            let outcome = match pending.await {
+                Ok(o) => o,
+                Err(_) => Outcome::Close("request task ended without an answer".into()),
+            };
+            match outcome {
+                Outcome::Respond(body) => {
+                    let len = body.len() as u32;
+                    w.write_all(&len.to_be_bytes()).await?;
+                    w.write_all(&body).await?;
+                    // Flush when nothing else is ready, so pipelined answers share a write.
+                    if rx.is_empty() {
+                        w.flush().await?;
+                    }
+                }
+                Outcome::NoResponse => {}
+                Outcome::Close(reason) => {
+                    tracing::warn!(%peer, %reason, "closing connection");
+                    w.flush().await?;
+                    return Ok::<(), std::io::Error>(());
+                }
+            }
+        }
+        w.flush().await
+    });
+
+    let result = async {
+        loop {
+            let mut len_buf = [0u8; 4];
+            tokio::select! {
+                r = reader.read_exact(&mut len_buf) => match r {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+                    Err(e) => return Err(e),
+                },
+                _ = shutdown.changed() => return Ok(()),
+            }
+            let len = i32::from_be_bytes(len_buf);
+            if len < 0 || len as usize > limits.request_max_bytes {
+                tracing::warn!(%peer, frame_bytes = len, limit = limits.request_max_bytes,
+                    "frame size outside 0..=socket.request.max.bytes; closing connection");
+                return Ok(());
+            }
+            let mut frame = BytesMut::zeroed(len as usize);
+            reader.read_exact(&mut frame).await?;
+            let (otx, orx) = oneshot::channel();
+            if tx.send(orx).await.is_err() {
+                return Ok(()); // writer gone: the connection is closing
+            }
+            let handler = handler.clone();
+            let frame = frame.freeze();
+            tokio::spawn(async move {
+                let outcome = handler.handle(frame, peer).await;
+                let _ = otx.send(outcome);
+            });
+        }
+    }
+    .await;
+    drop(tx);
+    // The writer finishes the answers already queued, then ends.
+    match writer_task.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "write failed"),
+        Err(e) => tracing::warn!(%peer, error = %e, "writer task failed"),
+    }
+    result
+}

@@ -1,0 +1,288 @@
+#!/usr/bin/env bash
+# tests/compat/librdkafka.sh BOOTSTRAP [TESTS]
+#
+# Runs librdkafka's own integration tests against a running broker at BOOTSTRAP.
+#
+#   TESTS   (default) the tests in tests/compat/librdkafka-allowlist.txt
+#           0001,0012,...   those test numbers
+#           all             every broker test: all numbers except manual ones (8xxx); tests
+#                           that need no broker (TEST_F_LOCAL: unit tests, the mock cluster)
+#                           and sockem tests are skipped by the runner (-L -E)
+#   Tests always run in quick mode (-Q). A test number can stand for several tests
+#   (0045 is six); each of them that runs is reported.
+#
+# Output on stdout, one line per test, then a total:
+#     PASSED 0001_multiobj
+#     FAILED 0030_offset_commit <first failure message> (<where>)
+#     SKIPPED 0054_offset_time <why>     (only when the runner says why; not counted)
+#     N passed, M failed
+# Exit: 1 if a test failed that is on the allow-list (or, with an explicit list of numbers,
+# any of them); an allow-listed test that did not run counts as failed. 0 otherwise.
+# 2 for usage or build errors. Each test's full log is kept in $LRK_LOG_DIR/<number>.log.
+#
+# The suite comes from the sources of the rdkafka-sys crate (the librdkafka the `rdkafka`
+# dependency builds), so the C library under test is the one weir's own Rust tests link.
+# First use copies them from ~/.cargo/registry (running `cargo fetch` of that crate if they
+# are absent) and builds librdkafka plus its test-runner into $LRK_CACHE (3-5 minutes on
+# 2 cores, under `nice`); later runs reuse the build.
+#
+# Why one test-runner process per test number: when a test times out, test-runner stops it
+# with pthread_kill(SIGKILL), which kills the whole process; a single hang would end a
+# whole-suite run.
+#
+# Environment (defaults in brackets):
+#   LRK_VERSION          [4.10.0+2.12.1]   rdkafka-sys crate version (the one in Cargo.lock)
+#   LRK_CACHE            [/var/tmp/weir-librdkafka]  build cache
+#   LRK_LOG_DIR          [$LRK_CACHE/logs]  per-test logs, emptied at the start of each run
+#   LRK_PARALLEL         [1]               test numbers run at the same time
+#   LRK_TIMEOUT_MULT     [2]               test.timeout.multiplier (per-test timeouts)
+#   LRK_TEST_TIMEOUT_S   [600]             hard limit for one test number's process
+#   LRK_BROKER_VERSION   [3.9.0]           Kafka version weir claims to be; tests that need
+#                                          a newer broker skip themselves
+#   LRK_BUILD_TIMEOUT_S  [3600]            limit for fetching and building the suite
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ALLOWLIST="$here/librdkafka-allowlist.txt"
+VER="${LRK_VERSION:-4.10.0+2.12.1}"
+CACHE="${LRK_CACHE:-/var/tmp/weir-librdkafka}"
+LOG_DIR="${LRK_LOG_DIR:-$CACHE/logs}"
+PARALLEL="${LRK_PARALLEL:-1}"
+TIMEOUT_MULT="${LRK_TIMEOUT_MULT:-2}"
+TEST_TIMEOUT_S="${LRK_TEST_TIMEOUT_S:-600}"
+BROKER_VERSION="${LRK_BROKER_VERSION:-3.9.0}"
+BUILD_TIMEOUT_S="${LRK_BUILD_TIMEOUT_S:-3600}"
+SRC="$CACHE/librdkafka-$VER"
+STAMP="$SRC/.weir-built"
+
+die() { echo "librdkafka.sh: $*" >&2; exit 2; }
+
+[ $# -ge 1 ] && [ $# -le 2 ] || die "usage: $0 BOOTSTRAP [all|NNNN,NNNN,...]   (default: the allow-list)"
+BOOT="$1"
+SELECT="${2:-}"
+[[ "$PARALLEL" =~ ^[1-9][0-9]*$ ]] || die "LRK_PARALLEL must be a positive integer"
+[[ "$TEST_TIMEOUT_S" =~ ^[1-9][0-9]*$ ]] || die "LRK_TEST_TIMEOUT_S must be a positive integer"
+
+# ------------------------------------------------------------------ allow-list
+# One entry per line: a test number (all tests of that number) or a full test name, then
+# an optional "# what it covers".
+allowed=()
+if [ -f "$ALLOWLIST" ]; then
+    while IFS= read -r line; do
+        entry="${line%%#*}"
+        entry="${entry//[[:space:]]/}"
+        [ -z "$entry" ] && continue
+        [[ "$entry" =~ ^[0-9]{4}(_[A-Za-z0-9_]+)?$ ]] || die "$ALLOWLIST: bad entry '$line'"
+        allowed+=("$entry")
+    done <"$ALLOWLIST"
+fi
+
+# ------------------------------------------------------------------ build (once)
+find_crate_sources() {
+    ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/rdkafka-sys-"$VER"/librdkafka 2>/dev/null | head -n1
+}
+
+build_suite() {
+    local crate tmp
+    crate="$(find_crate_sources)"
+    if [ -z "$crate" ]; then
+        # Not fetched yet: fetch just this crate through a throw-away package.
+        tmp="$(mktemp -d)"
+        mkdir -p "$tmp/src"
+        echo 'fn main() {}' >"$tmp/src/main.rs"
+        printf '[package]\nname = "weir-lrk-fetch"\nversion = "0.0.0"\nedition = "2021"\n[dependencies]\nrdkafka-sys = "=%s"\n' \
+            "$VER" >"$tmp/Cargo.toml"
+        (cd "$tmp" && timeout "$BUILD_TIMEOUT_S" cargo fetch -q) >"$CACHE/fetch.log" 2>&1 \
+            || { tail -n 20 "$CACHE/fetch.log" >&2; rm -rf "$tmp"; die "cargo fetch of rdkafka-sys $VER failed"; }
+        rm -rf "$tmp"
+        crate="$(find_crate_sources)"
+        [ -n "$crate" ] || die "rdkafka-sys $VER sources not found after cargo fetch"
+    fi
+    rm -rf "$SRC"
+    cp -r "$crate" "$SRC"
+    chmod +x "$SRC/configure"
+    echo "librdkafka.sh: building librdkafka $VER and its test suite in $SRC (log: $CACHE/build.log)" >&2
+    # nice: the machine is usually busy with a cargo build as well
+    if ! (cd "$SRC" && timeout "$BUILD_TIMEOUT_S" nice -n 10 bash -c \
+            "./configure && make -j$(nproc) libs && make -C tests -j$(nproc) build") \
+            >"$CACHE/build.log" 2>&1; then
+        tail -n 30 "$CACHE/build.log" >&2
+        die "build failed; see $CACHE/build.log"
+    fi
+    [ -x "$SRC/tests/test-runner" ] || die "build finished without tests/test-runner"
+    date -u +%FT%TZ >"$STAMP"
+}
+
+if [ ! -f "$STAMP" ]; then
+    mkdir -p "$CACHE"
+    # one builder at a time; whoever waited finds the stamp and goes on
+    exec 9>"$CACHE/.build.lock"
+    flock -w "$BUILD_TIMEOUT_S" 9 || die "timed out waiting for another build ($CACHE/.build.lock)"
+    [ -f "$STAMP" ] || build_suite
+    exec 9>&-
+fi
+RUNNER_DIR="$SRC/tests"
+
+# ------------------------------------------------------------------ what to run
+numbers=()
+strict_all=0  # 1: every requested test must pass (explicit list)
+case "$SELECT" in
+    "")
+        for e in "${allowed[@]}"; do numbers+=("${e:0:4}"); done
+        ;;
+    all)
+        # The names of all tests, from the runner itself: a run that matches nothing
+        # reports every test as skipped.
+        list_report="$(mktemp)"
+        (cd "$RUNNER_DIR" && TESTS=none TEST_REPORT="$list_report" LD_LIBRARY_PATH=../src:../src-cpp \
+            timeout 60 ./test-runner -S >/dev/null 2>&1) || true
+        mapfile -t numbers < <(grep -o '"name": "[0-9]\{4\}_' "$list_report" | grep -o '[0-9]\{4\}' | grep -v '^8' )
+        rm -f "$list_report"
+        [ "${#numbers[@]}" -gt 0 ] || die "could not list the tests of $RUNNER_DIR/test-runner"
+        ;;
+    *)
+        IFS=, read -r -a numbers <<<"$SELECT"
+        for num in "${numbers[@]}"; do
+            [[ "$num" =~ ^[0-9]{4}$ ]] || die "bad test number '$num' (want NNNN,NNNN,... or all)"
+        done
+        strict_all=1
+        ;;
+esac
+mapfile -t numbers < <(printf '%s\n' "${numbers[@]}" | awk 'NF && !seen[$0]++')
+
+# ------------------------------------------------------------------ run
+rm -rf "$LOG_DIR"
+mkdir -p "$LOG_DIR"
+printf 'bootstrap.servers=%s\ntest.timeout.multiplier=%s\n' "$BOOT" "$TIMEOUT_MULT" >"$LOG_DIR/test.conf"
+
+# Turns one number's report + log into result lines: "<STATE> <name> <reason>".
+# The report's JSON is not escaped by the runner, so it is read with a pattern, not json.
+cat >"$LOG_DIR/results.py" <<'PY'
+import re, sys
+num, report, log, rc = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+ansi = re.compile(r"\x1b\[[0-9;]*m")
+try:
+    text = open(report, errors="replace").read()
+except OSError:
+    text = ""
+try:
+    lines = [ansi.sub("", l).rstrip("\r\n") for l in open(log, errors="replace")]
+except OSError:
+    lines = []
+
+def failure(name):
+    head = re.compile(r'### Test "%s(?: \([^)]*\))?" failed at (\S+) ' % re.escape(name))
+    for k, l in enumerate(lines):
+        m = head.search(l)
+        if m:
+            msg = next((x.strip() for x in lines[k + 1:k + 4] if x.strip()), "")
+            return f"{' '.join(msg.split())[:200]} ({m.group(1)})"
+    return "no failure message in the log"
+
+def skip_reason(name):
+    pat = re.compile(r"\[%s\s*/[^\]]*\]\s*SKIPPING TEST: (.*)" % re.escape(name))
+    for l in lines:
+        m = pat.search(l)
+        if m:
+            return " ".join(m.group(1).split())[:200]
+    return None
+
+found = printed = 0
+for name, state in re.findall(r'"name": "(%s_[^"]*)", "state": "([A-Z_ ]+)"' % num, text):
+    found += 1
+    if state == "PASSED":
+        printed += 1
+        print(f"PASSED {name}")
+    elif state in ("FAILED", "RUNNING"):
+        printed += 1
+        print(f"FAILED {name} {failure(name)}")
+    elif state == "SKIPPED":
+        why = skip_reason(name)
+        # tests filtered by flags (local/sockem/manual) or scenario are not this run's business
+        if why and "test flags" not in why and "scenario" not in why:
+            printed += 1
+            print(f"SKIPPED {name} {why}")
+    # NOT_STARTED: nothing ran; an allow-listed one is caught as "did not run"
+if not found:
+    print(f"FAILED {num} no test report (test-runner exit status {rc}; killed after a hang or crash?)")
+elif not printed:
+    print(f"SKIPPED {num} no broker test with this number ran (local, sockem, manual or another scenario)")
+PY
+
+run_one() { # number -> $LOG_DIR/<number>.results
+    local num="$1" rc=0
+    # the outer 2>/dev/null takes bash's own "Aborted" notice when the runner dies of a signal
+    { (cd "$RUNNER_DIR" &&
+        RDKAFKA_TEST_CONF="$LOG_DIR/test.conf" TEST_REPORT="$LOG_DIR/$num.json" TESTS="$num" \
+        TEST_KAFKA_VERSION="$BROKER_VERSION" LD_LIBRARY_PATH=../src:../src-cpp \
+        timeout -k 10 "$TEST_TIMEOUT_S" ./test-runner -Q -L -E) >"$LOG_DIR/$num.log" 2>&1; } 2>/dev/null \
+        || rc=$?
+    python3 "$LOG_DIR/results.py" "$num" "$LOG_DIR/$num.json" "$LOG_DIR/$num.log" "$rc" \
+        >"$LOG_DIR/$num.results.tmp"
+    mv "$LOG_DIR/$num.results.tmp" "$LOG_DIR/$num.results"
+}
+
+printed=()
+print_done() { # print results of finished numbers, once each
+    local num
+    for num in "${numbers[@]}"; do
+        [ -f "$LOG_DIR/$num.results" ] || continue
+        [[ " ${printed[*]-} " == *" $num "* ]] && continue
+        cat "$LOG_DIR/$num.results"
+        printed+=("$num")
+    done
+}
+
+running=0
+for num in "${numbers[@]}"; do
+    if [ "$running" -ge "$PARALLEL" ]; then
+        wait -n || true
+        running=$((running - 1))
+        print_done
+    fi
+    run_one "$num" &
+    running=$((running + 1))
+done
+wait || true
+print_done
+
+# ------------------------------------------------------------------ verdict
+is_allowed() { # test-name
+    local e
+    for e in "${allowed[@]}"; do
+        [ "$e" = "$1" ] || [ "$e" = "${1:0:4}" ] && return 0
+    done
+    return 1
+}
+
+passed=0 failed=0 bad=0
+declare -A ran=()
+while read -r state name _; do
+    [ -n "${state:-}" ] || continue
+    case "$state" in
+        PASSED) passed=$((passed + 1)); ran[$name]=1 ;;
+        FAILED)
+            failed=$((failed + 1)); ran[$name]=1
+            if [ "$strict_all" = 1 ] || is_allowed "$name"; then bad=$((bad + 1)); fi
+            ;;
+    esac
+done < <(for num in "${numbers[@]}"; do cat "$LOG_DIR/$num.results" 2>/dev/null || true; done)
+
+# An allow-listed test that did not run at all (skipped, renamed, not in this build) would
+# otherwise pass silently.
+if [ "$SELECT" = "" ] || [ "$SELECT" = all ]; then
+    for e in "${allowed[@]}"; do
+        hit=0
+        for name in "${!ran[@]}"; do
+            if [ "$name" = "$e" ] || [ "${name:0:4}" = "$e" ]; then hit=1; break; fi
+        done
+        if [ "$hit" = 0 ]; then
+            echo "FAILED $e allow-listed but did not run (see $LOG_DIR/${e:0:4}.log)"
+            failed=$((failed + 1)); bad=$((bad + 1))
+        fi
+    done
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ] || echo "librdkafka.sh: logs in $LOG_DIR" >&2
+[ "$bad" -eq 0 ]

@@ -1,0 +1,242 @@
+//! Test harness: a real weir broker on an ephemeral port, in process or as the binary.
+//!
+//! `TestBroker::start()` runs `broker::run` on its own runtime thread with a temporary
+//! `log.dirs`; the bound port goes into Metadata (advertised), so real clients that
+//! reconnect to the advertised address reach it. `BinaryBroker` spawns the `weir` binary
+//! (for kill -9 tests) and reads its "weir listening on" line.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use kafka_protocol::protocol::Decodable;
+use tokio::sync::watch;
+use weir::config::{BrokerConfig, RawConfig};
+
+/// A broker running in this process.
+pub struct TestBroker {
+    /// `127.0.0.1:PORT`.
+    pub bootstrap: String,
+    /// The log directory.
+    pub data_dir: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+    shutdown: Option<watch::Sender<bool>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl TestBroker {
+    /// A broker with default settings in a fresh temp dir.
+    pub fn start() -> TestBroker {
+        TestBroker::start_with(&[])
+    }
+
+    /// A broker with extra `KEY=VALUE` overrides in a fresh temp dir.
+    pub fn start_with(overrides: &[&str]) -> TestBroker {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let dir = tmp.path().to_path_buf();
+        let mut b = TestBroker::start_in(&dir, overrides);
+        b._tmp = Some(tmp);
+        b
+    }
+
+    /// A broker over an existing data dir (restart tests); the caller owns the dir.
+    pub fn start_in(dir: &Path, overrides: &[&str]) -> TestBroker {
+        let mut raw = RawConfig::default();
+        raw.set("listeners", "PLAINTEXT://127.0.0.1:0").unwrap();
+        raw.set("log.dirs", dir.to_str().unwrap()).unwrap();
+        raw.apply_overrides(overrides).unwrap();
+        let config = BrokerConfig::from_raw(raw).unwrap();
+        let (tx, rx) = watch::channel(false);
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listeners = weir::broker::bind(&config).await.unwrap();
+                addr_tx.send(listeners[0].local_addr().unwrap()).unwrap();
+                weir::broker::run(config, listeners, rx).await.unwrap();
+            });
+        });
+        let addr = addr_rx.recv_timeout(Duration::from_secs(30)).expect("broker started");
+        TestBroker {
+            bootstrap: addr.to_string(),
+            data_dir: dir.to_path_buf(),
+            _tmp: None,
+            shutdown: Some(tx),
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops the broker and waits for it (flushes logs).
+    pub fn stop(mut self) {
+        self.stop_inner();
+    }
+
+    fn stop_inner(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(true);
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for TestBroker {
+    fn drop(&mut self) {
+        self.stop_inner();
+    }
+}
+
+/// The `weir` binary as a child process.
+pub struct BinaryBroker {
+    /// `127.0.0.1:PORT`.
+    pub bootstrap: String,
+    child: Child,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl BinaryBroker {
+    /// Spawns `weir serve` over `dir` on a free port (or `port` if non-zero).
+    pub fn spawn(dir: &Path, port: u16, overrides: &[&str]) -> BinaryBroker {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));
+        cmd.arg("serve")
+            .arg("--override")
+            .arg(format!("listeners=PLAINTEXT://127.0.0.1:{port}"))
+            .arg("--override")
+            .arg(format!("log.dirs={}", dir.display()));
+        for o in overrides {
+            cmd.arg("--override").arg(o);
+        }
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn weir");
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        let line = lines.next().expect("a line").expect("readable");
+        let bootstrap = line
+            .strip_prefix("weir listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_string();
+        // Keep draining stdout and stderr so the child never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = stderr.clone();
+        let err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        BinaryBroker { bootstrap, child, stderr }
+    }
+
+    /// Sends SIGKILL and waits; returns the broker's stderr.
+    pub fn kill9(mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.stderr_text()
+    }
+
+    /// What the broker has written to stderr so far.
+    pub fn stderr_text(&self) -> String {
+        std::thread::sleep(Duration::from_millis(100));
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// SIGTERM and wait (graceful), returning stderr.
+    pub fn terminate(mut self) -> String {
+        let _ = Command::new("kill").arg(self.child.id().to_string()).status();
+        let _ = self.child.wait();
+        self.stderr_text()
+    }
+}
+
+/// The repository root (for scripts under tests/).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+impl Drop for BinaryBroker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A raw Kafka connection for tests that send hand-made frames.
+pub struct RawConn {
+    stream: std::net::TcpStream,
+}
+
+impl RawConn {
+    /// Connects to `bootstrap`.
+    pub fn connect(bootstrap: &str) -> RawConn {
+        let stream = std::net::TcpStream::connect(bootstrap).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        RawConn { stream }
+    }
+
+    /// Writes raw bytes.
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        use std::io::Write;
+        self.stream.write_all(bytes).expect("write");
+    }
+
+    /// Reads one size-prefixed frame; `None` when the broker closed the connection.
+    pub fn read_frame(&mut self) -> Option<Vec<u8>> {
+        use std::io::Read;
+        let mut len = [0u8; 4];
+        self.stream.read_exact(&mut len).ok()?;
+        let mut buf = vec![0u8; u32::from_be_bytes(len) as usize];
+        self.stream.read_exact(&mut buf).ok()?;
+        Some(buf)
+    }
+
+    /// Encodes and sends a request with the kafka-protocol crate; returns the response body
+    /// (after the response header).
+    pub fn request<R>(&mut self, req: &R, version: i16, correlation_id: i32) -> Option<bytes::Bytes>
+    where
+        R: kafka_protocol::protocol::Request,
+    {
+        use kafka_protocol::protocol::Encodable;
+        let key = kafka_protocol::messages::ApiKey::try_from(R::KEY).unwrap();
+        let header = kafka_protocol::messages::RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(kafka_protocol::protocol::StrBytes::from_static_str("raw-test")));
+        let mut buf = bytes::BytesMut::new();
+        header
+            .encode(&mut buf, key.request_header_version(version))
+            .unwrap();
+        req.encode(&mut buf, version).unwrap();
+        let mut frame = (buf.len() as u32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&buf);
+        self.send_raw(&frame);
+        let resp = self.read_frame()?;
+        let mut body = bytes::Bytes::from(resp);
+        let h = kafka_protocol::messages::ResponseHeader::decode(
+            &mut body,
+            key.response_header_version(version),
+        )
+        .unwrap();
+        assert_eq!(h.correlation_id, correlation_id);
+        Some(body)
+    }
+}
+
+/// Decodes a response body.
+pub fn decode<T: kafka_protocol::protocol::Decodable>(mut body: bytes::Bytes, version: i16) -> T {
+    T::decode(&mut body, version).expect("decodable response")
+}

@@ -1,0 +1,12 @@
+//! weir's integration tests: one binary (STYLE: one integration-test binary keeps CI build
+//! time down). Every test starts a real broker (in process on an ephemeral port, or the
+//! `weir` binary) and drives it with real Kafka clients: rdkafka (librdkafka) from Rust,
+//! kcat, confluent-kafka, kafka-python, aiokafka and kafkajs from scripts, plus raw frames
+//! for bad input.
+
+mod bad_input;
+mod clients;
+mod crash;
+mod harness;
+mod rdkafka_client;
+mod retention;

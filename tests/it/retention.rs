@@ -1,0 +1,92 @@
+//! Retention: old segments go, the log start offset moves, a consumer at offset 0 gets
+//! OFFSET_OUT_OF_RANGE and `auto.offset.reset=earliest` recovers; the active segment is
+//! never deleted; when everything expired, new records continue from the log end offset.
+
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::FutureRecord;
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::harness::{decode, RawConn, TestBroker};
+use crate::rdkafka_client::{create_topic, producer};
+
+fn watermarks(bootstrap: &str, topic: &str) -> (i64, i64) {
+    let c: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap).create().unwrap();
+    c.fetch_watermarks(topic, 0, Duration::from_secs(10)).unwrap()
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn size_retention_moves_the_log_start_and_clients_recover() {
+    let b = TestBroker::start_with(&["log.retention.check.interval.ms=100"]);
+    create_topic(&b.bootstrap, "ret", 1, &[("segment.bytes", "2048"), ("retention.bytes", "4096")]).await;
+    let p = producer(&b.bootstrap, &[("linger.ms", "0")]);
+    for i in 0..200 {
+        p.send(FutureRecord::to("ret").key("k").payload(&format!("{i:05}-{}", "y".repeat(80))).partition(0), Duration::from_secs(10)).await.unwrap();
+    }
+    wait_for("log start offset to move", || watermarks(&b.bootstrap, "ret").0 > 0);
+    let (start, end) = watermarks(&b.bootstrap, "ret");
+    assert_eq!(end, 200);
+    assert!(start > 100, "retention.bytes=4096 keeps only the last segments, start={start}");
+
+    // Raw fetch at 0: OFFSET_OUT_OF_RANGE (1).
+    let mut c = RawConn::connect(&b.bootstrap);
+    let req = FetchRequest::default().with_max_wait_ms(0).with_min_bytes(1).with_max_bytes(1 << 20).with_replica_id(kafka_protocol::messages::BrokerId(-1)).with_topics(vec![
+        FetchTopic::default().with_topic(TopicName(StrBytes::from_static_str("ret"))).with_partitions(vec![
+            FetchPartition::default().with_partition(0).with_fetch_offset(0).with_partition_max_bytes(1 << 20),
+        ]),
+    ]);
+    let resp: FetchResponse = decode(c.request(&req, 11, 1).unwrap(), 11);
+    let part = &resp.responses[0].partitions[0];
+    assert_eq!(part.error_code, 1);
+    assert_eq!(part.log_start_offset, start);
+
+    // A consumer asking for offset 0 with auto.offset.reset=earliest lands at the log start.
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &b.bootstrap)
+        .set("group.id", "unused")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset("ret", 0, Offset::Offset(0)).unwrap();
+    consumer.assign(&tpl).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let first = loop {
+        assert!(Instant::now() < deadline, "no message after offset reset");
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
+            break m.offset();
+        }
+    };
+    assert!(first >= start, "first={first} start={start}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn time_retention_keeps_the_active_segment_and_continues_from_the_end() {
+    let b = TestBroker::start_with(&["log.retention.check.interval.ms=100"]);
+    create_topic(&b.bootstrap, "old", 1, &[("retention.ms", "1000")]).await;
+    let p = producer(&b.bootstrap, &[("linger.ms", "0")]);
+    // Records stamped an hour ago: expired at once.
+    let ts = weir::replica::now_ms() - 3_600_000;
+    for i in 0..20 {
+        p.send(FutureRecord::to("old").key("k").payload(&format!("{i}")).partition(0).timestamp(ts), Duration::from_secs(10)).await.unwrap();
+    }
+    wait_for("everything to expire", || watermarks(&b.bootstrap, "old").0 == 20);
+    assert_eq!(watermarks(&b.bootstrap, "old"), (20, 20));
+    // The partition still has a segment to write to; offsets continue from 20.
+    let (_, offset) = p.send(FutureRecord::to("old").key("k").payload("new").partition(0), Duration::from_secs(10)).await.unwrap();
+    assert_eq!(offset, 20);
+}
