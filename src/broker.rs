@@ -43,7 +43,9 @@ pub fn advertised_endpoint(config: &BrokerConfig, bound: &TcpListener) -> anyhow
             port: i32::from(a.port),
         });
     }
-    let addr = bound.local_addr().context("listener has no local address")?;
+    let addr = bound
+        .local_addr()
+        .context("listener has no local address")?;
     let host = if addr.ip().is_unspecified() {
         tracing::warn!("listening on {addr}; advertising 127.0.0.1: set advertised.listeners for remote clients");
         "127.0.0.1".to_string()
@@ -100,9 +102,16 @@ pub async fn run(
 
     let mut tasks = tokio::task::JoinSet::new();
     for listener in listeners {
-        let addr = listener.local_addr().context("listener has no local address")?;
+        let addr = listener
+            .local_addr()
+            .context("listener has no local address")?;
         tracing::info!(%addr, "listening");
-        tasks.spawn(server::run(listener, handler.clone(), limits, shutdown.clone()));
+        tasks.spawn(server::run(
+            listener,
+            handler.clone(),
+            limits,
+            shutdown.clone(),
+        ));
     }
     {
         let replicas = replicas.clone();

@@ -219,7 +219,9 @@ impl ReplicaManager {
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<PartitionKey, Arc<Partition>>> {
-        self.partitions.write().expect("partition map lock poisoned")
+        self.partitions
+            .write()
+            .expect("partition map lock poisoned")
     }
 
     /// The partition, if hosted here.
@@ -231,8 +233,7 @@ impl ReplicaManager {
     pub fn delete_topic(&self, topic: &str) -> Result<(), LogError> {
         let removed: Vec<Arc<Partition>> = {
             let mut map = self.write();
-            let keys: Vec<PartitionKey> =
-                map.keys().filter(|(t, _)| t == topic).cloned().collect();
+            let keys: Vec<PartitionKey> = map.keys().filter(|(t, _)| t == topic).cloned().collect();
             keys.iter().filter_map(|k| map.remove(k)).collect()
         };
         for p in removed {
@@ -271,7 +272,7 @@ impl ReplicaManager {
         let result = partition.with_log(|log| {
             let mut first: Option<AppendInfo> = None;
             for batch in batches {
-                let info = log.append(batch, opts.clone(), now)?;
+                let info = log.append(batch, opts, now)?;
                 match &mut first {
                     None => first = Some(info),
                     Some(f) => f.last_offset = info.last_offset,

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rdkafka::client::ClientContext;
+use rdkafka::client::{Client, ClientContext};
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::ConsumerContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -42,7 +42,10 @@ pub fn base_config(client: &ClientArgs) -> ClientConfig {
         // Never create a topic as a side effect of asking about it.
         .set("allow.auto.create.topics", "false");
     if let Ok(contexts) = std::env::var(RDKAFKA_DEBUG_ENV) {
-        config.set("debug", contexts);
+        // rdkafka derives librdkafka's log level from the `log` crate's, which is off here.
+        config
+            .set("debug", contexts)
+            .set_log_level(RDKafkaLogLevel::Debug);
     }
     config
 }
@@ -126,11 +129,37 @@ pub struct KafkaErrorText<'a>(pub &'a KafkaError);
 
 impl fmt::Display for KafkaErrorText<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0.rdkafka_error_code() {
+        let code = match self.0 {
+            // rdkafka keeps the admin error's code out of `rdkafka_error_code`.
+            KafkaError::AdminOp(code) => Some(*code),
+            other => other.rdkafka_error_code(),
+        };
+        match code {
             Some(code) => f.write_str(&code_text(code)),
             None => write!(f, "{}", self.0),
         }
     }
+}
+
+/// Metadata for every topic (never naming one: a Metadata request naming a topic may
+/// create it on a broker with `auto.create.topics.enable`). Also how commands learn early
+/// that the bootstrap servers cannot be reached, instead of waiting out a longer timeout.
+///
+/// Errors: the broker unreachable within [`METADATA_TIMEOUT`]
+/// (`BROKER_TRANSPORT_FAILURE`, with librdkafka's last connection error when it has one).
+pub fn fetch_metadata<C: ClientContext>(
+    client: &Client<C>,
+    context: &CliContext,
+    bootstrap: &ClientArgs,
+) -> anyhow::Result<Metadata> {
+    client.fetch_metadata(None, METADATA_TIMEOUT).map_err(|e| {
+        anyhow::anyhow!(
+            "no metadata from {} within {} s: {}",
+            bootstrap.bootstrap_server,
+            METADATA_TIMEOUT.as_secs(),
+            context.explain(&e)
+        )
+    })
 }
 
 /// Looks `topic` up in `metadata`; a missing topic or one the broker reports an error for

@@ -141,7 +141,9 @@ pub fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     let membership = Membership::Standalone;
     let consumer = create_consumer(&args.client, membership, start)?;
     match membership {
-        Membership::Standalone => assign(&consumer, &args.topic, args.partition, start)?,
+        Membership::Standalone => {
+            assign(&consumer, &args.client, &args.topic, args.partition, start)?
+        }
     }
 
     let stop_after = StopAfter {
@@ -192,14 +194,12 @@ fn create_consumer(
 /// Assigns every partition of `topic` (or only `partition`) starting at `start`.
 fn assign(
     consumer: &BaseConsumer<CliContext>,
+    bootstrap: &ClientArgs,
     topic: &str,
     partition: Option<i32>,
     start: StartOffset,
 ) -> anyhow::Result<()> {
-    // All topics: naming one in a Metadata request may auto-create it.
-    let metadata = consumer
-        .fetch_metadata(None, client::METADATA_TIMEOUT)
-        .map_err(|e| anyhow::anyhow!("consume '{topic}': {}", consumer.context().explain(&e)))?;
+    let metadata = client::fetch_metadata(consumer.client(), consumer.context(), bootstrap)?;
     let found = client::find_topic(&metadata, topic)?;
     let mut ids: Vec<i32> = found.partitions().iter().map(|p| p.id()).collect();
     ids.sort_unstable();

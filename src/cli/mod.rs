@@ -17,7 +17,11 @@ mod topic;
 
 /// The `weir` command.
 #[derive(Debug, Parser)]
-#[command(name = "weir", version, about = "A Kafka-compatible broker with WebAssembly plugins")]
+#[command(
+    name = "weir",
+    version,
+    about = "A Kafka-compatible broker with WebAssembly plugins"
+)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -51,7 +55,12 @@ pub struct ServeArgs {
 #[derive(Debug, Args, Clone)]
 pub struct ClientArgs {
     /// Broker address(es), host:port[,host:port].
-    #[arg(short = 'b', long = "bootstrap-server", default_value = "127.0.0.1:9092", global = true)]
+    #[arg(
+        short = 'b',
+        long = "bootstrap-server",
+        default_value = "127.0.0.1:9092",
+        global = true
+    )]
     pub bootstrap_server: String,
 }
 

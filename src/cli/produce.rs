@@ -124,6 +124,8 @@ pub fn run(args: ProduceArgs) -> anyhow::Result<()> {
     let producer: BaseProducer<DeliveryTally> = config
         .create_with_context(DeliveryTally::default())
         .map_err(|e| anyhow::anyhow!("cannot create the producer: {}", KafkaErrorText(&e)))?;
+    // Fail fast on an unreachable broker rather than after the message timeout.
+    client::fetch_metadata(producer.client(), &producer.context().inner, &args.client)?;
 
     let stdin = std::io::stdin();
     let read_result = send_lines(&producer, &args, &mut stdin.lock());

@@ -14,13 +14,12 @@ use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use rdkafka::admin::{
     AdminClient, AdminOptions, ConfigSource, NewPartitions, NewTopic, OwnedResourceSpecifier,
-    ResourceSpecifier,
-    TopicReplication, TopicResult,
+    ResourceSpecifier, TopicReplication, TopicResult,
 };
 use rdkafka::error::RDKafkaErrorCode;
-use rdkafka::metadata::MetadataTopic;
+use rdkafka::metadata::{Metadata, MetadataTopic};
 
-use super::client::{self, CliContext};
+use super::client::{self, CliContext, KafkaErrorText};
 use super::ClientArgs;
 
 /// How long the broker may take to finish a topic operation (Kafka's `timeout.ms` in
@@ -120,10 +119,15 @@ pub fn run(cmd: TopicCommand) -> anyhow::Result<()> {
     }
 }
 
-fn admin_client(client: &ClientArgs) -> anyhow::Result<AdminClient<CliContext>> {
-    client::base_config(client)
+/// An admin client that has reached the cluster, and the metadata it got: fetching it first
+/// means an unreachable broker is reported within the metadata timeout rather than after
+/// [`REQUEST_TIMEOUT`] as a bare "timed out".
+fn admin_client(client: &ClientArgs) -> anyhow::Result<(AdminClient<CliContext>, Metadata)> {
+    let admin: AdminClient<CliContext> = client::base_config(client)
         .create_with_context(CliContext::default())
-        .context("cannot create the admin client")
+        .map_err(|e| anyhow::anyhow!("cannot create the admin client: {}", KafkaErrorText(&e)))?;
+    let metadata = client::fetch_metadata(admin.inner(), admin.inner().context(), client)?;
+    Ok((admin, metadata))
 }
 
 fn admin_options() -> AdminOptions {
@@ -132,19 +136,29 @@ fn admin_options() -> AdminOptions {
         .request_timeout(Some(REQUEST_TIMEOUT))
 }
 
-/// The one result for `name` out of a per-topic result list, as a `Result` with Kafka's
-/// error text; `tolerated` is an error code that counts as success (`--if-exists` etc.).
+/// What happened to the one topic an admin request named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Effect {
+    /// The broker did it.
+    Done,
+    /// The broker answered with the error the caller tolerates (`--if-exists` and
+    /// `--if-not-exists`): nothing to do.
+    AlreadySo,
+}
+
+/// The one result for `name` out of a per-topic result list, with Kafka's error text;
+/// `tolerated` is an error code that means [`Effect::AlreadySo`].
 fn single_result(
     results: Vec<TopicResult>,
     name: &str,
     tolerated: Option<RDKafkaErrorCode>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Effect> {
     for result in results {
         match result {
-            Ok(topic) if topic == name => return Ok(()),
+            Ok(topic) if topic == name => return Ok(Effect::Done),
             Err((topic, code)) if topic == name => {
                 if Some(code) == tolerated {
-                    return Ok(());
+                    return Ok(Effect::AlreadySo);
                 }
                 anyhow::bail!("topic '{name}': {}", client::code_text(code));
             }
@@ -155,20 +169,29 @@ fn single_result(
 }
 
 fn create(args: CreateArgs) -> anyhow::Result<()> {
-    let admin = admin_client(&args.client)?;
+    let (admin, _) = admin_client(&args.client)?;
     // -1 asks the broker for its default (CreateTopics v4+, KIP-464).
     let replication = TopicReplication::Fixed(args.replication_factor.unwrap_or(-1));
     let mut new_topic = NewTopic::new(&args.name, args.partitions.unwrap_or(-1), replication);
     for (key, value) in &args.configs {
         new_topic = new_topic.set(key, value);
     }
-    let results = client::block_on(admin.create_topics([&new_topic], &admin_options()))?
-        .map_err(|e| anyhow::anyhow!("create topic '{}': {}", args.name, admin.inner().context().explain(&e)))?;
+    let results =
+        client::block_on(admin.create_topics([&new_topic], &admin_options()))?.map_err(|e| {
+            anyhow::anyhow!(
+                "create topic '{}': {}",
+                args.name,
+                admin.inner().context().explain(&e)
+            )
+        })?;
     let tolerated = args
         .if_not_exists
         .then_some(RDKafkaErrorCode::TopicAlreadyExists);
-    single_result(results, &args.name, tolerated)?;
-    println!("Created topic {}.", args.name);
+    // As kafka-topics.sh: --if-not-exists on an existing topic prints nothing.
+    match single_result(results, &args.name, tolerated)? {
+        Effect::Done => println!("Created topic {}.", args.name),
+        Effect::AlreadySo => {}
+    }
     Ok(())
 }
 
@@ -177,29 +200,37 @@ fn alter(args: AlterArgs) -> anyhow::Result<()> {
         .ok()
         .filter(|n| *n > 0)
         .with_context(|| format!("--partitions must be positive, got {}", args.partitions))?;
-    let admin = admin_client(&args.client)?;
+    let (admin, _) = admin_client(&args.client)?;
     let new_partitions = NewPartitions::new(&args.name, count);
     let results = client::block_on(admin.create_partitions([&new_partitions], &admin_options()))?
-        .map_err(|e| anyhow::anyhow!("alter topic '{}': {}", args.name, admin.inner().context().explain(&e)))?;
-    single_result(results, &args.name, None)
+        .map_err(|e| {
+        anyhow::anyhow!(
+            "alter topic '{}': {}",
+            args.name,
+            admin.inner().context().explain(&e)
+        )
+    })?;
+    single_result(results, &args.name, None).map(|_| ())
 }
 
 fn delete(args: DeleteArgs) -> anyhow::Result<()> {
-    let admin = admin_client(&args.client)?;
-    let results = client::block_on(admin.delete_topics(&[&args.name], &admin_options()))?
-        .map_err(|e| anyhow::anyhow!("delete topic '{}': {}", args.name, admin.inner().context().explain(&e)))?;
+    let (admin, _) = admin_client(&args.client)?;
+    let results =
+        client::block_on(admin.delete_topics(&[&args.name], &admin_options()))?.map_err(|e| {
+            anyhow::anyhow!(
+                "delete topic '{}': {}",
+                args.name,
+                admin.inner().context().explain(&e)
+            )
+        })?;
     let tolerated = args
         .if_exists
         .then_some(RDKafkaErrorCode::UnknownTopicOrPartition);
-    single_result(results, &args.name, tolerated)
+    single_result(results, &args.name, tolerated).map(|_| ())
 }
 
 fn list(args: ListArgs) -> anyhow::Result<()> {
-    let admin = admin_client(&args.client)?;
-    let metadata = admin
-        .inner()
-        .fetch_metadata(None, client::METADATA_TIMEOUT)
-        .map_err(|e| anyhow::anyhow!("list topics: {}", admin.inner().context().explain(&e)))?;
+    let (_admin, metadata) = admin_client(&args.client)?;
     let mut names: Vec<&str> = metadata.topics().iter().map(|t| t.name()).collect();
     names.sort_unstable();
     let mut out = String::new();
@@ -212,13 +243,7 @@ fn list(args: ListArgs) -> anyhow::Result<()> {
 }
 
 fn describe(args: DescribeArgs) -> anyhow::Result<()> {
-    let admin = admin_client(&args.client)?;
-    // All topics, not just the one asked for: a Metadata request naming a topic may
-    // create it on a broker with auto.create.topics.enable.
-    let metadata = admin
-        .inner()
-        .fetch_metadata(None, client::METADATA_TIMEOUT)
-        .map_err(|e| anyhow::anyhow!("describe topics: {}", admin.inner().context().explain(&e)))?;
+    let (admin, metadata) = admin_client(&args.client)?;
     let mut topics: Vec<&MetadataTopic> = match &args.name {
         Some(name) => vec![client::find_topic(&metadata, name)?],
         None => metadata.topics().iter().collect(),
@@ -233,7 +258,12 @@ fn describe(args: DescribeArgs) -> anyhow::Result<()> {
         .map(|t| ResourceSpecifier::Topic(t.name()))
         .collect();
     let configs = client::block_on(admin.describe_configs(&specifiers, &admin_options()))?
-        .map_err(|e| anyhow::anyhow!("describe topic configs: {}", admin.inner().context().explain(&e)))?;
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "describe topic configs: {}",
+                admin.inner().context().explain(&e)
+            )
+        })?;
 
     let mut out = String::new();
     for (i, topic) in topics.iter().enumerate() {

@@ -184,10 +184,13 @@ impl Metadata {
         }
         let pid_path = dir.join("producer_id");
         let reserved = match std::fs::read_to_string(&pid_path) {
-            Ok(t) => t.trim().parse::<i64>().map_err(|e| MetadataError::Corrupt {
-                path: pid_path.clone(),
-                message: e.to_string(),
-            })?,
+            Ok(t) => t
+                .trim()
+                .parse::<i64>()
+                .map_err(|e| MetadataError::Corrupt {
+                    path: pid_path.clone(),
+                    message: e.to_string(),
+                })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
             Err(e) => return Err(io_err(&pid_path)(e)),
         };
@@ -283,10 +286,7 @@ impl Metadata {
         let Some(meta) = topics.get(name).cloned() else {
             return Ok(None);
         };
-        let updated = TopicMeta {
-            partitions,
-            ..meta
-        };
+        let updated = TopicMeta { partitions, ..meta };
         self.persist(&updated)?;
         topics.insert(name.to_string(), updated.clone());
         Ok(Some(updated))
@@ -338,8 +338,7 @@ impl Metadata {
 
 /// Kafka prints cluster ids as the 16 uuid bytes in unpadded base64url.
 fn short_uuid(id: Uuid) -> String {
-    const ALPHABET: &[u8; 64] =
-        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let bytes = id.as_bytes();
     let mut out = String::with_capacity(22);
     let mut acc: u32 = 0;
@@ -379,8 +378,14 @@ mod tests {
     fn topics_and_producer_ids_survive_reopen() {
         let dir = tempfile::tempdir().unwrap();
         let m = Metadata::open(dir.path(), 1).unwrap();
-        let t = m.create_topic("a.b", 3, 1, BTreeMap::new()).unwrap().unwrap();
-        assert!(m.create_topic("a.b", 3, 1, BTreeMap::new()).unwrap().is_none());
+        let t = m
+            .create_topic("a.b", 3, 1, BTreeMap::new())
+            .unwrap()
+            .unwrap();
+        assert!(m
+            .create_topic("a.b", 3, 1, BTreeMap::new())
+            .unwrap()
+            .is_none());
         assert_eq!(m.colliding_topic("a_b"), Some("a.b".to_string()));
         let p1 = m.next_producer_id().unwrap();
         let cluster = m.cluster_id().to_string();

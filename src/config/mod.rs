@@ -122,18 +122,78 @@ pub struct TopicKeySpec {
 
 /// Topic-level keys accepted by CreateTopics and reported by DescribeConfigs.
 pub const TOPIC_KEYS: &[TopicKeySpec] = &[
-    TopicKeySpec { name: "cleanup.policy", broker_key: "log.cleanup.policy", key_type: List, doc: "delete or compact." },
-    TopicKeySpec { name: "retention.ms", broker_key: "log.retention.ms", key_type: Long, doc: "Delete segments older than this (ms); -1 forever." },
-    TopicKeySpec { name: "retention.bytes", broker_key: "log.retention.bytes", key_type: Long, doc: "Largest partition size before old segments go; -1 no limit." },
-    TopicKeySpec { name: "segment.bytes", broker_key: "log.segment.bytes", key_type: Int, doc: "Segment size (bytes)." },
-    TopicKeySpec { name: "segment.ms", broker_key: "log.roll.ms", key_type: Long, doc: "Segment age before a roll (ms)." },
-    TopicKeySpec { name: "segment.index.bytes", broker_key: "log.index.size.max.bytes", key_type: Int, doc: "Largest offset index (bytes)." },
-    TopicKeySpec { name: "index.interval.bytes", broker_key: "log.index.interval.bytes", key_type: Int, doc: "Bytes between offset-index entries." },
-    TopicKeySpec { name: "max.message.bytes", broker_key: "message.max.bytes", key_type: Int, doc: "Largest record batch (bytes)." },
-    TopicKeySpec { name: "message.timestamp.type", broker_key: "log.message.timestamp.type", key_type: KeyType::String, doc: "CreateTime or LogAppendTime." },
-    TopicKeySpec { name: "min.insync.replicas", broker_key: "min.insync.replicas", key_type: Int, doc: "Replicas needed for acks=all." },
-    TopicKeySpec { name: "flush.messages", broker_key: "log.flush.interval.messages", key_type: Long, doc: "fsync after this many records." },
-    TopicKeySpec { name: "flush.ms", broker_key: "log.flush.interval.ms", key_type: Long, doc: "fsync after this long (ms)." },
+    TopicKeySpec {
+        name: "cleanup.policy",
+        broker_key: "log.cleanup.policy",
+        key_type: List,
+        doc: "delete or compact.",
+    },
+    TopicKeySpec {
+        name: "retention.ms",
+        broker_key: "log.retention.ms",
+        key_type: Long,
+        doc: "Delete segments older than this (ms); -1 forever.",
+    },
+    TopicKeySpec {
+        name: "retention.bytes",
+        broker_key: "log.retention.bytes",
+        key_type: Long,
+        doc: "Largest partition size before old segments go; -1 no limit.",
+    },
+    TopicKeySpec {
+        name: "segment.bytes",
+        broker_key: "log.segment.bytes",
+        key_type: Int,
+        doc: "Segment size (bytes).",
+    },
+    TopicKeySpec {
+        name: "segment.ms",
+        broker_key: "log.roll.ms",
+        key_type: Long,
+        doc: "Segment age before a roll (ms).",
+    },
+    TopicKeySpec {
+        name: "segment.index.bytes",
+        broker_key: "log.index.size.max.bytes",
+        key_type: Int,
+        doc: "Largest offset index (bytes).",
+    },
+    TopicKeySpec {
+        name: "index.interval.bytes",
+        broker_key: "log.index.interval.bytes",
+        key_type: Int,
+        doc: "Bytes between offset-index entries.",
+    },
+    TopicKeySpec {
+        name: "max.message.bytes",
+        broker_key: "message.max.bytes",
+        key_type: Int,
+        doc: "Largest record batch (bytes).",
+    },
+    TopicKeySpec {
+        name: "message.timestamp.type",
+        broker_key: "log.message.timestamp.type",
+        key_type: KeyType::String,
+        doc: "CreateTime or LogAppendTime.",
+    },
+    TopicKeySpec {
+        name: "min.insync.replicas",
+        broker_key: "min.insync.replicas",
+        key_type: Int,
+        doc: "Replicas needed for acks=all.",
+    },
+    TopicKeySpec {
+        name: "flush.messages",
+        broker_key: "log.flush.interval.messages",
+        key_type: Long,
+        doc: "fsync after this many records.",
+    },
+    TopicKeySpec {
+        name: "flush.ms",
+        broker_key: "log.flush.interval.ms",
+        key_type: Long,
+        doc: "fsync after this long (ms).",
+    },
 ];
 
 /// A configuration error: names the key and says what is wrong.
@@ -197,7 +257,9 @@ impl Listener {
         let (host, port) = rest
             .rsplit_once(':')
             .ok_or_else(|| bad("expected HOST:PORT after ://"))?;
-        let port: u16 = port.parse().map_err(|_| bad("port is not a number 0-65535"))?;
+        let port: u16 = port
+            .parse()
+            .map_err(|_| bad("port is not a number 0-65535"))?;
         let host = host.trim_start_matches('[').trim_end_matches(']');
         let host = if host.is_empty() { "0.0.0.0" } else { host };
         if name != "PLAINTEXT" {
@@ -239,10 +301,12 @@ impl RawConfig {
 
     /// Parses TOML text (see [`RawConfig::from_file`]).
     pub fn from_toml_str(text: &str) -> Result<RawConfig, ConfigError> {
-        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError::Toml {
-            path: PathBuf::new(),
-            message: e.to_string(),
-        })?;
+        let table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| ConfigError::Toml {
+                path: PathBuf::new(),
+                message: e.to_string(),
+            })?;
         let mut raw = RawConfig::default();
         flatten("", &table, &mut raw)?;
         Ok(raw)
@@ -366,10 +430,10 @@ pub fn check_value(
         KeyType::String | KeyType::List => {}
     }
     match key {
-        "log.message.timestamp.type" | "message.timestamp.type" => {
-            if value != "CreateTime" && value != "LogAppendTime" {
-                return Err(bad(format!("`{value}` is not CreateTime or LogAppendTime")));
-            }
+        "log.message.timestamp.type" | "message.timestamp.type"
+            if value != "CreateTime" && value != "LogAppendTime" =>
+        {
+            return Err(bad(format!("`{value}` is not CreateTime or LogAppendTime")));
         }
         "log.cleanup.policy" | "cleanup.policy" => {
             for p in value.split(',') {
@@ -515,7 +579,10 @@ impl BrokerConfig {
                     .value("log.retention.hours")
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(168);
-                (Some(if h < 0 { -1 } else { h * 3_600_000 }.to_string()), set)
+                (
+                    Some(if h < 0 { -1 } else { h * 3_600_000 }.to_string()),
+                    set,
+                )
             }
             "log.roll.ms" => {
                 if let Some(v) = raw.get("log.roll.ms") {

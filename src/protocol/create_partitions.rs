@@ -14,23 +14,41 @@ use kafka_protocol::ResponseError;
 use super::topics::{TopicError, MAX_PARTITIONS_PER_TOPIC};
 use super::Context;
 
-fn grow(ctx: &Context, name: &str, count: i32, assignments: usize, validate_only: bool) -> Result<(), TopicError> {
+fn grow(
+    ctx: &Context,
+    name: &str,
+    count: i32,
+    assignments: usize,
+    validate_only: bool,
+) -> Result<(), TopicError> {
     let Some(meta) = ctx.metadata.topic(name) else {
-        return Err(TopicError::new(ResponseError::UnknownTopicOrPartition, format!("The topic '{name}' does not exist.")));
+        return Err(TopicError::new(
+            ResponseError::UnknownTopicOrPartition,
+            format!("The topic '{name}' does not exist."),
+        ));
     };
     if count <= meta.partitions {
         let msg = if count == meta.partitions {
             format!("Topic already has {count} partitions.")
         } else {
-            format!("Topic currently has {} partitions, which is higher than the requested {count}.", meta.partitions)
+            format!(
+                "Topic currently has {} partitions, which is higher than the requested {count}.",
+                meta.partitions
+            )
         };
         return Err(TopicError::new(ResponseError::InvalidPartitions, msg));
     }
     if count > MAX_PARTITIONS_PER_TOPIC {
-        return Err(TopicError::new(ResponseError::InvalidPartitions, format!("At most {MAX_PARTITIONS_PER_TOPIC} partitions per topic.")));
+        return Err(TopicError::new(
+            ResponseError::InvalidPartitions,
+            format!("At most {MAX_PARTITIONS_PER_TOPIC} partitions per topic."),
+        ));
     }
     if assignments != 0 && assignments as i32 != count - meta.partitions {
-        return Err(TopicError::new(ResponseError::InvalidReplicaAssignment, "The assignment must name each new partition once."));
+        return Err(TopicError::new(
+            ResponseError::InvalidReplicaAssignment,
+            "The assignment must name each new partition once.",
+        ));
     }
     if validate_only {
         return Ok(());
@@ -38,8 +56,18 @@ fn grow(ctx: &Context, name: &str, count: i32, assignments: usize, validate_only
     let from = meta.partitions;
     let updated = match ctx.metadata.set_partitions(name, count) {
         Ok(Some(m)) => m,
-        Ok(None) => return Err(TopicError::new(ResponseError::UnknownTopicOrPartition, "The topic was deleted meanwhile.")),
-        Err(e) => return Err(TopicError::new(ResponseError::UnknownServerError, e.to_string())),
+        Ok(None) => {
+            return Err(TopicError::new(
+                ResponseError::UnknownTopicOrPartition,
+                "The topic was deleted meanwhile.",
+            ))
+        }
+        Err(e) => {
+            return Err(TopicError::new(
+                ResponseError::UnknownServerError,
+                e.to_string(),
+            ))
+        }
     };
     ctx.replicas
         .open_partitions(&updated, from)
@@ -49,7 +77,11 @@ fn grow(ctx: &Context, name: &str, count: i32, assignments: usize, validate_only
 }
 
 /// Handles a CreatePartitions request.
-pub fn handle(ctx: &Context, request: CreatePartitionsRequest, _version: i16) -> CreatePartitionsResponse {
+pub fn handle(
+    ctx: &Context,
+    request: CreatePartitionsRequest,
+    _version: i16,
+) -> CreatePartitionsResponse {
     let mut seen = std::collections::HashSet::new();
     let results = request
         .topics
@@ -58,7 +90,10 @@ pub fn handle(ctx: &Context, request: CreatePartitionsRequest, _version: i16) ->
             let name = t.name.0.as_str().to_string();
             let assignments = t.assignments.as_ref().map_or(0, Vec::len);
             let result = if !seen.insert(name.clone()) {
-                Err(TopicError::new(ResponseError::InvalidRequest, "Duplicate topic in request."))
+                Err(TopicError::new(
+                    ResponseError::InvalidRequest,
+                    "Duplicate topic in request.",
+                ))
             } else {
                 grow(ctx, &name, t.count, assignments, request.validate_only)
             };

@@ -7,7 +7,9 @@
 
 use std::collections::BTreeMap;
 
-use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
+use kafka_protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult,
+};
 use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -85,7 +87,13 @@ fn create_one(
                 configs.insert(c.name.as_str().to_string(), v.as_str().to_string());
             }
             None => {
-                return Err(TopicError::new(ResponseError::InvalidConfig, format!("Null value not supported for topic config {}", c.name.as_str())))
+                return Err(TopicError::new(
+                    ResponseError::InvalidConfig,
+                    format!(
+                        "Null value not supported for topic config {}",
+                        c.name.as_str()
+                    ),
+                ))
             }
         }
     }
@@ -99,12 +107,28 @@ fn create_one(
         let mut indexes: Vec<i32> = t.assignments.iter().map(|a| a.partition_index).collect();
         indexes.sort_unstable();
         if indexes.iter().enumerate().any(|(i, p)| *p != i as i32) {
-            return Err(TopicError::new(ResponseError::InvalidReplicaAssignment, "Partitions in the assignment must be 0..N-1, each once."));
+            return Err(TopicError::new(
+                ResponseError::InvalidReplicaAssignment,
+                "Partitions in the assignment must be 0..N-1, each once.",
+            ));
         }
-        if t.assignments.iter().any(|a| a.broker_ids.len() != 1 || a.broker_ids[0].0 != me) {
-            return Err(TopicError::new(ResponseError::InvalidReplicaAssignment, format!("Replica assignment may only name broker {me}, once per partition.")));
+        if t.assignments
+            .iter()
+            .any(|a| a.broker_ids.len() != 1 || a.broker_ids[0].0 != me)
+        {
+            return Err(TopicError::new(
+                ResponseError::InvalidReplicaAssignment,
+                format!("Replica assignment may only name broker {me}, once per partition."),
+            ));
         }
         (t.assignments.len() as i32, 1)
     };
-    topics::create(ctx, name, partitions, replication_factor, configs, validate_only)
+    topics::create(
+        ctx,
+        name,
+        partitions,
+        replication_factor,
+        configs,
+        validate_only,
+    )
 }

@@ -40,7 +40,11 @@ fn delete_one(ctx: &Context, name: Option<String>, id: Uuid) -> DeletableTopicRe
         .metadata
         .delete_topic(&meta.name)
         .map_err(|e| e.to_string())
-        .and_then(|_| ctx.replicas.delete_topic(&meta.name).map_err(|e| e.to_string()));
+        .and_then(|_| {
+            ctx.replicas
+                .delete_topic(&meta.name)
+                .map_err(|e| e.to_string())
+        });
     match result {
         Ok(()) => {
             tracing::info!(topic = %meta.name, "deleted topic");

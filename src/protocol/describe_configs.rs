@@ -31,7 +31,11 @@ fn s(v: &str) -> StrBytes {
 }
 
 /// Handles a DescribeConfigs request.
-pub fn handle(ctx: &Context, request: DescribeConfigsRequest, version: i16) -> DescribeConfigsResponse {
+pub fn handle(
+    ctx: &Context,
+    request: DescribeConfigsRequest,
+    version: i16,
+) -> DescribeConfigsResponse {
     let results = request
         .resources
         .into_iter()
@@ -81,7 +85,11 @@ pub fn handle(ctx: &Context, request: DescribeConfigsRequest, version: i16) -> D
                                 }
                                 if let Some(spec) = spec {
                                     let (bv, set) = ctx.config.topic_default(spec);
-                                    let src = if set { ConfigSource::StaticBroker } else { ConfigSource::Default };
+                                    let src = if set {
+                                        ConfigSource::StaticBroker
+                                    } else {
+                                        ConfigSource::Default
+                                    };
                                     syn.push(
                                         DescribeConfigsSynonym::default()
                                             .with_name(s(spec.broker_key))
@@ -107,7 +115,11 @@ pub fn handle(ctx: &Context, request: DescribeConfigsRequest, version: i16) -> D
                         .filter(|k| wanted(k.name))
                         .map(|k| {
                             let set = ctx.config.raw.get(k.name).is_some();
-                            let src = if set { ConfigSource::StaticBroker } else { ConfigSource::Default };
+                            let src = if set {
+                                ConfigSource::StaticBroker
+                            } else {
+                                ConfigSource::Default
+                            };
                             let mut e = DescribeConfigsResourceResult::default()
                                 .with_name(s(k.name))
                                 .with_value(ctx.config.raw.value(k.name).as_deref().map(s))

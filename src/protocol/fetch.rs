@@ -37,7 +37,11 @@ fn partition_error(index: i32, error: ResponseError) -> PartitionData {
 }
 
 /// One pass over the requested partitions; returns the response and the bytes it holds.
-fn read_once(ctx: &Context, request: &FetchRequest, version: i16) -> (Vec<FetchableTopicResponse>, usize) {
+fn read_once(
+    ctx: &Context,
+    request: &FetchRequest,
+    version: i16,
+) -> (Vec<FetchableTopicResponse>, usize) {
     let mut remaining = request.max_bytes.max(0) as usize;
     let mut total = 0usize;
     let mut topics = Vec::with_capacity(request.topics.len());
@@ -59,7 +63,10 @@ fn read_once(ctx: &Context, request: &FetchRequest, version: i16) -> (Vec<Fetcha
                 continue;
             };
             let Some(partition) = ctx.replicas.partition(&meta.name, p.partition) else {
-                partitions.push(partition_error(p.partition, ResponseError::UnknownTopicOrPartition));
+                partitions.push(partition_error(
+                    p.partition,
+                    ResponseError::UnknownTopicOrPartition,
+                ));
                 continue;
             };
             let limit = (p.partition_max_bytes.max(0) as usize).min(remaining);
@@ -98,7 +105,10 @@ fn read_once(ctx: &Context, request: &FetchRequest, version: i16) -> (Vec<Fetcha
                 ),
                 Err(e) => {
                     tracing::error!(topic = %meta.name, partition = p.partition, error = %e, "fetch read failed");
-                    partitions.push(partition_error(p.partition, ResponseError::KafkaStorageError));
+                    partitions.push(partition_error(
+                        p.partition,
+                        ResponseError::KafkaStorageError,
+                    ));
                 }
             }
         }
@@ -110,7 +120,11 @@ fn read_once(ctx: &Context, request: &FetchRequest, version: i16) -> (Vec<Fetcha
         topics.push(
             FetchableTopicResponse::default()
                 .with_topic(name)
-                .with_topic_id(if version >= 13 { topic.topic_id } else { Default::default() })
+                .with_topic_id(if version >= 13 {
+                    topic.topic_id
+                } else {
+                    Default::default()
+                })
                 .with_partitions(partitions),
         );
     }
@@ -139,7 +153,12 @@ pub async fn handle(ctx: &Context, request: FetchRequest, version: i16) -> Fetch
                 .with_responses(topics);
         }
         let left_ms = (deadline - now).as_millis() as u64;
-        if ctx.replicas.purgatory().park(&mut ticket, left_ms.max(1)).await == Wake::Deadline
+        if ctx
+            .replicas
+            .purgatory()
+            .park(&mut ticket, left_ms.max(1))
+            .await
+            == Wake::Deadline
             && Instant::now() < deadline
         {
             // The purgatory was full: answer now with what there is.

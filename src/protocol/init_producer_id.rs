@@ -18,7 +18,11 @@ use kafka_protocol::ResponseError;
 use super::Context;
 
 /// Handles an InitProducerId request.
-pub fn handle(ctx: &Context, request: InitProducerIdRequest, _version: i16) -> InitProducerIdResponse {
+pub fn handle(
+    ctx: &Context,
+    request: InitProducerIdRequest,
+    _version: i16,
+) -> InitProducerIdResponse {
     let fail = |e: ResponseError| {
         InitProducerIdResponse::default()
             .with_error_code(e.code())

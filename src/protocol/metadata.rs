@@ -54,7 +54,11 @@ pub fn handle(ctx: &Context, request: MetadataRequest, version: i16) -> Metadata
     };
     let allow_auto_create = version < 4 || request.allow_auto_topic_creation;
     let topics = if all {
-        ctx.metadata.topics().iter().map(|t| topic_entry(ctx, t)).collect()
+        ctx.metadata
+            .topics()
+            .iter()
+            .map(|t| topic_entry(ctx, t))
+            .collect()
     } else {
         let mut out = Vec::new();
         for req in request.topics.unwrap_or_default() {
@@ -69,7 +73,8 @@ pub fn handle(ctx: &Context, request: MetadataRequest, version: i16) -> Metadata
                 None => match ctx.metadata.topic_by_id(req.topic_id) {
                     Some(t) => out.push(topic_entry(ctx, &t)),
                     None => out.push(
-                        error_entry(None, ResponseError::UnknownTopicId).with_topic_id(req.topic_id),
+                        error_entry(None, ResponseError::UnknownTopicId)
+                            .with_topic_id(req.topic_id),
                     ),
                 },
             }
@@ -82,7 +87,9 @@ pub fn handle(ctx: &Context, request: MetadataRequest, version: i16) -> Metadata
         .with_port(ctx.advertised.port);
     MetadataResponse::default()
         .with_brokers(vec![me])
-        .with_cluster_id(Some(StrBytes::from_string(ctx.metadata.cluster_id().to_string())))
+        .with_cluster_id(Some(StrBytes::from_string(
+            ctx.metadata.cluster_id().to_string(),
+        )))
         .with_controller_id(BrokerId(ctx.metadata.node_id()))
         .with_topics(topics)
 }

@@ -13,9 +13,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::{Buf, Bytes, BytesMut};
-use kafka_protocol::messages::{
-    ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind,
-};
+use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 use crate::cluster::Metadata;
@@ -115,12 +113,8 @@ impl Handler {
 const HEADER_PREFIX_BYTES: usize = 8;
 
 impl RequestHandler for Handler {
-    fn handle(
-        self: Arc<Self>,
-        frame: Bytes,
-        peer: SocketAddr,
-    ) -> impl std::future::Future<Output = Outcome> + Send + 'static {
-        async move { handle_frame(&self.ctx, frame, peer).await }
+    async fn handle(self: Arc<Self>, frame: Bytes, peer: SocketAddr) -> Outcome {
+        handle_frame(&self.ctx, frame, peer).await
     }
 }
 
@@ -157,13 +151,21 @@ pub async fn handle_frame(ctx: &Context, mut frame: Bytes, peer: SocketAddr) -> 
         ));
     }
     let header_version = key.request_header_version(version);
-    let header = match RequestHeader::decode(&mut frame, header_version) {
-        Ok(h) => h,
-        Err(e) => return Outcome::Close(format!("bad {key:?} v{version} request header: {e}")),
-    };
-    let request = match RequestKind::decode(key, &mut frame, version) {
-        Ok(r) => r,
-        Err(e) => return Outcome::Close(format!("bad {key:?} v{version} request body: {e}")),
+    // The codec returns errors for malformed input; a panic inside it would be its bug, but
+    // is caught here too, so one bad frame can only ever close its own connection.
+    let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let header = RequestHeader::decode(&mut frame, header_version)
+            .map_err(|e| format!("bad {key:?} v{version} request header: {e}"))?;
+        let request = RequestKind::decode(key, &mut frame, version)
+            .map_err(|e| format!("bad {key:?} v{version} request body: {e}"))?;
+        Ok::<_, String>((header, request))
+    }));
+    let (header, request) = match decoded {
+        Ok(Ok(d)) => d,
+        Ok(Err(reason)) => return Outcome::Close(reason),
+        Err(_) => {
+            return Outcome::Close(format!("{key:?} v{version} request made the decoder panic"))
+        }
     };
     if frame.has_remaining() {
         tracing::debug!(%peer, ?key, version, extra = frame.remaining(), "trailing bytes after request body");
@@ -192,7 +194,9 @@ async fn dispatch(
         RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(r, version)),
         RequestKind::Metadata(r) => ResponseKind::Metadata(metadata::handle(ctx, r, version)),
         RequestKind::Produce(r) => {
-            return produce::handle(ctx, r, version).await.map(ResponseKind::Produce)
+            return produce::handle(ctx, r, version)
+                .await
+                .map(ResponseKind::Produce)
         }
         RequestKind::Fetch(r) => ResponseKind::Fetch(fetch::handle(ctx, r, version).await),
         RequestKind::ListOffsets(r) => {

@@ -22,7 +22,11 @@ use crate::log::{split_batches, BatchError, Compression, LogError};
 
 use super::{topics, Context};
 
-fn partition_error(index: i32, error: ResponseError, message: Option<String>) -> PartitionProduceResponse {
+fn partition_error(
+    index: i32,
+    error: ResponseError,
+    message: Option<String>,
+) -> PartitionProduceResponse {
     PartitionProduceResponse::default()
         .with_index(index)
         .with_error_code(error.code())
@@ -51,12 +55,16 @@ fn batch_error_code(e: &BatchError) -> ResponseError {
 }
 
 /// Handles a Produce request; `None` for acks=0 (no response is sent).
-pub async fn handle(ctx: &Context, request: ProduceRequest, version: i16) -> Option<ProduceResponse> {
+pub async fn handle(
+    ctx: &Context,
+    request: ProduceRequest,
+    version: i16,
+) -> Option<ProduceResponse> {
     let acks = request.acks;
     let mut responses = Vec::with_capacity(request.topic_data.len());
     for topic in request.topic_data {
         let name = topic.name.0.as_str().to_string();
-        let meta = if matches!(acks, -1 | 0 | 1) {
+        let meta = if (-1..=1).contains(&acks) {
             topics::get_or_auto_create(ctx, &name, true).map_err(|e| e.error)
         } else {
             Err(ResponseError::InvalidRequiredAcks)
@@ -72,30 +80,53 @@ pub async fn handle(ctx: &Context, request: ProduceRequest, version: i16) -> Opt
                 }
             };
             let Some(partition) = ctx.replicas.partition(&meta.name, index) else {
-                partitions.push(partition_error(index, ResponseError::UnknownTopicOrPartition, None));
+                partitions.push(partition_error(
+                    index,
+                    ResponseError::UnknownTopicOrPartition,
+                    None,
+                ));
                 continue;
             };
             let Some(records) = pd.records.filter(|r| !r.is_empty()) else {
-                partitions.push(partition_error(index, ResponseError::InvalidRecord, Some("produce request with no record batches".into())));
+                partitions.push(partition_error(
+                    index,
+                    ResponseError::InvalidRecord,
+                    Some("produce request with no record batches".into()),
+                ));
                 continue;
             };
             let batches = match split_batches(records) {
                 Ok(b) => b,
                 Err(e) => {
                     tracing::warn!(topic = %name, partition = index, error = %e, "refused produce batch");
-                    partitions.push(partition_error(index, batch_error_code(&e), Some(e.to_string())));
+                    partitions.push(partition_error(
+                        index,
+                        batch_error_code(&e),
+                        Some(e.to_string()),
+                    ));
                     continue;
                 }
             };
             let max = partition.settings.max_message_bytes;
             if let Some(big) = batches.iter().find(|b| b.len() > max) {
-                let msg = format!("record batch of {} bytes exceeds max.message.bytes {max}", big.len());
+                let msg = format!(
+                    "record batch of {} bytes exceeds max.message.bytes {max}",
+                    big.len()
+                );
                 tracing::debug!(topic = %name, partition = index, "{msg}");
-                partitions.push(partition_error(index, ResponseError::MessageTooLarge, Some(msg)));
+                partitions.push(partition_error(
+                    index,
+                    ResponseError::MessageTooLarge,
+                    Some(msg),
+                ));
                 continue;
             }
             if version < 7 && batches.iter().any(|b| b.compression() == Compression::Zstd) {
-                partitions.push(partition_error(index, ResponseError::UnsupportedCompressionType, Some("zstd needs Produce v7+".into())));
+                partitions.push(partition_error(
+                    index,
+                    ResponseError::UnsupportedCompressionType,
+                    Some("zstd needs Produce v7+".into()),
+                ));
                 continue;
             }
             match ctx.replicas.append(&partition, batches) {

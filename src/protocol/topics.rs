@@ -56,7 +56,10 @@ pub fn check_name(ctx: &Context, name: &str) -> Result<(), TopicError> {
 pub fn check_configs(configs: &BTreeMap<String, String>) -> Result<(), TopicError> {
     for (k, v) in configs {
         let spec = topic_key(k).ok_or_else(|| {
-            TopicError::new(ResponseError::InvalidConfig, format!("Unknown topic config name: {k}"))
+            TopicError::new(
+                ResponseError::InvalidConfig,
+                format!("Unknown topic config name: {k}"),
+            )
         })?;
         let min = crate::config::broker_key(spec.broker_key).and_then(|b| b.min);
         check_value(k, spec.key_type, min, v)
@@ -87,7 +90,7 @@ pub fn create(
     } else {
         partitions
     };
-    if partitions < 1 || partitions > MAX_PARTITIONS_PER_TOPIC {
+    if !(1..=MAX_PARTITIONS_PER_TOPIC).contains(&partitions) {
         return Err(TopicError::new(
             ResponseError::InvalidPartitions,
             format!("Number of partitions must be between 1 and {MAX_PARTITIONS_PER_TOPIC}, got {partitions}."),
@@ -98,7 +101,7 @@ pub fn create(
     } else {
         replication_factor
     };
-    if replication_factor < 1 || replication_factor > 1 {
+    if replication_factor != 1 {
         return Err(TopicError::new(
             ResponseError::InvalidReplicationFactor,
             format!("Replication factor must be between 1 and the number of brokers (1), got {replication_factor}."),
@@ -127,12 +130,18 @@ pub fn create(
         }
         Err(e) => {
             tracing::error!(topic = name, error = %e, "cannot record new topic");
-            return Err(TopicError::new(ResponseError::UnknownServerError, e.to_string()));
+            return Err(TopicError::new(
+                ResponseError::UnknownServerError,
+                e.to_string(),
+            ));
         }
     };
     if let Err(e) = ctx.replicas.open_partitions(&meta, 0) {
         tracing::error!(topic = name, error = %e, "cannot create partition logs");
-        return Err(TopicError::new(ResponseError::UnknownServerError, e.to_string()));
+        return Err(TopicError::new(
+            ResponseError::UnknownServerError,
+            e.to_string(),
+        ));
     }
     tracing::info!(topic = name, partitions, "created topic");
     Ok(meta)
@@ -141,23 +150,30 @@ pub fn create(
 /// The topic, auto-creating it with the broker defaults when `auto.create.topics.enable`
 /// and `allowed` say so. `Err` carries the error for this topic (UNKNOWN_TOPIC_OR_PARTITION
 /// (3) when it does not exist and may not be created).
-pub fn get_or_auto_create(ctx: &Context, name: &str, allowed: bool) -> Result<TopicMeta, TopicError> {
+pub fn get_or_auto_create(
+    ctx: &Context,
+    name: &str,
+    allowed: bool,
+) -> Result<TopicMeta, TopicError> {
     if let Some(t) = ctx.metadata.topic(name) {
         return Ok(t);
     }
     if validate_topic_name(name).is_err() {
-        return Err(TopicError::new(ResponseError::InvalidTopicException, format!("invalid topic name {name:?}")));
+        return Err(TopicError::new(
+            ResponseError::InvalidTopicException,
+            format!("invalid topic name {name:?}"),
+        ));
     }
     if !(allowed && ctx.config.auto_create_topics_enable) {
-        return Err(TopicError::new(ResponseError::UnknownTopicOrPartition, "This server does not host this topic-partition."));
+        return Err(TopicError::new(
+            ResponseError::UnknownTopicOrPartition,
+            "This server does not host this topic-partition.",
+        ));
     }
     match create(ctx, name, -1, -1, BTreeMap::new(), false) {
         Ok(t) => Ok(t),
         // Lost a race with another creator: the topic exists now.
-        Err(e) if e.error == ResponseError::TopicAlreadyExists => ctx
-            .metadata
-            .topic(name)
-            .ok_or(e),
+        Err(e) if e.error == ResponseError::TopicAlreadyExists => ctx.metadata.topic(name).ok_or(e),
         Err(e) => Err(e),
     }
 }

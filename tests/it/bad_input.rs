@@ -3,9 +3,13 @@
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse, ProduceRequest, ProduceResponse, TopicName};
+use kafka_protocol::messages::{
+    ApiVersionsRequest, ApiVersionsResponse, ProduceRequest, ProduceResponse, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
 
 use crate::harness::{decode, RawConn, TestBroker};
 
@@ -13,6 +17,7 @@ fn one_record_batch(value_bytes: usize) -> BytesMut {
     let r = Record {
         transactional: false,
         control: false,
+        delete_horizon: false,
         partition_leader_epoch: -1,
         producer_id: -1,
         producer_epoch: -1,
@@ -25,23 +30,38 @@ fn one_record_batch(value_bytes: usize) -> BytesMut {
         headers: Default::default(),
     };
     let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(&mut buf, [&r], &RecordEncodeOptions { version: 2, compression: Compression::None }).unwrap();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        [&r],
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .unwrap();
     buf
 }
 
 fn produce(conn: &mut RawConn, topic: &str, records: Bytes) -> i16 {
-    let req = ProduceRequest::default().with_acks(1).with_timeout_ms(5000).with_topic_data(vec![
-        TopicProduceData::default()
+    let req = ProduceRequest::default()
+        .with_acks(1)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![TopicProduceData::default()
             .with_name(TopicName(StrBytes::from_string(topic.into())))
-            .with_partition_data(vec![PartitionProduceData::default().with_index(0).with_records(Some(records))]),
-    ]);
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(records))])]);
     let resp: ProduceResponse = decode(conn.request(&req, 8, 7).expect("a response"), 8);
     resp.responses[0].partition_responses[0].error_code
 }
 
 fn still_serves(bootstrap: &str) {
     let mut c = RawConn::connect(bootstrap);
-    let r: ApiVersionsResponse = decode(c.request(&ApiVersionsRequest::default(), 3, 1).expect("ApiVersions answered"), 3);
+    let r: ApiVersionsResponse = decode(
+        c.request(&ApiVersionsRequest::default(), 3, 1)
+            .expect("ApiVersions answered"),
+        3,
+    );
     assert_eq!(r.error_code, 0);
 }
 
@@ -50,18 +70,30 @@ fn produce_errors_are_kafkas() {
     let b = TestBroker::start();
     let mut c = RawConn::connect(&b.bootstrap);
     // A good one first (auto-creates the topic).
-    assert_eq!(produce(&mut c, "bad-input", one_record_batch(10).freeze()), 0);
+    assert_eq!(
+        produce(&mut c, "bad-input", one_record_batch(10).freeze()),
+        0
+    );
     // 2 MB with the default message.max.bytes (1048588): MESSAGE_TOO_LARGE (10).
-    assert_eq!(produce(&mut c, "bad-input", one_record_batch(2 << 20).freeze()), 10);
+    assert_eq!(
+        produce(&mut c, "bad-input", one_record_batch(2 << 20).freeze()),
+        10
+    );
     // A flipped byte in the records: CORRUPT_MESSAGE (2).
     let mut corrupt = one_record_batch(100);
     let last = corrupt.len() - 5;
     corrupt[last] ^= 0xff;
     assert_eq!(produce(&mut c, "bad-input", corrupt.freeze()), 2);
     // An illegal topic name: INVALID_TOPIC_EXCEPTION (17).
-    assert_eq!(produce(&mut c, "bad/name", one_record_batch(10).freeze()), 17);
+    assert_eq!(
+        produce(&mut c, "bad/name", one_record_batch(10).freeze()),
+        17
+    );
     // The same connection still works.
-    assert_eq!(produce(&mut c, "bad-input", one_record_batch(10).freeze()), 0);
+    assert_eq!(
+        produce(&mut c, "bad-input", one_record_batch(10).freeze()),
+        0
+    );
 }
 
 #[test]
@@ -86,7 +118,10 @@ fn malformed_frames_close_only_their_connection() {
     for (name, bytes) in cases {
         let mut c = RawConn::connect(&b.bootstrap);
         c.send_raw(&bytes);
-        assert!(c.read_frame().is_none(), "{name}: expected the connection to be closed");
+        assert!(
+            c.read_frame().is_none(),
+            "{name}: expected the connection to be closed"
+        );
         still_serves(&b.bootstrap);
     }
 }
@@ -105,10 +140,18 @@ fn api_versions_too_new_gets_error_35_in_a_v0_body_and_the_client_retries() {
     assert_eq!(&resp[0..4], &42i32.to_be_bytes());
     let v0: ApiVersionsResponse = decode(Bytes::from(resp[4..].to_vec()), 0);
     assert_eq!(v0.error_code, 35);
-    let av = v0.api_keys.iter().find(|k| k.api_key == 18).expect("ApiVersions listed");
+    let av = v0
+        .api_keys
+        .iter()
+        .find(|k| k.api_key == 18)
+        .expect("ApiVersions listed");
     assert_eq!((av.min_version, av.max_version), (0, 4));
     // Same connection, supported version: works.
-    let r: ApiVersionsResponse = decode(c.request(&ApiVersionsRequest::default(), 3, 43).unwrap(), 3);
+    let r: ApiVersionsResponse =
+        decode(c.request(&ApiVersionsRequest::default(), 3, 43).unwrap(), 3);
     assert_eq!(r.error_code, 0);
-    assert!(r.api_keys.iter().any(|k| k.api_key == 0 && k.max_version >= 9));
+    assert!(r
+        .api_keys
+        .iter()
+        .any(|k| k.api_key == 0 && k.max_version >= 9));
 }

@@ -16,7 +16,14 @@ async fn kill_9_during_writes_loses_no_acknowledged_record() {
     let dir = tempfile::tempdir().unwrap();
     let broker = BinaryBroker::spawn(dir.path(), 0, &[]);
     create_topic(&broker.bootstrap, "crash", 1, &[]).await;
-    let p = producer(&broker.bootstrap, &[("acks", "all"), ("linger.ms", "1"), ("message.timeout.ms", "5000")]);
+    let p = producer(
+        &broker.bootstrap,
+        &[
+            ("acks", "all"),
+            ("linger.ms", "1"),
+            ("message.timeout.ms", "5000"),
+        ],
+    );
     let acked: Arc<Mutex<Vec<(i64, String)>>> = Arc::default();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = {
@@ -34,14 +41,16 @@ async fn kill_9_during_writes_loses_no_acknowledged_record() {
                 i += 1;
                 if inflight.len() >= 500 {
                     for (v, f) in inflight.drain(..) {
-                        if let Ok(Ok((_, offset))) = f.await {
+                        if let Ok(Ok(d)) = f.await {
+                            let offset = d.offset;
                             acked.lock().unwrap().push((offset, v));
                         }
                     }
                 }
             }
             for (v, f) in inflight.drain(..) {
-                if let Ok(Ok((_, offset))) = f.await {
+                if let Ok(Ok(d)) = f.await {
+                    let offset = d.offset;
                     acked.lock().unwrap().push((offset, v));
                 }
             }
@@ -61,8 +70,17 @@ async fn kill_9_during_writes_loses_no_acknowledged_record() {
     let broker = BinaryBroker::spawn(dir.path(), 0, &[]);
     let hw = high_watermark(&broker.bootstrap, "crash", 0);
     let max_acked = acked.iter().map(|a| a.0).max().unwrap();
-    assert!(hw > max_acked, "hw {hw} <= last acknowledged offset {max_acked}");
-    let got = read_partition(&broker.bootstrap, "crash", 0, Offset::Beginning, hw as usize);
+    assert!(
+        hw > max_acked,
+        "hw {hw} <= last acknowledged offset {max_acked}"
+    );
+    let got = read_partition(
+        &broker.bootstrap,
+        "crash",
+        0,
+        Offset::Beginning,
+        hw as usize,
+    );
     assert_eq!(got.len() as i64, hw);
     for (offset, value) in &acked {
         let m = &got[*offset as usize];
@@ -71,7 +89,10 @@ async fn kill_9_during_writes_loses_no_acknowledged_record() {
     }
     // In order: values increase with offsets.
     let values: Vec<&[u8]> = got.iter().map(|m| m.1.as_deref().unwrap()).collect();
-    assert!(values.windows(2).all(|w| w[0] < w[1]), "records out of order");
+    assert!(
+        values.windows(2).all(|w| w[0] < w[1]),
+        "records out of order"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -82,7 +103,15 @@ async fn torn_tail_is_truncated_with_a_log_line_and_offsets_continue() {
         create_topic(&b.bootstrap, "torn", 1, &[]).await;
         let p = producer(&b.bootstrap, &[("linger.ms", "0")]);
         for i in 0..10 {
-            p.send(FutureRecord::to("torn").key("k").payload(&format!("batch-{i}")).partition(0), Duration::from_secs(10)).await.unwrap();
+            p.send(
+                FutureRecord::to("torn")
+                    .key("k")
+                    .payload(&format!("batch-{i}"))
+                    .partition(0),
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap();
         }
         b.stop();
     }
@@ -95,13 +124,78 @@ async fn torn_tail_is_truncated_with_a_log_line_and_offsets_continue() {
     let broker = BinaryBroker::spawn(dir.path(), 0, &[]);
     assert_eq!(high_watermark(&broker.bootstrap, "torn", 0), 9);
     let log = broker.stderr_text();
-    assert!(log.to_lowercase().contains("truncat"), "no truncation log line in:\n{log}");
+    assert!(
+        log.to_lowercase().contains("truncat"),
+        "no truncation log line in:\n{log}"
+    );
     let p = producer(&broker.bootstrap, &[("linger.ms", "0")]);
-    let (_, offset) = p.send(FutureRecord::to("torn").key("k").payload("after"), Duration::from_secs(10)).await.unwrap();
-    assert_eq!(offset, 9);
+    let offset = p
+        .send(
+            FutureRecord::to("torn").key("k").payload("after"),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    assert_eq!(offset.offset, 9);
     let got = read_partition(&broker.bootstrap, "torn", 0, Offset::Beginning, 10);
-    let values: Vec<String> = got.iter().map(|m| String::from_utf8(m.1.clone().unwrap()).unwrap()).collect();
+    let values: Vec<String> = got
+        .iter()
+        .map(|m| String::from_utf8(m.1.clone().unwrap()).unwrap())
+        .collect();
     let mut want: Vec<String> = (0..9).map(|i| format!("batch-{i}")).collect();
     want.push("after".into());
     assert_eq!(values, want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_restart_keeps_topics_configs_and_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = BinaryBroker::spawn(dir.path(), 0, &[]);
+    create_topic(
+        &broker.bootstrap,
+        "kept",
+        2,
+        &[("retention.ms", "123456789")],
+    )
+    .await;
+    let p = producer(&broker.bootstrap, &[("acks", "all")]);
+    for i in 0..500 {
+        p.send(
+            FutureRecord::to("kept")
+                .key("k")
+                .payload(&format!("r{i:04}"))
+                .partition(i % 2),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    }
+    drop(p);
+    let log = broker.terminate();
+    assert!(log.contains("broker stopped"), "no clean stop in:\n{log}");
+    let broker = BinaryBroker::spawn(dir.path(), 0, &[]);
+    for part in 0..2 {
+        let got = read_partition(&broker.bootstrap, "kept", part, Offset::Beginning, 250);
+        let want: Vec<String> = (0..500)
+            .filter(|i| i % 2 == part)
+            .map(|i| format!("r{i:04}"))
+            .collect();
+        let values: Vec<String> = got
+            .iter()
+            .map(|m| String::from_utf8(m.1.clone().unwrap()).unwrap())
+            .collect();
+        assert_eq!(values, want);
+    }
+    let p = producer(&broker.bootstrap, &[("acks", "all")]);
+    let d = p
+        .send(
+            FutureRecord::to("kept")
+                .key("k")
+                .payload("next")
+                .partition(0),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    assert_eq!(d.offset, 250);
 }

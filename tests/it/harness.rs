@@ -61,7 +61,9 @@ impl TestBroker {
                 weir::broker::run(config, listeners, rx).await.unwrap();
             });
         });
-        let addr = addr_rx.recv_timeout(Duration::from_secs(30)).expect("broker started");
+        let addr = addr_rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("broker started");
         TestBroker {
             bootstrap: addr.to_string(),
             data_dir: dir.to_path_buf(),
@@ -136,7 +138,11 @@ impl BinaryBroker {
                 s.push('\n');
             }
         });
-        BinaryBroker { bootstrap, child, stderr }
+        BinaryBroker {
+            bootstrap,
+            child,
+            stderr,
+        }
     }
 
     /// Sends SIGKILL and waits; returns the broker's stderr.
@@ -154,7 +160,9 @@ impl BinaryBroker {
 
     /// SIGTERM and wait (graceful), returning stderr.
     pub fn terminate(mut self) -> String {
-        let _ = Command::new("kill").arg(self.child.id().to_string()).status();
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
         let _ = self.child.wait();
         self.stderr_text()
     }
@@ -215,7 +223,9 @@ impl RawConn {
             .with_request_api_key(R::KEY)
             .with_request_api_version(version)
             .with_correlation_id(correlation_id)
-            .with_client_id(Some(kafka_protocol::protocol::StrBytes::from_static_str("raw-test")));
+            .with_client_id(Some(kafka_protocol::protocol::StrBytes::from_static_str(
+                "raw-test",
+            )));
         let mut buf = bytes::BytesMut::new();
         header
             .encode(&mut buf, key.request_header_version(version))

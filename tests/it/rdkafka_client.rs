@@ -49,10 +49,18 @@ pub fn producer(bootstrap: &str, extra: &[(&str, &str)]) -> FutureProducer {
         .set("linger.ms", "5")
         .set("message.timeout.ms", "30000");
     for (k, v) in extra {
-        c.set(k, v);
+        c.set(*k, *v);
     }
     c.create().expect("producer")
 }
+
+/// A consumed record: key, value, offset, headers.
+pub type Msg = (
+    Option<Vec<u8>>,
+    Option<Vec<u8>>,
+    i64,
+    Vec<(String, Vec<u8>)>,
+);
 
 /// Reads `count` messages from one partition starting at `offset`, without a group.
 pub fn read_partition(
@@ -61,7 +69,7 @@ pub fn read_partition(
     partition: i32,
     offset: Offset,
     count: usize,
-) -> Vec<(Option<Vec<u8>>, Option<Vec<u8>>, i64, Vec<(String, Vec<u8>)>)> {
+) -> Vec<Msg> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", "unused-no-commits")
@@ -109,12 +117,19 @@ async fn produce_with_each_acks_setting_and_fetch_from_the_middle() {
         for i in 0..100 {
             let v = format!("acks={acks} #{i}");
             expected.push(v.clone());
-            futures.push(p.send_result(
-                FutureRecord::to("acks").key(&format!("k{i}")).payload(&v).partition(0),
-            ).unwrap());
+            futures.push(
+                p.send_result(
+                    FutureRecord::to("acks")
+                        .key(&format!("k{i}"))
+                        .payload(&v)
+                        .partition(0),
+                )
+                .unwrap(),
+            );
         }
         for f in futures {
-            let (partition, offset) = f.await.unwrap().expect("delivered");
+            let d = f.await.unwrap().expect("delivered");
+            let (partition, offset) = (d.partition, d.offset);
             assert_eq!(partition, 0);
             if acks != "0" {
                 assert!(offset >= 0);
@@ -122,7 +137,10 @@ async fn produce_with_each_acks_setting_and_fetch_from_the_middle() {
         }
     }
     let got = read_partition(&b.bootstrap, "acks", 0, Offset::Beginning, 300);
-    let values: Vec<String> = got.iter().map(|m| String::from_utf8(m.1.clone().unwrap()).unwrap()).collect();
+    let values: Vec<String> = got
+        .iter()
+        .map(|m| String::from_utf8(m.1.clone().unwrap()).unwrap())
+        .collect();
     assert_eq!(values, expected);
     let offsets: Vec<i64> = got.iter().map(|m| m.2).collect();
     assert_eq!(offsets, (0..300).collect::<Vec<i64>>());
@@ -130,7 +148,10 @@ async fn produce_with_each_acks_setting_and_fetch_from_the_middle() {
     // From the middle of the log (inside a batch): starts exactly there.
     let mid = read_partition(&b.bootstrap, "acks", 0, Offset::Offset(150), 10);
     assert_eq!(mid[0].2, 150);
-    assert_eq!(String::from_utf8(mid[0].1.clone().unwrap()).unwrap(), expected[150]);
+    assert_eq!(
+        String::from_utf8(mid[0].1.clone().unwrap()).unwrap(),
+        expected[150]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -139,28 +160,75 @@ async fn keys_null_values_headers_round_trip() {
     let p = producer(&b.bootstrap, &[("acks", "all")]);
     // Auto-created on first produce.
     let headers = rdkafka::message::OwnedHeaders::new()
-        .insert(rdkafka::message::Header { key: "h1", value: Some("v1") })
-        .insert(rdkafka::message::Header { key: "h2", value: Some("") });
-    p.send(FutureRecord::<str, str>::to("kv").key("tomb").partition(0), Duration::from_secs(10)).await.unwrap();
-    p.send(FutureRecord::<str, str>::to("kv").key("empty").payload("").partition(0), Duration::from_secs(10)).await.unwrap();
-    p.send(FutureRecord::<str, str>::to("kv").payload("nokey").headers(headers).partition(0), Duration::from_secs(10)).await.unwrap();
+        .insert(rdkafka::message::Header {
+            key: "h1",
+            value: Some("v1"),
+        })
+        .insert(rdkafka::message::Header {
+            key: "h2",
+            value: Some(""),
+        });
+    p.send(
+        FutureRecord::<str, str>::to("kv").key("tomb").partition(0),
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    p.send(
+        FutureRecord::<str, str>::to("kv")
+            .key("empty")
+            .payload("")
+            .partition(0),
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    p.send(
+        FutureRecord::<str, str>::to("kv")
+            .payload("nokey")
+            .headers(headers)
+            .partition(0),
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
     let got = read_partition(&b.bootstrap, "kv", 0, Offset::Beginning, 3);
     assert_eq!(got.len(), 3);
     assert_eq!(got[0].0.as_deref(), Some(&b"tomb"[..]));
     assert_eq!(got[0].1, None, "a null value comes back null");
-    assert_eq!(got[1].1.as_deref(), Some(&b""[..]), "an empty value comes back empty");
+    assert_eq!(
+        got[1].1.as_deref(),
+        Some(&b""[..]),
+        "an empty value comes back empty"
+    );
     assert_eq!(got[2].0, None);
-    assert_eq!(got[2].3, vec![("h1".to_string(), b"v1".to_vec()), ("h2".to_string(), Vec::new())]);
+    assert_eq!(
+        got[2].3,
+        vec![
+            ("h1".to_string(), b"v1".to_vec()),
+            ("h2".to_string(), Vec::new())
+        ]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idempotent_producer_has_no_duplicates() {
     let b = TestBroker::start();
     create_topic(&b.bootstrap, "idem", 2, &[]).await;
-    let p = producer(&b.bootstrap, &[("enable.idempotence", "true"), ("acks", "all")]);
+    let p = producer(
+        &b.bootstrap,
+        &[("enable.idempotence", "true"), ("acks", "all")],
+    );
     let mut futures = Vec::new();
     for i in 0..2000 {
-        futures.push(p.send_result(FutureRecord::to("idem").key(&format!("k{i}")).payload(&format!("v{i}"))).unwrap());
+        futures.push(
+            p.send_result(
+                FutureRecord::to("idem")
+                    .key(&format!("k{i}"))
+                    .payload(&format!("v{i}")),
+            )
+            .unwrap(),
+        );
     }
     for f in futures {
         f.await.unwrap().expect("delivered");
@@ -194,6 +262,7 @@ fn batch(pid: i64, epoch: i16, seq: i32, n: usize) -> Bytes {
         .map(|i| Record {
             transactional: false,
             control: false,
+            delete_horizon: false,
             partition_leader_epoch: -1,
             producer_id: pid,
             producer_epoch: epoch,
@@ -207,7 +276,15 @@ fn batch(pid: i64, epoch: i16, seq: i32, n: usize) -> Bytes {
         })
         .collect();
     let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(&mut buf, &records, &RecordEncodeOptions { version: 2, compression: Compression::None }).unwrap();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .unwrap();
     buf.freeze()
 }
 
@@ -217,7 +294,9 @@ fn produce_raw(conn: &mut RawConn, topic: &str, records: Bytes, corr: i32) -> (i
         .with_timeout_ms(10_000)
         .with_topic_data(vec![TopicProduceData::default()
             .with_name(TopicName(StrBytes::from_string(topic.into())))
-            .with_partition_data(vec![PartitionProduceData::default().with_index(0).with_records(Some(records))])]);
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(records))])]);
     let resp: ProduceResponse = decode(conn.request(&req, 9, corr).expect("response"), 9);
     let p = &resp.responses[0].partition_responses[0];
     (p.error_code, p.base_offset)
@@ -229,7 +308,16 @@ async fn duplicated_retry_is_answered_with_the_original_offset() {
     create_topic(&b.bootstrap, "dup", 1, &[]).await;
     let mut conn = RawConn::connect(&b.bootstrap);
     let init: InitProducerIdResponse = decode(
-        conn.request(&InitProducerIdRequest::default().with_transaction_timeout_ms(60_000).with_producer_id(kafka_protocol::messages::ProducerId(-1)).with_producer_epoch(-1), 4, 1).unwrap(),
+        conn.request(
+            &InitProducerIdRequest::default()
+                .with_transactional_id(None)
+                .with_transaction_timeout_ms(60_000)
+                .with_producer_id(kafka_protocol::messages::ProducerId(-1))
+                .with_producer_epoch(-1),
+            4,
+            1,
+        )
+        .unwrap(),
         4,
     );
     assert_eq!(init.error_code, 0);
@@ -258,21 +346,39 @@ async fn list_offsets_by_timestamp_across_segments() {
     let base = 1_700_000_000_000i64;
     for i in 0..50i64 {
         p.send(
-            FutureRecord::to("times").key("k").payload(&format!("value-{i:04}-{}", "x".repeat(60))).partition(0).timestamp(base + i * 1000),
+            FutureRecord::to("times")
+                .key("k")
+                .payload(&format!("value-{i:04}-{}", "x".repeat(60)))
+                .partition(0)
+                .timestamp(base + i * 1000),
             Duration::from_secs(10),
         )
         .await
         .unwrap();
     }
-    let seg_files = std::fs::read_dir(b.data_dir.join("times-0")).unwrap()
-        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "log"))
+    let seg_files = std::fs::read_dir(b.data_dir.join("times-0"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "log")
+        })
         .count();
     assert!(seg_files > 3, "expected several segments, got {seg_files}");
-    let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", &b.bootstrap).set("group.id", "x").create().unwrap();
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &b.bootstrap)
+        .set("group.id", "x")
+        .create()
+        .unwrap();
     let lookup = |ts: i64| -> Offset {
         let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset("times", 0, Offset::Offset(ts)).unwrap();
-        let r = consumer.offsets_for_times(tpl, Duration::from_secs(10)).unwrap();
+        tpl.add_partition_offset("times", 0, Offset::Offset(ts))
+            .unwrap();
+        let r = consumer
+            .offsets_for_times(tpl, Duration::from_secs(10))
+            .unwrap();
         let e = r.find_partition("times", 0).unwrap();
         e.offset()
     };

@@ -17,8 +17,12 @@ use crate::harness::{decode, RawConn, TestBroker};
 use crate::rdkafka_client::{create_topic, producer};
 
 fn watermarks(bootstrap: &str, topic: &str) -> (i64, i64) {
-    let c: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap).create().unwrap();
-    c.fetch_watermarks(topic, 0, Duration::from_secs(10)).unwrap()
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .unwrap();
+    c.fetch_watermarks(topic, 0, Duration::from_secs(10))
+        .unwrap()
 }
 
 fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
@@ -32,23 +36,48 @@ fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn size_retention_moves_the_log_start_and_clients_recover() {
     let b = TestBroker::start_with(&["log.retention.check.interval.ms=100"]);
-    create_topic(&b.bootstrap, "ret", 1, &[("segment.bytes", "2048"), ("retention.bytes", "4096")]).await;
+    create_topic(
+        &b.bootstrap,
+        "ret",
+        1,
+        &[("segment.bytes", "2048"), ("retention.bytes", "4096")],
+    )
+    .await;
     let p = producer(&b.bootstrap, &[("linger.ms", "0")]);
     for i in 0..200 {
-        p.send(FutureRecord::to("ret").key("k").payload(&format!("{i:05}-{}", "y".repeat(80))).partition(0), Duration::from_secs(10)).await.unwrap();
+        p.send(
+            FutureRecord::to("ret")
+                .key("k")
+                .payload(&format!("{i:05}-{}", "y".repeat(80)))
+                .partition(0),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
     }
-    wait_for("log start offset to move", || watermarks(&b.bootstrap, "ret").0 > 0);
+    wait_for("log start offset to move", || {
+        watermarks(&b.bootstrap, "ret").0 > 0
+    });
     let (start, end) = watermarks(&b.bootstrap, "ret");
     assert_eq!(end, 200);
-    assert!(start > 100, "retention.bytes=4096 keeps only the last segments, start={start}");
+    assert!(
+        start > 100,
+        "retention.bytes=4096 keeps only the last segments, start={start}"
+    );
 
     // Raw fetch at 0: OFFSET_OUT_OF_RANGE (1).
     let mut c = RawConn::connect(&b.bootstrap);
-    let req = FetchRequest::default().with_max_wait_ms(0).with_min_bytes(1).with_max_bytes(1 << 20).with_replica_id(kafka_protocol::messages::BrokerId(-1)).with_topics(vec![
-        FetchTopic::default().with_topic(TopicName(StrBytes::from_static_str("ret"))).with_partitions(vec![
-            FetchPartition::default().with_partition(0).with_fetch_offset(0).with_partition_max_bytes(1 << 20),
-        ]),
-    ]);
+    let req = FetchRequest::default()
+        .with_max_wait_ms(0)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_static_str("ret")))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(1 << 20)])]);
     let resp: FetchResponse = decode(c.request(&req, 11, 1).unwrap(), 11);
     let part = &resp.responses[0].partitions[0];
     assert_eq!(part.error_code, 1);
@@ -62,7 +91,8 @@ async fn size_retention_moves_the_log_start_and_clients_recover() {
         .create()
         .unwrap();
     let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset("ret", 0, Offset::Offset(0)).unwrap();
+    tpl.add_partition_offset("ret", 0, Offset::Offset(0))
+        .unwrap();
     consumer.assign(&tpl).unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     let first = loop {
@@ -82,11 +112,28 @@ async fn time_retention_keeps_the_active_segment_and_continues_from_the_end() {
     // Records stamped an hour ago: expired at once.
     let ts = weir::replica::now_ms() - 3_600_000;
     for i in 0..20 {
-        p.send(FutureRecord::to("old").key("k").payload(&format!("{i}")).partition(0).timestamp(ts), Duration::from_secs(10)).await.unwrap();
+        p.send(
+            FutureRecord::to("old")
+                .key("k")
+                .payload(&format!("{i}"))
+                .partition(0)
+                .timestamp(ts),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
     }
-    wait_for("everything to expire", || watermarks(&b.bootstrap, "old").0 == 20);
+    wait_for("everything to expire", || {
+        watermarks(&b.bootstrap, "old").0 == 20
+    });
     assert_eq!(watermarks(&b.bootstrap, "old"), (20, 20));
     // The partition still has a segment to write to; offsets continue from 20.
-    let (_, offset) = p.send(FutureRecord::to("old").key("k").payload("new").partition(0), Duration::from_secs(10)).await.unwrap();
-    assert_eq!(offset, 20);
+    let offset = p
+        .send(
+            FutureRecord::to("old").key("k").payload("new").partition(0),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    assert_eq!(offset.offset, 20);
 }
