@@ -34,13 +34,15 @@ pub const METADATA_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The librdkafka configuration all CLI clients start from: bootstrap servers and
 /// `client.id`. Callers add what their client type needs.
+///
+/// `allow.auto.create.topics` keeps librdkafka's per-type default: a producer may create a
+/// topic on a broker with `auto.create.topics.enable` (as Kafka's console producer does),
+/// a consumer may not; the admin client only ever asks for all topics.
 pub fn base_config(client: &ClientArgs) -> ClientConfig {
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", &client.bootstrap_server)
-        .set("client.id", CLIENT_ID)
-        // Never create a topic as a side effect of asking about it.
-        .set("allow.auto.create.topics", "false");
+        .set("client.id", CLIENT_ID);
     if let Ok(contexts) = std::env::var(RDKAFKA_DEBUG_ENV) {
         // rdkafka derives librdkafka's log level from the `log` crate's, which is off here.
         config

@@ -51,7 +51,7 @@ pub struct ProduceArgs {
     #[arg(short = 'p', long)]
     pub partition: Option<i32>,
     /// Acknowledgements the leader waits for before answering (Kafka's `acks`).
-    #[arg(long, value_enum, default_value_t = Acks::All)]
+    #[arg(long, value_enum, default_value_t = Acks::All, allow_negative_numbers = true)]
     pub acks: Acks,
     /// Compression codec for record batches (Kafka's `compression.type`).
     #[arg(long, value_enum, default_value_t = Compression::None)]

@@ -103,7 +103,7 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("min.insync.replicas", Int, Some("1"), Some(1), "Replicas that must hold a batch before acks=all succeeds."),
     key("socket.request.max.bytes", Int, Some("104857600"), Some(1), "Largest request frame; a larger one closes the connection before anything is allocated."),
     key("max.connections", Int, Some("10000"), Some(1), "Most client connections served at once; more wait in the accept queue."),
-    key("queued.max.requests", Int, Some("500"), Some(1), "Most requests of one connection in flight (pipelined) at once."),
+    key("queued.max.requests", Int, Some("500"), Some(1), "Most answers of one connection waiting to be written; requests are handled one at a time, in order."),
     key("fetch.purgatory.max.size", Int, Some("10000"), Some(1), "Most long-poll Fetch requests parked at once; more answer at once."),
 ];
 

@@ -2,9 +2,10 @@
 //! the protocol layer, and writes responses back in request order.
 //!
 //! Owns: sockets, the frame size check (`socket.request.max.bytes`, checked *before*
-//! allocating), the per-connection pipeline (up to `queued.max.requests` requests in
-//! flight, answered strictly in order, as the Kafka protocol guide requires), the
-//! connection limit (`max.connections`) and graceful shutdown.
+//! allocating), the per-connection pipeline (requests handled one at a time in arrival
+//! order — so pipelined produces are appended in order — while earlier answers are written;
+//! at most `queued.max.requests` answers wait for the socket), the connection limit
+//! (`max.connections`) and graceful shutdown.
 //!
 //! Never does: interpret request bodies, or touch `log`, `group` or `cluster`. A request
 //! the protocol layer cannot parse closes that connection (with a log line), never the
@@ -15,9 +16,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot, watch, Semaphore};
+use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinSet;
 
 /// What the protocol layer makes of one request frame.
@@ -107,17 +108,16 @@ async fn serve_connection<H: RequestHandler>(
     limits: ServerLimits,
     mut shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
-    let (mut reader, writer) = stream.into_split();
-    // In-order responses: the reader queues one receiver per request; the writer awaits
-    // them in that order. The bounded queue caps requests in flight per connection.
-    let (tx, mut rx) = mpsc::channel::<oneshot::Receiver<Outcome>>(limits.queued_max_requests);
+    let (reader, writer) = stream.into_split();
+    let mut reader = BufReader::with_capacity(64 * 1024, reader);
+    // Requests of one connection are handled one at a time, in order, as Kafka does (a
+    // pipelined Produce must not overtake the one before it); the writer task sends each
+    // answer while the next request is read and handled. The bounded queue caps answers
+    // waiting for a slow reader.
+    let (tx, mut rx) = mpsc::channel::<Outcome>(limits.queued_max_requests);
     let writer_task = tokio::spawn(async move {
         let mut w = BufWriter::with_capacity(256 * 1024, writer);
-        while let Some(pending) = rx.recv().await {
-            let outcome = match pending.await {
-                Ok(o) => o,
-                Err(_) => Outcome::Close("request task ended without an answer".into()),
-            };
+        while let Some(outcome) = rx.recv().await {
             match outcome {
                 Outcome::Respond(body) => {
                     let len = body.len() as u32;
@@ -158,16 +158,14 @@ async fn serve_connection<H: RequestHandler>(
             }
             let mut frame = BytesMut::zeroed(len as usize);
             reader.read_exact(&mut frame).await?;
-            let (otx, orx) = oneshot::channel();
-            if tx.send(orx).await.is_err() {
-                return Ok(()); // writer gone: the connection is closing
+            let outcome = tokio::select! {
+                o = handler.clone().handle(frame.freeze(), peer) => o,
+                _ = shutdown.changed() => return Ok(()),
+            };
+            let closing = matches!(outcome, Outcome::Close(_));
+            if tx.send(outcome).await.is_err() || closing {
+                return Ok(()); // the connection is closing
             }
-            let handler = handler.clone();
-            let frame = frame.freeze();
-            tokio::spawn(async move {
-                let outcome = handler.handle(frame, peer).await;
-                let _ = otx.send(outcome);
-            });
         }
     }
     .await;

@@ -4,9 +4,12 @@
 //! kcat, confluent-kafka, kafka-python, aiokafka and kafkajs from scripts, plus raw frames
 //! for bad input.
 
+mod admin;
 mod bad_input;
+mod cli;
 mod clients;
 mod crash;
+mod fetch;
 mod harness;
 mod rdkafka_client;
 mod retention;

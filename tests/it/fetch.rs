@@ -1,0 +1,180 @@
+//! Fetch semantics with raw requests (exact fields) and librdkafka: long polling, KIP-74,
+//! offsets outside the log, empty partitions, LogAppendTime.
+
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use rdkafka::message::{Message, Timestamp};
+use rdkafka::producer::FutureRecord;
+use rdkafka::Offset;
+
+use crate::harness::{decode, RawConn, TestBroker};
+use crate::rdkafka_client::{create_topic, producer, read_partition};
+
+fn fetch(
+    conn: &mut RawConn,
+    topic: &str,
+    offset: i64,
+    max_wait_ms: i32,
+    max_bytes: i32,
+) -> FetchResponse {
+    let req = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(max_wait_ms)
+        .with_min_bytes(1)
+        .with_max_bytes(max_bytes)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(max_bytes)])]);
+    decode(conn.request(&req, 11, 9).expect("a fetch response"), 11)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_poll_waits_for_max_wait_or_a_produce() {
+    let b = TestBroker::start();
+    create_topic(&b.bootstrap, "idle", 1, &[]).await;
+    let mut c = RawConn::connect(&b.bootstrap);
+    // Idle: not answered before max_wait_ms (an idle consumer must not spin), and answered.
+    let start = Instant::now();
+    let r = fetch(&mut c, "idle", 0, 400, 1 << 20);
+    assert!(
+        start.elapsed() >= Duration::from_millis(380),
+        "answered after {:?}",
+        start.elapsed()
+    );
+    let p = &r.responses[0].partitions[0];
+    assert_eq!(p.error_code, 0);
+    assert_eq!(
+        p.records.as_ref().map(|r| r.len()),
+        Some(0),
+        "empty, never null"
+    );
+
+    // A produce wakes a parked fetch long before its 20 s deadline.
+    let bs = b.bootstrap.clone();
+    let writer = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        producer(&bs, &[])
+            .send(
+                FutureRecord::to("idle")
+                    .key("k")
+                    .payload("wake")
+                    .partition(0),
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap();
+    });
+    let start = Instant::now();
+    let r = tokio::task::spawn_blocking(move || fetch(&mut c, "idle", 0, 20_000, 1 << 20))
+        .await
+        .unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(15),
+        "not woken by the produce"
+    );
+    assert!(!r.responses[0].partitions[0].records.as_ref().unwrap().is_empty());
+    writer.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_batch_is_whole_and_out_of_range_offsets_are_errors() {
+    let b = TestBroker::start();
+    create_topic(&b.bootstrap, "big", 1, &[]).await;
+    let p = producer(&b.bootstrap, &[("linger.ms", "0")]);
+    for i in 0..3 {
+        p.send(
+            FutureRecord::to("big")
+                .key("k")
+                .payload(&format!("{i}-{}", "z".repeat(5000)))
+                .partition(0),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    }
+    let mut c = RawConn::connect(&b.bootstrap);
+    // max_bytes 100 < one batch: the first batch still comes, whole (KIP-74), and only it.
+    let r = fetch(&mut c, "big", 0, 0, 100);
+    let p0 = &r.responses[0].partitions[0];
+    let bytes = p0.records.clone().unwrap();
+    let batch_len = u32::from_be_bytes(bytes[8..12].try_into().unwrap()) as usize + 12;
+    assert!(batch_len > 5000);
+    assert_eq!(bytes.len(), batch_len);
+    assert_eq!(p0.high_watermark, 3);
+    assert_eq!(p0.last_stable_offset, 3);
+    assert_eq!(p0.log_start_offset, 0);
+    // At the log end: empty, no error. Above it: OFFSET_OUT_OF_RANGE (1).
+    let r = fetch(&mut c, "big", 3, 0, 1 << 20);
+    assert_eq!(r.responses[0].partitions[0].error_code, 0);
+    let r = fetch(&mut c, "big", 4, 0, 1 << 20);
+    assert_eq!(r.responses[0].partitions[0].error_code, 1);
+    let r = fetch(&mut c, "big", -5, 0, 1 << 20);
+    assert_eq!(r.responses[0].partitions[0].error_code, 1);
+    // Unknown topic: UNKNOWN_TOPIC_OR_PARTITION (3).
+    let r = fetch(&mut c, "no-such-topic", 0, 0, 1 << 20);
+    assert_eq!(r.responses[0].partitions[0].error_code, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_append_time_topics_stamp_batches_with_the_broker_clock() {
+    let b = TestBroker::start();
+    create_topic(
+        &b.bootstrap,
+        "lat",
+        1,
+        &[("message.timestamp.type", "LogAppendTime")],
+    )
+    .await;
+    let before = weir::replica::now_ms();
+    let p = producer(&b.bootstrap, &[]);
+    let d = p
+        .send(
+            FutureRecord::to("lat")
+                .key("k")
+                .payload("v")
+                .partition(0)
+                .timestamp(1_000),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    assert_eq!(d.offset, 0);
+    let after = weir::replica::now_ms();
+    let consumer_view = {
+        use rdkafka::config::ClientConfig;
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        let c: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &b.bootstrap)
+            .set("group.id", "x")
+            .create()
+            .unwrap();
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        tpl.add_partition_offset("lat", 0, Offset::Beginning)
+            .unwrap();
+        c.assign(&tpl).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            assert!(Instant::now() < deadline);
+            if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
+                break m.timestamp();
+            }
+        }
+    };
+    match consumer_view {
+        Timestamp::LogAppendTime(ts) => assert!(
+            ts >= before && ts <= after,
+            "{ts} not in [{before}, {after}]"
+        ),
+        other => panic!("expected LogAppendTime, got {other:?}"),
+    }
+    assert_eq!(
+        read_partition(&b.bootstrap, "lat", 0, Offset::Beginning, 1).len(),
+        1
+    );
+}
