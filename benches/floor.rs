@@ -162,7 +162,7 @@ fn client(addr: SocketAddr, bytes: u64, record: u64) -> Result<()> {
 fn report(bytes: u64, secs: f64, record: u64) {
     let record = record.max(1);
     println!(
-        "floor: bytes={bytes} secs={secs:.3} MB/s={:.1} records/s={:.0} record_bytes={record}",
+        "floor: bytes={bytes} secs={secs:.6} MB/s={:.1} records/s={:.0} record_bytes={record}",
         bytes as f64 / secs / 1e6,
         bytes as f64 / record as f64 / secs
     );

@@ -58,6 +58,30 @@ pub fn advertised_endpoint(config: &BrokerConfig, bound: &TcpListener) -> anyhow
     })
 }
 
+/// Takes an exclusive advisory lock on `<log_dir>/.lock`.
+///
+/// Errors: another process (another weir) holds it, or the file cannot be created.
+fn lock_log_dir(log_dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
+    let path = log_dir.join(".lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+            "log.dirs {} is in use by another weir process ({} is locked)",
+            log_dir.display(),
+            path.display()
+        ),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("cannot lock {}", path.display()))
+        }
+    }
+}
+
 /// Runs a broker on `listeners` until `shutdown` becomes true.
 ///
 /// Errors: the log directory cannot be created or recovered (environment), with context.
@@ -71,6 +95,9 @@ pub async fn run(
     let advertised = advertised_endpoint(&config, first)?;
     std::fs::create_dir_all(&config.log_dir)
         .with_context(|| format!("cannot create log.dirs {}", config.log_dir.display()))?;
+    // One broker per log directory (Kafka's `.lock`): two writers of one log lose data.
+    // The lock lives as long as this function, i.e. until every log is flushed.
+    let _log_dir_lock = lock_log_dir(&config.log_dir)?;
     let metadata = Arc::new(
         Metadata::open(&config.log_dir, config.node_id).context("cannot open cluster metadata")?,
     );
@@ -98,6 +125,7 @@ pub async fn run(
         request_max_bytes: config.socket_request_max_bytes,
         max_connections: config.max_connections,
         queued_max_requests: config.queued_max_requests,
+        connections_max_idle_ms: config.connections_max_idle_ms,
     };
 
     let mut tasks = tokio::task::JoinSet::new();

@@ -110,7 +110,7 @@ fn resolve(
             "flush.messages" => {
                 log.flush_messages = int.filter(|n| *n > 0 && *n < i64::MAX).map(|n| n as u64)
             }
-            "flush.ms" => log.flush_ms = int.filter(|n| *n >= 0),
+            "flush.ms" => log.flush_ms = int.filter(|n| *n >= 0 && *n < i64::MAX),
             "max.message.bytes" => {
                 if let Some(n) = int {
                     settings.max_message_bytes = n.max(0) as usize;
@@ -229,16 +229,17 @@ impl ReplicaManager {
         self.read().get(&(topic.to_string(), index)).cloned()
     }
 
-    /// Removes every partition of `topic` and deletes their directories (DeleteTopics).
-    pub fn delete_topic(&self, topic: &str) -> Result<(), LogError> {
-        let removed: Vec<Arc<Partition>> = {
+    /// Removes partitions `0..partitions` of `topic` and deletes their directories
+    /// (DeleteTopics, or rolling back a topic whose logs could not all be created — so a
+    /// directory is removed even if its log never opened).
+    pub fn delete_topic(&self, topic: &str, partitions: i32) -> Result<(), LogError> {
+        {
             let mut map = self.write();
-            let keys: Vec<PartitionKey> = map.keys().filter(|(t, _)| t == topic).cloned().collect();
-            keys.iter().filter_map(|k| map.remove(k)).collect()
-        };
-        for p in removed {
-            let dir = partition_dir(&self.log_dir, &p.topic, p.index);
-            // Close the files first; the Arc may still be held by an in-flight fetch, which
+            map.retain(|(t, _), _| t != topic);
+        }
+        for index in 0..partitions {
+            let dir = partition_dir(&self.log_dir, topic, index);
+            // The Arc of a removed partition may still be held by an in-flight fetch, which
             // then reads from unlinked files (POSIX keeps them alive) and finishes normally.
             match std::fs::remove_dir_all(&dir) {
                 Ok(()) => {}

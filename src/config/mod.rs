@@ -94,7 +94,8 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("log.index.interval.bytes", Int, Some("4096"), Some(0), "Bytes of log between two sparse offset-index entries."),
     key("log.index.size.max.bytes", Int, Some("10485760"), Some(4), "Largest offset index of a segment; a full index rolls the segment."),
     key("log.flush.interval.messages", Long, Some("9223372036854775807"), Some(1), "fsync a partition after this many records (default: leave it to the OS)."),
-    key("log.flush.interval.ms", Long, None, Some(0), "fsync a partition when its oldest unflushed record is this old (ms); null: leave it to the OS."),
+    key("log.flush.interval.ms", Long, Some("9223372036854775807"), Some(0), "fsync a partition when its oldest unflushed record is this old (ms); the default leaves it to the OS."),
+    key("compression.type", KeyType::String, Some("producer"), None, "Topic compression: only `producer` is applied (batches are stored as the producer compressed them); other codecs are accepted and reported, not re-applied."),
     key("log.cleanup.policy", List, Some("delete"), None, "delete or compact (compaction is not implemented yet: accepted, stored, reported)."),
     key("log.message.timestamp.type", KeyType::String, Some("CreateTime"), None, "CreateTime keeps the producer's timestamp; LogAppendTime stamps batches with the broker's clock."),
     key("message.max.bytes", Int, Some("1048588"), Some(0), "Largest record batch a producer may send (bytes, after compression)."),
@@ -103,7 +104,9 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("min.insync.replicas", Int, Some("1"), Some(1), "Replicas that must hold a batch before acks=all succeeds."),
     key("socket.request.max.bytes", Int, Some("104857600"), Some(1), "Largest request frame; a larger one closes the connection before anything is allocated."),
     key("max.connections", Int, Some("10000"), Some(1), "Most client connections served at once; more wait in the accept queue."),
+    key("connections.max.idle.ms", Long, Some("600000"), Some(1), "Close a connection that sends nothing, or stalls inside a request, for this long (ms)."),
     key("queued.max.requests", Int, Some("500"), Some(1), "Most answers of one connection waiting to be written; requests are handled one at a time, in order."),
+    key("fetch.max.bytes", Int, Some("57671680"), Some(0), "Largest Fetch response the broker builds, whatever the request asks (bytes); the first batch still goes whole (KIP-74)."),
     key("fetch.purgatory.max.size", Int, Some("10000"), Some(1), "Most long-poll Fetch requests parked at once; more answer at once."),
 ];
 
@@ -193,6 +196,12 @@ pub const TOPIC_KEYS: &[TopicKeySpec] = &[
         broker_key: "log.flush.interval.ms",
         key_type: Long,
         doc: "fsync after this long (ms).",
+    },
+    TopicKeySpec {
+        name: "compression.type",
+        broker_key: "compression.type",
+        key_type: KeyType::String,
+        doc: "producer (batches as sent); other values are stored, not applied.",
     },
 ];
 
@@ -435,6 +444,16 @@ pub fn check_value(
         {
             return Err(bad(format!("`{value}` is not CreateTime or LogAppendTime")));
         }
+        "compression.type"
+            if !matches!(
+                value,
+                "producer" | "uncompressed" | "gzip" | "snappy" | "lz4" | "zstd"
+            ) =>
+        {
+            return Err(bad(format!(
+                "`{value}` is not producer, uncompressed, gzip, snappy, lz4 or zstd"
+            )));
+        }
         "log.cleanup.policy" | "cleanup.policy" => {
             for p in value.split(',') {
                 if !matches!(p.trim(), "delete" | "compact") {
@@ -481,8 +500,12 @@ pub struct BrokerConfig {
     pub max_connections: usize,
     /// `queued.max.requests`.
     pub queued_max_requests: usize,
+    /// `connections.max.idle.ms`.
+    pub connections_max_idle_ms: u64,
     /// `fetch.purgatory.max.size`.
     pub fetch_purgatory_max_size: usize,
+    /// `fetch.max.bytes`.
+    pub fetch_max_bytes: usize,
 }
 
 impl BrokerConfig {
@@ -544,7 +567,9 @@ impl BrokerConfig {
             socket_request_max_bytes: int("socket.request.max.bytes")? as usize,
             max_connections: int("max.connections")? as usize,
             queued_max_requests: int("queued.max.requests")? as usize,
+            connections_max_idle_ms: int("connections.max.idle.ms")? as u64,
             fetch_purgatory_max_size: int("fetch.purgatory.max.size")? as usize,
+            fetch_max_bytes: int("fetch.max.bytes")? as usize,
             raw,
         })
     }

@@ -76,7 +76,7 @@ pub(crate) fn read_offset_index(path: &Path) -> std::io::Result<Option<Loaded<Of
         .collect();
     Ok(Some(Loaded {
         entries,
-        trailing_bytes: raw.len() as u64 % OFFSET_ENTRY_BYTES != 0,
+        trailing_bytes: !(raw.len() as u64).is_multiple_of(OFFSET_ENTRY_BYTES),
     }))
 }
 
@@ -100,7 +100,7 @@ pub(crate) fn read_time_index(path: &Path) -> std::io::Result<Option<Loaded<Time
         .collect();
     Ok(Some(Loaded {
         entries,
-        trailing_bytes: raw.len() as u64 % TIME_ENTRY_BYTES != 0,
+        trailing_bytes: !(raw.len() as u64).is_multiple_of(TIME_ENTRY_BYTES),
     }))
 }
 

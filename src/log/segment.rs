@@ -7,7 +7,7 @@
 //! producer state, or anything about requests.
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -798,10 +798,20 @@ impl Segment {
         }
         let available = (self.size_bytes - position) as usize;
         let want = (first.total_bytes() as usize).max(max_bytes).min(available);
-        let mut buffer = vec![0u8; want];
-        self.log
-            .read_exact_at(&mut buffer, position)
+        // Read without zeroing the buffer first (a fetch reads up to a MiB per partition):
+        // the log file is opened for appending, so its read position is free for this, and
+        // every read of the segment happens under the partition's lock.
+        let mut buffer = Vec::with_capacity(want);
+        let mut file = &self.log;
+        file.seek(SeekFrom::Start(position))
+            .and_then(|_| file.take(want as u64).read_to_end(&mut buffer))
             .map_err(io_error("read", &self.log_path))?;
+        if buffer.len() < want {
+            return Err(self.corrupt(
+                position + buffer.len() as u64,
+                format!("segment ends {} bytes early", want - buffer.len()),
+            ));
+        }
         let mut end = 0usize;
         let mut expected = first.base_offset;
         while buffer.len() - end >= BATCH_HEADER_BYTES {

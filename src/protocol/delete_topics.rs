@@ -42,7 +42,7 @@ fn delete_one(ctx: &Context, name: Option<String>, id: Uuid) -> DeletableTopicRe
         .map_err(|e| e.to_string())
         .and_then(|_| {
             ctx.replicas
-                .delete_topic(&meta.name)
+                .delete_topic(&meta.name, meta.partitions)
                 .map_err(|e| e.to_string())
         });
     match result {

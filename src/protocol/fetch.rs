@@ -42,7 +42,9 @@ fn read_once(
     request: &FetchRequest,
     version: i16,
 ) -> (Vec<FetchableTopicResponse>, usize) {
-    let mut remaining = request.max_bytes.max(0) as usize;
+    // The request's max_bytes, capped by the broker's fetch.max.bytes (a request listing one
+    // big partition many times must not make the broker build a response of any size).
+    let mut remaining = (request.max_bytes.max(0) as usize).min(ctx.config.fetch_max_bytes);
     let mut total = 0usize;
     let mut topics = Vec::with_capacity(request.topics.len());
     for topic in &request.topics {

@@ -168,7 +168,7 @@ pub async fn handle_frame(ctx: &Context, mut frame: Bytes, peer: SocketAddr) -> 
         }
     };
     if frame.has_remaining() {
-        tracing::debug!(%peer, ?key, version, extra = frame.remaining(), "trailing bytes after request body");
+        tracing::debug!(%peer, ?key, version, extra = ?&frame[..frame.len().min(32)], "trailing bytes after request body");
     }
     let client_id = header
         .client_id
@@ -225,8 +225,25 @@ async fn dispatch(
     })
 }
 
+/// Bytes to reserve for an encoded response: a Fetch response is mostly its record sets,
+/// so reserve them up front instead of growing (and copying) the buffer as they go in.
+fn size_hint(response: &ResponseKind) -> usize {
+    match response {
+        ResponseKind::Fetch(f) => {
+            let records: usize = f
+                .responses
+                .iter()
+                .flat_map(|t| t.partitions.iter())
+                .map(|p| p.records.as_ref().map_or(0, |r| r.len()) + 128)
+                .sum();
+            records + 64 * f.responses.len() + 256
+        }
+        _ => 256,
+    }
+}
+
 fn respond(response: ResponseKind, key: ApiKey, version: i16, correlation_id: i32) -> Outcome {
-    let mut buf = BytesMut::with_capacity(256);
+    let mut buf = BytesMut::with_capacity(size_hint(&response));
     let header = ResponseHeader::default().with_correlation_id(correlation_id);
     if let Err(e) = header.encode(&mut buf, key.response_header_version(version)) {
         return Outcome::Close(format!("cannot encode {key:?} response header: {e}"));

@@ -137,10 +137,18 @@ pub fn create(
         }
     };
     if let Err(e) = ctx.replicas.open_partitions(&meta, 0) {
-        tracing::error!(topic = name, error = %e, "cannot create partition logs");
+        // Roll back: a topic whose logs could not all be created must not stay registered
+        // (start-up would then fail on it too).
+        tracing::error!(topic = name, error = %e, "cannot create partition logs; rolling the topic back");
+        if let Err(e) = ctx.replicas.delete_topic(name, meta.partitions) {
+            tracing::error!(topic = name, error = %e, "cannot remove the partial partition logs");
+        }
+        if let Err(e) = ctx.metadata.delete_topic(name) {
+            tracing::error!(topic = name, error = %e, "cannot remove the topic from the metadata");
+        }
         return Err(TopicError::new(
             ResponseError::UnknownServerError,
-            e.to_string(),
+            format!("cannot create the partition logs: {e}"),
         ));
     }
     tracing::info!(topic = name, partitions, "created topic");

@@ -15,8 +15,8 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinSet;
@@ -50,8 +50,16 @@ pub struct ServerLimits {
     pub request_max_bytes: usize,
     /// `max.connections`.
     pub max_connections: usize,
-    /// `queued.max.requests`: requests in flight per connection.
+    /// `queued.max.requests`: answers waiting to be written per connection.
     pub queued_max_requests: usize,
+    /// `connections.max.idle.ms`: a connection that sends nothing (or stalls inside a
+    /// frame) for this long is closed, so stalled clients cannot hold every slot.
+    pub connections_max_idle_ms: u64,
+}
+
+fn idle_close(peer: SocketAddr, limits: ServerLimits) -> std::io::Result<()> {
+    tracing::info!(%peer, idle_ms = limits.connections_max_idle_ms, "closing idle connection (connections.max.idle.ms)");
+    Ok(())
 }
 
 /// Serves `listener` until `shutdown` turns true, then stops accepting, and waits for
@@ -108,8 +116,7 @@ async fn serve_connection<H: RequestHandler>(
     limits: ServerLimits,
     mut shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
-    let (reader, writer) = stream.into_split();
-    let mut reader = BufReader::with_capacity(64 * 1024, reader);
+    let (mut reader, writer) = stream.into_split();
     // Requests of one connection are handled one at a time, in order, as Kafka does (a
     // pipelined Produce must not overtake the one before it); the writer task sends each
     // answer while the next request is read and handled. The bounded queue caps answers
@@ -139,25 +146,41 @@ async fn serve_connection<H: RequestHandler>(
         w.flush().await
     });
 
+    let idle = std::time::Duration::from_millis(limits.connections_max_idle_ms);
     let result = async {
+        // One buffer per connection, filled without zeroing; each frame is split off it.
+        let mut buf = BytesMut::with_capacity(64 * 1024);
         loop {
-            let mut len_buf = [0u8; 4];
-            tokio::select! {
-                r = reader.read_exact(&mut len_buf) => match r {
-                    Ok(_) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-                    Err(e) => return Err(e),
-                },
-                _ = shutdown.changed() => return Ok(()),
+            while buf.len() < 4 {
+                tokio::select! {
+                    r = tokio::time::timeout(idle, reader.read_buf(&mut buf)) => match r {
+                        Ok(Ok(0)) if buf.is_empty() => return Ok(()),
+                        Ok(Ok(0)) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => return Err(e),
+                        Err(_) => return idle_close(peer, limits),
+                    },
+                    _ = shutdown.changed() => return Ok(()),
+                }
             }
-            let len = i32::from_be_bytes(len_buf);
+            let len = i32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]);
             if len < 0 || len as usize > limits.request_max_bytes {
                 tracing::warn!(%peer, frame_bytes = len, limit = limits.request_max_bytes,
                     "frame size outside 0..=socket.request.max.bytes; closing connection");
                 return Ok(());
             }
-            let mut frame = BytesMut::zeroed(len as usize);
-            reader.read_exact(&mut frame).await?;
+            let len = len as usize;
+            buf.reserve((4 + len).saturating_sub(buf.len()));
+            while buf.len() < 4 + len {
+                match tokio::time::timeout(idle, reader.read_buf(&mut buf)).await {
+                    Ok(Ok(0)) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => return Err(e),
+                    Err(_) => return idle_close(peer, limits),
+                }
+            }
+            buf.advance(4);
+            let frame = buf.split_to(len);
             let outcome = tokio::select! {
                 o = handler.clone().handle(frame.freeze(), peer) => o,
                 _ = shutdown.changed() => return Ok(()),

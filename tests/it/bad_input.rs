@@ -155,3 +155,85 @@ fn api_versions_too_new_gets_error_35_in_a_v0_body_and_the_client_retries() {
         .iter()
         .any(|k| k.api_key == 0 && k.max_version >= 9));
 }
+
+#[test]
+fn zstd_needs_produce_v7() {
+    let b = TestBroker::start();
+    let mut c = RawConn::connect(&b.bootstrap);
+    let r = Record {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: -1,
+        producer_id: -1,
+        producer_epoch: -1,
+        timestamp_type: TimestampType::Creation,
+        offset: 0,
+        sequence: -1,
+        timestamp: 1_700_000_000_000,
+        key: None,
+        value: Some(Bytes::from_static(b"zstd, please")),
+        headers: Default::default(),
+    };
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        [&r],
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::Zstd,
+        },
+    )
+    .unwrap();
+    let records = buf.freeze();
+    let send = |c: &mut RawConn, version: i16| -> i16 {
+        let req = ProduceRequest::default()
+            .with_acks(1)
+            .with_timeout_ms(5000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_static_str("zstd")))
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(0)
+                    .with_records(Some(records.clone()))])]);
+        let resp: ProduceResponse = decode(c.request(&req, version, 11).unwrap(), version);
+        resp.responses[0].partition_responses[0].error_code
+    };
+    // UNSUPPORTED_COMPRESSION_TYPE (76) below v7 (KIP-110), accepted from v7.
+    assert_eq!(send(&mut c, 6), 76);
+    assert_eq!(send(&mut c, 7), 0);
+}
+
+#[test]
+fn a_connection_stalled_inside_a_frame_is_closed_after_connections_max_idle_ms() {
+    let b = TestBroker::start_with(&["connections.max.idle.ms=300"]);
+    let mut c = RawConn::connect(&b.bootstrap);
+    // Half a frame, then nothing: the broker must not keep the slot forever.
+    c.send_raw(&[0, 0, 0, 100, 0, 18]);
+    assert!(
+        c.read_frame().is_none(),
+        "expected the stalled connection to be closed"
+    );
+    still_serves(&b.bootstrap);
+}
+
+#[test]
+fn two_brokers_cannot_share_a_log_dir() {
+    let b = TestBroker::start();
+    let mut raw = weir::config::RawConfig::default();
+    raw.set("listeners", "PLAINTEXT://127.0.0.1:0").unwrap();
+    raw.set("log.dirs", b.data_dir.to_str().unwrap()).unwrap();
+    let config = weir::config::BrokerConfig::from_raw(raw).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let err = rt
+        .block_on(async {
+            let listeners = weir::broker::bind(&config).await.unwrap();
+            let (_tx, rx) = tokio::sync::watch::channel(false);
+            weir::broker::run(config, listeners, rx).await
+        })
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("in use by another weir process"),
+        "{err:#}"
+    );
+    still_serves(&b.bootstrap);
+}

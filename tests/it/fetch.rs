@@ -78,7 +78,11 @@ async fn long_poll_waits_for_max_wait_or_a_produce() {
         start.elapsed() < Duration::from_secs(15),
         "not woken by the produce"
     );
-    assert!(!r.responses[0].partitions[0].records.as_ref().unwrap().is_empty());
+    assert!(!r.responses[0].partitions[0]
+        .records
+        .as_ref()
+        .unwrap()
+        .is_empty());
     writer.await.unwrap();
 }
 
@@ -177,4 +181,43 @@ async fn log_append_time_topics_stamp_batches_with_the_broker_clock() {
         read_partition(&b.bootstrap, "lat", 0, Offset::Beginning, 1).len(),
         1
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_max_bytes_caps_what_a_request_can_ask_for() {
+    let b = TestBroker::start_with(&["fetch.max.bytes=30000"]);
+    create_topic(&b.bootstrap, "capped", 1, &[]).await;
+    let p = producer(&b.bootstrap, &[("linger.ms", "0")]);
+    for i in 0..20 {
+        p.send(
+            FutureRecord::to("capped")
+                .key("k")
+                .payload(&format!("{i}-{}", "c".repeat(5000)))
+                .partition(0),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    }
+    // The same partition listed 50 times, asking for 2 GB: the response stays near the cap.
+    let mut c = RawConn::connect(&b.bootstrap);
+    let part = FetchPartition::default()
+        .with_partition(0)
+        .with_fetch_offset(0)
+        .with_partition_max_bytes(i32::MAX);
+    let req = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_min_bytes(1)
+        .with_max_bytes(i32::MAX)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_static_str("capped")))
+            .with_partitions(vec![part; 50])]);
+    let r: FetchResponse = decode(c.request(&req, 11, 3).unwrap(), 11);
+    let total: usize = r.responses[0]
+        .partitions
+        .iter()
+        .map(|p| p.records.as_ref().map_or(0, |x| x.len()))
+        .sum();
+    assert!(total > 0 && total <= 30_000, "{total} bytes of records");
 }
