@@ -189,7 +189,7 @@ fn create(args: CreateArgs) -> anyhow::Result<()> {
         .then_some(RDKafkaErrorCode::TopicAlreadyExists);
     // As kafka-topics.sh: --if-not-exists on an existing topic prints nothing.
     match single_result(results, &args.name, tolerated)? {
-        Effect::Done => println!("Created topic {}.", args.name),
+        Effect::Done => write_stdout(&format!("Created topic {}.\n", args.name))?,
         Effect::AlreadySo => {}
     }
     Ok(())
@@ -238,7 +238,7 @@ fn list(args: ListArgs) -> anyhow::Result<()> {
         out.push_str(name);
         out.push('\n');
     }
-    print!("{out}");
+    write_stdout(&out)?;
     Ok(())
 }
 
@@ -295,7 +295,7 @@ fn describe(args: DescribeArgs) -> anyhow::Result<()> {
         set.sort_unstable();
         describe_topic(&mut out, topic, &set.join(","));
     }
-    print!("{out}");
+    write_stdout(&out)?;
     Ok(())
 }
 
@@ -335,4 +335,16 @@ fn join_ids(ids: &[i32]) -> String {
         .map(|id| id.to_string())
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// Writes to stdout; a closed pipe (`weir topic list | head`) ends quietly instead of
+/// panicking as `print!` does.
+fn write_stdout(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }

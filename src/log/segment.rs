@@ -229,24 +229,9 @@ impl Segment {
         index_interval_bytes: u32,
         now_ms: i64,
     ) -> Result<Segment, LogError> {
-        let log_path = file_path(dir, base_offset, "log");
-        let log = open_existing(&log_path)?;
-        let size_bytes = log.metadata().map_err(io_error("stat", &log_path))?.len();
-        let mut segment = Segment {
-            base_offset,
-            next_offset,
-            size_bytes,
-            max_timestamp_ms: -1,
-            offset_of_max_timestamp: base_offset,
-            first_batch_timestamp_ms: None,
-            created_ms: now_ms,
-            log_path,
-            log,
-            dir: dir.to_path_buf(),
-            indexes: OnceLock::new(),
-            writers: None,
-            index_interval_bytes: u64::from(index_interval_bytes),
-        };
+        let mut segment =
+            Segment::open_file(dir, base_offset, next_offset, index_interval_bytes, now_ms)?;
+        let size_bytes = segment.size_bytes;
         let offset_path = segment.offset_index_path();
         let time_path = segment.time_index_path();
         let offset_len = file_len(&offset_path)?;
@@ -278,23 +263,23 @@ impl Segment {
         Ok(segment)
     }
 
-    /// Opens the last segment and recovers its tail: starts at the last consistent offset
-    /// index entry (or byte 0), validates each batch (length, magic, CRC-32C, offsets
-    /// increasing), truncates the file at the first bad one, and rebuilds the index tails
-    /// from the scan. Start-up cost is bounded by the bytes after the last index entry.
-    pub fn recover(
+    /// The segment's `.log` file opened, sized, with nothing else known yet (indexes not
+    /// loaded, no timestamps): the common first step of [`Segment::open_closed`] and
+    /// [`Segment::recover`].
+    fn open_file(
         dir: &Path,
         base_offset: i64,
+        next_offset: i64,
         index_interval_bytes: u32,
         now_ms: i64,
-    ) -> Result<(Segment, RecoveryReport), LogError> {
+    ) -> Result<Segment, LogError> {
         let log_path = file_path(dir, base_offset, "log");
         let log = open_existing(&log_path)?;
-        let file_bytes = log.metadata().map_err(io_error("stat", &log_path))?.len();
-        let mut segment = Segment {
+        let size_bytes = log.metadata().map_err(io_error("stat", &log_path))?.len();
+        Ok(Segment {
             base_offset,
-            next_offset: base_offset,
-            size_bytes: file_bytes,
+            next_offset,
+            size_bytes,
             max_timestamp_ms: -1,
             offset_of_max_timestamp: base_offset,
             first_batch_timestamp_ms: None,
@@ -305,7 +290,22 @@ impl Segment {
             indexes: OnceLock::new(),
             writers: None,
             index_interval_bytes: u64::from(index_interval_bytes),
-        };
+        })
+    }
+
+    /// Opens the last segment and recovers its tail: starts at the last consistent offset
+    /// index entry (or byte 0), validates each batch (length, magic, CRC-32C, offsets
+    /// increasing), truncates the file at the first bad one, and rebuilds the index tails
+    /// from the scan. Start-up cost is bounded by the bytes after the last index entry.
+    pub fn recover(
+        dir: &Path,
+        base_offset: i64,
+        index_interval_bytes: u32,
+        now_ms: i64,
+    ) -> Result<(Segment, RecoveryReport), LogError> {
+        let mut segment =
+            Segment::open_file(dir, base_offset, base_offset, index_interval_bytes, now_ms)?;
+        let file_bytes = segment.size_bytes;
         let offset_path = segment.offset_index_path();
         let time_path = segment.time_index_path();
         let mut offset_entries = match index::read_offset_index(&offset_path)

@@ -114,7 +114,13 @@ impl tracing::Subscriber for Warnings {
 
 fn with_warnings<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
     let warnings = Warnings::default();
-    let out = tracing::subscriber::with_default(warnings.clone(), f);
+    let out = tracing::subscriber::with_default(warnings.clone(), || {
+        // Tests run in parallel threads, most with no subscriber: a callsite first hit on
+        // such a thread can be cached as "never interested" and then skip this one's
+        // subscriber too. Recompute the cache now that this subscriber exists.
+        tracing::callsite::rebuild_interest_cache();
+        f()
+    });
     let seen = warnings.0.lock().unwrap().clone();
     (out, seen)
 }

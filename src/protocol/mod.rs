@@ -31,6 +31,7 @@ mod init_producer_id;
 mod list_offsets;
 mod metadata;
 mod produce;
+pub mod records;
 mod topics;
 
 /// One implemented API: its key and the version range implemented and tested.

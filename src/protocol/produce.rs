@@ -3,8 +3,9 @@
 //!
 //! For each partition: find the topic (auto-creating it when enabled), split the records
 //! field into record batches and validate each (magic 2, length, CRC-32C), check its size
-//! against `max.message.bytes` and its codec against the request version, then append
-//! through the replica manager. Batches are stored as sent: never decompressed or
+//! against `max.message.bytes` and its codec against the request version, walk its records
+//! (`records::validate_records`: bounded decompression, every length, count and offset
+//! delta), then append through the replica manager. Batches are stored as sent: never
 //! re-encoded. acks=0 does the work and sends nothing; acks=1 and acks=-1 answer once the
 //! batch is in the log (on one node the log is the whole ISR).
 //!
@@ -20,6 +21,7 @@ use kafka_protocol::ResponseError;
 
 use crate::log::{split_batches, BatchError, Compression, LogError};
 
+use super::records::{validate_records, RecordLimits};
 use super::{topics, Context};
 
 fn partition_error(
@@ -127,6 +129,16 @@ pub async fn handle(
                     ResponseError::UnsupportedCompressionType,
                     Some("zstd needs Produce v7+".into()),
                 ));
+                continue;
+            }
+            // Every record of every batch, as Kafka's LogValidator (see `records`).
+            let limits = RecordLimits::for_max_message_bytes(max);
+            if let Some(e) = batches
+                .iter()
+                .find_map(|b| validate_records(b, limits).err())
+            {
+                tracing::warn!(topic = %name, partition = index, error = %e, "refused produce batch");
+                partitions.push(partition_error(index, e.kafka_error(), Some(e.to_string())));
                 continue;
             }
             match ctx.replicas.append(&partition, batches) {

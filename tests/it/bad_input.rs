@@ -24,7 +24,7 @@ fn one_record_batch(value_bytes: usize) -> BytesMut {
         timestamp_type: TimestampType::Creation,
         offset: 0,
         sequence: -1,
-        timestamp: 1_700_000_000_000,
+        timestamp: weir::replica::now_ms(),
         key: None,
         value: Some(Bytes::from(vec![b'x'; value_bytes])),
         headers: Default::default(),
@@ -170,7 +170,7 @@ fn zstd_needs_produce_v7() {
         timestamp_type: TimestampType::Creation,
         offset: 0,
         sequence: -1,
-        timestamp: 1_700_000_000_000,
+        timestamp: weir::replica::now_ms(),
         key: None,
         value: Some(Bytes::from_static(b"zstd, please")),
         headers: Default::default(),
@@ -236,4 +236,287 @@ fn two_brokers_cannot_share_a_log_dir() {
         "{err:#}"
     );
     still_serves(&b.bootstrap);
+}
+
+// ---- Record-level validation (src/protocol/records.rs) -----------------------------------
+// Batches whose header and CRC are fine but whose records a consumer cannot parse: Kafka's
+// LogValidator refuses each with CORRUPT_MESSAGE (2) or INVALID_RECORD (87), and so must
+// weir, or the batch sits in the log and jams every consumer at its offset.
+
+const ATTRIBUTES_AT: usize = 21;
+const LAST_OFFSET_DELTA_AT: usize = 23;
+const RECORD_COUNT_AT: usize = 57;
+const BATCH_HEADER: usize = 61;
+
+/// One batch of `n` records ("v0", "v1", ...) encoded by kafka-protocol with `codec`,
+/// timestamped now (an old timestamp would let retention.ms delete them mid-test).
+fn records_batch(n: usize, codec: Compression) -> Vec<u8> {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let records: Vec<Record> = (0..n as i64)
+        .map(|i| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i,
+            // constant offset - sequence: one batch for all records
+            sequence: (i - 1) as i32,
+            timestamp: now_ms + i,
+            key: Some(Bytes::from(format!("k{i}"))),
+            value: Some(Bytes::from(format!("v{i}"))),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        records.iter(),
+        &RecordEncodeOptions {
+            version: 2,
+            compression: codec,
+        },
+    )
+    .unwrap();
+    buf.to_vec()
+}
+
+fn fix_crc(batch: &mut [u8]) {
+    let crc = crc32c::crc32c(&batch[ATTRIBUTES_AT..]);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// `template`'s header over `body`, with codec bits `codec`, batchLength and CRC fixed.
+fn with_records(template: &[u8], codec: u8, body: &[u8]) -> Vec<u8> {
+    let mut out = template[..BATCH_HEADER].to_vec();
+    out.extend_from_slice(body);
+    let len = (out.len() - 12) as i32;
+    out[8..12].copy_from_slice(&len.to_be_bytes());
+    out[ATTRIBUTES_AT + 1] = (out[ATTRIBUTES_AT + 1] & !0x07) | codec;
+    fix_crc(&mut out);
+    out
+}
+
+fn put_varint(out: &mut Vec<u8>, v: i64) {
+    let mut raw = ((v << 1) ^ (v >> 63)) as u64;
+    while raw >= 0x80 {
+        out.push((raw as u8 & 0x7f) | 0x80);
+        raw >>= 7;
+    }
+    out.push(raw as u8);
+}
+
+/// A one-record batch whose record is `length`-prefixed `fields` (length = fields' size
+/// when `None`).
+fn one_raw_record(length: Option<i64>, fields: &[u8]) -> Vec<u8> {
+    let mut body = Vec::new();
+    put_varint(&mut body, length.unwrap_or(fields.len() as i64));
+    body.extend_from_slice(fields);
+    with_records(&records_batch(1, Compression::None), 0, &body)
+}
+
+/// Record fields: attributes 0, timestampDelta 0, `offset_delta`, key length `key_len`
+/// followed by `key`, value "v", then `tail` (header count and headers).
+fn fields(offset_delta: i64, key_len: i64, key: &[u8], tail: &[u8]) -> Vec<u8> {
+    let mut f = vec![0u8, 0];
+    put_varint(&mut f, offset_delta);
+    put_varint(&mut f, key_len);
+    f.extend_from_slice(key);
+    f.extend_from_slice(&[2, b'v']);
+    f.extend_from_slice(tail);
+    f
+}
+
+/// Error code and message of a Produce v8 of `records` to partition 0 of `topic`.
+fn produce_with_message(conn: &mut RawConn, topic: &str, records: Vec<u8>) -> (i16, String) {
+    let req = ProduceRequest::default()
+        .with_acks(1)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_string(topic.into())))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(Bytes::from(records)))])]);
+    let resp: ProduceResponse = decode(conn.request(&req, 8, 21).expect("a response"), 8);
+    let p = &resp.responses[0].partition_responses[0];
+    (
+        p.error_code,
+        p.error_message
+            .as_ref()
+            .map(|m| m.as_str().to_string())
+            .unwrap_or_default(),
+    )
+}
+
+/// The log end offset of partition 0 of `topic` (ListOffsets v5, latest).
+fn log_end_offset(conn: &mut RawConn, topic: &str) -> i64 {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::{BrokerId, ListOffsetsRequest, ListOffsetsResponse};
+    let req = ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_topics(vec![ListOffsetsTopic::default()
+            .with_name(TopicName(StrBytes::from_string(topic.into())))
+            .with_partitions(vec![ListOffsetsPartition::default()
+                .with_partition_index(0)
+                .with_timestamp(-1)])]);
+    let resp: ListOffsetsResponse = decode(conn.request(&req, 5, 22).expect("a response"), 5);
+    let p = &resp.topics[0].partitions[0];
+    assert_eq!(p.error_code, 0);
+    p.offset
+}
+
+/// A gzip batch of one record whose value is 150 MB of zeros: ~150 KB on the wire.
+fn gzip_bomb() -> Vec<u8> {
+    use std::io::Write;
+    let value_len: usize = 150 << 20;
+    let mut head = vec![0u8, 0, 0, 1]; // attributes, timestampDelta, offsetDelta, null key
+    put_varint(&mut head, value_len as i64);
+    let mut records = Vec::new();
+    put_varint(&mut records, (head.len() + value_len + 1) as i64);
+    records.extend_from_slice(&head);
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    e.write_all(&records).unwrap();
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..150 {
+        e.write_all(&zeros).unwrap();
+    }
+    e.write_all(&[0]).unwrap(); // header count
+    let gz = e.finish().unwrap();
+    assert!(gz.len() < 200_000, "bomb is {} bytes", gz.len());
+    with_records(&records_batch(1, Compression::None), 1, &gz)
+}
+
+#[test]
+fn batches_with_unparseable_records_are_refused_and_consumers_keep_reading() {
+    let b = TestBroker::start();
+    let topic = "bad-records";
+    let mut c = RawConn::connect(&b.bootstrap);
+    assert_eq!(
+        produce_with_message(&mut c, topic, records_batch(3, Compression::None)),
+        (0, String::new())
+    );
+    assert_eq!(log_end_offset(&mut c, topic), 3);
+
+    let mut cases: Vec<(&str, Vec<u8>, i16)> = Vec::new();
+    // recordCount 1,000,000 (lastOffsetDelta 999,999) over one record.
+    let mut count = records_batch(1, Compression::None);
+    count[LAST_OFFSET_DELTA_AT..LAST_OFFSET_DELTA_AT + 4]
+        .copy_from_slice(&999_999i32.to_be_bytes());
+    count[RECORD_COUNT_AT..RECORD_COUNT_AT + 4].copy_from_slice(&1_000_000i32.to_be_bytes());
+    fix_crc(&mut count);
+    cases.push(("recordCount 1e6, one record", count, 87));
+    // gzip flag over a body that is not gzip.
+    let plain = records_batch(2, Compression::None);
+    cases.push((
+        "gzip flag, plain body",
+        with_records(&plain, 1, &plain[BATCH_HEADER..]),
+        2,
+    ));
+    // Control (bit 5) and transactional (bit 4) batches from a client.
+    for (name, bit) in [("control batch", 0x20u8), ("transactional batch", 0x10)] {
+        let mut batch = records_batch(1, Compression::None);
+        batch[ATTRIBUTES_AT + 1] |= bit;
+        fix_crc(&mut batch);
+        cases.push((name, batch, 87));
+    }
+    // Key lengths 1,000,000, -7 and 2^40.
+    for (name, key_len) in [
+        ("key length 1e6", 1_000_000i64),
+        ("key length -7", -7),
+        ("key length 2^40", 1 << 40),
+    ] {
+        cases.push((
+            name,
+            one_raw_record(None, &fields(0, key_len, b"k", &[0])),
+            2,
+        ));
+    }
+    // Record lengths 0, 1 and -1.
+    let good_fields = fields(0, -1, b"", &[0]);
+    for (name, length) in [
+        ("record length 0", 0i64),
+        ("record length 1", 1),
+        ("record length -1", -1),
+    ] {
+        cases.push((name, one_raw_record(Some(length), &good_fields), 2));
+    }
+    // A header count of 1e9.
+    let mut tail = Vec::new();
+    put_varint(&mut tail, 1_000_000_000);
+    cases.push((
+        "header count 1e9",
+        one_raw_record(None, &fields(0, -1, b"", &tail)),
+        2,
+    ));
+    // Offset deltas 0, 2.
+    let mut two = Vec::new();
+    for delta in [0, 2] {
+        let f = fields(delta, -1, b"", &[0]);
+        put_varint(&mut two, f.len() as i64);
+        two.extend_from_slice(&f);
+    }
+    cases.push((
+        "offset deltas 0, 2",
+        with_records(&records_batch(2, Compression::None), 0, &two),
+        87,
+    ));
+    // A ~150 KB gzip batch expanding to 150 MB.
+    cases.push(("gzip bomb", gzip_bomb(), 2));
+
+    for (name, batch, want) in cases {
+        let (code, message) = produce_with_message(&mut c, topic, batch);
+        assert_eq!(code, want, "{name}: {message}");
+        assert!(!message.is_empty(), "{name}: an error message");
+        assert_eq!(log_end_offset(&mut c, topic), 3, "{name}: nothing appended");
+    }
+    let (_, control) = {
+        let mut batch = records_batch(1, Compression::None);
+        batch[ATTRIBUTES_AT + 1] |= 0x20;
+        fix_crc(&mut batch);
+        produce_with_message(&mut c, topic, batch)
+    };
+    assert!(
+        control.contains("does not support transactions or control batches"),
+        "{control}"
+    );
+
+    // Valid batches of every codec still go in, on the same connection.
+    let mut expected = 3;
+    for codec in [
+        Compression::None,
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ] {
+        let (code, message) = produce_with_message(&mut c, topic, records_batch(4, codec));
+        assert_eq!(code, 0, "{codec:?}: {message}");
+        expected += 4;
+        assert_eq!(log_end_offset(&mut c, topic), expected);
+    }
+
+    // librdkafka reads the whole partition from offset 0: nothing in it jams a consumer.
+    let msgs = crate::rdkafka_client::read_partition(
+        &b.bootstrap,
+        topic,
+        0,
+        rdkafka::Offset::Beginning,
+        expected as usize,
+    );
+    assert_eq!(
+        msgs.len(),
+        expected as usize,
+        "{:?}",
+        msgs.iter().map(|m| (m.2, m.1.clone())).collect::<Vec<_>>()
+    );
+    for (i, m) in msgs.iter().enumerate() {
+        assert_eq!(m.2, i as i64);
+        let n = if i < 3 { i } else { (i - 3) % 4 };
+        assert_eq!(m.1.as_deref(), Some(format!("v{n}").as_bytes()));
+    }
 }

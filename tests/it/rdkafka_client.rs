@@ -269,7 +269,7 @@ fn batch(pid: i64, epoch: i16, seq: i32, n: usize) -> Bytes {
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
             sequence: seq + i as i32,
-            timestamp: 1_700_000_000_000,
+            timestamp: weir::replica::now_ms(),
             key: Some(Bytes::from(format!("k{i}"))),
             value: Some(Bytes::from(format!("v{i}"))),
             headers: Default::default(),
@@ -343,7 +343,8 @@ async fn list_offsets_by_timestamp_across_segments() {
     let b = TestBroker::start();
     create_topic(&b.bootstrap, "times", 1, &[("segment.bytes", "1024")]).await;
     let p = producer(&b.bootstrap, &[("linger.ms", "0")]);
-    let base = 1_700_000_000_000i64;
+    // Recent timestamps: records older than retention.ms (7 days) may be deleted at once.
+    let base = weir::replica::now_ms() - 3_600_000;
     for i in 0..50i64 {
         p.send(
             FutureRecord::to("times")

@@ -514,7 +514,10 @@ impl RecordBatchDecoder {
         version: i8,
         records: &mut Vec<Record>,
     ) -> Result<()> {
-        records.reserve(batch_decode_info.record_count as usize);
+        // weir: `record_count` comes from the wire; every record takes at least 7 bytes
+        // (length, attributes, timestampDelta, offsetDelta, key, value, header count), so
+        // reserve no more than the bytes left allow (see WEIR-PATCH.md).
+        records.reserve((batch_decode_info.record_count as usize).min(buf.remaining() / 7));
         for _ in 0..batch_decode_info.record_count {
             records.push(Record::decode_new(buf, batch_decode_info, version)?);
         }
@@ -893,7 +896,9 @@ impl Record {
         }
         let num_headers = num_headers as usize;
 
-        let mut headers = IndexMap::with_capacity(num_headers);
+        // weir: `num_headers` comes from the wire; every header takes at least two bytes,
+        // so reserve no more than the bytes left (see WEIR-PATCH.md).
+        let mut headers = IndexMap::with_capacity(num_headers.min(bytes::Buf::remaining(buf) / 2));
         for _ in 0..num_headers {
             // Key len
             let key_len: i32 = types::VarInt.decode(buf)?;
