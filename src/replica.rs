@@ -71,6 +71,9 @@ pub struct ProduceSettings {
     pub max_message_bytes: usize,
     /// `message.timestamp.type=LogAppendTime`.
     pub log_append_time: bool,
+    /// `cleanup.policy` contains `compact`: every record needs a key (INVALID_RECORD, 87,
+    /// "Compacted topic cannot accept message without key", as Kafka's `LogValidator`).
+    pub require_keys: bool,
 }
 
 fn resolve(
@@ -81,6 +84,7 @@ fn resolve(
     let mut settings = ProduceSettings {
         max_message_bytes: 1_048_588,
         log_append_time: false,
+        require_keys: false,
     };
     for (key, value, _) in effective_topic_configs(broker, overrides) {
         let int = value.as_deref().and_then(|v| v.parse::<i64>().ok());
@@ -119,6 +123,11 @@ fn resolve(
             "message.timestamp.type" => {
                 settings.log_append_time = value.as_deref() == Some("LogAppendTime")
             }
+            "cleanup.policy" => {
+                settings.require_keys = value
+                    .as_deref()
+                    .is_some_and(|v| v.split(',').any(|p| p.trim() == "compact"))
+            }
             _ => {}
         }
     }
@@ -132,12 +141,20 @@ pub struct Partition {
     pub topic: String,
     /// Partition index.
     pub index: i32,
-    /// Settings from the topic config.
-    pub settings: ProduceSettings,
+    /// Settings from the topic config; swapped by [`ReplicaManager::reconfigure_topic`].
+    settings: RwLock<ProduceSettings>,
     log: Mutex<PartitionLog>,
 }
 
 impl Partition {
+    /// The topic settings in force now (a copy: the lock is held only to read them).
+    pub fn settings(&self) -> ProduceSettings {
+        *self
+            .settings
+            .read()
+            .expect("partition settings lock poisoned")
+    }
+
     /// Runs `f` with the log locked. The lock is a `std` mutex: never held across `.await`.
     pub fn with_log<T>(&self, f: impl FnOnce(&mut PartitionLog) -> T) -> T {
         let mut log = self.log.lock().expect("partition log lock poisoned");
@@ -160,6 +177,9 @@ pub struct ReplicaManager {
     broker: Arc<BrokerConfig>,
     partitions: RwLock<HashMap<PartitionKey, Arc<Partition>>>,
     purgatory: Arc<Purgatory>,
+    /// Serialises topic config changes from the metadata write to the last partition
+    /// reconfigured, so two concurrent alters cannot leave partitions on the older one.
+    config_changes: Mutex<()>,
 }
 
 /// Milliseconds since the Unix epoch, from the system clock.
@@ -189,6 +209,7 @@ impl ReplicaManager {
             broker,
             partitions: RwLock::new(HashMap::new()),
             purgatory,
+            config_changes: Mutex::new(()),
         };
         for t in topics {
             rm.open_partitions(t, 0)?;
@@ -206,7 +227,7 @@ impl ReplicaManager {
             let p = Arc::new(Partition {
                 topic: meta.name.clone(),
                 index,
-                settings,
+                settings: RwLock::new(settings),
                 log: Mutex::new(log),
             });
             self.write().insert((meta.name.clone(), index), p);
@@ -227,6 +248,37 @@ impl ReplicaManager {
     /// The partition, if hosted here.
     pub fn partition(&self, topic: &str, index: i32) -> Option<Arc<Partition>> {
         self.read().get(&(topic.to_string(), index)).cloned()
+    }
+
+    /// Applies a topic's (changed) configs to its hosted partitions: recomputes the log
+    /// config and produce settings and swaps them in. Batches already written stay as
+    /// they are; later appends, rolls, retention runs and flushes follow the new values.
+    ///
+    /// Errors: the first [`LogError::InvalidConfig`] (validated configs never produce one;
+    /// the partitions before it are already reconfigured).
+    pub fn reconfigure_topic(&self, meta: &TopicMeta) -> Result<(), LogError> {
+        let (log_config, settings) = resolve(&self.broker, &meta.configs);
+        let parts: Vec<Arc<Partition>> = self
+            .read()
+            .values()
+            .filter(|p| p.topic == meta.name)
+            .cloned()
+            .collect();
+        for p in parts {
+            p.with_log(|l| l.set_config(log_config.clone()))?;
+            *p.settings
+                .write()
+                .expect("partition settings lock poisoned") = settings;
+        }
+        Ok(())
+    }
+
+    /// Held by a topic config change from its metadata write to its
+    /// [`ReplicaManager::reconfigure_topic`]; a `std` mutex, never held across `.await`.
+    pub fn lock_config_changes(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.config_changes
+            .lock()
+            .expect("config change lock poisoned")
     }
 
     /// Removes partitions `0..partitions` of `topic` and deletes their directories
@@ -267,7 +319,7 @@ impl ReplicaManager {
     ) -> Result<AppendInfo, LogError> {
         let now = now_ms();
         let opts = AppendOptions {
-            log_append_time_ms: partition.settings.log_append_time.then_some(now),
+            log_append_time_ms: partition.settings().log_append_time.then_some(now),
             leader_epoch: 0,
         };
         let result = partition.with_log(|log| {

@@ -1,20 +1,29 @@
 //! `weir topic`: create, list, describe, alter and delete topics, as Kafka's
-//! `kafka-topics.sh` does, through librdkafka's admin client (CreateTopics, Metadata,
-//! DescribeConfigs, CreatePartitions, DeleteTopics).
+//! `kafka-topics.sh` does (and `kafka-configs.sh --alter --entity-type topics` for config
+//! changes), through librdkafka's admin client (CreateTopics, Metadata, DescribeConfigs,
+//! CreatePartitions, AlterConfigs, DeleteTopics).
 //!
 //! Output follows `kafka-topics.sh`: `Created topic NAME.` on create, one name per line on
 //! list, the tab-separated describe layout; alter and delete print nothing on success.
 //! Errors carry Kafka's error name (`TOPIC_ALREADY_EXISTS: Topic already exists`).
 //!
-//! Never does: change topic configs after creation (that is `kafka-configs.sh`'s job).
+//! `alter --add-config/--delete-config` reads the topic's current overrides
+//! (DescribeConfigs, source DYNAMIC_TOPIC_CONFIG), merges the changes and sends the whole
+//! set with AlterConfigs: rdkafka 0.39 has no IncrementalAlterConfigs, and AlterConfigs
+//! replaces every override. Two concurrent `alter`s of one topic may thus lose one change
+//! (as `kafka-configs.sh` with old brokers). rdkafka 0.39 also reports every AlterConfigs
+//! resource as a success (it drops the broker's per-resource error), so the keys are
+//! checked against the ones DescribeConfigs lists, and the overrides are read back after
+//! the change: if they are not what was sent, the broker refused it (INVALID_CONFIG).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use rdkafka::admin::{
-    AdminClient, AdminOptions, ConfigSource, NewPartitions, NewTopic, OwnedResourceSpecifier,
-    ResourceSpecifier, TopicReplication, TopicResult,
+    AdminClient, AdminOptions, AlterConfig, ConfigResource, ConfigSource, NewPartitions, NewTopic,
+    OwnedResourceSpecifier, ResourceSpecifier, TopicReplication, TopicResult,
 };
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::metadata::{Metadata, MetadataTopic};
@@ -38,7 +47,7 @@ pub enum TopicCommand {
     List(ListArgs),
     /// Describe a topic (or every topic): partitions, leaders, replicas, ISR, configs.
     Describe(DescribeArgs),
-    /// Add partitions to a topic.
+    /// Add partitions to a topic and/or change its config overrides.
     Alter(AlterArgs),
     /// Delete a topic.
     Delete(DeleteArgs),
@@ -81,8 +90,15 @@ pub struct DescribeArgs {
     pub name: Option<String>,
 }
 
-/// `weir topic alter` options (as `kafka-topics.sh --alter`).
+/// `weir topic alter` options (as `kafka-topics.sh --alter` and `kafka-configs.sh
+/// --alter --entity-type topics`). At least one option is required.
 #[derive(Debug, Args)]
+#[command(group(
+    clap::ArgGroup::new("change")
+        .required(true)
+        .multiple(true)
+        .args(["partitions", "add_config", "delete_config"])
+))]
 pub struct AlterArgs {
     #[command(flatten)]
     pub client: ClientArgs,
@@ -90,7 +106,13 @@ pub struct AlterArgs {
     pub name: String,
     /// New total number of partitions (partitions can only be added).
     #[arg(short = 'p', long)]
-    pub partitions: i32,
+    pub partitions: Option<i32>,
+    /// Set a topic config override KEY=VALUE (e.g. retention.ms=60000); repeatable.
+    #[arg(long = "add-config", value_name = "KEY=VALUE", value_parser = client::parse_key_value)]
+    pub add_config: Vec<(String, String)>,
+    /// Remove a topic config override (the broker's value applies again); repeatable.
+    #[arg(long = "delete-config", value_name = "KEY")]
+    pub delete_config: Vec<String>,
 }
 
 /// `weir topic delete` options.
@@ -196,21 +218,128 @@ fn create(args: CreateArgs) -> anyhow::Result<()> {
 }
 
 fn alter(args: AlterArgs) -> anyhow::Result<()> {
-    let count = usize::try_from(args.partitions)
-        .ok()
-        .filter(|n| *n > 0)
-        .with_context(|| format!("--partitions must be positive, got {}", args.partitions))?;
-    let (admin, _) = admin_client(&args.client)?;
-    let new_partitions = NewPartitions::new(&args.name, count);
-    let results = client::block_on(admin.create_partitions([&new_partitions], &admin_options()))?
-        .map_err(|e| {
+    let count = args
+        .partitions
+        .map(|p| {
+            usize::try_from(p)
+                .ok()
+                .filter(|n| *n > 0)
+                .with_context(|| format!("--partitions must be positive, got {p}"))
+        })
+        .transpose()?;
+    let (admin, metadata) = admin_client(&args.client)?;
+    client::find_topic(&metadata, &args.name)?;
+    if !args.add_config.is_empty() || !args.delete_config.is_empty() {
+        alter_configs(&admin, &args)?;
+    }
+    if let Some(count) = count {
+        add_partitions(&admin, &args.name, count)?;
+    }
+    Ok(())
+}
+
+/// Current overrides + `--add-config` − `--delete-config`, sent whole with AlterConfigs,
+/// then read back (see the module doc for why).
+fn alter_configs(admin: &AdminClient<CliContext>, args: &AlterArgs) -> anyhow::Result<()> {
+    let name = args.name.as_str();
+    let current = describe_topic_configs(admin, name)?;
+    let known: Vec<&str> = current.entries.iter().map(|e| e.name.as_str()).collect();
+    for (key, _) in &args.add_config {
+        if !known.contains(&key.as_str()) {
+            anyhow::bail!(
+                "alter configs of topic '{name}': {}: Unknown topic config name: {key}",
+                client::error_name(RDKafkaErrorCode::InvalidConfig)
+            );
+        }
+    }
+    let mut configs = dynamic_topic_configs(current);
+    for key in &args.delete_config {
+        // As kafka-configs.sh: deleting an override that is not there is a mistake.
+        if configs.remove(key).is_none() {
+            anyhow::bail!("topic '{name}': --delete-config {key}: no such override is set");
+        }
+    }
+    for (key, value) in &args.add_config {
+        configs.insert(key.clone(), value.clone());
+    }
+    let mut alter = AlterConfig::new(ResourceSpecifier::Topic(name));
+    for (key, value) in &configs {
+        alter = alter.set(key, value);
+    }
+    let results =
+        client::block_on(admin.alter_configs([&alter], &admin_options()))?.map_err(|e| {
+            anyhow::anyhow!(
+                "alter configs of topic '{name}': {}",
+                admin.inner().context().explain(&e)
+            )
+        })?;
+    match results.into_iter().next() {
+        Some(Ok(_)) => {}
+        Some(Err((_, code))) => anyhow::bail!(
+            "alter configs of topic '{name}': {}",
+            client::code_text(code)
+        ),
+        None => anyhow::bail!(
+            "alter configs of topic '{name}': the broker's response did not mention it"
+        ),
+    }
+    // rdkafka reports success whatever the broker said: read the overrides back.
+    if dynamic_topic_configs(describe_topic_configs(admin, name)?) != configs {
+        anyhow::bail!(
+            "alter configs of topic '{name}': {}: the broker refused the new configs (a value \
+             of the wrong type or out of range?); the topic keeps its old ones",
+            client::error_name(RDKafkaErrorCode::InvalidConfig)
+        );
+    }
+    Ok(())
+}
+
+/// Every topic-level config of `name` (DescribeConfigs).
+fn describe_topic_configs(
+    admin: &AdminClient<CliContext>,
+    name: &str,
+) -> anyhow::Result<ConfigResource> {
+    let described = client::block_on(
+        admin.describe_configs([&ResourceSpecifier::Topic(name)], &admin_options()),
+    )?
+    .map_err(|e| {
         anyhow::anyhow!(
-            "alter topic '{}': {}",
-            args.name,
+            "describe configs of topic '{name}': {}",
             admin.inner().context().explain(&e)
         )
     })?;
-    single_result(results, &args.name, None).map(|_| ())
+    match described.into_iter().next() {
+        Some(Ok(c)) => Ok(c),
+        Some(Err(code)) => anyhow::bail!(
+            "describe configs of topic '{name}': {}",
+            client::code_text(code)
+        ),
+        None => anyhow::bail!(
+            "describe configs of topic '{name}': the broker's response did not mention it"
+        ),
+    }
+}
+
+/// The overrides set on the topic (DescribeConfigs source DYNAMIC_TOPIC_CONFIG).
+fn dynamic_topic_configs(resource: ConfigResource) -> BTreeMap<String, String> {
+    resource
+        .entries
+        .into_iter()
+        .filter(|e| e.source == ConfigSource::DynamicTopic)
+        .filter_map(|e| e.value.map(|v| (e.name, v)))
+        .collect()
+}
+
+fn add_partitions(admin: &AdminClient<CliContext>, name: &str, count: usize) -> anyhow::Result<()> {
+    let new_partitions = NewPartitions::new(name, count);
+    let results = client::block_on(admin.create_partitions([&new_partitions], &admin_options()))?
+        .map_err(|e| {
+        anyhow::anyhow!(
+            "alter topic '{name}': {}",
+            admin.inner().context().explain(&e)
+        )
+    })?;
+    single_result(results, name, None).map(|_| ())
 }
 
 fn delete(args: DeleteArgs) -> anyhow::Result<()> {

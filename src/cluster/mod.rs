@@ -292,6 +292,26 @@ impl Metadata {
         Ok(Some(updated))
     }
 
+    /// Replaces a topic's config overrides (AlterConfigs, IncrementalAlterConfigs) and
+    /// persists them; returns the updated metadata, or `None` if the topic is unknown.
+    /// The caller validates the configs first.
+    ///
+    /// Errors: [`MetadataError`] if it cannot be written (the image keeps the old configs).
+    pub fn set_topic_configs(
+        &self,
+        name: &str,
+        configs: BTreeMap<String, String>,
+    ) -> Result<Option<TopicMeta>, MetadataError> {
+        let mut topics = self.write();
+        let Some(meta) = topics.get(name).cloned() else {
+            return Ok(None);
+        };
+        let updated = TopicMeta { configs, ..meta };
+        self.persist(&updated)?;
+        topics.insert(name.to_string(), updated.clone());
+        Ok(Some(updated))
+    }
+
     /// Removes a topic from the image and from disk; returns what was removed.
     pub fn delete_topic(&self, name: &str) -> Result<Option<TopicMeta>, MetadataError> {
         let mut topics = self.write();
@@ -396,6 +416,18 @@ mod tests {
         assert_eq!(m.cluster_id(), cluster);
         assert!(m.next_producer_id().unwrap() > p1);
         m.set_partitions("a.b", 5).unwrap();
+        let configs = BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]);
+        assert!(m
+            .set_topic_configs("nope", configs.clone())
+            .unwrap()
+            .is_none());
+        m.set_topic_configs("a.b", configs.clone())
+            .unwrap()
+            .unwrap();
+        drop(m);
+        let m = Metadata::open(dir.path(), 1).unwrap();
+        let t = m.topic("a.b").unwrap();
+        assert_eq!((t.partitions, &t.configs), (5, &configs));
         m.delete_topic("a.b").unwrap();
         drop(m);
         let m = Metadata::open(dir.path(), 1).unwrap();

@@ -623,6 +623,22 @@ impl PartitionLog {
         self.flush_at(now_ms)
     }
 
+    /// Swaps the config used from now on (topic config changed at run time): later rolls,
+    /// retention runs and flushes follow it; nothing already written is rewritten (an
+    /// existing segment keeps its index interval until it rolls).
+    ///
+    /// Errors: `InvalidConfig` (the old config stays).
+    pub fn set_config(&mut self, config: LogConfig) -> Result<(), LogError> {
+        check_config(&config)?;
+        self.config = config;
+        Ok(())
+    }
+
+    /// The config in use.
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
     /// Flushes if `flush_ms` has passed since the last flush and records are unflushed
     /// (what Kafka's periodic log flusher does). Returns whether it flushed.
     pub fn maybe_flush(&mut self, now_ms: i64) -> Result<bool, LogError> {

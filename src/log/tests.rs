@@ -778,3 +778,33 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn set_config_applies_to_later_rolls_and_retention_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), small_config(1 << 30), NOW_MS).unwrap();
+    for i in 0..20 {
+        append(&mut log, batch(3, NOW_MS + i));
+    }
+    assert_eq!(log.segment_count(), 1);
+    let size = log.size_bytes();
+    // An invalid config is refused and the old one stays.
+    assert!(matches!(
+        log.set_config(small_config(0)),
+        Err(LogError::InvalidConfig { .. })
+    ));
+    assert_eq!(log.config().segment_bytes, 1 << 30);
+    // Smaller segments and a byte retention: nothing is rewritten at once...
+    let mut smaller = small_config(1_000);
+    smaller.retention_bytes = 2_500;
+    log.set_config(smaller.clone()).unwrap();
+    assert_eq!(log.config(), &smaller);
+    assert_eq!((log.segment_count(), log.size_bytes()), (1, size));
+    // ...later appends roll at the new size and retention follows the new limit.
+    for i in 0..40 {
+        append(&mut log, batch(3, NOW_MS + 100 + i));
+    }
+    assert!(log.segment_count() > 3, "segments: {}", log.segment_count());
+    assert!(log.apply_retention(NOW_MS).unwrap() > 0);
+    assert!(log.size_bytes() <= 2_500 + 1_000);
+}

@@ -21,12 +21,14 @@ use crate::config::BrokerConfig;
 use crate::replica::ReplicaManager;
 use crate::server::{Outcome, RequestHandler};
 
+mod alter_configs;
 mod api_versions;
 mod create_partitions;
 mod create_topics;
 mod delete_topics;
 mod describe_configs;
 mod fetch;
+mod incremental_alter_configs;
 mod init_producer_id;
 mod list_offsets;
 mod metadata;
@@ -68,6 +70,8 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::InitProducerId, 0, 4),
     api(ApiKey::DescribeConfigs, 1, 4),
     api(ApiKey::CreatePartitions, 0, 3),
+    api(ApiKey::AlterConfigs, 0, 2),
+    api(ApiKey::IncrementalAlterConfigs, 0, 1),
 ];
 
 /// The supported range of `key`, if it is implemented.
@@ -215,6 +219,12 @@ async fn dispatch(
         RequestKind::DescribeConfigs(r) => {
             ResponseKind::DescribeConfigs(describe_configs::handle(ctx, r, version))
         }
+        RequestKind::AlterConfigs(r) => {
+            ResponseKind::AlterConfigs(alter_configs::handle(ctx, r, version))
+        }
+        RequestKind::IncrementalAlterConfigs(r) => ResponseKind::IncrementalAlterConfigs(
+            incremental_alter_configs::handle(ctx, r, version),
+        ),
         RequestKind::InitProducerId(r) => {
             ResponseKind::InitProducerId(init_producer_id::handle(ctx, r, version))
         }

@@ -1,5 +1,8 @@
 //! Produce (key 0), v3–v10. Protocol guide "Produce"; KIP-98 (idempotence), KIP-74,
-//! KIP-110 (zstd needs v7+), KIP-467 (record_errors, not filled: whole-batch errors only).
+//! KIP-110 (zstd needs v7+), KIP-467 (record_errors: filled, v8+, for the keyless records a
+//! topic whose `cleanup.policy` contains `compact` refuses — the batch fails with
+//! INVALID_RECORD and the client fails the other records with a local error of its own;
+//! other errors are whole-batch).
 //!
 //! For each partition: find the topic (auto-creating it when enabled), split the records
 //! field into record batches and validate each (magic 2, length, CRC-32C), check its size
@@ -14,14 +17,16 @@
 //! OUT_OF_ORDER_SEQUENCE_NUMBER (45), INVALID_PRODUCER_EPOCH (47),
 //! KAFKA_STORAGE_ERROR (56), UNSUPPORTED_COMPRESSION_TYPE (76), INVALID_RECORD (87).
 
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use crate::log::{split_batches, BatchError, Compression, LogError};
 
-use super::records::{validate_records, RecordLimits};
+use super::records::{validate_records, RecordLimits, KEYLESS_RECORD};
 use super::{topics, Context};
 
 fn partition_error(
@@ -109,7 +114,9 @@ pub async fn handle(
                     continue;
                 }
             };
-            let max = partition.settings.max_message_bytes;
+            // One copy for the whole request: a concurrent AlterConfigs applies from the next.
+            let settings = partition.settings();
+            let max = settings.max_message_bytes;
             if let Some(big) = batches.iter().find(|b| b.len() > max) {
                 let msg = format!(
                     "record batch of {} bytes exceeds max.message.bytes {max}",
@@ -132,13 +139,34 @@ pub async fn handle(
                 continue;
             }
             // Every record of every batch, as Kafka's LogValidator (see `records`).
-            let limits = RecordLimits::for_max_message_bytes(max);
+            let limits = RecordLimits {
+                require_keys: settings.require_keys,
+                ..RecordLimits::for_max_message_bytes(max)
+            };
             if let Some(e) = batches
                 .iter()
                 .find_map(|b| validate_records(b, limits).err())
             {
                 tracing::warn!(topic = %name, partition = index, error = %e, "refused produce batch");
-                partitions.push(partition_error(index, e.kafka_error(), Some(e.to_string())));
+                let mut response = partition_error(index, e.kafka_error(), Some(e.to_string()));
+                if version >= 8 {
+                    // KIP-467: the client fails exactly these records with INVALID_RECORD.
+                    response = response.with_record_errors(
+                        e.record_indexes()
+                            .iter()
+                            .map(|&i| {
+                                BatchIndexAndErrorMessage::default()
+                                    .with_batch_index(i)
+                                    .with_batch_index_error_message(Some(StrBytes::from_string(
+                                        format!(
+                                            "{KEYLESS_RECORD} in topic partition {name}-{index}."
+                                        ),
+                                    )))
+                            })
+                            .collect(),
+                    );
+                }
+                partitions.push(response);
                 continue;
             }
             match ctx.replicas.append(&partition, batches) {

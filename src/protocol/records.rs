@@ -23,11 +23,13 @@
 //! the record's length equals what its fields take, offsetDelta is the record's index
 //! (Kafka requires consecutive deltas in v2 client batches); finally the record count equals
 //! the header's recordCount, the last offsetDelta equals lastOffsetDelta, and no bytes
-//! follow the last record.
+//! follow the last record. With [`RecordLimits::require_keys`] (compacted topics) every
+//! record with a null key is then reported, all at once ([`RecordError::Keyless`]).
 //!
 //! Error mapping, as Kafka: bytes that do not parse (lengths, varints, truncation,
 //! decompression, the cap) → CORRUPT_MESSAGE (2); well-formed bytes with wrong contents
-//! (offset deltas, record count, trailing records, control/transactional) →
+//! (offset deltas, record count, trailing records, control/transactional, a null key on a
+//! compacted topic) →
 //! INVALID_RECORD (87). Messages name the record index (0-based).
 
 use std::io::{self, Read};
@@ -51,6 +53,10 @@ pub struct RecordLimits {
     /// grows past it (plus one byte); codec state adds a bounded amount on top (lz4 ≤ 4 MiB
     /// block buffer, zstd's window: reserved up to 2^27, touched only as output is made).
     pub max_decompressed_bytes: usize,
+    /// Refuse a record whose key is null (a topic with `cleanup.policy` containing
+    /// `compact`): INVALID_RECORD (87), "Compacted topic cannot accept message without key"
+    /// (Kafka's `LogValidator`, KIP-467).
+    pub require_keys: bool,
 }
 
 impl RecordLimits {
@@ -59,6 +65,7 @@ impl RecordLimits {
     pub fn for_max_message_bytes(max_message_bytes: usize) -> RecordLimits {
         RecordLimits {
             max_decompressed_bytes: max_message_bytes.saturating_mul(DECOMPRESSION_FACTOR),
+            require_keys: false,
         }
     }
 }
@@ -78,14 +85,40 @@ pub enum RecordError {
         /// What was wrong, naming the record index.
         reason: String,
     },
+    /// Records with a null key in a batch for a compacted topic. Kafka INVALID_RECORD (87)
+    /// with one `record_errors` entry per record (KIP-467), so a client fails those records
+    /// with INVALID_RECORD and the rest of the batch with a retriable local error.
+    #[error(
+        "invalid records: {} of the batch's records have no key (first: record {}): {KEYLESS_RECORD}",
+        indexes.len(),
+        indexes.first().copied().unwrap_or(0)
+    )]
+    Keyless {
+        /// The 0-based indexes of the keyless records in the batch, ascending; never empty.
+        indexes: Vec<i32>,
+    },
 }
+
+/// Kafka's message for a keyless record sent to a compacted topic (`LogValidator`).
+pub const KEYLESS_RECORD: &str = "Compacted topic cannot accept message without key";
 
 impl RecordError {
     /// The Kafka error: CORRUPT_MESSAGE (2) or INVALID_RECORD (87).
     pub fn kafka_error(&self) -> ResponseError {
         match self {
             RecordError::Corrupt { .. } => ResponseError::CorruptMessage,
-            RecordError::Invalid { .. } => ResponseError::InvalidRecord,
+            RecordError::Invalid { .. } | RecordError::Keyless { .. } => {
+                ResponseError::InvalidRecord
+            }
+        }
+    }
+
+    /// The records at fault, for Produce v8+ `record_errors` (KIP-467): their indexes in
+    /// the batch. Empty when the error is about the batch as a whole.
+    pub fn record_indexes(&self) -> &[i32] {
+        match self {
+            RecordError::Keyless { indexes } => indexes,
+            RecordError::Corrupt { .. } | RecordError::Invalid { .. } => &[],
         }
     }
 
@@ -121,10 +154,15 @@ pub fn validate_records(batch: &ValidatedBatch, limits: RecordLimits) -> Result<
     let last_offset_delta = batch.last_offset_delta();
     let codec = batch.compression();
     if codec == Compression::None {
-        return walk(batch.records(), count, last_offset_delta);
+        return walk(
+            batch.records(),
+            count,
+            last_offset_delta,
+            limits.require_keys,
+        );
     }
     let records = decompress(codec, batch.records(), limits.max_decompressed_bytes)?;
-    walk(&records, count, last_offset_delta)
+    walk(&records, count, last_offset_delta, limits.require_keys)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -179,9 +217,16 @@ enum Fault {
 }
 
 /// Walks `count` records in `buf`; see the module doc.
-fn walk(buf: &[u8], count: i32, last_offset_delta: i32) -> Result<(), RecordError> {
+fn walk(
+    buf: &[u8],
+    count: i32,
+    last_offset_delta: i32,
+    require_keys: bool,
+) -> Result<(), RecordError> {
     let mut pos = 0usize;
     let mut index: i32 = 0;
+    // Allocated only when a keyless record is found where keys are required.
+    let mut keyless: Vec<i32> = Vec::new();
     while pos < buf.len() {
         if index == count {
             return Err(RecordError::invalid(format!(
@@ -190,8 +235,13 @@ fn walk(buf: &[u8], count: i32, last_offset_delta: i32) -> Result<(), RecordErro
                 i64::from(count) - 1
             )));
         }
-        if let Err(fault) = record(buf, &mut pos, index) {
-            return Err(describe(fault, index, count));
+        match record(buf, &mut pos, index) {
+            Ok(key_is_null) => {
+                if require_keys && key_is_null {
+                    keyless.push(index);
+                }
+            }
+            Err(fault) => return Err(describe(fault, index, count)),
         }
         index += 1;
     }
@@ -207,6 +257,9 @@ fn walk(buf: &[u8], count: i32, last_offset_delta: i32) -> Result<(), RecordErro
             index - 1,
             index - 1
         )));
+    }
+    if !keyless.is_empty() {
+        return Err(RecordError::Keyless { indexes: keyless });
     }
     Ok(())
 }
@@ -248,9 +301,10 @@ fn describe(fault: Fault, index: i32, count: i32) -> RecordError {
     }
 }
 
-/// One record starting at `*pos` in `buf`; advances `*pos` past it.
+/// One record starting at `*pos` in `buf`; advances `*pos` past it. Returns whether its
+/// key is null.
 #[inline(always)]
-fn record(buf: &[u8], pos: &mut usize, index: i32) -> Result<(), Fault> {
+fn record(buf: &[u8], pos: &mut usize, index: i32) -> Result<bool, Fault> {
     let length = varint(buf, pos, Field::Length)?;
     let left = buf.len() - *pos;
     if length < 0 {
@@ -273,7 +327,7 @@ fn record(buf: &[u8], pos: &mut usize, index: i32) -> Result<(), Fault> {
     if offset_delta != index {
         return Err(Fault::OffsetDelta(offset_delta));
     }
-    bytes_field(body, &mut p, Field::KeyLength, true)?;
+    let key_length = bytes_field(body, &mut p, Field::KeyLength, true)?;
     bytes_field(body, &mut p, Field::ValueLength, true)?;
     let headers = varint(body, &mut p, Field::HeaderCount)?;
     if headers < 0 {
@@ -293,16 +347,16 @@ fn record(buf: &[u8], pos: &mut usize, index: i32) -> Result<(), Fault> {
             used: p,
         });
     }
-    Ok(())
+    Ok(key_length < 0)
 }
 
-/// A length-prefixed byte field: reads the length and skips the bytes.
+/// A length-prefixed byte field: reads the length (-1 = null) and skips the bytes.
 #[inline(always)]
-fn bytes_field(body: &[u8], p: &mut usize, field: Field, nullable: bool) -> Result<(), Fault> {
+fn bytes_field(body: &[u8], p: &mut usize, field: Field, nullable: bool) -> Result<i32, Fault> {
     let len = varint(body, p, field)?;
     if len < 0 {
         if len == -1 && nullable {
-            return Ok(());
+            return Ok(len);
         }
         return Err(Fault::Negative(field, len));
     }
@@ -311,7 +365,7 @@ fn bytes_field(body: &[u8], p: &mut usize, field: Field, nullable: bool) -> Resu
         return Err(Fault::PastEnd(field, len, left));
     }
     *p += len as usize;
-    Ok(())
+    Ok(len)
 }
 
 /// A zigzag varint (Kafka `readVarint`): at most 5 bytes, and the value must fit 32 bits.
@@ -824,6 +878,28 @@ mod tests {
         assert_eq!(check(one_record_batch_with(&framed(&body))), Ok(()));
     }
 
+    #[test]
+    fn compacted_topics_require_keys_in_every_codec() {
+        let keyed = RecordLimits {
+            require_keys: true,
+            ..limits()
+        };
+        for codec in [Codec::None, Codec::Gzip, Codec::Zstd] {
+            // Record 0 has a key, record 1 has none.
+            assert_eq!(check_with(encoded(1, 10, codec), keyed), Ok(()));
+            // Every keyless record is named (records 1, 3, 5, 7, 9), not only the first.
+            let r = check_with(encoded(10, 10, codec), keyed);
+            assert_eq!(code(r.clone()), 87, "{codec:?}");
+            assert_eq!(
+                r.as_ref().unwrap_err().record_indexes(),
+                &[1, 3, 5, 7, 9],
+                "{codec:?}"
+            );
+            assert!(message(r).contains(KEYLESS_RECORD), "{codec:?}");
+            assert_eq!(check_with(encoded(10, 10, codec), limits()), Ok(()));
+        }
+    }
+
     // ---- the tester's cases ---------------------------------------------------------
 
     #[test]
@@ -1038,9 +1114,11 @@ mod tests {
         let (plain, records) = uncompressed_records(300);
         let small = RecordLimits {
             max_decompressed_bytes: records.len() - 1,
+            require_keys: false,
         };
         let exact = RecordLimits {
             max_decompressed_bytes: records.len(),
+            require_keys: false,
         };
         for codec in [Codec::Gzip, Codec::Snappy, Codec::Lz4, Codec::Zstd] {
             let b = encoded(300, 100, codec);
@@ -1072,6 +1150,7 @@ mod tests {
                 b,
                 RecordLimits {
                     max_decompressed_bytes: 64 * 1024,
+                    require_keys: false,
                 },
             );
             assert_eq!(code(r), want, "window log {window_log}");

@@ -1,4 +1,5 @@
-//! Topic creation shared by CreateTopics, auto-creation on Metadata and on Produce.
+//! Topic creation shared by CreateTopics, auto-creation on Metadata and on Produce; topic
+//! config changes shared by AlterConfigs and IncrementalAlterConfigs.
 //!
 //! Validates like Kafka (`Topic.validate`, `.`/`_` collisions, partitions ≥ 1, replication
 //! factor ≤ live brokers, known topic-level config keys with valid values), then asks
@@ -153,6 +154,58 @@ pub fn create(
     }
     tracing::info!(topic = name, partitions, "created topic");
     Ok(meta)
+}
+
+/// Replaces the config overrides of an existing topic with `configs` (after validating
+/// them like CreateTopics), persists them and applies them to the live partitions; with
+/// `validate_only` it only validates. Shared by AlterConfigs and IncrementalAlterConfigs,
+/// which differ only in how they compute `configs` from the current overrides: `f`
+/// receives the current overrides and returns the new set (or the error for the resource).
+///
+/// Errors: UNKNOWN_TOPIC_OR_PARTITION (3), INVALID_CONFIG (40), whatever `f` returns,
+/// UNKNOWN_SERVER_ERROR (-1) when the metadata cannot be written.
+pub fn alter_configs(
+    ctx: &Context,
+    name: &str,
+    validate_only: bool,
+    f: impl FnOnce(&BTreeMap<String, String>) -> Result<BTreeMap<String, String>, TopicError>,
+) -> Result<(), TopicError> {
+    let unknown = || {
+        TopicError::new(
+            ResponseError::UnknownTopicOrPartition,
+            format!("Topic '{name}' does not exist."),
+        )
+    };
+    // Held from reading the current overrides to the last partition reconfigured, so
+    // concurrent changes apply one after the other (no lost update, no stale partition).
+    let _serial = ctx.replicas.lock_config_changes();
+    let current = ctx.metadata.topic(name).ok_or_else(unknown)?;
+    let configs = f(&current.configs)?;
+    check_configs(&configs)?;
+    if validate_only {
+        return Ok(());
+    }
+    let meta = match ctx.metadata.set_topic_configs(name, configs) {
+        Ok(Some(m)) => m,
+        Ok(None) => return Err(unknown()),
+        Err(e) => {
+            tracing::error!(topic = name, error = %e, "cannot record topic configs");
+            return Err(TopicError::new(
+                ResponseError::UnknownServerError,
+                e.to_string(),
+            ));
+        }
+    };
+    if let Err(e) = ctx.replicas.reconfigure_topic(&meta) {
+        // Validated configs always resolve to a valid log config: this is our bug.
+        tracing::error!(topic = name, error = %e, "cannot apply topic configs to the partitions");
+        return Err(TopicError::new(
+            ResponseError::UnknownServerError,
+            e.to_string(),
+        ));
+    }
+    tracing::info!(topic = name, configs = ?meta.configs, "altered topic configs");
+    Ok(())
 }
 
 /// The topic, auto-creating it with the broker defaults when `auto.create.topics.enable`

@@ -1,18 +1,29 @@
 //! Topic administration through librdkafka's AdminClient: CreateTopics validation (names,
 //! `.`/`_` collisions, duplicates, configs), DeleteTopics removing data, CreatePartitions
-//! growing (never shrinking), DescribeConfigs with sources, auto-creation settings.
+//! growing (never shrinking), DescribeConfigs with sources, auto-creation settings,
+//! AlterConfigs (rdkafka) and IncrementalAlterConfigs (raw requests) changing topic configs
+//! of live partitions, compacted topics refusing keyless records.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::{
+    alter_configs_request, incremental_alter_configs_request, AlterConfigsRequest,
+    AlterConfigsResponse, ApiKey, ApiVersionsRequest, ApiVersionsResponse,
+    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+};
+use kafka_protocol::protocol::StrBytes;
 use rdkafka::admin::{
-    AdminOptions, ConfigSource, NewPartitions, NewTopic, ResourceSpecifier, TopicReplication,
+    AdminOptions, AlterConfig, ConfigSource, NewPartitions, NewTopic, ResourceSpecifier,
+    TopicReplication,
 };
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::producer::FutureRecord;
 
-use crate::harness::TestBroker;
+use crate::harness::{decode, RawConn, TestBroker};
 use crate::rdkafka_client::{admin, create_topic, producer};
 
 async fn create_err(bootstrap: &str, t: NewTopic<'_>) -> Option<RDKafkaErrorCode> {
@@ -249,4 +260,416 @@ async fn deletion_and_auto_creation_can_be_turned_off() {
         .unwrap();
     let md = c.fetch_metadata(None, Duration::from_secs(10)).unwrap();
     assert!(md.topics().iter().all(|t| t.name() != "never-made"));
+}
+
+/// The topic's overrides (entries with source DynamicTopic), as DescribeConfigs shows them.
+async fn overrides(bootstrap: &str, topic: &str) -> BTreeMap<String, String> {
+    let res = admin(bootstrap)
+        .describe_configs(&[ResourceSpecifier::Topic(topic)], &AdminOptions::new())
+        .await
+        .unwrap();
+    res[0]
+        .as_ref()
+        .unwrap()
+        .entries
+        .iter()
+        .filter(|e| e.source == ConfigSource::DynamicTopic)
+        .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+        .collect()
+}
+
+fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// AlterConfigs through rdkafka. rdkafka 0.39 reports every resource as a success (it
+/// drops the per-resource error of `rd_kafka_AlterConfigs_result_resources`), so refusals
+/// are tested with raw requests ([`raw_alter`]).
+async fn alter(bootstrap: &str, topic: &str, configs: &[(&str, &str)], validate_only: bool) {
+    let mut a = AlterConfig::new(ResourceSpecifier::Topic(topic));
+    for (k, v) in configs {
+        a = a.set(k, v);
+    }
+    let r = admin(bootstrap)
+        .alter_configs(&[a], &AdminOptions::new().validate_only(validate_only))
+        .await
+        .unwrap();
+    assert!(r[0].is_ok(), "{r:?}");
+}
+
+/// AlterConfigs v`version` for one resource as a raw request; its error code and message.
+fn raw_alter(
+    conn: &mut RawConn,
+    version: i16,
+    resource_type: i8,
+    name: &str,
+    configs: &[(&str, &str)],
+) -> (i16, String) {
+    let req = AlterConfigsRequest::default().with_resources(vec![
+        alter_configs_request::AlterConfigsResource::default()
+            .with_resource_type(resource_type)
+            .with_resource_name(StrBytes::from_string(name.to_string()))
+            .with_configs(
+                configs
+                    .iter()
+                    .map(|(k, v)| {
+                        alter_configs_request::AlterableConfig::default()
+                            .with_name(StrBytes::from_string(k.to_string()))
+                            .with_value(Some(StrBytes::from_string(v.to_string())))
+                    })
+                    .collect(),
+            ),
+    ]);
+    let resp: AlterConfigsResponse = decode(conn.request(&req, version, 9).unwrap(), version);
+    let r = &resp.responses[0];
+    assert_eq!(r.resource_name.as_str(), name);
+    (
+        r.error_code,
+        r.error_message
+            .as_ref()
+            .map(|m| m.to_string())
+            .unwrap_or_default(),
+    )
+}
+
+async fn send(
+    bootstrap: &str,
+    topic: &str,
+    key: Option<&str>,
+    value_bytes: usize,
+) -> Result<i64, RDKafkaErrorCode> {
+    let p = producer(bootstrap, &[("message.timeout.ms", "10000")]);
+    let value = vec![b'v'; value_bytes];
+    let mut record = FutureRecord::to(topic).payload(&value).partition(0);
+    if let Some(k) = key {
+        record = record.key(k);
+    }
+    p.send(record, Duration::from_secs(15))
+        .await
+        .map(|d| d.offset)
+        .map_err(|(e, _)| e.rdkafka_error_code().expect("a Kafka error code"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alter_configs_replaces_overrides_live_and_durably() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = TestBroker::start_in(dir.path(), &[]);
+    let bs = b.bootstrap.clone();
+    create_topic(&bs, "altered", 1, &[("segment.bytes", "1000000")]).await;
+    assert_eq!(send(&bs, "altered", Some("k"), 3000).await, Ok(0));
+
+    alter(
+        &bs,
+        "altered",
+        &[("retention.ms", "60000"), ("max.message.bytes", "2000")],
+        false,
+    )
+    .await;
+    // Non-incremental: segment.bytes, not listed, went back to the default.
+    let want = map(&[("max.message.bytes", "2000"), ("retention.ms", "60000")]);
+    assert_eq!(overrides(&bs, "altered").await, want);
+    let res = admin(&bs)
+        .describe_configs(&[ResourceSpecifier::Topic("altered")], &AdminOptions::new())
+        .await
+        .unwrap();
+    let segment = res[0].as_ref().unwrap().get("segment.bytes").unwrap();
+    assert_eq!(segment.value.as_deref(), Some("1073741824"));
+    assert_eq!(segment.source, ConfigSource::Default);
+
+    // The live partition follows the new max.message.bytes at once.
+    assert_eq!(
+        send(&bs, "altered", Some("k"), 3000).await,
+        Err(RDKafkaErrorCode::MessageSizeTooLarge)
+    );
+    assert_eq!(send(&bs, "altered", Some("k"), 100).await, Ok(1));
+
+    // validate_only changes nothing; refused changes change nothing.
+    alter(&bs, "altered", &[("retention.ms", "1")], true).await;
+    let mut c = RawConn::connect(&bs);
+    for v in 0..=2 {
+        let bad = [
+            ("no.such.config", "1"),
+            ("retention.ms", "soon"),
+            ("cleanup.policy", "shred"),
+        ];
+        for kv in bad {
+            assert_eq!(
+                raw_alter(&mut c, v, 2, "altered", &[kv]).0,
+                40,
+                "v{v} {kv:?}"
+            );
+        }
+        assert_eq!(
+            raw_alter(&mut c, v, 2, "nope", &[("retention.ms", "1")]).0,
+            3
+        );
+        let (code, message) = raw_alter(&mut c, v, 4, "1", &[("num.partitions", "3")]);
+        assert_eq!(code, 42, "broker configs are static");
+        assert!(message.contains("--override"), "{message}");
+    }
+    assert_eq!(overrides(&bs, "altered").await, want);
+
+    // The change is durable: a restarted broker keeps and applies it.
+    b.stop();
+    let b = TestBroker::start_in(dir.path(), &[]);
+    let bs = b.bootstrap.clone();
+    assert_eq!(overrides(&bs, "altered").await, want);
+    assert_eq!(
+        send(&bs, "altered", Some("k"), 3000).await,
+        Err(RDKafkaErrorCode::MessageSizeTooLarge)
+    );
+    assert_eq!(send(&bs, "altered", Some("k"), 100).await, Ok(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compacted_topics_refuse_keyless_records() {
+    let b = TestBroker::start();
+    let bs = b.bootstrap.clone();
+    create_topic(&bs, "compacted", 1, &[("cleanup.policy", "compact")]).await;
+    assert_eq!(send(&bs, "compacted", Some("k"), 10).await, Ok(0));
+    assert_eq!(
+        send(&bs, "compacted", None, 10).await,
+        Err(RDKafkaErrorCode::InvalidRecord)
+    );
+    // Back to `delete` at run time: keyless records are accepted again.
+    alter(&bs, "compacted", &[("cleanup.policy", "delete")], false).await;
+    assert_eq!(send(&bs, "compacted", None, 10).await, Ok(1));
+    // And `delete,compact` requires keys again.
+    alter(
+        &bs,
+        "compacted",
+        &[("cleanup.policy", "delete,compact")],
+        false,
+    )
+    .await;
+    assert_eq!(
+        send(&bs, "compacted", None, 10).await,
+        Err(RDKafkaErrorCode::InvalidRecord)
+    );
+}
+
+/// One IncrementalAlterConfigs entry: key, operation (0 SET, 1 DELETE, 2 APPEND,
+/// 3 SUBTRACT), value.
+type Change<'a> = (&'a str, i8, Option<&'a str>);
+
+/// Sends IncrementalAlterConfigs for one resource; returns its error code and message.
+fn incremental(
+    conn: &mut RawConn,
+    version: i16,
+    resource_type: i8,
+    name: &str,
+    changes: &[Change<'_>],
+    validate_only: bool,
+) -> (i16, String) {
+    let configs = changes
+        .iter()
+        .map(|(k, op, v)| {
+            incremental_alter_configs_request::AlterableConfig::default()
+                .with_name(StrBytes::from_string(k.to_string()))
+                .with_config_operation(*op)
+                .with_value(v.map(|v| StrBytes::from_string(v.to_string())))
+        })
+        .collect();
+    let req = IncrementalAlterConfigsRequest::default()
+        .with_validate_only(validate_only)
+        .with_resources(vec![
+            incremental_alter_configs_request::AlterConfigsResource::default()
+                .with_resource_type(resource_type)
+                .with_resource_name(StrBytes::from_string(name.to_string()))
+                .with_configs(configs),
+        ]);
+    let resp: IncrementalAlterConfigsResponse =
+        decode(conn.request(&req, version, 5).expect("a response"), version);
+    let r = &resp.responses[0];
+    assert_eq!(r.resource_name.as_str(), name);
+    (
+        r.error_code,
+        r.error_message
+            .as_ref()
+            .map(|m| m.to_string())
+            .unwrap_or_default(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn incremental_alter_configs_set_delete_append_subtract() {
+    const SET: i8 = 0;
+    const DELETE: i8 = 1;
+    const APPEND: i8 = 2;
+    const SUBTRACT: i8 = 3;
+    let b = TestBroker::start();
+    let bs = b.bootstrap.clone();
+    create_topic(&bs, "inc", 1, &[("segment.bytes", "1000000")]).await;
+    let mut c = RawConn::connect(&bs);
+
+    // Advertised at exactly the implemented ranges.
+    let versions: ApiVersionsResponse =
+        decode(c.request(&ApiVersionsRequest::default(), 3, 1).unwrap(), 3);
+    let range = |key: ApiKey| {
+        versions
+            .api_keys
+            .iter()
+            .find(|a: &&ApiVersion| a.api_key == key as i16)
+            .map(|a| (a.min_version, a.max_version))
+    };
+    assert_eq!(range(ApiKey::AlterConfigs), Some((0, 2)));
+    assert_eq!(range(ApiKey::IncrementalAlterConfigs), Some((0, 1)));
+
+    let ok = (0, String::new());
+    let changes = [
+        ("retention.ms", SET, Some("1000")),
+        ("cleanup.policy", SET, Some("delete")),
+    ];
+    assert_eq!(incremental(&mut c, 1, 2, "inc", &changes, false), ok);
+    assert_eq!(
+        overrides(&bs, "inc").await,
+        map(&[
+            ("cleanup.policy", "delete"),
+            ("retention.ms", "1000"),
+            ("segment.bytes", "1000000"),
+        ]),
+        "keys not named stay (incremental)"
+    );
+    let append = [("cleanup.policy", APPEND, Some("compact"))];
+    assert_eq!(incremental(&mut c, 0, 2, "inc", &append, false), ok);
+    assert_eq!(incremental(&mut c, 1, 2, "inc", &append, false), ok);
+    assert_eq!(
+        overrides(&bs, "inc").await["cleanup.policy"],
+        "delete,compact",
+        "APPEND adds a value once"
+    );
+    let subtract = [("cleanup.policy", SUBTRACT, Some("delete"))];
+    assert_eq!(incremental(&mut c, 1, 2, "inc", &subtract, false), ok);
+    assert_eq!(overrides(&bs, "inc").await["cleanup.policy"], "compact");
+    let delete = [
+        ("retention.ms", DELETE, None),
+        ("cleanup.policy", DELETE, None),
+    ];
+    assert_eq!(incremental(&mut c, 1, 2, "inc", &delete, false), ok);
+    assert_eq!(
+        overrides(&bs, "inc").await,
+        map(&[("segment.bytes", "1000000")])
+    );
+    // APPEND to a key without an override starts from the broker's value (delete).
+    assert_eq!(incremental(&mut c, 1, 2, "inc", &append, false), ok);
+    assert_eq!(
+        overrides(&bs, "inc").await["cleanup.policy"],
+        "delete,compact"
+    );
+    let before = overrides(&bs, "inc").await;
+
+    // validate_only changes nothing.
+    let set = [("retention.ms", SET, Some("5"))];
+    assert_eq!(incremental(&mut c, 1, 2, "inc", &set, true), ok);
+    assert_eq!(overrides(&bs, "inc").await, before);
+
+    // Refusals, each leaving the topic as it was.
+    let code = |r: (i16, String)| r.0;
+    let mut c2 = RawConn::connect(&bs);
+    let c = &mut c2;
+    assert_eq!(
+        code(incremental(
+            c,
+            1,
+            2,
+            "inc",
+            &[("retention.ms", APPEND, Some("1"))],
+            false
+        )),
+        40,
+        "APPEND on a non-list key"
+    );
+    assert_eq!(
+        code(incremental(
+            c,
+            1,
+            2,
+            "inc",
+            &[("no.such.config", SET, Some("1"))],
+            false
+        )),
+        40
+    );
+    assert_eq!(
+        code(incremental(
+            c,
+            1,
+            2,
+            "inc",
+            &[("retention.ms", SET, Some("soon"))],
+            false
+        )),
+        40
+    );
+    assert_eq!(
+        code(incremental(
+            c,
+            1,
+            2,
+            "inc",
+            &[("cleanup.policy", SET, Some("shred"))],
+            false
+        )),
+        40
+    );
+    assert_eq!(
+        code(incremental(
+            c,
+            1,
+            2,
+            "inc",
+            &[("cleanup.policy", SUBTRACT, Some("delete,compact"))],
+            false
+        )),
+        40,
+        "an empty cleanup.policy"
+    );
+    assert_eq!(
+        code(incremental(
+            c,
+            1,
+            2,
+            "inc",
+            &[("retention.ms", 9, Some("1"))],
+            false
+        )),
+        42,
+        "unknown operation"
+    );
+    assert_eq!(
+        code(incremental(
+            c,
+            1,
+            2,
+            "inc",
+            &[("retention.ms", SET, None)],
+            false
+        )),
+        42,
+        "null value"
+    );
+    assert_eq!(
+        code(incremental(
+            c,
+            1,
+            2,
+            "inc",
+            &[
+                ("retention.ms", SET, Some("1")),
+                ("retention.ms", DELETE, None)
+            ],
+            false
+        )),
+        42,
+        "a key named twice"
+    );
+    assert_eq!(code(incremental(c, 1, 2, "nope", &set, false)), 3);
+    let (code_broker, message) =
+        incremental(c, 1, 4, "1", &[("num.partitions", SET, Some("3"))], false);
+    assert_eq!(code_broker, 42);
+    assert!(message.contains("static"), "{message}");
+    assert_eq!(overrides(&bs, "inc").await, before);
 }

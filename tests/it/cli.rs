@@ -152,6 +152,106 @@ fn topic_create_list_describe_alter_delete() {
     assert!(missing.contains("UNKNOWN_TOPIC_OR_PARTITION"), "{missing}");
 }
 
+/// The `Configs: ...` field of `weir topic describe NAME`'s first line.
+fn described_configs(b: &str, topic: &str) -> String {
+    let out = ok(b, &["topic", "describe", topic], b"");
+    let first = out.lines().next().unwrap_or_default();
+    first
+        .split('\t')
+        .find_map(|f| f.strip_prefix("Configs: "))
+        .unwrap_or_else(|| panic!("no Configs field in {first:?}"))
+        .to_string()
+}
+
+#[test]
+fn topic_alter_adds_and_deletes_configs() {
+    let broker = TestBroker::start();
+    let b = broker.bootstrap.as_str();
+    ok(
+        b,
+        &["topic", "create", "cfg", "-c", "retention.ms=60000"],
+        b"",
+    );
+
+    let add = [
+        "topic",
+        "alter",
+        "cfg",
+        "--add-config",
+        "max.message.bytes=2000",
+        "--add-config",
+        "cleanup.policy=compact,delete",
+    ];
+    assert_eq!(ok(b, &add, b""), "");
+    assert_eq!(
+        described_configs(b, "cfg"),
+        "cleanup.policy=compact,delete,max.message.bytes=2000,retention.ms=60000"
+    );
+    let delete = ["topic", "alter", "cfg", "--delete-config", "retention.ms"];
+    assert_eq!(ok(b, &delete, b""), "");
+    assert_eq!(
+        described_configs(b, "cfg"),
+        "cleanup.policy=compact,delete,max.message.bytes=2000"
+    );
+    // Partitions and configs in one go.
+    let both = [
+        "topic",
+        "alter",
+        "cfg",
+        "-p",
+        "3",
+        "--add-config",
+        "retention.ms=1000",
+        "--delete-config",
+        "cleanup.policy",
+    ];
+    assert_eq!(ok(b, &both, b""), "");
+    let described = ok(b, &["topic", "describe", "cfg"], b"");
+    assert!(
+        described.starts_with(
+            "Topic: cfg\tTopicId: -\tPartitionCount: 3\tReplicationFactor: 1\t\
+             Configs: max.message.bytes=2000,retention.ms=1000\n"
+        ),
+        "{described}"
+    );
+
+    // Refusals leave the topic as it was.
+    let unknown = fails(
+        b,
+        &["topic", "alter", "cfg", "--add-config", "no.such=1"],
+        b"",
+    );
+    assert!(
+        unknown.contains("INVALID_CONFIG") && unknown.contains("no.such"),
+        "{unknown}"
+    );
+    let bad = fails(
+        b,
+        &["topic", "alter", "cfg", "--add-config", "retention.ms=soon"],
+        b"",
+    );
+    assert!(bad.contains("INVALID_CONFIG"), "{bad}");
+    let absent = fails(
+        b,
+        &["topic", "alter", "cfg", "--delete-config", "segment.ms"],
+        b"",
+    );
+    assert!(absent.contains("segment.ms"), "{absent}");
+    let nope = fails(
+        b,
+        &["topic", "alter", "nope", "--add-config", "retention.ms=1"],
+        b"",
+    );
+    assert!(nope.contains("UNKNOWN_TOPIC_OR_PARTITION"), "{nope}");
+    assert_eq!(
+        described_configs(b, "cfg"),
+        "max.message.bytes=2000,retention.ms=1000"
+    );
+    // Nothing to alter is a usage error.
+    let out = weir(b, &["topic", "alter", "cfg"], b"");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
+
 #[test]
 fn produce_keyed_lines_and_consume_them_with_keys() {
     let broker = TestBroker::start();

@@ -1,0 +1,171 @@
+//! IncrementalAlterConfigs (key 44), v0–v1. Protocol guide "IncrementalAlterConfigs";
+//! KIP-339 (the API), KIP-226 (dynamic broker configs, not supported here).
+//!
+//! Topic resources (type 2): each entry changes one key of the topic's overrides, the
+//! others stay — SET (0) sets the value, DELETE (1) removes the override (the broker's
+//! value applies again), APPEND (2) and SUBTRACT (3) add values to or remove values from a
+//! list-typed key (`cleanup.policy`), starting from the topic's effective value (its
+//! override, else the broker's). The resulting set is validated like CreateTopics; with
+//! `validate_only` nothing changes. As AlterConfigs, the result is persisted and applied
+//! to the live partitions.
+//!
+//! Broker resources (type 4) are refused: weir's broker configs are static.
+//!
+//! Errors returned per resource: UNKNOWN_TOPIC_OR_PARTITION (3), INVALID_CONFIG (40) for an
+//! unknown key, a bad value, or APPEND/SUBTRACT on a key that is not a list,
+//! INVALID_REQUEST (42) for a broker resource, another resource type, a resource named
+//! twice, a key named twice in one resource, an unknown operation or a null value for
+//! SET/APPEND/SUBTRACT, UNKNOWN_SERVER_ERROR (-1) when the metadata cannot be written.
+
+use std::collections::{BTreeMap, HashSet};
+
+use kafka_protocol::messages::incremental_alter_configs_request::AlterableConfig;
+use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
+use kafka_protocol::messages::{IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse};
+use kafka_protocol::ResponseError;
+
+use crate::config::{topic_key, BrokerConfig, KeyType};
+use crate::replica::effective_topic_configs;
+
+use super::alter_configs::{outcome, refused_resource};
+use super::topics::{self, TopicError};
+use super::Context;
+
+/// One operation on one key (the wire's `config_operation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Set,
+    Delete,
+    Append,
+    Subtract,
+}
+
+impl Op {
+    fn from_code(code: i8) -> Option<Op> {
+        match code {
+            0 => Some(Op::Set),
+            1 => Some(Op::Delete),
+            2 => Some(Op::Append),
+            3 => Some(Op::Subtract),
+            _ => None,
+        }
+    }
+}
+
+fn invalid_request(message: String) -> TopicError {
+    TopicError::new(ResponseError::InvalidRequest, message)
+}
+
+fn invalid_config(message: String) -> TopicError {
+    TopicError::new(ResponseError::InvalidConfig, message)
+}
+
+fn list_items(value: &str) -> Vec<&str> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .collect()
+}
+
+/// The topic's overrides after applying `changes` to `current`.
+fn apply(
+    broker: &BrokerConfig,
+    current: &BTreeMap<String, String>,
+    changes: &[AlterableConfig],
+) -> Result<BTreeMap<String, String>, TopicError> {
+    let mut keys = HashSet::new();
+    for c in changes {
+        if !keys.insert(c.name.as_str()) {
+            return Err(invalid_request(format!(
+                "Error due to duplicate config keys: {}",
+                c.name.as_str()
+            )));
+        }
+    }
+    let mut next = current.clone();
+    for c in changes {
+        let name = c.name.as_str();
+        let op = Op::from_code(c.config_operation).ok_or_else(|| {
+            invalid_request(format!(
+                "Unknown config operation {} for {name}",
+                c.config_operation
+            ))
+        })?;
+        let spec = topic_key(name)
+            .ok_or_else(|| invalid_config(format!("Unknown topic config name: {name}")))?;
+        if op == Op::Delete {
+            next.remove(name);
+            continue;
+        }
+        let Some(v) = c.value.as_ref().map(|v| v.as_str()) else {
+            return Err(invalid_request(format!(
+                "Null value not supported for : {name}"
+            )));
+        };
+        if op == Op::Set {
+            next.insert(name.to_string(), v.to_string());
+            continue;
+        }
+        if spec.key_type != KeyType::List {
+            return Err(invalid_config(format!(
+                "Config value {} is not allowed for config key: {name} (not a list)",
+                if op == Op::Append {
+                    "append"
+                } else {
+                    "subtract"
+                }
+            )));
+        }
+        let base = match next.get(name) {
+            Some(v) => Some(v.clone()),
+            None => effective_topic_configs(broker, &next)
+                .into_iter()
+                .find(|(k, _, _)| *k == name)
+                .and_then(|(_, v, _)| v),
+        }
+        .unwrap_or_default();
+        let mut items: Vec<&str> = list_items(&base);
+        let given = list_items(v);
+        if op == Op::Append {
+            for g in given {
+                if !items.contains(&g) {
+                    items.push(g);
+                }
+            }
+        } else {
+            items.retain(|i| !given.contains(i));
+        }
+        next.insert(name.to_string(), items.join(","));
+    }
+    Ok(next)
+}
+
+/// Handles an IncrementalAlterConfigs request.
+pub fn handle(
+    ctx: &Context,
+    request: IncrementalAlterConfigsRequest,
+    _version: i16,
+) -> IncrementalAlterConfigsResponse {
+    let mut seen = HashSet::new();
+    let responses = request
+        .resources
+        .into_iter()
+        .map(|r| {
+            let name = r.resource_name.as_str();
+            let result = match refused_resource(r.resource_type, name, &mut seen) {
+                Some(e) => Err(e),
+                None => topics::alter_configs(ctx, name, request.validate_only, |current| {
+                    apply(&ctx.config, current, &r.configs)
+                }),
+            };
+            let (code, message) = outcome(result);
+            AlterConfigsResourceResponse::default()
+                .with_error_code(code)
+                .with_error_message(message)
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name.clone())
+        })
+        .collect();
+    IncrementalAlterConfigsResponse::default().with_responses(responses)
+}
