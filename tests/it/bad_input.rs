@@ -13,33 +13,48 @@ use kafka_protocol::records::{
 
 use crate::harness::{decode, RawConn, TestBroker};
 
-fn one_record_batch(value_bytes: usize) -> BytesMut {
-    let r = Record {
-        transactional: false,
-        control: false,
-        delete_horizon: false,
-        partition_leader_epoch: -1,
-        producer_id: -1,
-        producer_epoch: -1,
-        timestamp_type: TimestampType::Creation,
-        offset: 0,
-        sequence: -1,
-        timestamp: weir::replica::now_ms(),
-        key: None,
-        value: Some(Bytes::from(vec![b'x'; value_bytes])),
-        headers: Default::default(),
-    };
+/// One batch of records with these keys and values, encoded by kafka-protocol with
+/// `codec`, timestamped now (an old timestamp would let retention.ms delete them mid-test).
+fn encode_batch(kvs: Vec<(Option<Bytes>, Option<Bytes>)>, codec: Compression) -> BytesMut {
+    let now_ms = weir::replica::now_ms();
+    let records: Vec<Record> = kvs
+        .into_iter()
+        .zip(0i64..)
+        .map(|((key, value), i)| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i,
+            // constant offset - sequence: one batch for all records
+            sequence: (i - 1) as i32,
+            timestamp: now_ms + i,
+            key,
+            value,
+            headers: Default::default(),
+        })
+        .collect();
     let mut buf = BytesMut::new();
     RecordBatchEncoder::encode(
         &mut buf,
-        [&r],
+        records.iter(),
         &RecordEncodeOptions {
             version: 2,
-            compression: Compression::None,
+            compression: codec,
         },
     )
     .unwrap();
     buf
+}
+
+fn one_record_batch(value_bytes: usize) -> BytesMut {
+    encode_batch(
+        vec![(None, Some(Bytes::from(vec![b'x'; value_bytes])))],
+        Compression::None,
+    )
 }
 
 fn produce(conn: &mut RawConn, topic: &str, records: Bytes) -> i16 {
@@ -160,32 +175,11 @@ fn api_versions_too_new_gets_error_35_in_a_v0_body_and_the_client_retries() {
 fn zstd_needs_produce_v7() {
     let b = TestBroker::start();
     let mut c = RawConn::connect(&b.bootstrap);
-    let r = Record {
-        transactional: false,
-        control: false,
-        delete_horizon: false,
-        partition_leader_epoch: -1,
-        producer_id: -1,
-        producer_epoch: -1,
-        timestamp_type: TimestampType::Creation,
-        offset: 0,
-        sequence: -1,
-        timestamp: weir::replica::now_ms(),
-        key: None,
-        value: Some(Bytes::from_static(b"zstd, please")),
-        headers: Default::default(),
-    };
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        [&r],
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::Zstd,
-        },
+    let records = encode_batch(
+        vec![(None, Some(Bytes::from_static(b"zstd, please")))],
+        Compression::Zstd,
     )
-    .unwrap();
-    let records = buf.freeze();
+    .freeze();
     let send = |c: &mut RawConn, version: i16| -> i16 {
         let req = ProduceRequest::default()
             .with_acks(1)
@@ -248,42 +242,17 @@ const LAST_OFFSET_DELTA_AT: usize = 23;
 const RECORD_COUNT_AT: usize = 57;
 const BATCH_HEADER: usize = 61;
 
-/// One batch of `n` records ("v0", "v1", ...) encoded by kafka-protocol with `codec`,
-/// timestamped now (an old timestamp would let retention.ms delete them mid-test).
+/// One batch of `n` records ("k0"/"v0", "k1"/"v1", ...) encoded with `codec`.
 fn records_batch(n: usize, codec: Compression) -> Vec<u8> {
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
-    let records: Vec<Record> = (0..n as i64)
-        .map(|i| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i,
-            // constant offset - sequence: one batch for all records
-            sequence: (i - 1) as i32,
-            timestamp: now_ms + i,
-            key: Some(Bytes::from(format!("k{i}"))),
-            value: Some(Bytes::from(format!("v{i}"))),
-            headers: Default::default(),
+    let kvs = (0..n)
+        .map(|i| {
+            (
+                Some(Bytes::from(format!("k{i}"))),
+                Some(Bytes::from(format!("v{i}"))),
+            )
         })
         .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        records.iter(),
-        &RecordEncodeOptions {
-            version: 2,
-            compression: codec,
-        },
-    )
-    .unwrap();
-    buf.to_vec()
+    encode_batch(kvs, codec).to_vec()
 }
 
 fn fix_crc(batch: &mut [u8]) {
