@@ -26,6 +26,15 @@ use rdkafka::producer::FutureRecord;
 use crate::harness::{decode, RawConn, TestBroker};
 use crate::rdkafka_client::{admin, create_topic, producer};
 
+/// (name, partitions, replication factor, config, expected error).
+type CreateCase<'a> = (
+    &'a str,
+    i32,
+    i32,
+    Option<(&'a str, &'a str)>,
+    Option<RDKafkaErrorCode>,
+);
+
 async fn create_err(bootstrap: &str, t: NewTopic<'_>) -> Option<RDKafkaErrorCode> {
     let r = admin(bootstrap)
         .create_topics(&[t], &AdminOptions::new())
@@ -49,71 +58,48 @@ fn partitions(bootstrap: &str, topic: &str) -> usize {
 async fn create_topics_validates_like_kafka() {
     let b = TestBroker::start();
     let bs = &b.bootstrap;
-    assert_eq!(
-        create_err(bs, NewTopic::new("a.b", 2, TopicReplication::Fixed(1))).await,
-        None
-    );
-    assert_eq!(
-        create_err(bs, NewTopic::new("a.b", 2, TopicReplication::Fixed(1))).await,
-        Some(RDKafkaErrorCode::TopicAlreadyExists)
-    );
-    assert_eq!(
-        create_err(bs, NewTopic::new("a_b", 2, TopicReplication::Fixed(1))).await,
-        Some(RDKafkaErrorCode::InvalidTopic),
-        "a.b and a_b cannot both exist"
-    );
-    assert_eq!(
-        create_err(bs, NewTopic::new("bad/name", 1, TopicReplication::Fixed(1))).await,
-        Some(RDKafkaErrorCode::InvalidTopic)
-    );
-    assert_eq!(
-        create_err(
-            bs,
-            NewTopic::new(&"x".repeat(250), 1, TopicReplication::Fixed(1))
-        )
-        .await,
-        Some(RDKafkaErrorCode::InvalidTopic)
-    );
-    assert_eq!(
-        create_err(
-            bs,
-            NewTopic::new(&"x".repeat(249), 1, TopicReplication::Fixed(1))
-        )
-        .await,
-        None
-    );
-    assert_eq!(
-        create_err(bs, NewTopic::new("zero", 0, TopicReplication::Fixed(1))).await,
-        Some(RDKafkaErrorCode::InvalidPartitions)
-    );
-    assert_eq!(
-        create_err(bs, NewTopic::new("rf3", 1, TopicReplication::Fixed(3))).await,
-        Some(RDKafkaErrorCode::InvalidReplicationFactor)
-    );
-    assert_eq!(
-        create_err(
-            bs,
-            NewTopic::new("cfg", 1, TopicReplication::Fixed(1)).set("no.such.config", "1")
-        )
-        .await,
-        Some(RDKafkaErrorCode::InvalidConfig)
-    );
-    assert_eq!(
-        create_err(
-            bs,
-            NewTopic::new("cfg", 1, TopicReplication::Fixed(1)).set("retention.ms", "soon")
-        )
-        .await,
-        Some(RDKafkaErrorCode::InvalidConfig)
-    );
-    assert_eq!(
-        create_err(
-            bs,
-            NewTopic::new("cfg", 1, TopicReplication::Fixed(1)).set("cleanup.policy", "shred")
-        )
-        .await,
-        Some(RDKafkaErrorCode::InvalidConfig)
-    );
+    let long_ok = "x".repeat(249);
+    let too_long = "x".repeat(250);
+    use RDKafkaErrorCode::*;
+    // (name, partitions, replication factor, config, expected error), in order.
+    let cases: Vec<CreateCase> = vec![
+        ("a.b", 2, 1, None, None),
+        ("a.b", 2, 1, None, Some(TopicAlreadyExists)),
+        ("a_b", 2, 1, None, Some(InvalidTopic)), // a.b and a_b cannot both exist
+        ("bad/name", 1, 1, None, Some(InvalidTopic)),
+        (&too_long, 1, 1, None, Some(InvalidTopic)),
+        (&long_ok, 1, 1, None, None),
+        ("zero", 0, 1, None, Some(InvalidPartitions)),
+        ("rf3", 1, 3, None, Some(InvalidReplicationFactor)),
+        (
+            "cfg",
+            1,
+            1,
+            Some(("no.such.config", "1")),
+            Some(InvalidConfig),
+        ),
+        (
+            "cfg",
+            1,
+            1,
+            Some(("retention.ms", "soon")),
+            Some(InvalidConfig),
+        ),
+        (
+            "cfg",
+            1,
+            1,
+            Some(("cleanup.policy", "shred")),
+            Some(InvalidConfig),
+        ),
+    ];
+    for (name, partitions, rf, config, expected) in cases {
+        let mut t = NewTopic::new(name, partitions, TopicReplication::Fixed(rf));
+        if let Some((k, v)) = config {
+            t = t.set(k, v);
+        }
+        assert_eq!(create_err(bs, t).await, expected, "{name:.20} {config:?}");
+    }
     assert_eq!(partitions(bs, "a.b"), 2);
 }
 
