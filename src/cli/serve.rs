@@ -28,6 +28,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .thread_name("weir")
         .build()?;
     rt.block_on(async move {
+        // Fail on an unusable log.dirs before announcing the listener: a script waiting for
+        // the "listening" line must not see it from a broker that is about to exit.
+        std::fs::create_dir_all(&config.log_dir).map_err(|e| {
+            anyhow::anyhow!("cannot create log.dirs {}: {e}", config.log_dir.display())
+        })?;
         let listeners = crate::broker::bind(&config).await?;
         for l in &listeners {
             println!("weir listening on {}", l.local_addr()?);

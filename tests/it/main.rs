@@ -8,6 +8,7 @@ mod admin;
 mod bad_input;
 mod cli;
 mod clients;
+mod config;
 mod crash;
 mod fetch;
 mod harness;
