@@ -3,7 +3,6 @@
 //! and a property test against a `Vec<batch>` model.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use proptest::prelude::*;
@@ -80,9 +79,16 @@ fn last_log_file(dir: &Path) -> std::path::PathBuf {
     logs.pop().unwrap()
 }
 
-/// A tracing subscriber that keeps WARN messages, to assert recovery said what it did.
-#[derive(Clone, Default)]
-struct Warnings(Arc<Mutex<Vec<String>>>);
+thread_local! {
+    /// WARN messages of this thread while `with_warnings` runs (`None` otherwise).
+    static CAPTURED: std::cell::RefCell<Option<Vec<String>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// A global tracing subscriber that hands WARN messages to the emitting thread's capture,
+/// to assert that recovery said what it did. Global rather than scoped per test: with
+/// scoped subscribers in parallel test threads, tracing may cache a call site as "never
+/// interested" and drop the event (seen as a flaky warning count).
+struct Router;
 
 struct MessageVisitor<'a>(&'a mut String);
 
@@ -92,7 +98,7 @@ impl tracing::field::Visit for MessageVisitor<'_> {
     }
 }
 
-impl tracing::Subscriber for Warnings {
+impl tracing::Subscriber for Router {
     fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
         true
     }
@@ -105,7 +111,11 @@ impl tracing::Subscriber for Warnings {
         if *event.metadata().level() == tracing::Level::WARN {
             let mut text = String::new();
             event.record(&mut MessageVisitor(&mut text));
-            self.0.lock().unwrap().push(text);
+            CAPTURED.with(|c| {
+                if let Some(v) = c.borrow_mut().as_mut() {
+                    v.push(text);
+                }
+            });
         }
     }
     fn enter(&self, _: &tracing::span::Id) {}
@@ -113,15 +123,14 @@ impl tracing::Subscriber for Warnings {
 }
 
 fn with_warnings<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
-    let warnings = Warnings::default();
-    let out = tracing::subscriber::with_default(warnings.clone(), || {
-        // Tests run in parallel threads, most with no subscriber: a callsite first hit on
-        // such a thread can be cached as "never interested" and then skip this one's
-        // subscriber too. Recompute the cache now that this subscriber exists.
-        tracing::callsite::rebuild_interest_cache();
-        f()
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        tracing::subscriber::set_global_default(Router)
+            .expect("no other global subscriber in the unit tests");
     });
-    let seen = warnings.0.lock().unwrap().clone();
+    CAPTURED.with(|c| *c.borrow_mut() = Some(Vec::new()));
+    let out = f();
+    let seen = CAPTURED.with(|c| c.borrow_mut().take().unwrap_or_default());
     (out, seen)
 }
 
