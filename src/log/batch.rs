@@ -590,7 +590,8 @@ pub(crate) mod testing {
         }
     }
 
-    fn put_varlong(out: &mut Vec<u8>, value: i64) {
+    /// Appends `value` as a zigzag varint (Kafka's varint and varlong share the encoding).
+    pub(crate) fn put_varlong(out: &mut Vec<u8>, value: i64) {
         let mut raw = ((value << 1) ^ (value >> 63)) as u64;
         loop {
             if raw < 0x80 {

@@ -730,17 +730,7 @@ mod tests {
         r.expect_err("an error").to_string()
     }
 
-    fn put_varint(out: &mut Vec<u8>, v: i64) {
-        let mut raw = ((v << 1) ^ (v >> 63)) as u64;
-        loop {
-            if raw < 0x80 {
-                out.push(raw as u8);
-                return;
-            }
-            out.push((raw as u8 & 0x7f) | 0x80);
-            raw >>= 7;
-        }
-    }
+    use crate::log::batch::testing::put_varlong as put_varint;
 
     /// One record body with the given fields (lengths written as given, contents as given).
     fn raw_record(

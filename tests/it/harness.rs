@@ -201,6 +201,24 @@ impl RawConn {
         self.stream.write_all(bytes).expect("write");
     }
 
+    /// True when the broker closes the connection within 5 s without sending anything
+    /// more; false when the connection stays open (a read timeout is not a close).
+    pub fn is_closed_by_broker(&mut self) -> bool {
+        use std::io::Read;
+        self.stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut byte = [0u8; 1];
+        match self.stream.read(&mut byte) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => matches!(
+                e.kind(),
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted
+            ),
+        }
+    }
+
     /// Reads one size-prefixed frame; `None` when the broker closed the connection.
     pub fn read_frame(&mut self) -> Option<Vec<u8>> {
         use std::io::Read;
