@@ -14,6 +14,7 @@ use tokio::sync::watch;
 
 use crate::cluster::Metadata;
 use crate::config::BrokerConfig;
+use crate::group::GroupCoordinator;
 use crate::protocol::{Context, Endpoint, Handler};
 use crate::purgatory::Purgatory;
 use crate::replica::ReplicaManager;
@@ -115,10 +116,16 @@ pub async fn run(
         cluster_id = metadata.cluster_id(),
         "logs recovered"
     );
+    let groups = Arc::new(
+        GroupCoordinator::open(metadata.clone(), replicas.clone(), config.group)
+            .map_err(|e| anyhow::anyhow!(e))
+            .context("cannot load consumer groups")?,
+    );
     let handler = Arc::new(Handler::new(Context {
         config: config.clone(),
         metadata,
         replicas: replicas.clone(),
+        groups: groups.clone(),
         advertised,
     }));
     let limits = ServerLimits {
@@ -141,6 +148,7 @@ pub async fn run(
             shutdown.clone(),
         ));
     }
+    tasks.spawn(groups.clone().run_timers(shutdown.clone()));
     {
         let replicas = replicas.clone();
         let mut shutdown = shutdown.clone();

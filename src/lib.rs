@@ -9,6 +9,7 @@ pub mod broker;
 pub mod cli;
 pub mod cluster;
 pub mod config;
+pub mod group;
 pub mod log;
 pub mod protocol;
 pub mod purgatory;

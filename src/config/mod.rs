@@ -108,6 +108,15 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("queued.max.requests", Int, Some("500"), Some(1), "Most answers of one connection waiting to be written; requests are handled one at a time, in order."),
     key("fetch.max.bytes", Int, Some("57671680"), Some(0), "Largest Fetch response the broker builds, whatever the request asks (bytes); the first batch still goes whole (KIP-74)."),
     key("fetch.purgatory.max.size", Int, Some("10000"), Some(1), "Most long-poll Fetch requests parked at once; more answer at once."),
+    key("group.initial.rebalance.delay.ms", Int, Some("3000"), Some(0), "How long the first rebalance of an empty group waits for more members to join (ms)."),
+    key("group.min.session.timeout.ms", Int, Some("6000"), Some(1), "Smallest session.timeout.ms a member may ask for (INVALID_SESSION_TIMEOUT below it)."),
+    key("group.max.session.timeout.ms", Int, Some("1800000"), Some(1), "Largest session.timeout.ms a member may ask for (INVALID_SESSION_TIMEOUT above it)."),
+    key("group.max.size", Int, Some("2147483647"), Some(1), "Most members one consumer group may have (GROUP_MAX_SIZE_REACHED above it)."),
+    key("offsets.topic.num.partitions", Int, Some("50"), Some(1), "Partitions of __consumer_offsets, fixed when it is first created."),
+    key("offsets.topic.segment.bytes", Int, Some("104857600"), Some(14), "Segment size of __consumer_offsets (bytes)."),
+    key("offsets.retention.minutes", Int, Some("10080"), Some(1), "Committed offsets of a group are dropped this long after it became empty (minutes)."),
+    key("offsets.retention.check.interval.ms", Long, Some("600000"), Some(1), "How often expired committed offsets are looked for (ms)."),
+    key("offset.metadata.max.bytes", Int, Some("4096"), Some(0), "Longest metadata string of a committed offset (OFFSET_METADATA_TOO_LARGE above it)."),
 ];
 
 /// A topic-level key (Kafka's `TopicConfig`) and the broker key supplying its default.
@@ -506,6 +515,31 @@ pub struct BrokerConfig {
     pub fetch_purgatory_max_size: usize,
     /// `fetch.max.bytes`.
     pub fetch_max_bytes: usize,
+    /// Consumer group coordinator settings (`group.*`, `offsets.*`).
+    pub group: GroupSettings,
+}
+
+/// The group coordinator's settings, Kafka's names (`GroupCoordinatorConfig`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupSettings {
+    /// `group.initial.rebalance.delay.ms`.
+    pub initial_rebalance_delay_ms: u64,
+    /// `group.min.session.timeout.ms`.
+    pub min_session_timeout_ms: i32,
+    /// `group.max.session.timeout.ms`.
+    pub max_session_timeout_ms: i32,
+    /// `group.max.size`.
+    pub max_size: usize,
+    /// `offsets.topic.num.partitions`.
+    pub offsets_topic_num_partitions: i32,
+    /// `offsets.topic.segment.bytes`.
+    pub offsets_topic_segment_bytes: i64,
+    /// `offsets.retention.minutes`, in ms.
+    pub offsets_retention_ms: i64,
+    /// `offsets.retention.check.interval.ms`.
+    pub offsets_retention_check_interval_ms: u64,
+    /// `offset.metadata.max.bytes`.
+    pub offset_metadata_max_bytes: usize,
 }
 
 impl BrokerConfig {
@@ -570,6 +604,18 @@ impl BrokerConfig {
             connections_max_idle_ms: int("connections.max.idle.ms")? as u64,
             fetch_purgatory_max_size: int("fetch.purgatory.max.size")? as usize,
             fetch_max_bytes: int("fetch.max.bytes")? as usize,
+            group: GroupSettings {
+                initial_rebalance_delay_ms: int("group.initial.rebalance.delay.ms")? as u64,
+                min_session_timeout_ms: int("group.min.session.timeout.ms")? as i32,
+                max_session_timeout_ms: int("group.max.session.timeout.ms")? as i32,
+                max_size: int("group.max.size")? as usize,
+                offsets_topic_num_partitions: int("offsets.topic.num.partitions")? as i32,
+                offsets_topic_segment_bytes: int("offsets.topic.segment.bytes")?,
+                offsets_retention_ms: int("offsets.retention.minutes")?.saturating_mul(60_000),
+                offsets_retention_check_interval_ms: int("offsets.retention.check.interval.ms")?
+                    as u64,
+                offset_metadata_max_bytes: int("offset.metadata.max.bytes")? as usize,
+            },
             raw,
         })
     }

@@ -3,7 +3,7 @@
 //! Removes the topic from the metadata and deletes its partition directories.
 //!
 //! Errors returned per topic: UNKNOWN_TOPIC_OR_PARTITION (3), TOPIC_DELETION_DISABLED (73)
-//! when `delete.topic.enable=false`, UNKNOWN_TOPIC_ID (100), UNKNOWN_SERVER_ERROR (-1) when
+//! when `delete.topic.enable=false`, UNKNOWN_TOPIC_ID (100), INVALID_TOPIC_EXCEPTION (17) for internal topics, UNKNOWN_SERVER_ERROR (-1) when
 //! the files cannot be removed.
 
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
@@ -13,6 +13,7 @@ use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
 use super::Context;
+use crate::cluster::is_internal_topic;
 
 fn delete_one(ctx: &Context, name: Option<String>, id: Uuid) -> DeletableTopicResult {
     let meta = match &name {
@@ -33,6 +34,15 @@ fn delete_one(ctx: &Context, name: Option<String>, id: Uuid) -> DeletableTopicRe
     let out = out
         .with_name(Some(TopicName(StrBytes::from_string(meta.name.clone()))))
         .with_topic_id(meta.id);
+    if is_internal_topic(&meta.name) {
+        // The group coordinator holds it open; deleting it would lose every commit.
+        return out
+            .with_error_code(ResponseError::InvalidTopicException.code())
+            .with_error_message(Some(StrBytes::from_string(format!(
+                "Cannot delete internal topic {}",
+                meta.name
+            ))));
+    }
     if !ctx.config.delete_topic_enable {
         return out.with_error_code(ResponseError::TopicDeletionDisabled.code());
     }
@@ -47,6 +57,7 @@ fn delete_one(ctx: &Context, name: Option<String>, id: Uuid) -> DeletableTopicRe
         });
     match result {
         Ok(()) => {
+            ctx.groups.on_topic_deleted(&meta.name);
             tracing::info!(topic = %meta.name, "deleted topic");
             out
         }

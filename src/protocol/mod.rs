@@ -18,6 +18,7 @@ use kafka_protocol::protocol::{Decodable, Encodable};
 
 use crate::cluster::Metadata;
 use crate::config::BrokerConfig;
+use crate::group::GroupCoordinator;
 use crate::replica::ReplicaManager;
 use crate::server::{Outcome, RequestHandler};
 
@@ -25,15 +26,26 @@ mod alter_configs;
 mod api_versions;
 mod create_partitions;
 mod create_topics;
+mod delete_groups;
 mod delete_topics;
 mod describe_configs;
+mod describe_groups;
 mod fetch;
+mod find_coordinator;
+mod heartbeat;
 mod incremental_alter_configs;
 mod init_producer_id;
+mod join_group;
+mod leave_group;
+mod list_groups;
 mod list_offsets;
 mod metadata;
+mod offset_commit;
+mod offset_delete;
+mod offset_fetch;
 mod produce;
 pub mod records;
+mod sync_group;
 mod topics;
 
 /// One implemented API: its key and the version range implemented and tested.
@@ -72,6 +84,17 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::CreatePartitions, 0, 3),
     api(ApiKey::AlterConfigs, 0, 2),
     api(ApiKey::IncrementalAlterConfigs, 0, 1),
+    api(ApiKey::FindCoordinator, 0, 6),
+    api(ApiKey::JoinGroup, 0, 9),
+    api(ApiKey::SyncGroup, 0, 5),
+    api(ApiKey::Heartbeat, 0, 4),
+    api(ApiKey::LeaveGroup, 0, 5),
+    api(ApiKey::OffsetCommit, 2, 9),
+    api(ApiKey::OffsetFetch, 1, 9),
+    api(ApiKey::ListGroups, 0, 5),
+    api(ApiKey::DescribeGroups, 0, 6),
+    api(ApiKey::DeleteGroups, 0, 2),
+    api(ApiKey::OffsetDelete, 0, 0),
 ];
 
 /// The supported range of `key`, if it is implemented.
@@ -97,6 +120,8 @@ pub struct Context {
     pub metadata: Arc<Metadata>,
     /// Hosted partitions and their logs.
     pub replicas: Arc<ReplicaManager>,
+    /// Consumer groups and committed offsets.
+    pub groups: Arc<GroupCoordinator>,
     /// What Metadata advertises for this broker.
     pub advertised: Endpoint,
 }
@@ -180,7 +205,7 @@ pub async fn handle_frame(ctx: &Context, mut frame: Bytes, peer: SocketAddr) -> 
         .as_ref()
         .map(|c| c.as_str().to_string())
         .unwrap_or_default();
-    let response = match dispatch(ctx, request, version, &client_id).await {
+    let response = match dispatch(ctx, request, version, &client_id, peer).await {
         Some(r) => r,
         None => return Outcome::NoResponse,
     };
@@ -193,8 +218,8 @@ async fn dispatch(
     request: RequestKind,
     version: i16,
     client_id: &str,
+    peer: SocketAddr,
 ) -> Option<ResponseKind> {
-    let _ = client_id;
     Some(match request {
         RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(r, version)),
         RequestKind::Metadata(r) => ResponseKind::Metadata(metadata::handle(ctx, r, version)),
@@ -227,6 +252,37 @@ async fn dispatch(
         ),
         RequestKind::InitProducerId(r) => {
             ResponseKind::InitProducerId(init_producer_id::handle(ctx, r, version))
+        }
+        RequestKind::FindCoordinator(r) => {
+            ResponseKind::FindCoordinator(find_coordinator::handle(ctx, r, version))
+        }
+        RequestKind::JoinGroup(r) => {
+            ResponseKind::JoinGroup(join_group::handle(ctx, r, version, client_id, peer).await)
+        }
+        RequestKind::SyncGroup(r) => {
+            ResponseKind::SyncGroup(sync_group::handle(ctx, r, version).await)
+        }
+        RequestKind::Heartbeat(r) => ResponseKind::Heartbeat(heartbeat::handle(ctx, r, version)),
+        RequestKind::LeaveGroup(r) => {
+            ResponseKind::LeaveGroup(leave_group::handle(ctx, r, version))
+        }
+        RequestKind::OffsetCommit(r) => {
+            ResponseKind::OffsetCommit(offset_commit::handle(ctx, r, version))
+        }
+        RequestKind::OffsetFetch(r) => {
+            ResponseKind::OffsetFetch(offset_fetch::handle(ctx, r, version))
+        }
+        RequestKind::ListGroups(r) => {
+            ResponseKind::ListGroups(list_groups::handle(ctx, r, version))
+        }
+        RequestKind::DescribeGroups(r) => {
+            ResponseKind::DescribeGroups(describe_groups::handle(ctx, r, version))
+        }
+        RequestKind::DeleteGroups(r) => {
+            ResponseKind::DeleteGroups(delete_groups::handle(ctx, r, version))
+        }
+        RequestKind::OffsetDelete(r) => {
+            ResponseKind::OffsetDelete(offset_delete::handle(ctx, r, version))
         }
         // Not in SUPPORTED_APIS, so `handle_frame` closed the connection before decoding.
         other => {

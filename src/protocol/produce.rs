@@ -13,7 +13,7 @@
 //! batch is in the log (on one node the log is the whole ISR).
 //!
 //! Errors returned per partition: UNKNOWN_TOPIC_OR_PARTITION (3), CORRUPT_MESSAGE (2),
-//! MESSAGE_TOO_LARGE (10), INVALID_TOPIC_EXCEPTION (17), INVALID_REQUIRED_ACKS (21),
+//! MESSAGE_TOO_LARGE (10), INVALID_TOPIC_EXCEPTION (17; also for internal topics such as `__consumer_offsets`), INVALID_REQUIRED_ACKS (21),
 //! OUT_OF_ORDER_SEQUENCE_NUMBER (45), INVALID_PRODUCER_EPOCH (47),
 //! KAFKA_STORAGE_ERROR (56), UNSUPPORTED_COMPRESSION_TYPE (76), INVALID_RECORD (87).
 
@@ -25,6 +25,8 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use crate::log::{split_batches, BatchError, Compression, LogError};
+
+use crate::cluster::is_internal_topic;
 
 use super::records::{validate_records, RecordLimits, KEYLESS_RECORD};
 use super::{topics, Context};
@@ -71,7 +73,10 @@ pub async fn handle(
     let mut responses = Vec::with_capacity(request.topic_data.len());
     for topic in request.topic_data {
         let name = topic.name.0.as_str().to_string();
-        let meta = if (-1..=1).contains(&acks) {
+        let meta = if is_internal_topic(&name) {
+            // Kafka: "Cannot append to internal topic" — only the coordinators write there.
+            Err(ResponseError::InvalidTopicException)
+        } else if (-1..=1).contains(&acks) {
             topics::get_or_auto_create(ctx, &name, true).map_err(|e| e.error)
         } else {
             Err(ResponseError::InvalidRequiredAcks)

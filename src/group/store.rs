@@ -1,0 +1,563 @@
+//! Committed offsets and group records in the compacted internal topic
+//! `__consumer_offsets`, in Kafka's own record formats (Kafka's `GroupMetadataManager`,
+//! `OffsetCommitKey`/`OffsetCommitValue`/`GroupMetadataKey`/`GroupMetadataValue` schemas).
+//!
+//! Owns: the key/value encodings, which partition holds a group
+//! (`abs(java_hash(group_id)) % offsets.topic.num.partitions`, as Kafka), creating the topic
+//! on first use, appending records (one uncompressed batch per commit, so a commit is
+//! all-or-nothing), and replaying the topic at start-up.
+//!
+//! Never does: decide whether a commit is allowed (the coordinator does), or decode
+//! anything it did not write: a record it cannot parse is skipped with a warning.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+
+use crate::cluster::{Metadata, TopicMeta};
+use crate::config::GroupSettings;
+use crate::log::split_batches;
+use crate::replica::{now_ms, ReplicaManager};
+
+/// The internal topic holding committed offsets and group metadata.
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
+/// One committed offset, as stored and as OffsetFetch returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommittedOffset {
+    /// The committed offset: the next record the group will read.
+    pub offset: i64,
+    /// The leader epoch the client saw (-1 when unknown; OffsetCommit v6+, KIP-320).
+    pub leader_epoch: i32,
+    /// The client's metadata string, kept verbatim.
+    pub metadata: String,
+    /// When the commit was written (ms since the epoch).
+    pub commit_timestamp_ms: i64,
+}
+
+/// What replaying `__consumer_offsets` found for one group.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoadedGroup {
+    /// Committed offsets by (topic, partition).
+    pub offsets: BTreeMap<(String, i32), CommittedOffset>,
+    /// Protocol type of the last completed generation ("consumer"), if a group record exists.
+    pub protocol_type: Option<String>,
+    /// The last generation written.
+    pub generation_id: i32,
+}
+
+/// A record to append: key bytes and value bytes (`None` is a tombstone).
+#[derive(Debug, Clone)]
+pub struct StoreRecord {
+    key: Bytes,
+    value: Option<Bytes>,
+}
+
+/// Errors of the offsets store. Clients see COORDINATOR_NOT_AVAILABLE (15) for these, as
+/// Kafka answers when the offsets topic cannot be written.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The topic could not be created (metadata or partition logs).
+    #[error("cannot create {OFFSETS_TOPIC}: {0}")]
+    Create(String),
+    /// The append failed (I/O).
+    #[error("cannot append to {OFFSETS_TOPIC}-{partition}: {message}")]
+    Append {
+        /// Partition of the offsets topic.
+        partition: i32,
+        /// The log's error.
+        message: String,
+    },
+}
+
+/// Java's `String.hashCode` over UTF-16 code units, so a group lands on the same
+/// partition of `__consumer_offsets` as on a Kafka broker.
+pub fn java_string_hash(s: &str) -> i32 {
+    s.encode_utf16()
+        .fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c)))
+}
+
+/// The `__consumer_offsets` partition of `group_id` (Kafka's `partitionFor`: `Utils.abs`,
+/// which maps `i32::MIN` to 0, then modulo).
+pub fn partition_for(group_id: &str, partitions: i32) -> i32 {
+    (java_string_hash(group_id) & 0x7fff_ffff) % partitions.max(1)
+}
+
+fn put_string(buf: &mut BytesMut, s: &str) {
+    let len = s.len().min(i16::MAX as usize);
+    buf.put_i16(len as i16);
+    buf.put_slice(&s.as_bytes()[..len]);
+}
+
+fn put_nullable_string(buf: &mut BytesMut, s: Option<&str>) {
+    match s {
+        Some(s) => put_string(buf, s),
+        None => buf.put_i16(-1),
+    }
+}
+
+fn get_string(buf: &mut Bytes) -> Option<String> {
+    get_nullable_string(buf)?
+}
+
+fn get_nullable_string(buf: &mut Bytes) -> Option<Option<String>> {
+    if buf.remaining() < 2 {
+        return None;
+    }
+    let len = buf.get_i16();
+    if len < 0 {
+        return Some(None);
+    }
+    let len = len as usize;
+    if buf.remaining() < len {
+        return None;
+    }
+    let bytes = buf.split_to(len);
+    Some(Some(String::from_utf8_lossy(&bytes).into_owned()))
+}
+
+/// Key of an offset commit: version 1, group, topic, partition.
+fn offset_key(group: &str, topic: &str, partition: i32) -> Bytes {
+    let mut b = BytesMut::with_capacity(8 + group.len() + topic.len());
+    b.put_i16(1);
+    put_string(&mut b, group);
+    put_string(&mut b, topic);
+    b.put_i32(partition);
+    b.freeze()
+}
+
+/// Value of an offset commit: version 3, offset, leader epoch, metadata, commit timestamp.
+fn offset_value(c: &CommittedOffset) -> Bytes {
+    let mut b = BytesMut::with_capacity(24 + c.metadata.len());
+    b.put_i16(3);
+    b.put_i64(c.offset);
+    b.put_i32(c.leader_epoch);
+    put_string(&mut b, &c.metadata);
+    b.put_i64(c.commit_timestamp_ms);
+    b.freeze()
+}
+
+/// Key of a group record: version 2, group.
+fn group_key(group: &str) -> Bytes {
+    let mut b = BytesMut::with_capacity(4 + group.len());
+    b.put_i16(2);
+    put_string(&mut b, group);
+    b.freeze()
+}
+
+/// Value of a group record: version 3 with no members (see ARCHITECTURE.md: members are
+/// not restored after a restart; they rejoin), protocol type, generation, protocol,
+/// leader, state timestamp.
+fn group_value(
+    protocol_type: &str,
+    generation_id: i32,
+    protocol: Option<&str>,
+    leader: Option<&str>,
+) -> Bytes {
+    let mut b = BytesMut::with_capacity(64);
+    b.put_i16(3);
+    put_string(&mut b, protocol_type);
+    b.put_i32(generation_id);
+    put_nullable_string(&mut b, protocol);
+    put_nullable_string(&mut b, leader);
+    b.put_i64(now_ms());
+    b.put_i32(0);
+    b.freeze()
+}
+
+impl StoreRecord {
+    /// An offset commit.
+    pub fn offset(group: &str, topic: &str, partition: i32, c: &CommittedOffset) -> StoreRecord {
+        StoreRecord {
+            key: offset_key(group, topic, partition),
+            value: Some(offset_value(c)),
+        }
+    }
+
+    /// Removes an offset commit (tombstone).
+    pub fn offset_tombstone(group: &str, topic: &str, partition: i32) -> StoreRecord {
+        StoreRecord {
+            key: offset_key(group, topic, partition),
+            value: None,
+        }
+    }
+
+    /// The group's metadata after a completed rebalance (or when it becomes empty).
+    pub fn group(
+        group: &str,
+        protocol_type: &str,
+        generation_id: i32,
+        protocol: Option<&str>,
+        leader: Option<&str>,
+    ) -> StoreRecord {
+        StoreRecord {
+            key: group_key(group),
+            value: Some(group_value(protocol_type, generation_id, protocol, leader)),
+        }
+    }
+
+    /// Removes the group (DeleteGroups, or an empty group whose offsets all expired).
+    pub fn group_tombstone(group: &str) -> StoreRecord {
+        StoreRecord {
+            key: group_key(group),
+            value: None,
+        }
+    }
+}
+
+/// One decoded record of the offsets topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Decoded {
+    Offset {
+        group: String,
+        topic: String,
+        partition: i32,
+        value: Option<CommittedOffset>,
+    },
+    Group {
+        group: String,
+        value: Option<(String, i32)>,
+    },
+}
+
+fn decode_record(key: &Bytes, value: Option<&Bytes>) -> Option<Decoded> {
+    let mut k = key.clone();
+    if k.remaining() < 2 {
+        return None;
+    }
+    match k.get_i16() {
+        0 | 1 => {
+            let group = get_string(&mut k)?;
+            let topic = get_string(&mut k)?;
+            if k.remaining() < 4 {
+                return None;
+            }
+            let partition = k.get_i32();
+            let value = match value {
+                None => None,
+                Some(v) => {
+                    let mut v = v.clone();
+                    if v.remaining() < 10 {
+                        return None;
+                    }
+                    let version = v.get_i16();
+                    let offset = v.get_i64();
+                    let leader_epoch = if version >= 3 {
+                        if v.remaining() < 4 {
+                            return None;
+                        }
+                        v.get_i32()
+                    } else {
+                        -1
+                    };
+                    let metadata = get_string(&mut v)?;
+                    let commit_timestamp_ms = if v.remaining() >= 8 { v.get_i64() } else { -1 };
+                    Some(CommittedOffset {
+                        offset,
+                        leader_epoch,
+                        metadata,
+                        commit_timestamp_ms,
+                    })
+                }
+            };
+            Some(Decoded::Offset {
+                group,
+                topic,
+                partition,
+                value,
+            })
+        }
+        2 => {
+            let group = get_string(&mut k)?;
+            let value = match value {
+                None => None,
+                Some(v) => {
+                    let mut v = v.clone();
+                    if v.remaining() < 2 {
+                        return None;
+                    }
+                    let _version = v.get_i16();
+                    let protocol_type = get_string(&mut v)?;
+                    if v.remaining() < 4 {
+                        return None;
+                    }
+                    Some((protocol_type, v.get_i32()))
+                }
+            };
+            Some(Decoded::Group { group, value })
+        }
+        _ => None,
+    }
+}
+
+/// The offsets topic: where each group's records go, and the writes.
+#[derive(Debug)]
+pub struct OffsetStore {
+    metadata: Arc<Metadata>,
+    replicas: Arc<ReplicaManager>,
+    settings: GroupSettings,
+    /// Partitions of the topic once it exists (fixed at creation, like Kafka).
+    partitions: std::sync::Mutex<Option<i32>>,
+}
+
+impl OffsetStore {
+    /// A store over the broker's owners. Nothing is created until first use.
+    pub fn new(
+        metadata: Arc<Metadata>,
+        replicas: Arc<ReplicaManager>,
+        settings: GroupSettings,
+    ) -> OffsetStore {
+        let existing = metadata.topic(OFFSETS_TOPIC).map(|t| t.partitions);
+        OffsetStore {
+            metadata,
+            replicas,
+            settings,
+            partitions: std::sync::Mutex::new(existing),
+        }
+    }
+
+    /// Creates `__consumer_offsets` if missing (compacted, `offsets.topic.num.partitions`
+    /// partitions, `offsets.topic.segment.bytes` segments), as Kafka does on the first
+    /// FindCoordinator. Returns the partition count.
+    ///
+    /// Errors: [`StoreError::Create`] when metadata or logs cannot be written.
+    pub fn ensure_topic(&self) -> Result<i32, StoreError> {
+        let mut partitions = self.partitions.lock().expect("offsets store lock poisoned");
+        if let Some(n) = *partitions {
+            return Ok(n);
+        }
+        let configs = BTreeMap::from([
+            ("cleanup.policy".to_string(), "compact".to_string()),
+            (
+                "segment.bytes".to_string(),
+                self.settings.offsets_topic_segment_bytes.to_string(),
+            ),
+        ]);
+        let meta: TopicMeta = match self
+            .metadata
+            .create_topic(
+                OFFSETS_TOPIC,
+                self.settings.offsets_topic_num_partitions,
+                1,
+                configs,
+            )
+            .map_err(|e| StoreError::Create(e.to_string()))?
+        {
+            Some(meta) => meta,
+            None => self
+                .metadata
+                .topic(OFFSETS_TOPIC)
+                .ok_or_else(|| StoreError::Create("created and gone".into()))?,
+        };
+        self.replicas
+            .open_partitions(&meta, 0)
+            .map_err(|e| StoreError::Create(e.to_string()))?;
+        tracing::info!(
+            partitions = meta.partitions,
+            "created internal topic {OFFSETS_TOPIC}"
+        );
+        *partitions = Some(meta.partitions);
+        Ok(meta.partitions)
+    }
+
+    /// Appends `records` for `group_id` as one batch (all or nothing).
+    ///
+    /// Errors: [`StoreError`] when the topic cannot be created or the append fails.
+    pub fn append(&self, group_id: &str, records: &[StoreRecord]) -> Result<(), StoreError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let partitions = self.ensure_topic()?;
+        let index = partition_for(group_id, partitions);
+        let fail = |message: String| StoreError::Append {
+            partition: index,
+            message,
+        };
+        let partition = self
+            .replicas
+            .partition(OFFSETS_TOPIC, index)
+            .ok_or_else(|| fail("partition is not open".into()))?;
+        let now = now_ms();
+        let records: Vec<Record> = records
+            .iter()
+            .enumerate()
+            .map(|(i, r)| Record {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                sequence: -1,
+                timestamp: now,
+                key: Some(r.key.clone()),
+                value: r.value.clone(),
+                headers: Default::default(),
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            &records,
+            &RecordEncodeOptions {
+                version: 2,
+                compression: Compression::None,
+            },
+        )
+        .map_err(|e| fail(format!("cannot encode: {e}")))?;
+        let batches = split_batches(buf.freeze()).map_err(|e| fail(e.to_string()))?;
+        self.replicas
+            .append(&partition, batches)
+            .map_err(|e| fail(e.to_string()))?;
+        Ok(())
+    }
+
+    /// Replays every partition of `__consumer_offsets` (if it exists): the last record per
+    /// key wins, tombstones remove. Records it cannot parse are skipped with a warning.
+    ///
+    /// Errors: a partition log that cannot be read (I/O), as a message.
+    pub fn load(&self) -> Result<BTreeMap<String, LoadedGroup>, String> {
+        let mut groups: BTreeMap<String, LoadedGroup> = BTreeMap::new();
+        let Some(partitions) = *self.partitions.lock().expect("offsets store lock poisoned") else {
+            return Ok(groups);
+        };
+        for index in 0..partitions {
+            let Some(partition) = self.replicas.partition(OFFSETS_TOPIC, index) else {
+                continue;
+            };
+            let (mut offset, end) =
+                partition.with_log(|l| (l.log_start_offset(), l.log_end_offset()));
+            while offset < end {
+                let read = partition
+                    .with_log(|l| l.read(offset, 1 << 20, end))
+                    .map_err(|e| format!("{OFFSETS_TOPIC}-{index} at {offset}: {e}"))?;
+                if read.bytes.is_empty() {
+                    break;
+                }
+                let mut bytes = read.bytes;
+                let sets = match RecordBatchDecoder::decode_all(&mut bytes) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::warn!(partition = index, offset, error = %e, "unreadable batch in {OFFSETS_TOPIC}; skipping the rest of this partition");
+                        break;
+                    }
+                };
+                let mut next = offset;
+                for set in sets {
+                    for record in set.records {
+                        next = next.max(record.offset + 1);
+                        let Some(key) = record.key.as_ref() else {
+                            continue;
+                        };
+                        match decode_record(key, record.value.as_ref()) {
+                            Some(d) => apply(&mut groups, d),
+                            None => tracing::warn!(
+                                partition = index,
+                                offset = record.offset,
+                                "unparseable record in {OFFSETS_TOPIC}; skipped"
+                            ),
+                        }
+                    }
+                }
+                if next <= offset {
+                    break;
+                }
+                offset = next;
+            }
+        }
+        groups.retain(|_, g| g.protocol_type.is_some() || !g.offsets.is_empty());
+        Ok(groups)
+    }
+}
+
+fn apply(groups: &mut BTreeMap<String, LoadedGroup>, d: Decoded) {
+    match d {
+        Decoded::Offset {
+            group,
+            topic,
+            partition,
+            value,
+        } => {
+            let g = groups.entry(group).or_default();
+            match value {
+                Some(v) => {
+                    g.offsets.insert((topic, partition), v);
+                }
+                None => {
+                    g.offsets.remove(&(topic, partition));
+                }
+            }
+        }
+        Decoded::Group { group, value } => match value {
+            Some((protocol_type, generation_id)) => {
+                let g = groups.entry(group).or_default();
+                g.protocol_type = Some(protocol_type);
+                g.generation_id = generation_id;
+            }
+            None => {
+                groups.remove(&group);
+            }
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_matches_kafka() {
+        // Java: "my-group".hashCode() == 1016911470? Computed independently below.
+        assert_eq!(java_string_hash(""), 0);
+        assert_eq!(java_string_hash("a"), 97);
+        assert_eq!(java_string_hash("ab"), 97 * 31 + 98);
+        // "polygenelubricants".hashCode() == Integer.MIN_VALUE: Utils.abs maps it to 0.
+        assert_eq!(java_string_hash("polygenelubricants"), i32::MIN);
+        assert_eq!(partition_for("polygenelubricants", 50), 0);
+        assert!((0..50).contains(&partition_for("any-group", 50)));
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let c = CommittedOffset {
+            offset: 42,
+            leader_epoch: 3,
+            metadata: "meta ✓".into(),
+            commit_timestamp_ms: 1_700_000_000_000,
+        };
+        let r = StoreRecord::offset("g", "t", 7, &c);
+        assert_eq!(
+            decode_record(&r.key, r.value.as_ref()),
+            Some(Decoded::Offset {
+                group: "g".into(),
+                topic: "t".into(),
+                partition: 7,
+                value: Some(c)
+            })
+        );
+        let t = StoreRecord::offset_tombstone("g", "t", 7);
+        assert!(matches!(
+            decode_record(&t.key, t.value.as_ref()),
+            Some(Decoded::Offset { value: None, .. })
+        ));
+        let g = StoreRecord::group("g", "consumer", 5, Some("range"), Some("m-1"));
+        assert_eq!(
+            decode_record(&g.key, g.value.as_ref()),
+            Some(Decoded::Group {
+                group: "g".into(),
+                value: Some(("consumer".into(), 5))
+            })
+        );
+        assert_eq!(decode_record(&Bytes::from_static(&[0, 9]), None), None);
+        assert_eq!(
+            decode_record(&Bytes::from_static(&[0, 1, 0, 5, b'a']), None),
+            None
+        );
+    }
+}

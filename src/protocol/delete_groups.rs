@@ -1,0 +1,24 @@
+//! DeleteGroups (key 42), v0–v2. Protocol guide "DeleteGroups"; KIP-229.
+//!
+//! Errors returned per group: GROUP_ID_NOT_FOUND (69), NON_EMPTY_GROUP (68) while it has
+//! members, COORDINATOR_NOT_AVAILABLE (15) when the deletion cannot be written.
+
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
+use kafka_protocol::messages::{DeleteGroupsRequest, DeleteGroupsResponse};
+
+use super::Context;
+
+/// Handles a DeleteGroups request.
+pub fn handle(ctx: &Context, request: DeleteGroupsRequest, _version: i16) -> DeleteGroupsResponse {
+    let results = request
+        .groups_names
+        .into_iter()
+        .map(|g| {
+            let error = ctx.groups.delete_group(g.0.as_str());
+            DeletableGroupResult::default()
+                .with_group_id(g)
+                .with_error_code(error.map_or(0, |e| e.code()))
+        })
+        .collect();
+    DeleteGroupsResponse::default().with_results(results)
+}

@@ -1,0 +1,67 @@
+//! DescribeGroups (key 15), v0–v6. Protocol guide "DescribeGroups"; KIP-345 (v4:
+//! group.instance.id), KIP-430 (v3: authorized operations — not computed: no ACLs, the
+//! field keeps its "not requested" default), KIP-1043 (v6: error message, and
+//! GROUP_ID_NOT_FOUND for a group that does not exist).
+//!
+//! Before v6 an unknown group is described as state "Dead" with no error, as Kafka does.
+//! Member metadata and assignment are filled only for Stable groups (Kafka's `summary`).
+
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use super::Context;
+use crate::group::GroupState;
+
+/// Handles a DescribeGroups request.
+pub fn handle(
+    ctx: &Context,
+    request: DescribeGroupsRequest,
+    version: i16,
+) -> DescribeGroupsResponse {
+    let groups = request
+        .groups
+        .into_iter()
+        .map(|id| {
+            let out = DescribedGroup::default().with_group_id(id.clone());
+            let Some(d) = ctx.groups.describe(id.0.as_str()) else {
+                let out = out
+                    .with_group_state(StrBytes::from_static_str(GroupState::Dead.name()))
+                    .with_protocol_type(StrBytes::default())
+                    .with_protocol_data(StrBytes::default());
+                return if version >= 6 {
+                    out.with_error_code(ResponseError::GroupIdNotFound.code())
+                        .with_error_message(Some(StrBytes::from_string(format!(
+                            "Group {} not found.",
+                            id.0.as_str()
+                        ))))
+                } else {
+                    out
+                };
+            };
+            let members = d
+                .members
+                .into_iter()
+                .map(|m| {
+                    let out = DescribedGroupMember::default()
+                        .with_member_id(StrBytes::from_string(m.member_id))
+                        .with_client_id(StrBytes::from_string(m.client_id))
+                        .with_client_host(StrBytes::from_string(m.client_host))
+                        .with_member_metadata(m.metadata)
+                        .with_member_assignment(m.assignment);
+                    if version >= 4 {
+                        out.with_group_instance_id(m.group_instance_id.map(StrBytes::from_string))
+                    } else {
+                        out
+                    }
+                })
+                .collect();
+            out.with_group_state(StrBytes::from_static_str(d.state.name()))
+                .with_protocol_type(StrBytes::from_string(d.protocol_type))
+                .with_protocol_data(StrBytes::from_string(d.protocol))
+                .with_members(members)
+        })
+        .collect();
+    DescribeGroupsResponse::default().with_groups(groups)
+}

@@ -1,0 +1,44 @@
+//! ListGroups (key 16), v0–v5. Protocol guide "ListGroups"; KIP-518 (v4: states filter),
+//! KIP-848 (v5: types filter; every group here is "classic").
+//!
+//! State names compare case-insensitively, as Kafka's `ConsumerGroupState.parse`.
+
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::{GroupId, ListGroupsRequest, ListGroupsResponse};
+use kafka_protocol::protocol::StrBytes;
+
+use super::Context;
+
+/// Handles a ListGroups request.
+pub fn handle(ctx: &Context, request: ListGroupsRequest, version: i16) -> ListGroupsResponse {
+    let states: Vec<String> = request
+        .states_filter
+        .iter()
+        .map(|s| s.to_ascii_lowercase())
+        .collect();
+    let types: Vec<String> = request
+        .types_filter
+        .iter()
+        .map(|s| s.to_ascii_lowercase())
+        .collect();
+    let groups = ctx
+        .groups
+        .list()
+        .into_iter()
+        .filter(|g| states.is_empty() || states.contains(&g.state.name().to_ascii_lowercase()))
+        .filter(|_| types.is_empty() || types.iter().any(|t| t == "classic"))
+        .map(|g| {
+            let mut out = ListedGroup::default()
+                .with_group_id(GroupId(StrBytes::from_string(g.group_id)))
+                .with_protocol_type(StrBytes::from_string(g.protocol_type));
+            if version >= 4 {
+                out = out.with_group_state(StrBytes::from_static_str(g.state.name()));
+            }
+            if version >= 5 {
+                out = out.with_group_type(StrBytes::from_static_str("classic"));
+            }
+            out
+        })
+        .collect();
+    ListGroupsResponse::default().with_groups(groups)
+}

@@ -1,0 +1,59 @@
+//! OffsetCommit (key 8), v2–v9. Protocol guide "OffsetCommit"; KIP-320 (v6: leader epoch),
+//! KIP-345 (v7: group.instance.id). v0 and v1 (ZooKeeper-era) are not implemented: the
+//! `kafka-protocol` crate has no codec for them, and Kafka 4.0 removed them (KIP-896).
+//! `retention_time_ms` (v2–v4) is ignored: `offsets.retention.minutes` applies, as in
+//! Kafka since 2.1 (KIP-211).
+//!
+//! Errors returned per partition: see [`crate::group::GroupCoordinator::commit`].
+
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
+
+use super::Context;
+use crate::group::{CommitRequest, OffsetToCommit};
+
+/// Handles an OffsetCommit request.
+pub fn handle(ctx: &Context, request: OffsetCommitRequest, _version: i16) -> OffsetCommitResponse {
+    let offsets = request
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(|p| OffsetToCommit {
+                topic: t.name.0.to_string(),
+                partition: p.partition_index,
+                offset: p.committed_offset,
+                leader_epoch: p.committed_leader_epoch,
+                metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+            })
+        })
+        .collect();
+    let req = CommitRequest {
+        group_id: request.group_id.0.to_string(),
+        generation_id: request.generation_id_or_member_epoch,
+        member_id: request.member_id.to_string(),
+        group_instance_id: request.group_instance_id.as_ref().map(|s| s.to_string()),
+        offsets,
+    };
+    let mut errors = ctx.groups.commit(&req).into_iter();
+    let topics = request
+        .topics
+        .into_iter()
+        .map(|t| {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    OffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(errors.next().flatten().map_or(0, |e| e.code()))
+                })
+                .collect();
+            OffsetCommitResponseTopic::default()
+                .with_name(t.name)
+                .with_partitions(partitions)
+        })
+        .collect();
+    OffsetCommitResponse::default().with_topics(topics)
+}
