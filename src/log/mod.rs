@@ -19,6 +19,7 @@
 //! segment is verified.
 
 pub mod batch;
+pub mod codec;
 mod index;
 mod producer;
 mod segment;
