@@ -11,7 +11,8 @@
 //!
 //! Design (DESIGN.md, core decisions 1-3): record batches are stored exactly as the
 //! client sent them except for baseOffset, partitionLeaderEpoch and, for LogAppendTime,
-//! attributes/maxTimestamp/CRC. Closed segments and their indexes are trusted on open;
+//! attributes/maxTimestamp/CRC; compaction later rewrites the batches it removes records
+//! from (same offsets, uncompressed; see `compact.rs`). Closed segments and their indexes are trusted on open;
 //! only the tail of the last segment is scanned, so start-up time is bounded by
 //! `segment_bytes`, not by the data size.
 //!
