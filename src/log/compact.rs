@@ -47,15 +47,21 @@
 //! with [`LogError::Corrupt`] before anything of the bad segment is swapped; segments
 //! already swapped are valid compactions on their own. The run holds the partition's lock
 //! (the caller's `&mut`): produce and fetch on that partition wait for it.
+//!
+//! Single node: the offset map covers up to the log end offset, which is the high
+//! watermark here. With replication it must stop at the high watermark, or an
+//! uncommitted record that is later truncated could have removed the value it replaced.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use super::batch::{
-    read_varint, read_varlong, BatchHeader, ATTRIBUTES_AT, BATCH_HEADER_BYTES, BATCH_LENGTH_AT,
-    COMPRESSION_MASK, CRC_AT, LOG_OVERHEAD_BYTES, MAX_TIMESTAMP_AT, RECORD_COUNT_AT,
+    read_varint, read_varlong, BatchHeader, Compression, ATTRIBUTES_AT, BATCH_HEADER_BYTES,
+    BATCH_LENGTH_AT, COMPRESSION_MASK, CRC_AT, LOG_OVERHEAD_BYTES, MAX_TIMESTAMP_AT,
+    RECORD_COUNT_AT,
 };
 use super::codec::{self, DecompressError};
 use super::segment::{io_error, remove_if_exists, Segment};
@@ -191,18 +197,25 @@ fn nullable_bytes<'a>(cursor: &mut &'a [u8]) -> Option<Option<&'a [u8]>> {
     Some(Some(bytes))
 }
 
-/// The records of a stored batch, decompressed. `Ok(None)`: larger than
-/// [`MAX_DECOMPRESSED_BATCH_BYTES`] (the caller keeps the batch whole). Errors: corrupt.
-fn batch_records(bytes: &[u8], header: &BatchHeader) -> Result<Option<Vec<u8>>, String> {
-    let codec = header
-        .compression()
-        .ok_or_else(|| format!("compression codec bits {}", header.attributes & 7))?;
-    match codec::decompress(
-        codec,
-        &bytes[BATCH_HEADER_BYTES..],
-        MAX_DECOMPRESSED_BATCH_BYTES,
-    ) {
-        Ok(records) => Ok(Some(records)),
+/// The records of a stored batch (`bytes`, whole): borrowed when uncompressed, else
+/// decompressed. `Ok(None)`: larger than [`MAX_DECOMPRESSED_BATCH_BYTES`] (the caller
+/// keeps the batch whole). Errors: corrupt.
+fn batch_records<'a>(
+    bytes: &'a [u8],
+    header: &BatchHeader,
+) -> Result<Option<Cow<'a, [u8]>>, String> {
+    let codec = header.compression().ok_or_else(|| {
+        format!(
+            "compression codec bits {}",
+            header.attributes & COMPRESSION_MASK
+        )
+    })?;
+    let section = &bytes[BATCH_HEADER_BYTES..];
+    if codec == Compression::None {
+        return Ok(Some(Cow::Borrowed(section)));
+    }
+    match codec::decompress(codec, section, MAX_DECOMPRESSED_BATCH_BYTES) {
+        Ok(records) => Ok(Some(Cow::Owned(records))),
         Err(DecompressError::TooLarge) => Ok(None),
         Err(DecompressError::Bad(why)) => Err(format!(
             "{} records do not decompress: {why}",
