@@ -16,7 +16,9 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use crate::cluster::TopicMeta;
 use crate::config::{BrokerConfig, TOPIC_KEYS};
-use crate::log::{AppendInfo, AppendOptions, LogConfig, LogError, PartitionLog, ValidatedBatch};
+use crate::log::{
+    AppendInfo, AppendOptions, CleanupPolicy, LogConfig, LogError, PartitionLog, ValidatedBatch,
+};
 use crate::purgatory::Purgatory;
 
 /// Where a topic-level config value came from (DescribeConfigs `config_source`, KIP-226).
@@ -124,9 +126,25 @@ fn resolve(
                 settings.log_append_time = value.as_deref() == Some("LogAppendTime")
             }
             "cleanup.policy" => {
-                settings.require_keys = value
-                    .as_deref()
-                    .is_some_and(|v| v.split(',').any(|p| p.trim() == "compact"))
+                log.cleanup_policy = CleanupPolicy::parse(value.as_deref().unwrap_or(""));
+                settings.require_keys = log.cleanup_policy.compact;
+            }
+            "min.cleanable.dirty.ratio" => {
+                if let Some(ratio) = value.as_deref().and_then(|v| v.parse::<f64>().ok()) {
+                    if (0.0..=1.0).contains(&ratio) {
+                        log.min_cleanable_dirty_ratio = ratio;
+                    }
+                }
+            }
+            "delete.retention.ms" => {
+                if let Some(n) = int {
+                    log.delete_retention_ms = n.max(0);
+                }
+            }
+            "min.compaction.lag.ms" => {
+                if let Some(n) = int {
+                    log.min_compaction_lag_ms = n.max(0);
+                }
             }
             _ => {}
         }
@@ -339,7 +357,12 @@ impl ReplicaManager {
         result.map(|first| first.expect("append called with no batches"))
     }
 
-    /// Runs retention on every partition once; returns the number of segments deleted.
+    /// Runs retention, then compaction, on every partition once (the background task in
+    /// `broker.rs` calls it every `log.retention.check.interval.ms`): time/size retention
+    /// where `cleanup.policy` has `delete`, [`PartitionLog::compact`] where it has
+    /// `compact` (each logs a line when it removed something). A failure is logged and
+    /// leaves that partition as it was; the others go on. Returns the number of segments
+    /// deleted by retention.
     pub fn apply_retention(&self) -> usize {
         let parts: Vec<Arc<Partition>> = self.read().values().cloned().collect();
         let now = now_ms();
@@ -355,6 +378,26 @@ impl ReplicaManager {
                 Err(e) => {
                     tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "retention failed")
                 }
+            }
+            match p.with_log(|l| l.compact(now)) {
+                Ok(stats) if stats.cleaned => tracing::info!(
+                    topic = %p.topic,
+                    partition = p.index,
+                    dirty_ratio = stats.dirty_ratio,
+                    records_removed = stats.records_removed,
+                    bytes_removed = stats.bytes_removed(),
+                    segments_rewritten = stats.segments_rewritten,
+                    segments_deleted = stats.segments_deleted,
+                    first_dirty_offset = stats.first_dirty_offset,
+                    "compacted partition"
+                ),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(
+                    topic = %p.topic,
+                    partition = p.index,
+                    error = %e,
+                    "compaction aborted; no data lost (segments already swapped are complete)"
+                ),
             }
         }
         deleted
@@ -378,5 +421,36 @@ impl ReplicaManager {
     /// The broker configuration.
     pub fn broker_config(&self) -> &BrokerConfig {
         &self.broker
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolve_reads_the_cleaner_keys() {
+        let broker = BrokerConfig::defaults();
+        let (log, settings) = resolve(&broker, &BTreeMap::new());
+        assert_eq!(log.cleanup_policy, CleanupPolicy::DELETE);
+        assert_eq!(log.min_cleanable_dirty_ratio, 0.5);
+        assert_eq!(log.delete_retention_ms, 86_400_000);
+        assert_eq!(log.min_compaction_lag_ms, 0);
+        assert!(!settings.require_keys);
+        let overrides: BTreeMap<String, String> = [
+            ("cleanup.policy", "compact,delete"),
+            ("min.cleanable.dirty.ratio", "0.01"),
+            ("delete.retention.ms", "1000"),
+            ("min.compaction.lag.ms", "2000"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let (log, settings) = resolve(&broker, &overrides);
+        assert!(log.cleanup_policy.compact && log.cleanup_policy.delete);
+        assert_eq!(log.min_cleanable_dirty_ratio, 0.01);
+        assert_eq!(log.delete_retention_ms, 1000);
+        assert_eq!(log.min_compaction_lag_ms, 2000);
+        assert!(settings.require_keys);
     }
 }

@@ -21,6 +21,8 @@ pub enum KeyType {
     Int,
     /// A 64-bit signed integer.
     Long,
+    /// A 64-bit float (`min.cleanable.dirty.ratio`).
+    Double,
     /// Free text.
     String,
     /// A comma-separated list of strings.
@@ -35,6 +37,7 @@ impl KeyType {
             KeyType::String => 2,
             KeyType::Int => 3,
             KeyType::Long => 5,
+            KeyType::Double => 6,
             KeyType::List => 7,
         }
     }
@@ -72,7 +75,7 @@ const fn key(
     }
 }
 
-use KeyType::{Boolean, Int, List, Long};
+use KeyType::{Boolean, Double, Int, List, Long};
 
 /// Every broker key weir understands. `config/weir.toml` lists each of them with its
 /// default; a tidy test keeps the two in step.
@@ -96,7 +99,10 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("log.flush.interval.messages", Long, Some("9223372036854775807"), Some(1), "fsync a partition after this many records (default: leave it to the OS)."),
     key("log.flush.interval.ms", Long, Some("9223372036854775807"), Some(0), "fsync a partition when its oldest unflushed record is this old (ms); the default leaves it to the OS."),
     key("compression.type", KeyType::String, Some("producer"), None, "Topic compression: only `producer` is applied (batches are stored as the producer compressed them); other codecs are accepted and reported, not re-applied."),
-    key("log.cleanup.policy", List, Some("delete"), None, "delete or compact (compaction is not implemented yet: accepted, stored, reported)."),
+    key("log.cleanup.policy", List, Some("delete"), None, "delete (time/size retention), compact (keep the latest record per key; Kafka's log cleaner), or both."),
+    key("log.cleaner.min.cleanable.ratio", Double, Some("0.5"), None, "Compact a partition only when its dirty (not yet compacted) closed bytes are at least this fraction of its closed bytes (0..1)."),
+    key("log.cleaner.delete.retention.ms", Long, Some("86400000"), Some(0), "How long a tombstone (null value) survives compaction (ms, from its batch's timestamp)."),
+    key("log.cleaner.min.compaction.lag.ms", Long, Some("0"), Some(0), "Never compact segments holding records newer than this (ms; KIP-58)."),
     key("log.message.timestamp.type", KeyType::String, Some("CreateTime"), None, "CreateTime keeps the producer's timestamp; LogAppendTime stamps batches with the broker's clock."),
     key("message.max.bytes", Int, Some("1048588"), Some(0), "Largest record batch a producer may send (bytes, after compression)."),
     key("auto.create.topics.enable", Boolean, Some("true"), None, "Create a topic on first Metadata/Produce for it."),
@@ -138,7 +144,25 @@ pub const TOPIC_KEYS: &[TopicKeySpec] = &[
         name: "cleanup.policy",
         broker_key: "log.cleanup.policy",
         key_type: List,
-        doc: "delete or compact.",
+        doc: "delete, compact, or both (comma-separated).",
+    },
+    TopicKeySpec {
+        name: "min.cleanable.dirty.ratio",
+        broker_key: "log.cleaner.min.cleanable.ratio",
+        key_type: Double,
+        doc: "Dirty fraction of closed bytes that triggers compaction (0..1).",
+    },
+    TopicKeySpec {
+        name: "delete.retention.ms",
+        broker_key: "log.cleaner.delete.retention.ms",
+        key_type: Long,
+        doc: "How long tombstones survive compaction (ms).",
+    },
+    TopicKeySpec {
+        name: "min.compaction.lag.ms",
+        broker_key: "log.cleaner.min.compaction.lag.ms",
+        key_type: Long,
+        doc: "Records newer than this are not compacted (ms; KIP-58).",
     },
     TopicKeySpec {
         name: "retention.ms",
@@ -380,6 +404,7 @@ fn flatten(prefix: &str, table: &toml::Table, out: &mut RawConfig) -> Result<(),
             }
             toml::Value::String(s) => s.clone(),
             toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Float(f) => f.to_string(),
             toml::Value::Boolean(b) => b.to_string(),
             toml::Value::Array(items) => {
                 let mut parts = Vec::new();
@@ -445,6 +470,19 @@ pub fn check_value(
                 }
             }
         }
+        KeyType::Double => {
+            let x: f64 = value
+                .parse()
+                .map_err(|_| bad(format!("`{value}` is not a number")))?;
+            if !x.is_finite() {
+                return Err(bad(format!("`{value}` is not a finite number")));
+            }
+            if let Some(min) = min {
+                if x < min as f64 {
+                    return Err(bad(format!("`{value}` is below the minimum {min}")));
+                }
+            }
+        }
         KeyType::String | KeyType::List => {}
     }
     match key {
@@ -462,6 +500,11 @@ pub fn check_value(
             return Err(bad(format!(
                 "`{value}` is not producer, uncompressed, gzip, snappy, lz4 or zstd"
             )));
+        }
+        "log.cleaner.min.cleanable.ratio" | "min.cleanable.dirty.ratio"
+            if !value.parse::<f64>().is_ok_and(|x| (0.0..=1.0).contains(&x)) =>
+        {
+            return Err(bad(format!("`{value}` is not between 0 and 1")));
         }
         "log.cleanup.policy" | "cleanup.policy" => {
             for p in value.split(',') {
@@ -720,6 +763,27 @@ mod tests {
             .apply_overrides(&["num.partitions=0"])
             .unwrap_err();
         assert!(e.to_string().contains("minimum"), "{e}");
+    }
+
+    #[test]
+    fn cleaner_keys_are_checked_and_fall_back_to_the_broker() {
+        let raw = RawConfig::from_toml_str("log.cleaner.min.cleanable.ratio = 0.25\n").unwrap();
+        let c = BrokerConfig::from_raw(raw).unwrap();
+        let spec = topic_key("min.cleanable.dirty.ratio").unwrap();
+        assert_eq!(c.topic_default(spec), (Some("0.25".to_string()), true));
+        assert_eq!(spec.key_type.describe_configs_code(), 6);
+        for bad in ["1.5", "-0.1", "x", "NaN"] {
+            let e = check_value("min.cleanable.dirty.ratio", Double, None, bad).unwrap_err();
+            assert!(e.to_string().contains("min.cleanable.dirty.ratio"), "{e}");
+        }
+        check_value("min.cleanable.dirty.ratio", Double, None, "0.01").unwrap();
+        let e = RawConfig::default()
+            .apply_overrides(&["log.cleaner.delete.retention.ms=-1"])
+            .unwrap_err();
+        assert!(e.to_string().contains("minimum"), "{e}");
+        let d = BrokerConfig::defaults();
+        let spec = topic_key("delete.retention.ms").unwrap();
+        assert_eq!(d.topic_default(spec), (Some("86400000".to_string()), false));
     }
 
     #[test]

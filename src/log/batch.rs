@@ -41,15 +41,15 @@ pub(crate) const LEADER_EPOCH_AT: usize = 12;
 pub(crate) const MAGIC_AT: usize = 16;
 pub(crate) const CRC_AT: usize = 17;
 pub(crate) const ATTRIBUTES_AT: usize = 21;
-const LAST_OFFSET_DELTA_AT: usize = 23;
+pub(crate) const LAST_OFFSET_DELTA_AT: usize = 23;
 const BASE_TIMESTAMP_AT: usize = 27;
-const MAX_TIMESTAMP_AT: usize = 35;
+pub(crate) const MAX_TIMESTAMP_AT: usize = 35;
 const PRODUCER_ID_AT: usize = 43;
 const PRODUCER_EPOCH_AT: usize = 51;
 const BASE_SEQUENCE_AT: usize = 53;
-const RECORD_COUNT_AT: usize = 57;
+pub(crate) const RECORD_COUNT_AT: usize = 57;
 
-const COMPRESSION_MASK: i16 = 0x07;
+pub(crate) const COMPRESSION_MASK: i16 = 0x07;
 const TIMESTAMP_TYPE_BIT: i16 = 0x08;
 const TRANSACTIONAL_BIT: i16 = 0x10;
 const CONTROL_BIT: i16 = 0x20;
@@ -446,6 +446,22 @@ impl BatchHeader {
     pub fn is_log_append_time(&self) -> bool {
         self.attributes & TIMESTAMP_TYPE_BIT != 0
     }
+
+    pub fn is_control(&self) -> bool {
+        self.attributes & CONTROL_BIT != 0
+    }
+
+    /// The codec, or `None` for codec bits outside 0..=4 (only possible on corrupt data).
+    pub fn compression(&self) -> Option<Compression> {
+        match self.attributes & COMPRESSION_MASK {
+            0 => Some(Compression::None),
+            1 => Some(Compression::Gzip),
+            2 => Some(Compression::Snappy),
+            3 => Some(Compression::Lz4),
+            4 => Some(Compression::Zstd),
+            _ => None,
+        }
+    }
 }
 
 /// For an uncompressed CreateTime batch (`bytes` = one whole batch), the offset and
@@ -473,7 +489,7 @@ pub(crate) fn first_record_at_or_after(bytes: &[u8], target_ms: i64) -> Option<(
     None
 }
 
-fn read_varlong(cursor: &mut &[u8]) -> Option<i64> {
+pub(crate) fn read_varlong(cursor: &mut &[u8]) -> Option<i64> {
     let mut raw: u64 = 0;
     for shift in (0..70).step_by(7) {
         let (&byte, rest) = cursor.split_first()?;
@@ -489,7 +505,7 @@ fn read_varlong(cursor: &mut &[u8]) -> Option<i64> {
     None
 }
 
-fn read_varint(cursor: &mut &[u8]) -> Option<i32> {
+pub(crate) fn read_varint(cursor: &mut &[u8]) -> Option<i32> {
     let value = read_varlong(cursor)?;
     i32::try_from(value).ok()
 }

@@ -2,15 +2,17 @@
 //!
 //! Owns: `<log.dirs>/<topic>-<partition>/` — segments (`<base_offset:020>.log`), their
 //! sparse `.index` / `.timeindex`, producer snapshots (`.snapshot`); offset assignment,
-//! the log start offset and log end offset (LEO), rolling, retention, truncation,
-//! recovery after kill -9, idempotent producer state, and fsync when `flush_messages` /
-//! `flush_ms` ask for it. Never does: networking, request/response types, decompression,
-//! leadership decisions (the high watermark is passed in as `max_offset`), or locking
+//! the log start offset and log end offset (LEO), rolling, retention (time/size, only when
+//! `cleanup.policy` has `delete`), compaction (`compact.rs`, when it has `compact`),
+//! truncation, recovery after kill -9, idempotent producer state, and fsync when
+//! `flush_messages` / `flush_ms` ask for it. Never does: networking, request/response
+//! types, decompression outside the cleaner, leadership decisions (the high watermark is passed in as `max_offset`), or locking
 //! (the owner wraps a `PartitionLog` in whatever lock it needs; reads take `&self`).
 //!
 //! Design (DESIGN.md, core decisions 1-3): record batches are stored exactly as the
 //! client sent them except for baseOffset, partitionLeaderEpoch and, for LogAppendTime,
-//! attributes/maxTimestamp/CRC. Closed segments and their indexes are trusted on open;
+//! attributes/maxTimestamp/CRC; compaction later rewrites the batches it removes records
+//! from (same offsets, uncompressed; see `compact.rs`). Closed segments and their indexes are trusted on open;
 //! only the tail of the last segment is scanned, so start-up time is bounded by
 //! `segment_bytes`, not by the data size.
 //!
@@ -19,6 +21,8 @@
 //! segment is verified.
 
 pub mod batch;
+pub mod codec;
+mod compact;
 mod index;
 mod producer;
 mod segment;
@@ -31,11 +35,41 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 
 pub use batch::{split_batches, validate, BatchError, Compression, TimestampType, ValidatedBatch};
+pub use compact::CompactionStats;
 use producer::{ProducerStateManager, SequenceCheck};
 use segment::{file_path, io_error, remove_if_exists, Segment};
 
+/// `cleanup.policy` (Kafka's `TopicConfig.CLEANUP_POLICY_CONFIG`): a list of `delete`
+/// and/or `compact`. Both may be set; neither means the log only grows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CleanupPolicy {
+    /// `delete`: [`PartitionLog::apply_retention`] removes segments by `retention.ms` and
+    /// `retention.bytes`.
+    pub delete: bool,
+    /// `compact`: [`PartitionLog::compact`] keeps only the latest record of each key.
+    pub compact: bool,
+}
+
+impl CleanupPolicy {
+    /// Kafka's default, `delete`.
+    pub const DELETE: CleanupPolicy = CleanupPolicy {
+        delete: true,
+        compact: false,
+    };
+
+    /// Parses the comma-separated list (`"compact,delete"`); unknown words are ignored
+    /// (the config registry has already refused them).
+    pub fn parse(text: &str) -> CleanupPolicy {
+        let has = |word: &str| text.split(',').any(|p| p.trim() == word);
+        CleanupPolicy {
+            delete: has("delete"),
+            compact: has("compact"),
+        }
+    }
+}
+
 /// Per-partition log settings, Kafka's topic-level names with units.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LogConfig {
     /// `segment.bytes`: roll before a segment would exceed this (1..=i32::MAX; default
     /// 1 GiB). A single batch larger than this gets a segment of its own.
@@ -56,6 +90,17 @@ pub struct LogConfig {
     /// `flush.ms`: fsync when this long passed since the last one (checked on append and
     /// in [`PartitionLog::maybe_flush`]); `None` = leave it to the OS.
     pub flush_ms: Option<i64>,
+    /// `cleanup.policy` (default `delete`).
+    pub cleanup_policy: CleanupPolicy,
+    /// `min.cleanable.dirty.ratio`: compact only when the closed bytes not yet compacted
+    /// are at least this fraction of all cleanable closed bytes (0.0..=1.0; default 0.5).
+    pub min_cleanable_dirty_ratio: f64,
+    /// `delete.retention.ms`: a tombstone (null value) survives compaction until its
+    /// batch's maxTimestamp is this much older than now (default 1 day).
+    pub delete_retention_ms: i64,
+    /// `min.compaction.lag.ms` (KIP-58): a closed segment holding a record newer than this
+    /// is not compacted yet, nor any segment after it (default 0).
+    pub min_compaction_lag_ms: i64,
 }
 
 impl Default for LogConfig {
@@ -70,6 +115,10 @@ impl Default for LogConfig {
             segment_index_bytes: 10 << 20,
             flush_messages: None,
             flush_ms: None,
+            cleanup_policy: CleanupPolicy::DELETE,
+            min_cleanable_dirty_ratio: 0.5,
+            delete_retention_ms: 86_400_000,
+            min_compaction_lag_ms: 0,
         }
     }
 }
@@ -205,6 +254,9 @@ pub struct PartitionLog {
     last_flush_ms: i64,
     /// Reused buffer so a small batch is appended with one `write`.
     scratch: Vec<u8>,
+    /// The cleaner's checkpoint: offsets below it were compacted by the last run (Kafka's
+    /// `cleaner-offset-checkpoint`, kept per partition in `compact::CHECKPOINT_FILE`).
+    first_dirty_offset: i64,
 }
 
 fn check_config(config: &LogConfig) -> Result<(), LogError> {
@@ -229,6 +281,15 @@ fn check_config(config: &LogConfig) -> Result<(), LogError> {
     }
     if config.flush_messages == Some(0) || config.flush_ms.is_some_and(|ms| ms < 0) {
         return invalid("flush_messages must be >= 1 and flush_ms >= 0".into());
+    }
+    if !(0.0..=1.0).contains(&config.min_cleanable_dirty_ratio) {
+        return invalid(format!(
+            "min_cleanable_dirty_ratio {} not in 0..=1",
+            config.min_cleanable_dirty_ratio
+        ));
+    }
+    if config.delete_retention_ms < 0 || config.min_compaction_lag_ms < 0 {
+        return invalid("delete_retention_ms and min_compaction_lag_ms must be >= 0".into());
     }
     Ok(())
 }
@@ -262,7 +323,15 @@ impl PartitionLog {
             match extension {
                 "log" => bases.push(base),
                 "index" | "timeindex" | "snapshot" => others.push((base, entry.path())),
-                _ if extension.ends_with(".tmp") => others.push((-1, entry.path())),
+                // Temp files, and the cleaner's files of a compaction that never swapped
+                // in (the original segment is still whole; see `compact.rs`).
+                _ if extension.ends_with(".tmp")
+                    || extension.ends_with(".cleaned")
+                    || extension.ends_with(".swap") =>
+                {
+                    tracing::info!(file = %entry.path().display(), "removing leftover file");
+                    others.push((-1, entry.path()))
+                }
                 _ => {}
             }
         }
@@ -299,6 +368,7 @@ impl PartitionLog {
             )?),
         }
         let log_start_offset = segments[0].base_offset;
+        let first_dirty_offset = compact::read_checkpoint(dir)?.unwrap_or(log_start_offset);
         let mut log = PartitionLog {
             dir: dir.to_path_buf(),
             config,
@@ -308,6 +378,7 @@ impl PartitionLog {
             unflushed_messages: 0,
             last_flush_ms: now_ms,
             scratch: Vec::new(),
+            first_dirty_offset,
         };
         log.reload_producer_state()?;
         Ok(log)
@@ -551,21 +622,32 @@ impl PartitionLog {
         }
     }
 
-    /// Deletes the oldest segments that are past `retention_ms` (their largest timestamp,
-    /// or file mtime when they have none, is older than `now_ms - retention_ms`) and then
-    /// those that keep the log above `retention_bytes`, oldest first, never leaving a gap.
-    /// If every segment, the active one included, is to go, it rolls first so the active
-    /// segment is new and empty and the log start offset becomes the LEO (new records
-    /// continue from there). Also expires idle producer ids. Returns the number of
-    /// segments deleted. The caller must not call it with data above the high watermark
-    /// it cares about (single node: HW = LEO).
+    /// With `cleanup.policy` containing `delete`: deletes the oldest segments that are past
+    /// `retention_ms` (their largest timestamp, or file mtime when they have none, is older
+    /// than `now_ms - retention_ms`) and then those that keep the log above
+    /// `retention_bytes`, oldest first, never leaving a gap. A closed segment that
+    /// compaction emptied holds nothing and goes with its neighbours. If every segment, the
+    /// active one included, is to go, it rolls first so the active segment is new and empty
+    /// and the log start offset becomes the LEO (new records continue from there). Without
+    /// `delete` (`cleanup.policy=compact` alone) no segment is deleted, as in Kafka. Idle
+    /// producer ids expire either way. Returns the number of segments deleted. The caller
+    /// must not call it with data above the high watermark it cares about (single node:
+    /// HW = LEO).
     pub fn apply_retention(&mut self, now_ms: i64) -> Result<usize, LogError> {
         self.producers.expire(now_ms);
+        if !self.config.cleanup_policy.delete {
+            return Ok(0);
+        }
         let count = self.segments.len();
+        let emptied_closed = |i: usize, s: &Segment| s.size_bytes == 0 && i + 1 < count;
         let mut deletable = 0usize;
         if self.config.retention_ms >= 0 {
             while deletable < count {
                 let segment = &self.segments[deletable];
+                if emptied_closed(deletable, segment) {
+                    deletable += 1;
+                    continue;
+                }
                 if segment.size_bytes == 0 {
                     break;
                 }
@@ -580,6 +662,10 @@ impl PartitionLog {
                     break;
                 }
             }
+            // Emptied segments are deleted only together with an expired one after them.
+            while deletable > 0 && emptied_closed(deletable - 1, &self.segments[deletable - 1]) {
+                deletable -= 1;
+            }
         }
         if self.config.retention_bytes >= 0 {
             let remaining: u64 = self.segments[deletable..]
@@ -587,13 +673,20 @@ impl PartitionLog {
                 .map(|s| s.size_bytes)
                 .sum();
             let mut excess = remaining as i64 - self.config.retention_bytes;
-            while deletable < count {
-                let size = self.segments[deletable].size_bytes as i64;
+            let mut candidate = deletable;
+            while candidate < count {
+                let segment = &self.segments[candidate];
+                if emptied_closed(candidate, segment) {
+                    candidate += 1;
+                    continue;
+                }
+                let size = segment.size_bytes as i64;
                 if size == 0 || excess - size < 0 {
                     break;
                 }
                 excess -= size;
-                deletable += 1;
+                candidate += 1;
+                deletable = candidate;
             }
         }
         if deletable == 0 {
@@ -682,6 +775,7 @@ impl PartitionLog {
         if offset >= self.log_end_offset() {
             return Ok(());
         }
+        self.first_dirty_offset = self.first_dirty_offset.min(offset);
         if offset <= self.log_start_offset {
             while let Some(segment) = self.segments.pop() {
                 segment.delete_files()?;

@@ -1,7 +1,10 @@
 //! Retention: old segments go, the log start offset moves, a consumer at offset 0 gets
 //! OFFSET_OUT_OF_RANGE and `auto.offset.reset=earliest` recovers; the active segment is
 //! never deleted; when everything expired, new records continue from the log end offset.
+//! Compaction (`cleanup.policy=compact`): a consumer from the beginning sees the latest
+//! value of each key, at its original offset, plus the untouched active segment.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
@@ -136,4 +139,110 @@ async fn time_retention_keeps_the_active_segment_and_continues_from_the_end() {
         .await
         .unwrap();
     assert_eq!(offset.offset, 20);
+}
+
+/// (offset, key, value) of every record from the beginning up to `end` (exclusive), read
+/// with librdkafka; `None` if it cannot get there within 10 s.
+fn consume_from_beginning(
+    bootstrap: &str,
+    topic: &str,
+    end: i64,
+) -> Option<Vec<(i64, String, String)>> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "compaction-reader")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning)
+        .unwrap();
+    consumer.assign(&tpl).unwrap();
+    let text = |b: Option<&[u8]>| String::from_utf8_lossy(b.unwrap_or_default()).into_owned();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut out = Vec::new();
+    while out
+        .last()
+        .is_none_or(|r: &(i64, String, String)| r.0 < end - 1)
+    {
+        if Instant::now() > deadline {
+            return None;
+        }
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
+            out.push((m.offset(), text(m.key()), text(m.payload())));
+        }
+    }
+    Some(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_leaves_the_latest_value_of_each_key() {
+    let b = TestBroker::start_with(&["log.retention.check.interval.ms=100"]);
+    create_topic(
+        &b.bootstrap,
+        "compacted",
+        1,
+        &[
+            ("cleanup.policy", "compact"),
+            ("segment.bytes", "1024"),
+            ("min.cleanable.dirty.ratio", "0.01"),
+        ],
+    )
+    .await;
+    let p = producer(&b.bootstrap, &[("linger.ms", "0")]);
+    let mut latest: BTreeMap<String, (i64, String)> = BTreeMap::new();
+    for round in 0..10 {
+        for k in 0..10 {
+            let key = format!("k{k}");
+            let value = format!("{round}-{}", "x".repeat(100));
+            let delivered = p
+                .send(
+                    FutureRecord::to("compacted")
+                        .key(&key)
+                        .payload(&value)
+                        .partition(0),
+                    Duration::from_secs(10),
+                )
+                .await
+                .unwrap();
+            latest.insert(key, (delivered.offset, value));
+        }
+    }
+    let end = 100;
+    assert_eq!(watermarks(&b.bootstrap, "compacted"), (0, end));
+    // One record per batch of ~180 bytes: a 1024-byte segment holds at most 6.
+    let active_max_records = 6;
+    let mut seen = Vec::new();
+    wait_for("compaction of every closed segment", || {
+        let Some(records) = consume_from_beginning(&b.bootstrap, "compacted", end) else {
+            return false;
+        };
+        seen = records;
+        // Compacted: below the first superseded record only latest values; from it on,
+        // an untouched (gap-free) tail no longer than the active segment.
+        let first_old = seen
+            .iter()
+            .position(|(offset, key, _)| latest[key].0 != *offset)
+            .unwrap_or(seen.len());
+        let tail = &seen[first_old..];
+        let gap_free = tail.windows(2).all(|w| w[1].0 == w[0].0 + 1);
+        gap_free && tail.len() <= active_max_records
+    });
+    assert!(
+        seen.windows(2).all(|w| w[0].0 < w[1].0),
+        "offsets increase: {seen:?}"
+    );
+    assert!(
+        seen.len() < 20,
+        "superseded values are gone: {} records",
+        seen.len()
+    );
+    for (key, (offset, value)) in &latest {
+        assert!(
+            seen.contains(&(*offset, key.clone(), value.clone())),
+            "latest value of {key} at {offset} is readable"
+        );
+    }
+    // Compaction never moves the log start or the log end.
+    assert_eq!(watermarks(&b.bootstrap, "compacted"), (0, end));
 }
