@@ -1144,7 +1144,29 @@ impl GroupCoordinator {
     /// FENCED_INSTANCE_ID (82), UNKNOWN_TOPIC_OR_PARTITION (3), OFFSET_METADATA_TOO_LARGE
     /// (12), COORDINATOR_NOT_AVAILABLE (15) when the offsets topic cannot be written.
     pub fn commit(&self, req: &CommitRequest) -> Vec<Option<ResponseError>> {
-        let all = |e: ResponseError| vec![Some(e); req.offsets.len()];
+        // Unknown partitions are refused before the group is looked at (Kafka's KafkaApis
+        // filters them out before the coordinator sees the request).
+        let known: Vec<bool> = req
+            .offsets
+            .iter()
+            .map(|o| {
+                self.metadata
+                    .topic(&o.topic)
+                    .is_some_and(|t| (0..t.partitions).contains(&o.partition))
+            })
+            .collect();
+        let all = |e: ResponseError| {
+            known
+                .iter()
+                .map(|k| {
+                    Some(if *k {
+                        e
+                    } else {
+                        ResponseError::UnknownTopicOrPartition
+                    })
+                })
+                .collect::<Vec<_>>()
+        };
         if req.group_id.is_empty() {
             return all(ResponseError::InvalidGroupId);
         }
@@ -1191,10 +1213,9 @@ impl GroupCoordinator {
         let mut results = Vec::with_capacity(req.offsets.len());
         let mut records = Vec::new();
         let mut accepted = Vec::new();
-        for o in &req.offsets {
-            let partitions = self.metadata.topic(&o.topic).map(|t| t.partitions);
+        for (o, known) in req.offsets.iter().zip(&known) {
             let metadata = o.metadata.clone().unwrap_or_default();
-            if !partitions.is_some_and(|n| (0..n).contains(&o.partition)) {
+            if !known {
                 results.push(Some(ResponseError::UnknownTopicOrPartition));
             } else if metadata.len() > self.settings.offset_metadata_max_bytes {
                 results.push(Some(ResponseError::OffsetMetadataTooLarge));

@@ -11,6 +11,8 @@ mod clients;
 mod config;
 mod crash;
 mod fetch;
+mod group_protocol;
+mod groups;
 mod harness;
 mod rdkafka_client;
 mod retention;
