@@ -31,7 +31,9 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use tokio::sync::watch;
 use weir::config::{BrokerConfig, RawConfig};
 
-fn start_broker(dir: &std::path::Path) -> (String, watch::Sender<bool>, std::thread::JoinHandle<()>) {
+fn start_broker(
+    dir: &std::path::Path,
+) -> (String, watch::Sender<bool>, std::thread::JoinHandle<()>) {
     let mut raw = RawConfig::default();
     raw.set("listeners", "PLAINTEXT://127.0.0.1:0").unwrap();
     raw.set("log.dirs", dir.to_str().unwrap()).unwrap();
@@ -141,7 +143,10 @@ impl Member {
         let c = consumer(
             bootstrap,
             group,
-            &[("heartbeat.interval.ms", "500"), ("session.timeout.ms", "10000")],
+            &[
+                ("heartbeat.interval.ms", "500"),
+                ("session.timeout.ms", "10000"),
+            ],
         );
         c.subscribe(&["bench-small"]).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
@@ -196,14 +201,20 @@ fn ten_member_rebalance(bootstrap: &str, rounds: usize) {
         let t0 = Instant::now();
         let tenth = Member::start(bootstrap, "ten");
         while tenth.assigned().is_none() {
-            assert!(t0.elapsed() < Duration::from_secs(60), "the 10th member got nothing");
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "the 10th member got nothing"
+            );
             std::thread::sleep(Duration::from_millis(2));
         }
         times.push(t0.elapsed().as_secs_f64());
         tenth.close();
         let t1 = Instant::now();
         while !settled(&members, 9) {
-            assert!(t1.elapsed() < Duration::from_secs(60), "the group did not settle");
+            assert!(
+                t1.elapsed() < Duration::from_secs(60),
+                "the group did not settle"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -224,7 +235,8 @@ fn consume_throughput(bootstrap: &str, records: usize) {
     let c = consumer(bootstrap, "manual", &[]);
     let mut tpl = TopicPartitionList::new();
     for p in 0..6 {
-        tpl.add_partition_offset("bench-big", p, Offset::Beginning).unwrap();
+        tpl.add_partition_offset("bench-big", p, Offset::Beginning)
+            .unwrap();
     }
     c.assign(&tpl).unwrap();
     let t0 = Instant::now();

@@ -128,8 +128,7 @@ fn commit(
     conn: &mut RawConn,
     version: i16,
     g: &str,
-    generation: i32,
-    member_id: &StrBytes,
+    (generation, member_id): (i32, &StrBytes),
     topic: &str,
     offset: i64,
     metadata: &str,
@@ -276,8 +275,7 @@ fn every_advertised_version_of_the_group_apis_works() {
             &mut conn,
             cv,
             &g,
-            joined.generation_id,
-            &joined.member_id,
+            (joined.generation_id, &joined.member_id),
             "versions",
             100 + i64::from(v),
             &meta,
@@ -391,8 +389,7 @@ fn bad_group_requests_get_kafkas_error_codes() {
             &mut conn,
             8,
             "bad",
-            generation,
-            &member,
+            (generation, &member),
             "no-such-topic",
             1,
             ""
@@ -401,12 +398,28 @@ fn bad_group_requests_get_kafkas_error_codes() {
     );
     // A wrong generation: ILLEGAL_GENERATION.
     assert_eq!(
-        commit(&mut conn, 8, "bad", generation + 5, &member, "known", 1, ""),
+        commit(
+            &mut conn,
+            8,
+            "bad",
+            (generation + 5, &member),
+            "known",
+            1,
+            ""
+        ),
         22
     );
     // An unknown member: UNKNOWN_MEMBER_ID.
     assert_eq!(
-        commit(&mut conn, 8, "bad", generation, &s("ghost"), "known", 1, ""),
+        commit(
+            &mut conn,
+            8,
+            "bad",
+            (generation, &s("ghost")),
+            "known",
+            1,
+            ""
+        ),
         25
     );
     // Metadata over offset.metadata.max.bytes (4096): OFFSET_METADATA_TOO_LARGE.
@@ -415,8 +428,7 @@ fn bad_group_requests_get_kafkas_error_codes() {
             &mut conn,
             8,
             "bad",
-            generation,
-            &member,
+            (generation, &member),
             "known",
             1,
             &"m".repeat(5000)
