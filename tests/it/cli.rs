@@ -934,3 +934,79 @@ fn group_with_a_member_is_described_and_cannot_be_reset_or_deleted() {
         "Deletion of requested consumer groups ('live') was successful.\n"
     );
 }
+
+#[test]
+fn group_consume_commits_on_sigterm() {
+    use std::io::BufRead;
+    use std::time::{Duration, Instant};
+
+    let broker = group_broker();
+    let b = broker.bootstrap.as_str();
+    ok(b, &["topic", "create", "two", "-p", "2"], b"");
+    ok(b, &["produce", "two", "-p", "0"], b"a\nb\nc\n");
+    ok(b, &["produce", "two", "-p", "1"], b"d\ne\n");
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args([
+            "consume",
+            "two",
+            "--group",
+            "term",
+            "--from-beginning",
+            "-b",
+            b,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn weir consume");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while seen.len() < 5 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => seen.push(line),
+            Err(_) => {
+                let _ = child.kill();
+                panic!("only {seen:?} consumed within 30 s");
+            }
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, ["a", "b", "c", "d", "e"]);
+
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(term.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("weir consume did not end within 30 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+    // Committed on the way out (the run is shorter than the 5 s auto-commit interval), and
+    // the member left: the group is Empty at once.
+    assert_eq!(offsets_of(b, "term", "two", 0), idle("3", "3", "0"));
+    assert_eq!(offsets_of(b, "term", "two", 1), idle("2", "2", "0"));
+    assert!(group_list(b, &[]).contains(&("term".to_string(), "Empty".to_string())));
+}
