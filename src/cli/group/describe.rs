@@ -54,7 +54,8 @@ struct Owner {
 /// Runs `weir group describe`.
 ///
 /// Errors: the group does not exist (`Consumer group 'X' does not exist.`); the broker's
-/// error for OffsetFetch or ListOffsets; a broker that cannot be reached.
+/// error for OffsetFetch; a broker that cannot be reached. A log end offset that cannot be
+/// read is `-` (LAG too), with a warning on stderr.
 pub fn run(args: DescribeArgs) -> anyhow::Result<()> {
     let group = args.group.as_str();
     let (consumer, metadata) = consumer(&args.client, Some(group))?;
@@ -160,24 +161,31 @@ fn offsets_view(
         if offset.is_none() && owner.is_none() {
             continue;
         }
-        let (_, log_end) = consumer
-            .fetch_watermarks(&tp.0, tp.1, GROUP_REQUEST_TIMEOUT)
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "log end offset of {}-{}: {}",
+        // A partition whose log end cannot be read (its topic deleted since it was
+        // committed, say) still shows its committed offset, as Kafka shows it.
+        let log_end = match consumer.fetch_watermarks(&tp.0, tp.1, GROUP_REQUEST_TIMEOUT) {
+            Ok((_, high)) => Some(high),
+            Err(e) => {
+                eprintln!(
+                    "weir: warning: log end offset of {}-{}: {}",
                     tp.0,
                     tp.1,
                     consumer.context().explain(&e)
-                )
-            })?;
+                );
+                None
+            }
+        };
         let dash = || "-".to_string();
         rows.push(vec![
             info.name().to_string(),
             tp.0.clone(),
             tp.1.to_string(),
             offset.map_or_else(dash, |o| o.to_string()),
-            log_end.to_string(),
-            offset.map_or_else(dash, |o| (log_end - o).max(0).to_string()),
+            log_end.map_or_else(dash, |e| e.to_string()),
+            match (offset, log_end) {
+                (Some(o), Some(e)) => (e - o).max(0).to_string(),
+                _ => dash(),
+            },
             owner.map_or_else(dash, |o| o.consumer_id.clone()),
             owner.map_or_else(dash, |o| o.host.clone()),
             owner.map_or_else(dash, |o| o.client_id.clone()),
