@@ -1,4 +1,4 @@
-//! What the client subcommands (`topic`, `produce`, `consume`) share: the librdkafka
+//! What the client subcommands (`topic`, `produce`, `consume`, `group`) share: the librdkafka
 //! configuration every client starts from, a client context that remembers the last
 //! connection-level error, Kafka-style error text, and a stop flag raised by Ctrl-C/SIGTERM.
 //!

@@ -1,25 +1,34 @@
 //! `weir consume`: print records one per line, as Kafka's `kafka-console-consumer.sh`.
 //!
-//! Standalone today: the consumer is *assigned* every partition of the topic (or the one
+//! Without `--group` the consumer is *assigned* every partition of the topic (or the one
 //! given with `-p`) at the beginning, the end, or a given offset, and never joins a group
-//! or commits (the broker has no group coordinator yet). librdkafka only lets a consumer
-//! with a `group.id` call `assign()`, so it carries [`STANDALONE_GROUP_ID`], which is never
-//! sent in a group request. How partitions are obtained is isolated in [`Membership`]; a
-//! `--group` option adds a variant there (subscribe, commit) and nothing else changes.
+//! or commits. librdkafka only lets a consumer with a `group.id` call `assign()`, so it
+//! carries [`STANDALONE_GROUP_ID`], which is never sent in a group request.
+//!
+//! With `--group G` it subscribes to the topic as a member of G (JoinGroup/SyncGroup; the
+//! group's assignor spreads partitions over its members) and starts each partition at G's
+//! committed offset, or where `auto.offset.reset` says when there is none: the earliest
+//! offset with `--from-beginning`, the end otherwise (as `kafka-console-consumer.sh
+//! --group`). An offset is stored only after its record is written to stdout, committed
+//! every `auto.commit.interval.ms` (librdkafka's 5 s) and once more, synchronously, when
+//! the command ends (`-n` reached, `--timeout-ms`, Ctrl-C/SIGTERM, stdout closed); then the
+//! consumer leaves the group. How partitions are obtained is isolated in [`Membership`].
 //!
 //! Output: the value, or with `--print-key` `key<SEP>value`; a null key or value prints as
 //! `null`; raw bytes, one record per line. Ends after `-n` records, after `--timeout-ms`
 //! without a record, at Ctrl-C/SIGTERM, or when stdout is closed (`| head`); then prints
 //! `Processed a total of N messages` on stderr, as Kafka does.
 //!
-//! Never does: commit offsets, or join a consumer group.
+//! Never does: commit offsets or join a group without `--group`; commit the offset of a
+//! record before it is written to stdout (a record still in the output buffer when stdout
+//! closes can be committed without being seen).
 
 use std::io::{BufWriter, Write};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
@@ -45,6 +54,7 @@ pub struct ConsumeArgs {
     /// Topic to consume from.
     pub topic: String,
     /// Start at the earliest offset of each partition (default: the end, new records only).
+    /// With --group, only where the group has no committed offset.
     #[arg(long = "from-beginning", conflicts_with = "offset")]
     pub from_beginning: bool,
     /// Where to start: an offset (needs --partition), `earliest` or `latest`.
@@ -53,6 +63,10 @@ pub struct ConsumeArgs {
     /// Consume only this partition.
     #[arg(short = 'p', long)]
     pub partition: Option<i32>,
+    /// Consume as a member of this consumer group: partitions from the group, start at its
+    /// committed offsets, commit what was printed.
+    #[arg(short = 'g', long, value_name = "GROUP", conflicts_with_all = ["offset", "partition"])]
+    pub group: Option<String>,
     /// Print the key before the value, separated by --key-separator.
     #[arg(long = "print-key")]
     pub print_key: bool,
@@ -101,11 +115,13 @@ fn parse_start_offset(s: &str) -> Result<StartOffset, String> {
     }
 }
 
-/// How the consumer gets its partitions. Only standalone assignment exists today.
+/// How the consumer gets its partitions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Membership {
+enum Membership<'a> {
     /// `assign()` of explicit partitions and offsets; no group, no commits.
     Standalone,
+    /// `subscribe()` as a member of this group; offsets of printed records are committed.
+    Group(&'a str),
 }
 
 /// When to stop, besides a signal or a closed stdout.
@@ -138,12 +154,16 @@ pub fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     }
     let stop = client::stop_on_signal();
 
-    let membership = Membership::Standalone;
+    let membership = match &args.group {
+        None => Membership::Standalone,
+        Some(group) => Membership::Group(group),
+    };
     let consumer = create_consumer(&args.client, membership, start)?;
     match membership {
         Membership::Standalone => {
             assign(&consumer, &args.client, &args.topic, args.partition, start)?
         }
+        Membership::Group(_) => subscribe(&consumer, &args.client, &args.topic)?,
     }
 
     let stop_after = StopAfter {
@@ -156,15 +176,39 @@ pub fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     };
     let stdout = std::io::stdout();
     let mut out = BufWriter::with_capacity(STDOUT_BUFFER_BYTES, stdout.lock());
-    let result = print_records(&consumer, &mut out, &format, stop_after, &|| {
-        stop.load(Ordering::SeqCst)
-    });
+    let result = print_records(
+        &consumer,
+        membership,
+        &mut out,
+        &format,
+        stop_after,
+        &|| stop.load(Ordering::SeqCst),
+    );
     let processed = match &result {
         Ok(n) => *n,
         Err((n, _)) => *n,
     };
     eprintln!("Processed a total of {processed} messages");
-    result.map(|_| ()).map_err(|(_, e)| e)
+    let committed = match membership {
+        Membership::Standalone => Ok(()),
+        Membership::Group(group) => commit_printed(&consumer, group),
+    };
+    // Dropping the consumer leaves the group (LeaveGroup), so the group is Empty at once.
+    drop(consumer);
+    result.map(|_| ()).map_err(|(_, e)| e).and(committed)
+}
+
+/// The final synchronous commit of the offsets stored for printed records. Nothing stored
+/// since the last commit (or no record at all) is not an error.
+fn commit_printed(consumer: &BaseConsumer<CliContext>, group: &str) -> anyhow::Result<()> {
+    match consumer.commit_consumer_state(CommitMode::Sync) {
+        Ok(()) => Ok(()),
+        Err(e) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::NoOffset) => Ok(()),
+        Err(e) => Err(anyhow::anyhow!(
+            "commit offsets of group '{group}': {}",
+            consumer.context().explain(&e)
+        )),
+    }
 }
 
 fn create_consumer(
@@ -175,16 +219,22 @@ fn create_consumer(
     let mut config = client::base_config(client);
     // Where to go when a given offset is out of range: as Kafka's console consumer, the
     // end unless reading from the beginning.
+    // With a group: where to start a partition the group has no committed offset for.
     let reset = match start {
         StartOffset::Earliest => "earliest",
         StartOffset::Latest | StartOffset::At(_) => "latest",
     };
     config
         .set("auto.offset.reset", reset)
-        .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false");
     match membership {
-        Membership::Standalone => config.set("group.id", STANDALONE_GROUP_ID),
+        Membership::Standalone => config
+            .set("group.id", STANDALONE_GROUP_ID)
+            .set("enable.auto.commit", "false"),
+        // Offsets are stored by hand after printing; librdkafka commits them periodically.
+        Membership::Group(group) => config
+            .set("group.id", group)
+            .set("enable.auto.commit", "true"),
     };
     config
         .create_with_context(CliContext::default())
@@ -223,10 +273,26 @@ fn assign(
         .map_err(|e| anyhow::anyhow!("assign '{topic}': {}", KafkaErrorText(&e)))
 }
 
+/// Subscribes to `topic` as a member of the consumer's group; the topic must exist (a
+/// consumer never creates one).
+fn subscribe(
+    consumer: &BaseConsumer<CliContext>,
+    bootstrap: &ClientArgs,
+    topic: &str,
+) -> anyhow::Result<()> {
+    let metadata = client::fetch_metadata(consumer.client(), consumer.context(), bootstrap)?;
+    client::find_topic(&metadata, topic)?;
+    consumer
+        .subscribe(&[topic])
+        .map_err(|e| anyhow::anyhow!("subscribe to '{topic}': {}", KafkaErrorText(&e)))
+}
+
 /// Polls `consumer` and prints records to `out` until a stop condition; returns how many
-/// records were printed (also alongside an error).
+/// records were printed (also alongside an error). As a group member, stores each record's
+/// offset once it is written, for the next commit.
 fn print_records(
     consumer: &BaseConsumer<CliContext>,
+    membership: Membership<'_>,
     out: &mut impl Write,
     format: &RecordFormat<'_>,
     stop_after: StopAfter,
@@ -267,6 +333,19 @@ fn print_records(
                 }
                 printed += 1;
                 last_record_at = Instant::now();
+                match membership {
+                    Membership::Standalone => {}
+                    Membership::Group(_) => {
+                        if let Err(e) = consumer.store_offset_from_message(&message) {
+                            // The partition was revoked meanwhile: its new owner reads it.
+                            let text = KafkaErrorText(&e).to_string();
+                            if last_warning.as_deref() != Some(text.as_str()) {
+                                eprintln!("weir: warning: offset not stored: {text}");
+                                last_warning = Some(text);
+                            }
+                        }
+                    }
+                }
             }
             Some(Err(KafkaError::PartitionEOF(_))) => {}
             Some(Err(e)) if is_fatal(&e) => {

@@ -11,6 +11,7 @@ use clap::{Args, Parser, Subcommand};
 
 mod client;
 mod consume;
+mod group;
 mod produce;
 mod serve;
 mod topic;
@@ -36,8 +37,11 @@ enum Command {
     Topic(topic::TopicCommand),
     /// Produce one record per stdin line.
     Produce(produce::ProduceArgs),
-    /// Consume records and print one per line.
+    /// Consume records and print one per line (alone, or as a member of a group).
     Consume(consume::ConsumeArgs),
+    /// List, describe, reset the offsets of and delete consumer groups.
+    #[command(subcommand)]
+    Group(group::GroupCommand),
 }
 
 /// `weir serve` options.
@@ -73,6 +77,7 @@ pub fn run() -> ExitCode {
         Command::Topic(cmd) => topic::run(cmd),
         Command::Produce(args) => produce::run(args),
         Command::Consume(args) => consume::run(args),
+        Command::Group(cmd) => group::run(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,4 +1,4 @@
-//! The `weir` client subcommands (`topic`, `produce`, `consume`) run as a person would run
+//! The `weir` client subcommands (`topic`, `produce`, `consume`, `group`) run as a person would run
 //! them: the built binary, against an in-process broker, asserting on stdout, stderr and
 //! the exit code.
 
@@ -443,4 +443,570 @@ fn produce_and_consume_100k_lines_in_order() {
         out == input,
         "consumed records differ from the 100000 lines produced"
     );
+}
+
+/// A broker whose groups rebalance at once (Kafka's 3 s initial delay would only slow
+/// every join down).
+fn group_broker() -> TestBroker {
+    TestBroker::start_with(&["group.initial.rebalance.delay.ms=0"])
+}
+
+/// The data rows of `weir group describe GROUP` (offsets view), split on whitespace,
+/// after checking the header; the command must succeed.
+fn describe_rows(b: &str, group: &str) -> Vec<Vec<String>> {
+    let out = ok(b, &["group", "describe", group], b"");
+    let mut lines = out.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        [
+            "GROUP",
+            "TOPIC",
+            "PARTITION",
+            "CURRENT-OFFSET",
+            "LOG-END-OFFSET",
+            "LAG",
+            "CONSUMER-ID",
+            "HOST",
+            "CLIENT-ID"
+        ],
+        "{out}"
+    );
+    lines
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect()
+}
+
+/// `weir group describe GROUP`'s row for one partition: CURRENT-OFFSET, LOG-END-OFFSET,
+/// LAG and CONSUMER-ID.
+fn offsets_of(b: &str, group: &str, topic: &str, partition: i32) -> [String; 4] {
+    let rows = describe_rows(b, group);
+    let row = rows
+        .iter()
+        .find(|r| r[0] == group && r[1] == topic && r[2] == partition.to_string())
+        .unwrap_or_else(|| panic!("no row for {topic}-{partition} in {rows:?}"));
+    assert_eq!(row.len(), 9, "{row:?}");
+    [
+        row[3].clone(),
+        row[4].clone(),
+        row[5].clone(),
+        row[6].clone(),
+    ]
+}
+
+/// `[CURRENT-OFFSET, LOG-END-OFFSET, LAG, "-"]` for a group without members.
+fn idle(current: &str, log_end: &str, lag: &str) -> [String; 4] {
+    [current, log_end, lag, "-"].map(str::to_string)
+}
+
+/// `(group, state)` rows of `weir group list ARGS`, after checking the header.
+fn group_list(b: &str, extra: &[&str]) -> Vec<(String, String)> {
+    let mut args = vec!["group", "list"];
+    args.extend_from_slice(extra);
+    let out = ok(b, &args, b"");
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("GROUP           STATE"), "{out}");
+    lines
+        .map(|l| {
+            let (g, s) = l.split_once(' ').expect("two columns");
+            (g.to_string(), s.trim().to_string())
+        })
+        .collect()
+}
+
+/// `NEW-OFFSET` per partition of a reset plan printed by `weir group reset-offsets`.
+fn plan(out: &str) -> Vec<(String, i32, i64)> {
+    let mut lines = out.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"],
+        "{out}"
+    );
+    lines
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(f.len(), 4, "{l}");
+            (
+                f[1].to_string(),
+                f[2].parse().unwrap(),
+                f[3].parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn group_consume_commits_and_offsets_can_be_described_and_reset() {
+    let broker = group_broker();
+    let b = broker.bootstrap.as_str();
+    ok(b, &["topic", "create", "gt", "-p", "1"], b"");
+    let input: String = (0..10).map(|i| format!("r-{i}\n")).collect();
+    ok(b, &["produce", "gt"], input.as_bytes());
+
+    let consume = |n: &str, from_beginning: bool| {
+        let mut args = vec!["consume", "gt", "--group", "g", "-n", n];
+        if from_beginning {
+            args.push("--from-beginning");
+        }
+        ok(b, &args, b"")
+    };
+    assert_eq!(consume("4", true), "r-0\nr-1\nr-2\nr-3\n");
+    // The consumer left the group when it ended: Empty, with what it printed committed.
+    let described = weir(b, &["group", "describe", "g"], b"");
+    assert!(described.status.success());
+    assert!(
+        String::from_utf8_lossy(&described.stderr)
+            .contains("Consumer group 'g' has no active members."),
+        "{described:?}"
+    );
+    assert_eq!(
+        describe_rows(b, "g"),
+        vec![vec!["g", "gt", "0", "4", "10", "6", "-", "-", "-"]]
+    );
+    assert_eq!(group_list(b, &[]), [("g".to_string(), "Empty".to_string())]);
+    assert_eq!(group_list(b, &["--state", "empty"]).len(), 1);
+    assert!(group_list(b, &["--state", "Stable"]).is_empty());
+
+    // The group goes on from its committed offset; --from-beginning does not move it.
+    assert_eq!(consume("2", true), "r-4\nr-5\n");
+    assert_eq!(offsets_of(b, "g", "gt", 0), idle("6", "10", "4"));
+
+    let reset = |spec: &[&str], mode: &str| {
+        let mut args = vec!["group", "reset-offsets", "g", "--topic", "gt"];
+        args.extend_from_slice(spec);
+        args.push(mode);
+        ok(b, &args, b"")
+    };
+    let dry = reset(&["--to-earliest"], "--dry-run");
+    assert_eq!(plan(&dry), [("gt".to_string(), 0, 0)]);
+    assert!(
+        dry.starts_with(&format!(
+            "{:<30} {:<30} {:<10} NEW-OFFSET\n",
+            "GROUP", "TOPIC", "PARTITION"
+        )),
+        "{dry}"
+    );
+    assert_eq!(offsets_of(b, "g", "gt", 0), idle("6", "10", "4"));
+
+    assert_eq!(
+        plan(&reset(&["--to-earliest"], "--execute")),
+        [("gt".to_string(), 0, 0)]
+    );
+    assert_eq!(offsets_of(b, "g", "gt", 0), idle("0", "10", "10"));
+    assert_eq!(consume("1", false), "r-0\n");
+    assert_eq!(offsets_of(b, "g", "gt", 0), idle("1", "10", "9"));
+
+    // Offsets are clamped into [log start, log end], with Kafka's note on stderr.
+    let far = weir(
+        b,
+        &[
+            "group",
+            "reset-offsets",
+            "g",
+            "--topic",
+            "gt",
+            "--shift-by",
+            "100",
+            "--execute",
+        ],
+        b"",
+    );
+    assert!(far.status.success(), "{far:?}");
+    assert_eq!(
+        plan(&String::from_utf8_lossy(&far.stdout)),
+        [("gt".to_string(), 0, 10)]
+    );
+    assert!(
+        String::from_utf8_lossy(&far.stderr).contains(
+            "New offset (101) is higher than latest offset for topic partition gt-0. \
+             Value will be set to 10"
+        ),
+        "{far:?}"
+    );
+    assert_eq!(
+        plan(&reset(&["--shift-by", "-3"], "--execute")),
+        [("gt".to_string(), 0, 7)]
+    );
+    assert_eq!(
+        plan(&reset(&["--shift-by=-30"], "--dry-run")),
+        [("gt".to_string(), 0, 0)]
+    );
+    assert_eq!(
+        plan(&reset(&["--to-offset", "20"], "--dry-run")),
+        [("gt".to_string(), 0, 10)]
+    );
+    assert_eq!(
+        plan(&reset(&["--to-offset", "-5"], "--dry-run")),
+        [("gt".to_string(), 0, 0)]
+    );
+    assert_eq!(offsets_of(b, "g", "gt", 0), idle("7", "10", "3"));
+    assert_eq!(
+        plan(&reset(&["--to-latest"], "--execute")),
+        [("gt".to_string(), 0, 10)]
+    );
+    assert_eq!(offsets_of(b, "g", "gt", 0), idle("10", "10", "0"));
+    assert_eq!(
+        plan(&reset(&["--to-offset", "5"], "--execute")),
+        [("gt".to_string(), 0, 5)]
+    );
+    assert_eq!(consume("1", false), "r-5\n");
+
+    // By time: every record is newer than 2001, none is from 2999 (then: the log end).
+    assert_eq!(
+        plan(&reset(
+            &["--to-datetime", "2001-01-01T00:00:00.000"],
+            "--dry-run"
+        )),
+        [("gt".to_string(), 0, 0)]
+    );
+    assert_eq!(
+        plan(&reset(
+            &["--to-datetime", "2999-01-01T00:00:00.000+02:00"],
+            "--dry-run"
+        )),
+        [("gt".to_string(), 0, 10)]
+    );
+    let bad_time = weir(
+        b,
+        &[
+            "group",
+            "reset-offsets",
+            "g",
+            "--topic",
+            "gt",
+            "--to-datetime",
+            "yesterday",
+            "--dry-run",
+        ],
+        b"",
+    );
+    assert_eq!(bad_time.status.code(), Some(2), "{bad_time:?}");
+    // Neither --dry-run nor --execute, or two specs: usage errors.
+    let no_mode = weir(
+        b,
+        &[
+            "group",
+            "reset-offsets",
+            "g",
+            "--topic",
+            "gt",
+            "--to-earliest",
+        ],
+        b"",
+    );
+    assert_eq!(no_mode.status.code(), Some(2), "{no_mode:?}");
+    assert!(
+        String::from_utf8_lossy(&no_mode.stderr).contains("--dry-run"),
+        "{no_mode:?}"
+    );
+    let two = weir(
+        b,
+        &[
+            "group",
+            "reset-offsets",
+            "g",
+            "--topic",
+            "gt",
+            "--to-earliest",
+            "--to-latest",
+            "--dry-run",
+        ],
+        b"",
+    );
+    assert_eq!(two.status.code(), Some(2), "{two:?}");
+    let unknown = fails(
+        b,
+        &[
+            "group",
+            "reset-offsets",
+            "g",
+            "--topic",
+            "nope",
+            "--to-earliest",
+            "--dry-run",
+        ],
+        b"",
+    );
+    assert!(unknown.contains("UNKNOWN_TOPIC_OR_PARTITION"), "{unknown}");
+    let bad_partition = fails(
+        b,
+        &[
+            "group",
+            "reset-offsets",
+            "g",
+            "--topic",
+            "gt:0,3",
+            "--to-earliest",
+            "--dry-run",
+        ],
+        b"",
+    );
+    assert!(bad_partition.contains("partition 3"), "{bad_partition}");
+    let no_commit = fails(
+        b,
+        &[
+            "group",
+            "reset-offsets",
+            "fresh",
+            "--topic",
+            "gt",
+            "--shift-by",
+            "1",
+            "--dry-run",
+        ],
+        b"",
+    );
+    assert!(
+        no_commit.contains(
+            "Cannot shift offset for partition gt-0 since there is no current committed offset"
+        ),
+        "{no_commit}"
+    );
+    // A reset of a group that does not exist yet creates it (as Kafka's tool).
+    reset_new_group(b);
+
+    assert_eq!(
+        ok(b, &["group", "delete", "g"], b""),
+        "Deletion of requested consumer groups ('g') was successful.\n"
+    );
+    let gone = fails(b, &["group", "describe", "g"], b"");
+    assert!(
+        gone.contains("Consumer group 'g' does not exist."),
+        "{gone}"
+    );
+    let again = fails(b, &["group", "delete", "g"], b"");
+    assert!(again.contains("GROUP_ID_NOT_FOUND"), "{again}");
+    assert!(!group_list(b, &[]).iter().any(|(g, _)| g == "g"));
+}
+
+fn reset_new_group(b: &str) {
+    let out = ok(
+        b,
+        &[
+            "group",
+            "reset-offsets",
+            "fresh",
+            "--topic",
+            "gt:0",
+            "--to-offset",
+            "3",
+            "--execute",
+        ],
+        b"",
+    );
+    assert_eq!(plan(&out), [("gt".to_string(), 0, 3)]);
+    assert_eq!(offsets_of(b, "fresh", "gt", 0), idle("3", "10", "7"));
+    assert!(group_list(b, &[]).contains(&("fresh".to_string(), "Empty".to_string())));
+}
+
+/// Polls `check` every 100 ms until it holds or `deadline_secs` pass.
+fn wait_until(what: &str, deadline_secs: u64, mut check: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(deadline_secs);
+    while !check() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting: {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn group_with_a_member_is_described_and_cannot_be_reset_or_deleted() {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+
+    let broker = group_broker();
+    let b = broker.bootstrap.as_str();
+    ok(b, &["topic", "create", "busy", "-p", "2"], b"");
+    ok(b, &["produce", "busy", "-p", "0"], b"a\nb\nc\n");
+
+    let member: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", b)
+        .set("group.id", "live")
+        .set("client.id", "it-live")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    member.subscribe(&["busy"]).expect("subscribe");
+    wait_until("the member gets both partitions", 30, || {
+        let _ = member.poll(std::time::Duration::from_millis(100));
+        member.assignment().map(|a| a.count()).unwrap_or(0) == 2
+    });
+    // The broker's view can trail the member's by a SyncGroup: wait for Stable.
+    wait_until("the group is Stable", 30, || {
+        group_list(b, &[]).contains(&("live".to_string(), "Stable".to_string()))
+    });
+
+    let rows = describe_rows(b, "live");
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for (p, row) in rows.iter().enumerate() {
+        assert_eq!(&row[..4], ["live", "busy", &p.to_string(), "-"], "{row:?}");
+        assert_eq!(row[5], "-", "{row:?}");
+        assert!(row[6].starts_with("it-live-"), "{row:?}");
+        assert_eq!(row[8], "it-live", "{row:?}");
+    }
+    assert_eq!(rows[0][4], "3");
+    assert_eq!(rows[1][4], "0");
+
+    let members = ok(b, &["group", "describe", "live", "--members"], b"");
+    let lines: Vec<Vec<&str>> = members
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        lines[0],
+        ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"]
+    );
+    assert_eq!(lines.len(), 2, "{members}");
+    assert_eq!(lines[1][0], "live");
+    assert_eq!(lines[1][3..], ["it-live", "2"]);
+
+    let state = ok(b, &["group", "describe", "live", "--state"], b"");
+    let lines: Vec<&str> = state.lines().collect();
+    assert!(
+        lines[0].starts_with("GROUP") && lines[0].contains("COORDINATOR (ID)"),
+        "{state}"
+    );
+    let fields: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(fields[0], "live");
+    assert_eq!(fields[1], b);
+    assert_eq!(fields[2..], ["(1)", "range", "Stable", "1"], "{state}");
+
+    let refused = fails(
+        b,
+        &[
+            "group",
+            "reset-offsets",
+            "live",
+            "--topic",
+            "busy",
+            "--to-earliest",
+            "--execute",
+        ],
+        b"",
+    );
+    assert!(
+        refused.contains(
+            "Assignments can only be reset if the group 'live' is inactive, but the current \
+             state is Stable."
+        ),
+        "{refused}"
+    );
+    let not_deleted = fails(b, &["group", "delete", "live"], b"");
+    assert!(
+        not_deleted.contains("NON_EMPTY_GROUP") && not_deleted.contains("still has members"),
+        "{not_deleted}"
+    );
+
+    // Once the member leaves, the group is Empty and both work.
+    drop(member);
+    wait_until("the group is Empty", 30, || {
+        group_list(b, &[]).contains(&("live".to_string(), "Empty".to_string()))
+    });
+    let out = ok(
+        b,
+        &[
+            "group",
+            "reset-offsets",
+            "live",
+            "--topic",
+            "busy:0",
+            "--to-offset",
+            "1",
+            "--execute",
+        ],
+        b"",
+    );
+    assert_eq!(plan(&out), [("busy".to_string(), 0, 1)]);
+    assert_eq!(offsets_of(b, "live", "busy", 0), idle("1", "3", "2"));
+    assert_eq!(
+        ok(b, &["group", "delete", "live"], b""),
+        "Deletion of requested consumer groups ('live') was successful.\n"
+    );
+}
+
+#[test]
+fn group_consume_commits_on_sigterm() {
+    use std::io::BufRead;
+    use std::time::{Duration, Instant};
+
+    let broker = group_broker();
+    let b = broker.bootstrap.as_str();
+    ok(b, &["topic", "create", "two", "-p", "2"], b"");
+    ok(b, &["produce", "two", "-p", "0"], b"a\nb\nc\n");
+    ok(b, &["produce", "two", "-p", "1"], b"d\ne\n");
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args([
+            "consume",
+            "two",
+            "--group",
+            "term",
+            "--from-beginning",
+            "-b",
+            b,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn weir consume");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while seen.len() < 5 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => seen.push(line),
+            Err(_) => {
+                let _ = child.kill();
+                panic!("only {seen:?} consumed within 30 s");
+            }
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, ["a", "b", "c", "d", "e"]);
+
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(term.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("weir consume did not end within 30 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+    // Committed on the way out (the run is shorter than the 5 s auto-commit interval), and
+    // the member left: the group is Empty at once.
+    assert_eq!(offsets_of(b, "term", "two", 0), idle("3", "3", "0"));
+    assert_eq!(offsets_of(b, "term", "two", 1), idle("2", "2", "0"));
+    assert!(group_list(b, &[]).contains(&("term".to_string(), "Empty".to_string())));
 }
