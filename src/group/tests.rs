@@ -122,13 +122,29 @@ fn state(c: &GroupCoordinator, group: &str) -> GroupState {
     c.describe(group).map_or(GroupState::Dead, |d| d.state)
 }
 
+/// Two members join together (the initial delay run out); returns (leader's answer,
+/// follower's answer).
+async fn join_pair(
+    c: &Arc<GroupCoordinator>,
+    a: JoinRequest,
+    b: JoinRequest,
+) -> (JoinResult, JoinResult) {
+    let ja = spawn_join(c, a);
+    let jb = spawn_join(c, b);
+    finish_delay(c).await;
+    let (a, b) = (ja.await.unwrap(), jb.await.unwrap());
+    assert_eq!(a.generation_id, b.generation_id);
+    if a.members.is_empty() {
+        (b, a)
+    } else {
+        (a, b)
+    }
+}
+
 /// Two dynamic members join and sync; returns (leader, follower, generation).
 async fn stable_pair(c: &Arc<GroupCoordinator>, group: &str) -> (JoinResult, JoinResult) {
-    let a = spawn_join(c, join_req(group, "", b"a"));
-    let b = spawn_join(c, join_req(group, "", b"b"));
-    finish_delay(c).await;
-    let (a, b) = (a.await.unwrap(), b.await.unwrap());
-    let (leader, follower) = if a.members.is_empty() { (b, a) } else { (a, b) };
+    let (leader, follower) =
+        join_pair(c, join_req(group, "", b"a"), join_req(group, "", b"b")).await;
     let mut s = sync_req(group, leader.generation_id, &leader.member_id);
     s.assignments = vec![
         (leader.member_id.clone(), Bytes::from_static(b"L")),
@@ -187,12 +203,7 @@ async fn member_id_required_then_join_sync_and_stable() {
 async fn follower_sync_waits_for_the_leader_assignment() {
     let f = fixture(100);
     let c = &f.coord;
-    let a = spawn_join(c, join_req("g", "", b"a"));
-    let b = spawn_join(c, join_req("g", "", b"b"));
-    finish_delay(c).await;
-    let (a, b) = (a.await.unwrap(), b.await.unwrap());
-    assert_eq!(a.generation_id, b.generation_id);
-    let (leader, follower) = if a.members.is_empty() { (b, a) } else { (a, b) };
+    let (leader, follower) = join_pair(c, join_req("g", "", b"a"), join_req("g", "", b"b")).await;
     assert_eq!(leader.members.len(), 2);
     assert!(follower.members.is_empty());
     let follower_sync = spawn_sync(
@@ -356,15 +367,7 @@ async fn static_member_restart_gets_its_assignment_without_a_rebalance() {
     a.group_instance_id = Some("i-a".into());
     let mut b = join_req("g", "", b"b");
     b.group_instance_id = Some("i-b".into());
-    let ja = spawn_join(c, a.clone());
-    let jb = spawn_join(c, b.clone());
-    finish_delay(c).await;
-    let (ja, jb) = (ja.await.unwrap(), jb.await.unwrap());
-    let (leader, follower) = if ja.members.is_empty() {
-        (jb, ja)
-    } else {
-        (ja, jb)
-    };
+    let (leader, follower) = join_pair(c, a.clone(), b.clone()).await;
     let mut s = sync_req("g", leader.generation_id, &leader.member_id);
     s.assignments = vec![
         (leader.member_id.clone(), Bytes::from_static(b"L")),
@@ -571,11 +574,7 @@ async fn offsets_of_an_empty_group_expire_after_retention() {
 async fn a_leader_that_never_syncs_is_removed_after_the_rebalance_timeout() {
     let f = fixture(100);
     let c = &f.coord;
-    let a = spawn_join(c, join_req("g", "", b"a"));
-    let b = spawn_join(c, join_req("g", "", b"b"));
-    finish_delay(c).await;
-    let (a, b) = (a.await.unwrap(), b.await.unwrap());
-    let (leader, follower) = if a.members.is_empty() { (b, a) } else { (a, b) };
+    let (leader, follower) = join_pair(c, join_req("g", "", b"a"), join_req("g", "", b"b")).await;
     let waiting = spawn_sync(
         c,
         sync_req("g", follower.generation_id, &follower.member_id),
