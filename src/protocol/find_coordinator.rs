@@ -4,9 +4,12 @@
 //! Every group's coordinator is this broker (one node). The first request creates
 //! `__consumer_offsets`, as Kafka does.
 //!
-//! Errors returned per key: INVALID_REQUEST (42) for a key type other than group (0) —
-//! transactions are not implemented; COORDINATOR_NOT_AVAILABLE (15) when the offsets topic
-//! cannot be created.
+//! Errors returned per key: TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53) for a transactional
+//! id (key type 1) — transactions are not implemented, and this is the answer Kafka gives a
+//! client that may not use a transactional id, which clients treat as fatal (librdkafka's
+//! `init_transactions()` fails at once instead of retrying the coordinator query until its
+//! timeout); InitProducerId answers the same. INVALID_REQUEST (42) for any other key type;
+//! COORDINATOR_NOT_AVAILABLE (15) when the offsets topic cannot be created.
 
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
@@ -15,18 +18,27 @@ use kafka_protocol::ResponseError;
 
 use super::Context;
 
-/// Key type of a consumer group (the other, 1, is a transactional id).
+/// Key type of a consumer group.
 const KEY_TYPE_GROUP: i8 = 0;
+/// Key type of a transactional id.
+const KEY_TYPE_TRANSACTION: i8 = 1;
 
 fn find(ctx: &Context, key: StrBytes, key_type: i8) -> Coordinator {
     let out = Coordinator::default().with_key(key);
-    let error = if key_type != KEY_TYPE_GROUP {
-        Some((ResponseError::InvalidRequest, format!("key type {key_type} is not supported: only consumer groups (0) have a coordinator here")))
-    } else {
-        ctx.groups
+    let error = match key_type {
+        KEY_TYPE_GROUP => ctx
+            .groups
             .ensure_offsets_topic()
             .err()
-            .map(|e| (e, "the offsets topic cannot be created".to_string()))
+            .map(|e| (e, "the offsets topic cannot be created".to_string())),
+        KEY_TYPE_TRANSACTION => Some((
+            ResponseError::TransactionalIdAuthorizationFailed,
+            "transactions are not implemented by this broker".to_string(),
+        )),
+        _ => Some((
+            ResponseError::InvalidRequest,
+            format!("key type {key_type} is not supported: only consumer groups (0) have a coordinator here"),
+        )),
     };
     match error {
         Some((e, message)) => out
