@@ -5,7 +5,8 @@
 #
 # The broker must look like the suite's "default" scenario (tests/scenarios/default.json):
 # topics auto-created on Metadata/Produce, with 4 partitions. For weir:
-#     weir serve --override listeners=PLAINTEXT://127.0.0.1:PORT --override num.partitions=4 ...
+#     weir serve --override listeners=PLAINTEXT://127.0.0.1:PORT --override num.partitions=4 \
+#                --override group.initial.rebalance.delay.ms=500 ...   (README.md says why)
 # With kcat on PATH the script checks this first: it stops if nothing answers at BOOTSTRAP
 # and warns if an auto-created probe topic does not get 4 partitions.
 #
@@ -16,8 +17,10 @@
 #                           and sockem tests are skipped by the runner (-L -E)
 #   Tests run in quick mode (-Q) unless LRK_QUICK=0. Quick mode skips the subtests not
 #   marked quick without a word, so a test can pass having done nothing; such passes are
-#   marked "(vacuous: ...)" and do not belong on the allow-list. A test number can stand
-#   for several tests (0045 is six); each of them that runs is reported.
+#   marked "(vacuous: ...)" and do not belong on the allow-list. A test whose subtests are
+#   all non-quick (0018, 0045, 0102, ...) is marked `full` in the allow-list instead: its
+#   number then always runs in full mode (without -Q), whatever TESTS selects. A test
+#   number can stand for several tests (0045 is six); each of them that runs is reported.
 #
 # Output on stdout, one line per test, then a total:
 #     PASSED 0001_multiobj
@@ -50,6 +53,11 @@
 #                                          a newer broker skip themselves
 #   LRK_BUILD_TIMEOUT_S  [3600]            limit for fetching and building the suite
 #   LRK_QUICK            [1]               0: full mode, without -Q (slower, more subtests)
+#   LRK_WEIR_BIN         [$CARGO_TARGET_DIR/debug/weir, CARGO_TARGET_DIR defaulting to
+#                         /var/tmp/weir-target]  weir binary behind kafka-shim/bin/kafka-topics.sh:
+#                                          tests that run Kafka's kafka-topics.sh (KAFKA_PATH)
+#                                          get this shim; without the binary they fail as
+#                                          before ("KAFKA_PATH ... must be set")
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -62,6 +70,7 @@ TIMEOUT_MULT="${LRK_TIMEOUT_MULT:-2}"
 TEST_TIMEOUT_S="${LRK_TEST_TIMEOUT_S:-600}"
 BROKER_VERSION="${LRK_BROKER_VERSION:-3.9.0}"
 BUILD_TIMEOUT_S="${LRK_BUILD_TIMEOUT_S:-3600}"
+WEIR_BIN="${LRK_WEIR_BIN:-${CARGO_TARGET_DIR:-/var/tmp/weir-target}/debug/weir}"
 QUICK_FLAG=-Q
 [ "${LRK_QUICK:-1}" = 0 ] && QUICK_FLAG=
 SRC="$CACHE/librdkafka-$VER"
@@ -77,15 +86,18 @@ SELECT="${2:-}"
 
 # ------------------------------------------------------------------ allow-list
 # One entry per line: a test number (all tests of that number) or a full test name, then
-# an optional "# what it covers".
+# optionally the word `full` (run that number without -Q), then an optional "# what it
+# covers".
 allowed=()
+full_numbers=" "  # numbers marked `full`, space-separated
 if [ -f "$ALLOWLIST" ]; then
     while IFS= read -r line; do
-        entry="${line%%#*}"
-        entry="${entry//[[:space:]]/}"
-        [ -z "$entry" ] && continue
-        [[ "$entry" =~ ^[0-9]{4}(_[A-Za-z0-9_]+)?$ ]] || die "$ALLOWLIST: bad entry '$line'"
+        read -r entry mode extra <<<"${line%%#*}" || true
+        [ -z "${entry:-}" ] && continue
+        [[ "$entry" =~ ^[0-9]{4}(_[A-Za-z0-9_]+)?$ ]] && [ -z "${extra:-}" ] \
+            && [[ "${mode:-}" =~ ^(full)?$ ]] || die "$ALLOWLIST: bad entry '$line'"
         allowed+=("$entry")
+        [ "${mode:-}" = full ] && full_numbers+="${entry:0:4} "
     done <"$ALLOWLIST"
 fi
 
@@ -254,13 +266,20 @@ elif not printed and explicit == "1":
     print(f"SKIPPED {num} no broker test with this number ran (local, sockem, manual or another scenario)")
 PY
 
+# Kafka's command-line tools, as far as the suite needs them (kafka-shim/bin), on weir's CLI.
+shim_env=()
+if [ -x "$WEIR_BIN" ]; then
+    shim_env=(KAFKA_PATH="$here/kafka-shim" BROKERS="$BOOT" WEIR_BIN="$WEIR_BIN")
+fi
+
 run_one() { # number -> $LOG_DIR/<number>.results
-    local num="$1" rc=0
+    local num="$1" rc=0 quick="$QUICK_FLAG"
+    [[ "$full_numbers" == *" $num "* ]] && quick=
     # the outer 2>/dev/null takes bash's own "Aborted" notice when the runner dies of a signal
     { (cd "$RUNNER_DIR" &&
         RDKAFKA_TEST_CONF="$LOG_DIR/test.conf" TEST_REPORT="$LOG_DIR/$num.json" TESTS="$num" \
         TEST_KAFKA_VERSION="$BROKER_VERSION" LD_LIBRARY_PATH=../src:../src-cpp \
-        timeout -k 10 "$TEST_TIMEOUT_S" ./test-runner $QUICK_FLAG -L -E) >"$LOG_DIR/$num.log" 2>&1; } 2>/dev/null \
+        env "${shim_env[@]}" timeout -k 10 "$TEST_TIMEOUT_S" ./test-runner $quick -L -E) >"$LOG_DIR/$num.log" 2>&1; } 2>/dev/null \
         || rc=$?
     python3 "$LOG_DIR/results.py" "$num" "$LOG_DIR/$num.json" "$LOG_DIR/$num.log" "$rc" "$explicit_list" \
         >"$LOG_DIR/$num.results.tmp"
