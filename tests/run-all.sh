@@ -33,12 +33,14 @@ cargo test --locked
 
 step "librdkafka's own test suite (allow-list)"
 # A weir broker shaped like the suite's default scenario (auto-created topics, 4
-# partitions), on a free port; stopped whatever happens.
+# partitions), with a short initial rebalance delay (tests/compat/README.md says why); on
+# a free port; stopped whatever happens.
 lrk_dir="$(mktemp -d /tmp/weir-lrk.XXXXXX)"
 "$CARGO_TARGET_DIR/debug/weir" serve \
     --override listeners=PLAINTEXT://127.0.0.1:0 \
     --override "log.dirs=$lrk_dir/data" \
     --override num.partitions=4 \
+    --override group.initial.rebalance.delay.ms=500 \
     >"$lrk_dir/stdout" 2>"$lrk_dir/broker.log" &
 lrk_pid=$!
 trap 'kill "$lrk_pid" 2>/dev/null; wait "$lrk_pid" 2>/dev/null; rm -rf "$lrk_dir"' EXIT
