@@ -53,6 +53,9 @@
 #                                          a newer broker skip themselves
 #   LRK_BUILD_TIMEOUT_S  [3600]            limit for fetching and building the suite
 #   LRK_QUICK            [1]               0: full mode, without -Q (slower, more subtests)
+#   LRK_ALLOWLIST        [tests/compat/librdkafka-allowlist.txt]  the allow-list to use
+#   TEST_SCENARIO        [default]         the suite's scenario (noautocreate: a broker
+#                                          with auto.create.topics.enable=false)
 #   LRK_WEIR_BIN         [$CARGO_TARGET_DIR/debug/weir, CARGO_TARGET_DIR defaulting to
 #                         /var/tmp/weir-target]  weir binary behind kafka-shim/bin/kafka-topics.sh:
 #                                          tests that run Kafka's kafka-topics.sh (KAFKA_PATH)
@@ -61,7 +64,7 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ALLOWLIST="$here/librdkafka-allowlist.txt"
+ALLOWLIST="${LRK_ALLOWLIST:-$here/librdkafka-allowlist.txt}"
 VER="${LRK_VERSION:-4.10.0+2.12.1}"
 CACHE="${LRK_CACHE:-/var/tmp/weir-librdkafka}"
 LOG_DIR="${LRK_LOG_DIR:-$CACHE/logs}"

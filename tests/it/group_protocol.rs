@@ -489,6 +489,14 @@ fn bad_group_requests_get_kafkas_error_codes() {
         (r.error_code, r.topics[0].partitions[0].error_code),
         (0, 86)
     );
+    // A transaction coordinator: transactions are not implemented, so a transactional id
+    // is refused as InitProducerId refuses it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), and
+    // librdkafka's init_transactions() fails at once instead of retrying.
+    let req = FindCoordinatorRequest::default()
+        .with_key(s("txn-id"))
+        .with_key_type(1);
+    let r: FindCoordinatorResponse = decode(conn.request(&req, 3, 5).unwrap(), 3);
+    assert_eq!(r.error_code, 53);
     // None of this closed the connection or disturbed the member.
     assert_eq!(heartbeat(&mut conn, 4, "bad", generation, &member), 0);
 }
