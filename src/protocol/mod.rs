@@ -37,6 +37,7 @@ mod incremental_alter_configs;
 mod init_producer_id;
 mod join_group;
 mod leave_group;
+mod legacy;
 mod list_groups;
 mod list_offsets;
 mod metadata;
@@ -89,8 +90,8 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::SyncGroup, 0, 5),
     api(ApiKey::Heartbeat, 0, 4),
     api(ApiKey::LeaveGroup, 0, 5),
-    api(ApiKey::OffsetCommit, 2, 9),
-    api(ApiKey::OffsetFetch, 1, 9),
+    api(ApiKey::OffsetCommit, 0, 9),
+    api(ApiKey::OffsetFetch, 0, 9),
     api(ApiKey::ListGroups, 0, 5),
     api(ApiKey::DescribeGroups, 0, 6),
     api(ApiKey::DeleteGroups, 0, 2),
@@ -172,6 +173,7 @@ pub async fn handle_frame(ctx: &Context, mut frame: Bytes, peer: SocketAddr) -> 
                 ResponseKind::ApiVersions(api_versions::unsupported_version()),
                 key,
                 0,
+                0,
                 correlation_id,
             );
         }
@@ -186,8 +188,15 @@ pub async fn handle_frame(ctx: &Context, mut frame: Bytes, peer: SocketAddr) -> 
     let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let header = RequestHeader::decode(&mut frame, header_version)
             .map_err(|e| format!("bad {key:?} v{version} request header: {e}"))?;
-        let request = RequestKind::decode(key, &mut frame, version)
-            .map_err(|e| format!("bad {key:?} v{version} request body: {e}"))?;
+        let request = if legacy::is_legacy_offset_commit(key, version) {
+            RequestKind::OffsetCommit(
+                legacy::decode_offset_commit(&mut frame, version)
+                    .map_err(|e| format!("bad {key:?} v{version} request body: {e}"))?,
+            )
+        } else {
+            RequestKind::decode(key, &mut frame, legacy::codec_version(key, version))
+                .map_err(|e| format!("bad {key:?} v{version} request body: {e}"))?
+        };
         Ok::<_, String>((header, request))
     }));
     let (header, request) = match decoded {
@@ -209,7 +218,15 @@ pub async fn handle_frame(ctx: &Context, mut frame: Bytes, peer: SocketAddr) -> 
         Some(r) => r,
         None => return Outcome::NoResponse,
     };
-    respond(response, key, version, correlation_id)
+    // Old versions whose body layout equals a newer one's are encoded as that one (the
+    // header version is the same: both are non-flexible).
+    respond(
+        response,
+        key,
+        version,
+        legacy::codec_version(key, version),
+        correlation_id,
+    )
 }
 
 /// Calls the handler of one decoded request. `None` means no response (acks=0).
@@ -309,13 +326,19 @@ fn size_hint(response: &ResponseKind) -> usize {
     }
 }
 
-fn respond(response: ResponseKind, key: ApiKey, version: i16, correlation_id: i32) -> Outcome {
+fn respond(
+    response: ResponseKind,
+    key: ApiKey,
+    version: i16,
+    body_version: i16,
+    correlation_id: i32,
+) -> Outcome {
     let mut buf = BytesMut::with_capacity(size_hint(&response));
     let header = ResponseHeader::default().with_correlation_id(correlation_id);
     if let Err(e) = header.encode(&mut buf, key.response_header_version(version)) {
         return Outcome::Close(format!("cannot encode {key:?} response header: {e}"));
     }
-    if let Err(e) = response.encode(&mut buf, version) {
+    if let Err(e) = response.encode(&mut buf, body_version) {
         return Outcome::Close(format!("cannot encode {key:?} v{version} response: {e}"));
     }
     Outcome::Respond(buf)

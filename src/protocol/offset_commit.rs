@@ -1,7 +1,7 @@
-//! OffsetCommit (key 8), v2–v9. Protocol guide "OffsetCommit"; KIP-320 (v6: leader epoch),
-//! KIP-345 (v7: group.instance.id). v0 and v1 (ZooKeeper-era) are not implemented: the
-//! `kafka-protocol` crate has no codec for them, and Kafka 4.0 removed them (KIP-896).
-//! `retention_time_ms` (v2–v4) is ignored: `offsets.retention.minutes` applies, as in
+//! OffsetCommit (key 8), v0–v9. Protocol guide "OffsetCommit"; KIP-320 (v6: leader epoch),
+//! KIP-345 (v7: group.instance.id). v0 and v1 are decoded by `legacy` (the
+//! `kafka-protocol` crate has no codec for them; Kafka 4.0 removed them, KIP-896, 3.x
+//! serves them). `retention_time_ms` (v2–v4) is ignored: `offsets.retention.minutes` applies, as in
 //! Kafka since 2.1 (KIP-211).
 //!
 //! Errors returned per partition: see [`crate::group::GroupCoordinator::commit`].

@@ -1,6 +1,7 @@
-//! OffsetFetch (key 9), v1–v9. Protocol guide "OffsetFetch"; KIP-88 (v2: all topics with a
+//! OffsetFetch (key 9), v0–v9. Protocol guide "OffsetFetch"; KIP-88 (v2: all topics with a
 //! null list), KIP-320 (v5: leader epoch), KIP-709 (v8: several groups per request).
-//! v0 (ZooKeeper-era) is not implemented (no codec in `kafka-protocol`; removed by KIP-896).
+//! v0 has v1's layout and is read and written with v1's codec (`legacy`; Kafka 4.0 removed
+//! it, KIP-896, 3.x serves it).
 //!
 //! A partition without a committed offset answers offset -1 and metadata "", as Kafka.
 //! `require_stable` (KIP-447) has nothing to wait for: there are no transactions.

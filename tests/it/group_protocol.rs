@@ -209,6 +209,8 @@ fn describe(conn: &mut RawConn, version: i16, g: &str) -> DescribeGroupsResponse
 
 /// Every version of every group API the broker advertises, on one-member groups: join,
 /// sync, heartbeat, commit with metadata, fetch it back, describe, list, leave, delete.
+/// (OffsetCommit v0–v1 and OffsetFetch v0 have no codec in the crate: the next test sends
+/// them by hand.)
 #[test]
 fn every_advertised_version_of_the_group_apis_works() {
     let b = TestBroker::start_with(&["group.initial.rebalance.delay.ms=0"]);
@@ -591,4 +593,111 @@ fn follower_sync_waits_for_the_leader() {
     assert!(answered >= leader_sent);
     assert_eq!(f.error_code, 0);
     assert_eq!(f.assignment, Bytes::from_static(b"for-follower"));
+}
+
+/// A request frame built by hand: header v1 (api key, version, correlation id, client id)
+/// and `body`, for versions the `kafka-protocol` crate has no codec for.
+fn raw_request(conn: &mut RawConn, key: i16, version: i16, body: &[u8]) -> bytes::Bytes {
+    use bytes::{Buf, BufMut};
+    let mut frame = bytes::BytesMut::new();
+    frame.put_i16(key);
+    frame.put_i16(version);
+    frame.put_i32(77);
+    frame.put_i16(3);
+    frame.put_slice(b"old");
+    frame.put_slice(body);
+    let mut out = (frame.len() as u32).to_be_bytes().to_vec();
+    out.extend_from_slice(&frame);
+    conn.send_raw(&out);
+    let mut response = bytes::Bytes::from(conn.read_frame().expect("answered"));
+    assert_eq!(response.get_i32(), 77, "correlation id");
+    response
+}
+
+fn put_str(b: &mut bytes::BytesMut, v: &str) {
+    use bytes::BufMut;
+    b.put_i16(v.len() as i16);
+    b.put_slice(v.as_bytes());
+}
+
+fn get_str(b: &mut bytes::Bytes) -> String {
+    use bytes::Buf;
+    let n = b.get_i16() as usize;
+    String::from_utf8(b.split_to(n).to_vec()).unwrap()
+}
+
+/// OffsetCommit v0 and v1 and OffsetFetch v0 (Kafka 3.x still serves them; old clients
+/// send them) commit and read back offsets with their metadata strings.
+#[test]
+fn old_offset_commit_and_fetch_versions_keep_offsets_and_metadata() {
+    use bytes::{Buf, BufMut};
+    let b = TestBroker::start_with(&["group.initial.rebalance.delay.ms=0"]);
+    let mut conn = RawConn::connect(&b.bootstrap);
+    create_topic(&mut conn, "old", 2);
+    for (version, partition) in [(0i16, 0i32), (1, 1)] {
+        let mut body = bytes::BytesMut::new();
+        put_str(&mut body, "old-group");
+        if version == 1 {
+            body.put_i32(-1); // generation: a commit outside group management
+            put_str(&mut body, "");
+        }
+        body.put_i32(1);
+        put_str(&mut body, "old");
+        body.put_i32(1);
+        body.put_i32(partition);
+        body.put_i64(40 + i64::from(version));
+        if version == 1 {
+            body.put_i64(-1); // commit timestamp, ignored
+        }
+        put_str(&mut body, &format!("meta-v{version}"));
+        let mut r = raw_request(&mut conn, 8, version, &body);
+        assert_eq!(r.get_i32(), 1, "topics");
+        assert_eq!(get_str(&mut r), "old");
+        assert_eq!(r.get_i32(), 1, "partitions");
+        assert_eq!(
+            (r.get_i32(), r.get_i16()),
+            (partition, 0),
+            "OffsetCommit v{version}"
+        );
+    }
+    let mut body = bytes::BytesMut::new();
+    put_str(&mut body, "old-group");
+    body.put_i32(1);
+    put_str(&mut body, "old");
+    body.put_i32(2);
+    body.put_i32(0);
+    body.put_i32(1);
+    let mut r = raw_request(&mut conn, 9, 0, &body);
+    assert_eq!(r.get_i32(), 1);
+    assert_eq!(get_str(&mut r), "old");
+    assert_eq!(r.get_i32(), 2);
+    for (partition, offset, metadata) in [(0, 40, "meta-v0"), (1, 41, "meta-v1")] {
+        assert_eq!(r.get_i32(), partition);
+        assert_eq!(r.get_i64(), offset);
+        assert_eq!(get_str(&mut r), metadata);
+        assert_eq!(r.get_i16(), 0);
+    }
+    assert!(
+        !r.has_remaining(),
+        "OffsetFetch v0 has no top-level error code"
+    );
+    // The same offsets through the current API.
+    assert_eq!(
+        fetch_offset(&mut conn, 8, "old-group", "old"),
+        (40, "meta-v0".into())
+    );
+    // A truncated v1 body closes that connection only.
+    let mut bad = RawConn::connect(&b.bootstrap);
+    let mut frame = bytes::BytesMut::new();
+    frame.put_i16(8);
+    frame.put_i16(1);
+    frame.put_i32(1);
+    frame.put_i16(-1);
+    put_str(&mut frame, "g");
+    frame.put_i32(i32::MAX);
+    let mut out = (frame.len() as u32).to_be_bytes().to_vec();
+    out.extend_from_slice(&frame);
+    bad.send_raw(&out);
+    assert!(bad.is_closed_by_broker());
+    assert_eq!(fetch_offset(&mut conn, 1, "old-group", "old").0, 40);
 }
