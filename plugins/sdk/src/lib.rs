@@ -223,6 +223,9 @@ pub mod __private {
 #[macro_export]
 macro_rules! export_partitioner {
     (fn $f:path) => {
+        // Checks the signature, and keeps a native build (unit tests) from calling the
+        // function unused.
+        const _: fn(Option<&[u8]>, Option<&[u8]>, u32) -> u32 = $f;
         struct __WeirFnPartitioner;
         impl $crate::Partitioner for __WeirFnPartitioner {
             fn open(_config: &$crate::Config) -> ::core::result::Result<Self, String> {
@@ -239,6 +242,7 @@ macro_rules! export_partitioner {
             static __WEIR_PARTITIONER: ::core::cell::RefCell<Option<$t>> =
                 const { ::core::cell::RefCell::new(None) };
         }
+        #[allow(dead_code)]
         struct __WeirPartitionerExport;
         impl $crate::partitioner_bindings::exports::weir::plugin::partition::Guest for __WeirPartitionerExport {
             fn open(
@@ -252,6 +256,9 @@ macro_rules! export_partitioner {
                 )
             }
         }
+        // Only a wasm build exports: the export names (`weir:plugin/...#open`) are not
+        // valid native symbol names, and a native build (unit tests) needs no exports.
+        #[cfg(target_arch = "wasm32")]
         $crate::partitioner_bindings::__export_partitioner_world!(
             __WeirPartitionerExport with_types_in $crate::partitioner_bindings
         );
@@ -264,6 +271,9 @@ macro_rules! export_partitioner {
 #[macro_export]
 macro_rules! export_transform {
     (fn $f:path) => {
+        // Checks the signature, and keeps a native build (unit tests) from calling the
+        // function unused.
+        const _: fn(&$crate::Record<'_>, &mut $crate::Output) -> ::core::result::Result<(), String> = $f;
         struct __WeirFnTransform;
         impl $crate::Transform for __WeirFnTransform {
             fn open(_config: &$crate::Config) -> ::core::result::Result<Self, String> {
@@ -284,6 +294,7 @@ macro_rules! export_transform {
             static __WEIR_TRANSFORM: ::core::cell::RefCell<Option<$t>> =
                 const { ::core::cell::RefCell::new(None) };
         }
+        #[allow(dead_code)]
         struct __WeirTransformExport;
         impl $crate::transform_bindings::exports::weir::plugin::transformer::Guest for __WeirTransformExport {
             fn open(
@@ -301,6 +312,9 @@ macro_rules! export_transform {
                 $crate::__private::transform_apply::<$t>(&__WEIR_TRANSFORM, context, input)
             }
         }
+        // Only a wasm build exports: the export names (`weir:plugin/...#open`) are not
+        // valid native symbol names, and a native build (unit tests) needs no exports.
+        #[cfg(target_arch = "wasm32")]
         $crate::transform_bindings::__export_transform_world!(
             __WeirTransformExport with_types_in $crate::transform_bindings
         );
