@@ -229,6 +229,7 @@ async fn an_infinite_loop_times_out_and_the_next_call_works() {
     let started = Instant::now();
     match t.apply(&context(), &[record(b"ok"), record(b"spin")]).await {
         Err(e @ PluginError::Timeout { .. }) => {
+            eprintln!("{e}");
             assert!(e.to_string().contains("200 ms"), "{e}")
         }
         other => panic!("expected a timeout, got {other:?}"),
@@ -262,11 +263,14 @@ async fn an_allocation_bomb_hits_the_memory_limit_and_the_next_call_works() {
         .await
         .expect("load hostile");
     match t.apply(&context(), &[record(b"bomb")]).await {
-        Err(PluginError::MemoryLimit {
-            limit_bytes,
-            requested_bytes,
-            ..
-        }) => {
+        Err(
+            e @ PluginError::MemoryLimit {
+                limit_bytes,
+                requested_bytes,
+                ..
+            },
+        ) => {
+            eprintln!("{e}");
             assert_eq!(limit_bytes, 32 << 20);
             assert!(requested_bytes > limit_bytes);
         }
@@ -288,6 +292,7 @@ async fn a_guest_panic_fails_that_call_only() {
     match t.apply(&context(), &[record(b"a"), record(b"panic")]).await {
         Err(e @ PluginError::Trap { .. }) => {
             let msg = e.to_string();
+            eprintln!("{msg}");
             assert!(msg.contains("hostile.wasm"), "{msg}");
             assert!(msg.contains("asked to panic on record 1"), "{msg}");
         }
@@ -330,7 +335,10 @@ async fn files_that_are_not_weir_components_are_refused_at_load() {
     let text = dir.path().join("notes.wasm");
     std::fs::write(&text, b"hello, not wasm").expect("write");
     match h.load_partitioner(&text).await {
-        Err(e @ PluginError::NotWasm { .. }) => assert!(e.to_string().contains("notes.wasm")),
+        Err(e @ PluginError::NotWasm { .. }) => {
+            eprintln!("{e}");
+            assert!(e.to_string().contains("notes.wasm"))
+        }
         other => panic!("expected NotWasm, got {:?}", other.err()),
     }
 
@@ -351,6 +359,7 @@ async fn files_that_are_not_weir_components_are_refused_at_load() {
     match h.load_transform(&guest("murmur2"), &[]).await {
         Err(e @ PluginError::WrongWorld { .. }) => {
             let msg = e.to_string();
+            eprintln!("{msg}");
             assert!(msg.contains("weir:plugin/transformer@0.1.0"), "{msg}");
         }
         other => panic!("expected WrongWorld, got {:?}", other.err()),
@@ -358,6 +367,7 @@ async fn files_that_are_not_weir_components_are_refused_at_load() {
     match h.load_partitioner(&guest("redact")).await {
         Err(e @ PluginError::WrongWorld { .. }) => {
             let msg = e.to_string();
+            eprintln!("{msg}");
             assert!(msg.contains("weir:plugin/partition@0.1.0"), "{msg}");
         }
         other => panic!("expected WrongWorld, got {:?}", other.err()),
