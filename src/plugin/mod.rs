@@ -42,7 +42,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 pub use partitioner::Partitioner;
-pub use transform::{BatchContext, Header, Output, Record, Transform};
+pub use transform::{BatchContext, Header, Output, OutputBatch, OutputRecord, Record, Transform};
 
 /// How often the engine's epoch advances, in milliseconds: the granularity of call
 /// deadlines.

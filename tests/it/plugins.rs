@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rdkafka::producer::FutureRecord;
 use rdkafka::Offset;
-use weir::plugin::{BatchContext, PluginError, PluginHost, PluginHostConfig, PluginLimits, Record};
+use weir::plugin::{
+    BatchContext, OutputBatch, PluginError, PluginHost, PluginHostConfig, PluginLimits, Record,
+};
 
 use crate::guests::guest;
 use crate::harness::TestBroker;
@@ -50,10 +52,8 @@ fn context() -> BatchContext {
     }
 }
 
-fn values(out: &[weir::plugin::Output]) -> Vec<&[u8]> {
-    out.iter()
-        .map(|o| o.record.value.as_deref().unwrap_or_default())
-        .collect()
+fn values(out: &OutputBatch) -> Vec<&[u8]> {
+    out.iter().map(|o| o.value.unwrap_or_default()).collect()
 }
 
 /// Kafka's `UtilsTest.testMurmur2` vectors (murmur2 as a signed Java int).
@@ -200,7 +200,7 @@ async fn redact_masks_fields_of_records_a_real_client_produced() {
     for (i, o) in out.iter().enumerate() {
         assert_eq!(o.input_index as usize, i);
         assert_eq!(o.topic, None);
-        assert_eq!(o.record.key.as_deref(), Some(format!("k{i}").as_bytes()));
+        assert_eq!(o.key, Some(format!("k{i}").as_bytes()));
     }
     // A value it cannot scan fails the batch naming the record.
     let bad = vec![record(br#"{"a":1}"#), record(br#"{"ssn":"unterminated"#)];

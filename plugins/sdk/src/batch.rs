@@ -186,6 +186,11 @@ impl<'a> Input<'a> {
         Ok(Input { cursor, left })
     }
 
+    /// Records not read yet.
+    pub(crate) fn remaining(&self) -> u32 {
+        self.left
+    }
+
     fn record(&mut self) -> Result<Record<'a>, MalformedBatch> {
         let c = &mut self.cursor;
         let start = c.pos;

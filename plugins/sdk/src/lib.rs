@@ -200,7 +200,13 @@ pub mod __private {
                 message: e.to_string(),
                 record_index: Some(e.record_index),
             })?;
-            let mut out = Output::with_capacity(input.len() + 64);
+            // An out-record is its in-record plus 8 bytes (input index, topic length): room
+            // for one output per input without growing.
+            let mut out = Output::with_capacity(
+                input
+                    .len()
+                    .saturating_add((records.remaining() as usize).saturating_mul(8)),
+            );
             for record in records {
                 let record = record.map_err(|e| TError {
                     message: e.to_string(),
