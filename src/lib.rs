@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod config;
 pub mod group;
 pub mod log;
+pub mod plugin;
 pub mod protocol;
 pub mod purgatory;
 pub mod replica;

@@ -15,6 +15,8 @@
 #   pip  confluent-kafka, kafka-python, aiokafka    tests/compat/roundtrip.py   (pinned below)
 #   npm  kafkajs                                    tests/compat/roundtrip.js   (pinned below),
 #                                                   into $WEIR_CLIENTS_DIR/node/node_modules
+#   rustup target wasm32-wasip2                     the plugin guests in plugins/ (only when
+#                                                   rustup exists and the target is missing)
 #
 # Idempotent and quiet: prints nothing and exits 0 when everything is already in place;
 # `apt-get update` runs only when an apt package is missing. On failure: one line
@@ -148,6 +150,15 @@ fi
 if [ "$DRY_RUN" != 1 ]; then
     run node -e "require(process.argv[1])" "$node_dir/node_modules/kafkajs" \
         || die "kafkajs does not load from $node_dir"
+fi
+
+# ---------------------------------------------------------------- rust target for plugins
+# The guests in plugins/ are WebAssembly components built for wasm32-wasip2. Only rustup
+# can add a target; without rustup the guest build says what is missing.
+if command -v rustup >/dev/null \
+    && ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
+    run timeout "$APT_TIMEOUT_S" rustup target add wasm32-wasip2 \
+        || die "rustup target add wasm32-wasip2"
 fi
 
 exit 0

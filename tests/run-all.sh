@@ -2,8 +2,11 @@
 # The whole weir test suite, as the README's second command and CI (.ci/run) run it.
 #
 #  1. installs what the tests need (tests/install-deps.sh: kcat, Python and Node clients,
-#     C build deps of the bundled librdkafka) — idempotent, quiet when all is there;
-#  2. checks formatting and clippy (-D warnings);
+#     C build deps of the bundled librdkafka, the wasm32-wasip2 Rust target) — idempotent,
+#     quiet when all is there;
+#  2. checks formatting and clippy (-D warnings), for the broker and for the plugin guests
+#     (plugins/, a separate workspace), and builds the guests (wasm32-wasip2 components
+#     the plugin tests load);
 #  3. runs every Rust test: unit tests and the one integration binary (tests/it), where
 #     real clients (rdkafka, kcat, confluent-kafka, kafka-python, aiokafka, kafkajs) drive
 #     real brokers;
@@ -25,6 +28,18 @@ bash tests/install-deps.sh
 step "format and lints"
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
+
+step "plugin guests (plugins/, wasm32-wasip2)"
+# Their own workspace and target dir: the host's CARGO_TARGET_DIR is not theirs.
+(
+    cd plugins
+    unset CARGO_TARGET_DIR
+    cargo fmt --all -- --check
+    cargo clippy --locked --all-targets -- -D warnings
+    cargo clippy --locked --target wasm32-wasip2 -- -D warnings
+    cargo test --locked
+    cargo build --locked --release --target wasm32-wasip2
+)
 
 step "build"
 cargo build --all-targets --locked

@@ -9,9 +9,15 @@
 //! and a full queue (`QUEUE_FULL`) is waited out by polling for deliveries. Every delivery
 //! report is counted; the command fails if any record failed, naming the first failure.
 //!
+//! With `--partitioner FILE.wasm`, a partitioner component (world `partitioner`, see
+//! `wit/`) chooses each record's partition from its key, value and the topic's partition
+//! count (read from metadata once, at start; the topic must exist), and the record is
+//! sent to that partition explicitly. A plugin failure stops the command at that line.
+//!
 //! Never does: read all of stdin into memory, or retry a record librdkafka gave up on.
 
 use std::io::{BufRead, Read as _};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -26,6 +32,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 
 use super::client::{self, CliContext, KafkaErrorText};
 use super::ClientArgs;
+use crate::plugin::{Partitioner, PluginHost, PluginHostConfig};
 
 /// Longest stdin line accepted, in bytes: librdkafka's default `message.max.bytes`. A
 /// longer line could never be sent, and bounding it bounds the line buffer.
@@ -48,8 +55,19 @@ pub struct ProduceArgs {
     #[arg(long = "key-separator", value_name = "SEP")]
     pub key_separator: Option<String>,
     /// Partition to write every record to; librdkafka's partitioner chooses if absent.
-    #[arg(short = 'p', long)]
+    #[arg(short = 'p', long, conflicts_with = "partitioner")]
     pub partition: Option<i32>,
+    /// A partitioner WebAssembly component (world weir:plugin/partitioner) that chooses
+    /// each record's partition, e.g. plugins/murmur2 built for wasm32-wasip2.
+    #[arg(long, value_name = "FILE.wasm")]
+    pub partitioner: Option<PathBuf>,
+    /// KEY=VALUE passed to the partitioner's `open`; repeatable.
+    #[arg(
+        long = "partitioner-config",
+        value_name = "KEY=VALUE",
+        requires = "partitioner"
+    )]
+    pub partitioner_config: Vec<String>,
     /// Acknowledgements the leader waits for before answering (Kafka's `acks`).
     #[arg(long, value_enum, default_value_t = Acks::All, allow_negative_numbers = true)]
     pub acks: Acks,
@@ -125,10 +143,28 @@ pub fn run(args: ProduceArgs) -> anyhow::Result<()> {
         .create_with_context(DeliveryTally::default())
         .map_err(|e| anyhow::anyhow!("cannot create the producer: {}", KafkaErrorText(&e)))?;
     // Fail fast on an unreachable broker rather than after the message timeout.
-    client::fetch_metadata(producer.client(), &producer.context().inner, &args.client)?;
+    let metadata =
+        client::fetch_metadata(producer.client(), &producer.context().inner, &args.client)?;
+    let mut chooser = match &args.partitioner {
+        None => None,
+        Some(path) => {
+            let partitions = client::find_topic(&metadata, &args.topic)?
+                .partitions()
+                .len();
+            let partition_count = u32::try_from(partitions)
+                .ok()
+                .filter(|&n| n > 0)
+                .with_context(|| format!("topic '{}' has no partitions", args.topic))?;
+            Some(PluginPartitioner::load(
+                path,
+                &args.partitioner_config,
+                partition_count,
+            )?)
+        }
+    };
 
     let stdin = std::io::stdin();
-    let read_result = send_lines(&producer, &args, &mut stdin.lock());
+    let read_result = send_lines(&producer, &args, chooser.as_mut(), &mut stdin.lock());
 
     // Deliver what was sent even when reading stopped early, so the error is the only loss.
     let flush_result = producer.flush(Duration::from_millis(MESSAGE_TIMEOUT_MS + 10_000));
@@ -153,6 +189,7 @@ pub fn run(args: ProduceArgs) -> anyhow::Result<()> {
 fn send_lines(
     producer: &BaseProducer<DeliveryTally>,
     args: &ProduceArgs,
+    mut chooser: Option<&mut PluginPartitioner>,
     input: &mut impl BufRead,
 ) -> anyhow::Result<u64> {
     let separator = args.key_separator.as_deref().map(str::as_bytes);
@@ -200,11 +237,66 @@ fn send_lines(
         if let Some(partition) = args.partition {
             record = record.partition(partition);
         }
+        if let Some(chooser) = chooser.as_deref_mut() {
+            let partition = chooser
+                .choose(key, Some(value))
+                .with_context(|| format!("line {line_number}: the partitioner failed"))?;
+            record = record.partition(partition);
+        }
         send(producer, record);
         // Serve delivery reports as they come, without waiting.
         producer.poll(Duration::ZERO);
     }
     u64::try_from(line_number).context("line count overflow")
+}
+
+/// A partitioner component and what calling it needs: the plugin host, a single-threaded
+/// runtime to drive its async calls from this synchronous loop, the partition count.
+struct PluginPartitioner {
+    runtime: tokio::runtime::Runtime,
+    partitioner: Partitioner,
+    partition_count: u32,
+    // Kept alive for the partitioner (engine and epoch ticker).
+    _host: PluginHost,
+}
+
+impl PluginPartitioner {
+    /// Loads the component at `path`, opening it with `config` (`KEY=VALUE` strings).
+    fn load(
+        path: &std::path::Path,
+        config: &[String],
+        partition_count: u32,
+    ) -> anyhow::Result<Self> {
+        let pairs = config
+            .iter()
+            .map(|kv| match kv.split_once('=') {
+                Some((k, v)) => Ok((k.to_string(), v.to_string())),
+                None => anyhow::bail!("--partitioner-config {kv:?}: expected KEY=VALUE"),
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("cannot start a runtime for the partitioner")?;
+        let host = PluginHost::new(PluginHostConfig::default())?;
+        let partitioner = runtime.block_on(host.load_partitioner_with(path, &pairs))?;
+        Ok(PluginPartitioner {
+            runtime,
+            partitioner,
+            partition_count,
+            _host: host,
+        })
+    }
+
+    /// The partition the component chooses for this key and value.
+    fn choose(&mut self, key: Option<&[u8]>, value: Option<&[u8]>) -> anyhow::Result<i32> {
+        let n = self.partition_count;
+        let p = self
+            .runtime
+            .block_on(self.partitioner.partition(key, value, n))?;
+        // `p < n <= i32::MAX` (a topic's partition count is an i32), so this never fails.
+        i32::try_from(p).context("partition out of range")
+    }
 }
 
 /// Hands `record` to librdkafka, waiting while its queue is full. A record librdkafka

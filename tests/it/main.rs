@@ -13,6 +13,8 @@ mod crash;
 mod fetch;
 mod group_protocol;
 mod groups;
+mod guests;
 mod harness;
+mod plugins;
 mod rdkafka_client;
 mod retention;

@@ -1,0 +1,262 @@
+//! A plugin instance's store state: the empty WASI context (no ambient capabilities), the
+//! memory limiter, and guest stdout/stderr routed to `tracing`.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use super::PluginLimits;
+
+/// Most table elements an instance may have: far above what a Rust guest uses, and a
+/// bound on the one other thing a guest can grow.
+const MAX_TABLE_ELEMENTS: usize = 100_000;
+
+/// Longest guest output line logged whole, in bytes; a longer one is logged in pieces.
+const MAX_LOG_LINE_BYTES: usize = 4096;
+
+/// Most of each stderr line kept for error messages, in bytes.
+const MAX_STDERR_TAIL_BYTES: usize = 512;
+
+/// Last stderr lines of a call kept for error messages: a Rust panic writes three
+/// ("panicked at", the message, a RUST_BACKTRACE note).
+const MAX_STDERR_TAIL_LINES: usize = 3;
+
+/// Caps linear memory and records the first denied growth, so a failed call can be
+/// reported as [`super::PluginError::MemoryLimit`] (wasmtime's error is not a trap code).
+struct Limiter {
+    memory_bytes: usize,
+    denied_bytes: Option<usize>,
+}
+
+impl wasmtime::ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.memory_bytes {
+            self.denied_bytes = Some(desired);
+            // An error (not `Ok(false)`) stops the guest at once instead of letting its
+            // allocator abort with a less clear trap.
+            return Err(wasmtime::Error::msg(format!(
+                "memory limit of {} bytes exceeded",
+                self.memory_bytes
+            )));
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= MAX_TABLE_ELEMENTS)
+    }
+}
+
+/// Everything a plugin's `Store` holds.
+pub(crate) struct StoreState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limiter: Limiter,
+    stderr_tail: Arc<Mutex<VecDeque<String>>>,
+}
+
+impl StoreState {
+    /// A fresh state: empty WASI context with stdout/stderr logged as `plugin`.
+    pub(crate) fn new(plugin: &Arc<str>, limits: &PluginLimits) -> Self {
+        let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
+        let wasi = WasiCtxBuilder::new()
+            .stdout(GuestLog::new(plugin.clone(), "stdout", None))
+            .stderr(GuestLog::new(
+                plugin.clone(),
+                "stderr",
+                Some(stderr_tail.clone()),
+            ))
+            .build();
+        StoreState {
+            wasi,
+            table: ResourceTable::new(),
+            limiter: Limiter {
+                memory_bytes: limits.memory_bytes,
+                denied_bytes: None,
+            },
+            stderr_tail,
+        }
+    }
+
+    /// Installs the limiter on `store`.
+    pub(crate) fn limit(store: &mut wasmtime::Store<StoreState>) {
+        store.limiter(|s| &mut s.limiter);
+    }
+
+    /// The memory size a guest was refused, if any growth was refused.
+    pub(crate) fn memory_denied(&self) -> Option<usize> {
+        self.limiter.denied_bytes
+    }
+
+    /// Forgets the stderr line of earlier calls; called before each call.
+    pub(crate) fn begin_call(&mut self) {
+        match self.stderr_tail.lock() {
+            Ok(mut t) => t.clear(),
+            Err(poisoned) => poisoned.into_inner().clear(),
+        }
+    }
+
+    /// The last lines the guest wrote to stderr during this call (a panic message,
+    /// typically), joined with " | ", if any.
+    pub(crate) fn stderr_tail(&self) -> Option<String> {
+        let tail = match self.stderr_tail.lock() {
+            Ok(t) => t,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let lines: Vec<&str> = tail
+            .iter()
+            .map(|l| l.trim())
+            .filter(|l| !l.is_empty())
+            .collect();
+        (!lines.is_empty()).then(|| lines.join(" | "))
+    }
+}
+
+impl WasiView for StoreState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// A guest output stream that logs whole lines through `tracing` (target
+/// `weir::plugin::guest`, fields `plugin` and `stream`).
+#[derive(Clone)]
+struct GuestLog {
+    plugin: Arc<str>,
+    stream: &'static str,
+    pending: Arc<Mutex<Vec<u8>>>,
+    tail: Option<Arc<Mutex<VecDeque<String>>>>,
+}
+
+impl GuestLog {
+    fn new(
+        plugin: Arc<str>,
+        stream: &'static str,
+        tail: Option<Arc<Mutex<VecDeque<String>>>>,
+    ) -> Self {
+        GuestLog {
+            plugin,
+            stream,
+            pending: Arc::new(Mutex::new(Vec::new())),
+            tail,
+        }
+    }
+
+    fn log_line(&self, line: &[u8]) {
+        let text = String::from_utf8_lossy(line);
+        let text = text.trim_end_matches('\r');
+        tracing::info!(target: "weir::plugin::guest", plugin = %self.plugin, stream = self.stream, "{text}");
+        if let Some(tail) = &self.tail {
+            let mut tail = match tail.lock() {
+                Ok(t) => t,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            if tail.len() >= MAX_STDERR_TAIL_LINES {
+                tail.pop_front();
+            }
+            let mut end = text.len().min(MAX_STDERR_TAIL_BYTES);
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            tail.push_back(text[..end].to_string());
+        }
+    }
+
+    fn write_bytes(&self, bytes: &[u8]) {
+        let mut pending = match self.pending.lock() {
+            Ok(p) => p,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        for &b in bytes {
+            if b == b'\n' {
+                self.log_line(&pending);
+                pending.clear();
+            } else {
+                pending.push(b);
+                if pending.len() >= MAX_LOG_LINE_BYTES {
+                    self.log_line(&pending);
+                    pending.clear();
+                }
+            }
+        }
+    }
+}
+
+impl IsTerminal for GuestLog {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for GuestLog {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.clone())
+    }
+
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl OutputStream for GuestLog {
+    fn write(&mut self, bytes: bytes::Bytes) -> Result<(), StreamError> {
+        self.write_bytes(&bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), StreamError> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> Result<usize, StreamError> {
+        Ok(MAX_LOG_LINE_BYTES)
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for GuestLog {
+    async fn ready(&mut self) {}
+}
+
+impl tokio::io::AsyncWrite for GuestLog {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.write_bytes(buf);
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}

@@ -1,0 +1,501 @@
+//! WebAssembly plugins (`weir::plugin`) with the real components from `plugins/`: the
+//! murmur2 partitioner against Kafka's Java test vectors and librdkafka's
+//! `murmur2_random`, the redact transform on records a real client produced, hostile
+//! fixtures (infinite loop, allocation bomb, panic, wrong world, not wasm), the on-disk
+//! cache, and `weir produce --partitioner` end to end.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use rdkafka::producer::FutureRecord;
+use rdkafka::Offset;
+use weir::plugin::{
+    BatchContext, OutputBatch, PluginError, PluginHost, PluginHostConfig, PluginLimits, Record,
+};
+
+use crate::guests::guest;
+use crate::harness::TestBroker;
+use crate::rdkafka_client::{create_topic, producer, read_partition};
+
+fn host() -> PluginHost {
+    PluginHost::new(PluginHostConfig::default()).expect("plugin host")
+}
+
+/// A host whose calls time out after 200 ms and whose guests get 32 MiB.
+fn strict_host() -> PluginHost {
+    PluginHost::new(PluginHostConfig {
+        cache_dir: None,
+        limits: PluginLimits {
+            memory_bytes: 32 << 20,
+            call_timeout_ms: 200,
+        },
+    })
+    .expect("plugin host")
+}
+
+fn record(value: &[u8]) -> Record {
+    Record {
+        key: None,
+        value: Some(Bytes::copy_from_slice(value)),
+        headers: Vec::new(),
+        timestamp_ms: 1,
+    }
+}
+
+fn context() -> BatchContext {
+    BatchContext {
+        topic: "in".into(),
+        partition: 0,
+        base_offset: 0,
+    }
+}
+
+fn values(out: &OutputBatch) -> Vec<&[u8]> {
+    out.iter().map(|o| o.value.unwrap_or_default()).collect()
+}
+
+/// Kafka's `UtilsTest.testMurmur2` vectors (murmur2 as a signed Java int).
+const JAVA_MURMUR2: [(&[u8], i32); 6] = [
+    (b"21", -973_932_308),
+    (b"foobar", -790_332_482),
+    (b"a-little-bit-long-string", -985_981_536),
+    (b"a-little-bit-longer-string", -1_486_304_829),
+    (
+        b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8",
+        -58_897_971,
+    ),
+    (b"abc", 479_470_107),
+];
+
+#[tokio::test]
+async fn murmur2_component_matches_the_java_client_vectors() {
+    let mut p = host()
+        .load_partitioner(&guest("murmur2"))
+        .await
+        .expect("load murmur2");
+    for (key, hash) in JAVA_MURMUR2 {
+        let positive = (hash as u32) & 0x7fff_ffff;
+        // With u32::MAX partitions the answer is the masked hash itself, all 31 bits.
+        assert_eq!(
+            p.partition(Some(key), None, u32::MAX)
+                .await
+                .expect("partition"),
+            positive,
+            "key {:?}",
+            String::from_utf8_lossy(key)
+        );
+        for n in [1, 2, 3, 12, 100, 1000] {
+            assert_eq!(
+                p.partition(Some(key), None, n).await.expect("partition"),
+                positive % n
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn murmur2_component_spreads_keyless_records() {
+    let mut p = host()
+        .load_partitioner(&guest("murmur2"))
+        .await
+        .expect("load murmur2");
+    let mut seen = [0u32; 4];
+    for _ in 0..40 {
+        let n = p.partition(None, Some(b"v"), 4).await.expect("partition");
+        seen[n as usize] += 1;
+    }
+    assert!(
+        seen.iter().all(|&c| c > 0),
+        "keyless records not spread: {seen:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn murmur2_component_agrees_with_librdkafka_murmur2_random_on_10000_keys() {
+    const PARTITIONS: i32 = 7;
+    const KEYS: usize = 10_000;
+    let broker = TestBroker::start();
+    create_topic(&broker.bootstrap, "m2", PARTITIONS, &[]).await;
+    let prod = producer(&broker.bootstrap, &[("partitioner", "murmur2_random")]);
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("key-{i}-{}", i * 7919)).collect();
+    let mut pending = Vec::with_capacity(KEYS);
+    for k in &keys {
+        let rec: FutureRecord<'_, str, str> = FutureRecord::to("m2").key(k.as_str()).payload("v");
+        match prod.send_result(rec) {
+            Ok(f) => pending.push(f),
+            Err((e, _)) => panic!("enqueue: {e}"),
+        }
+    }
+    let mut p = host()
+        .load_partitioner(&guest("murmur2"))
+        .await
+        .expect("load murmur2");
+    let mut per_partition = [0usize; PARTITIONS as usize];
+    for (k, f) in keys.iter().zip(pending) {
+        let partition = f
+            .await
+            .expect("not cancelled")
+            .expect("delivered")
+            .partition;
+        let mine = p
+            .partition(Some(k.as_bytes()), Some(b"v"), PARTITIONS as u32)
+            .await
+            .expect("partition");
+        assert_eq!(mine as i32, partition, "key {k}");
+        per_partition[partition as usize] += 1;
+    }
+    assert!(per_partition.iter().all(|&c| c > 1000), "{per_partition:?}");
+    broker.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redact_masks_fields_of_records_a_real_client_produced() {
+    let broker = TestBroker::start();
+    create_topic(&broker.bootstrap, "people", 1, &[]).await;
+    let prod = producer(&broker.bootstrap, &[]);
+    let docs = [
+        r#"{"name":"ada","ssn":"123-45-6789","card":{"number":"4111","exp":"12/30"}}"#,
+        r#"{"name":"bob","note":"no secrets"}"#,
+        r#"{"list":[{"ssn":1},{"ssn":[2,3]}]}"#,
+    ];
+    for (i, d) in docs.iter().enumerate() {
+        let key = format!("k{i}");
+        let rec: FutureRecord<'_, str, str> =
+            FutureRecord::to("people").key(key.as_str()).payload(*d);
+        prod.send(rec, Duration::from_secs(10))
+            .await
+            .expect("delivered");
+    }
+    let read = read_partition(
+        &broker.bootstrap,
+        "people",
+        0,
+        Offset::Beginning,
+        docs.len(),
+    );
+    let batch: Vec<Record> = read
+        .iter()
+        .map(|(k, v, _, _)| Record {
+            key: k.clone().map(Bytes::from),
+            value: v.clone().map(Bytes::from),
+            headers: Vec::new(),
+            timestamp_ms: 0,
+        })
+        .collect();
+    let mut t = host()
+        .load_transform(&guest("redact"), &[("fields".into(), "ssn, number".into())])
+        .await
+        .expect("load redact");
+    let out = t.apply(&context(), &batch).await.expect("apply");
+    assert_eq!(
+        values(&out),
+        vec![
+            &br#"{"name":"ada","ssn":"***","card":{"number":"***","exp":"12/30"}}"#[..],
+            &br#"{"name":"bob","note":"no secrets"}"#[..],
+            &br#"{"list":[{"ssn":"***"},{"ssn":"***"}]}"#[..],
+        ]
+    );
+    for (i, o) in out.iter().enumerate() {
+        assert_eq!(o.input_index as usize, i);
+        assert_eq!(o.topic, None);
+        assert_eq!(o.key, Some(format!("k{i}").as_bytes()));
+    }
+    // A value it cannot scan fails the batch naming the record.
+    let bad = vec![record(br#"{"a":1}"#), record(br#"{"ssn":"unterminated"#)];
+    match t.apply(&context(), &bad).await {
+        Err(PluginError::Failed { record_index, .. }) => assert_eq!(record_index, Some(1)),
+        other => panic!("expected a failure on record 1, got {other:?}"),
+    }
+    broker.stop();
+}
+
+#[tokio::test]
+async fn redact_without_fields_is_refused_at_load() {
+    match host().load_transform(&guest("redact"), &[]).await {
+        Err(e @ PluginError::Open { .. }) => assert!(e.to_string().contains("fields"), "{e}"),
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("redact loaded without `fields`"),
+    }
+}
+
+#[tokio::test]
+async fn an_infinite_loop_times_out_and_the_next_call_works() {
+    let mut t = strict_host()
+        .load_transform(&guest("hostile"), &[])
+        .await
+        .expect("load hostile");
+    let started = Instant::now();
+    match t.apply(&context(), &[record(b"ok"), record(b"spin")]).await {
+        Err(e @ PluginError::Timeout { .. }) => {
+            eprintln!("{e}");
+            assert!(e.to_string().contains("200 ms"), "{e}")
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(2), "stopped after {took:?}");
+    let out = t
+        .apply(&context(), &[record(b"after")])
+        .await
+        .expect("next call");
+    assert_eq!(values(&out), vec![&b"after"[..]]);
+
+    let mut p = strict_host()
+        .load_partitioner(&guest("bad-partitioner"))
+        .await
+        .expect("load bad-partitioner");
+    assert!(matches!(
+        p.partition(Some(b"spin"), None, 3).await,
+        Err(PluginError::Timeout { .. })
+    ));
+    assert_eq!(
+        p.partition(Some(b"x"), None, 3).await.expect("next call"),
+        0
+    );
+}
+
+#[tokio::test]
+async fn an_allocation_bomb_hits_the_memory_limit_and_the_next_call_works() {
+    let mut t = strict_host()
+        .load_transform(&guest("hostile"), &[])
+        .await
+        .expect("load hostile");
+    match t.apply(&context(), &[record(b"bomb")]).await {
+        Err(
+            e @ PluginError::MemoryLimit {
+                limit_bytes,
+                requested_bytes,
+                ..
+            },
+        ) => {
+            eprintln!("{e}");
+            assert_eq!(limit_bytes, 32 << 20);
+            assert!(requested_bytes > limit_bytes);
+        }
+        other => panic!("expected the memory limit, got {other:?}"),
+    }
+    let out = t
+        .apply(&context(), &[record(b"fine")])
+        .await
+        .expect("next call");
+    assert_eq!(values(&out), vec![&b"fine"[..]]);
+}
+
+#[tokio::test]
+async fn a_guest_panic_fails_that_call_only() {
+    let mut t = host()
+        .load_transform(&guest("hostile"), &[])
+        .await
+        .expect("load hostile");
+    match t.apply(&context(), &[record(b"a"), record(b"panic")]).await {
+        Err(e @ PluginError::Trap { .. }) => {
+            let msg = e.to_string();
+            eprintln!("{msg}");
+            assert!(msg.contains("hostile.wasm"), "{msg}");
+            assert!(msg.contains("asked to panic on record 1"), "{msg}");
+        }
+        other => panic!("expected a trap, got {other:?}"),
+    }
+    // Guest stdout/stderr are logged, not inherited; the record passes.
+    let out = t
+        .apply(&context(), &[record(b"print"), record(b"b")])
+        .await
+        .expect("next call");
+    assert_eq!(values(&out), vec![&b"print"[..], &b"b"[..]]);
+}
+
+#[tokio::test]
+async fn a_partition_out_of_range_is_an_error() {
+    let mut p = host()
+        .load_partitioner(&guest("bad-partitioner"))
+        .await
+        .expect("load bad-partitioner");
+    match p.partition(Some(b"oob"), None, 3).await {
+        Err(e @ PluginError::BadOutput { .. }) => {
+            assert!(
+                e.to_string().contains("partition 3 for a topic of 3"),
+                "{e}"
+            )
+        }
+        other => panic!("expected a bad output, got {other:?}"),
+    }
+    assert!(matches!(
+        p.partition(Some(b"k"), None, 0).await,
+        Err(PluginError::InvalidCall { .. })
+    ));
+}
+
+#[tokio::test]
+async fn files_that_are_not_weir_components_are_refused_at_load() {
+    let h = host();
+    let dir = tempfile::tempdir().expect("temp dir");
+
+    let text = dir.path().join("notes.wasm");
+    std::fs::write(&text, b"hello, not wasm").expect("write");
+    match h.load_partitioner(&text).await {
+        Err(e @ PluginError::NotWasm { .. }) => {
+            eprintln!("{e}");
+            assert!(e.to_string().contains("notes.wasm"))
+        }
+        other => panic!("expected NotWasm, got {:?}", other.err()),
+    }
+
+    let core = dir.path().join("core.wasm");
+    std::fs::write(&core, b"\0asm\x01\0\0\0").expect("write");
+    assert!(matches!(
+        h.load_transform(&core, &[]).await,
+        Err(PluginError::NotComponent { .. })
+    ));
+
+    let missing = dir.path().join("missing.wasm");
+    assert!(matches!(
+        h.load_partitioner(&missing).await,
+        Err(PluginError::Read { .. })
+    ));
+
+    // A component of the other world: the error names the missing export.
+    match h.load_transform(&guest("murmur2"), &[]).await {
+        Err(e @ PluginError::WrongWorld { .. }) => {
+            let msg = e.to_string();
+            eprintln!("{msg}");
+            assert!(msg.contains("weir:plugin/transformer@0.1.0"), "{msg}");
+        }
+        other => panic!("expected WrongWorld, got {:?}", other.err()),
+    }
+    match h.load_partitioner(&guest("redact")).await {
+        Err(e @ PluginError::WrongWorld { .. }) => {
+            let msg = e.to_string();
+            eprintln!("{msg}");
+            assert!(msg.contains("weir:plugin/partition@0.1.0"), "{msg}");
+        }
+        other => panic!("expected WrongWorld, got {:?}", other.err()),
+    }
+}
+
+#[tokio::test]
+async fn compiled_components_are_cached_on_disk() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = PluginHostConfig {
+        cache_dir: Some(dir.path().to_path_buf()),
+        limits: PluginLimits::default(),
+    };
+    let first = PluginHost::new(config.clone()).expect("host");
+    let started = Instant::now();
+    first
+        .load_partitioner(&guest("murmur2"))
+        .await
+        .expect("load");
+    let compile = started.elapsed();
+    let cached: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("read cache dir")
+        .filter_map(Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
+        .collect();
+    assert_eq!(cached.len(), 1, "one compiled component on disk");
+
+    let second = PluginHost::new(config).expect("host");
+    let started = Instant::now();
+    let mut p = second
+        .load_partitioner(&guest("murmur2"))
+        .await
+        .expect("load from cache");
+    let load = started.elapsed();
+    assert_eq!(
+        p.partition(Some(b"21"), None, 1000)
+            .await
+            .expect("partition"),
+        (-973_932_308i32 as u32 & 0x7fff_ffff) % 1000
+    );
+    eprintln!("compile {compile:?}, load from disk cache {load:?}");
+
+    // A corrupt cache entry is recompiled, not trusted.
+    std::fs::write(cached[0].path(), b"garbage").expect("corrupt");
+    let third = PluginHost::new(PluginHostConfig {
+        cache_dir: Some(dir.path().to_path_buf()),
+        limits: PluginLimits::default(),
+    })
+    .expect("host");
+    third
+        .load_partitioner(&guest("murmur2"))
+        .await
+        .expect("recompiled");
+}
+
+#[test]
+fn weir_produce_with_a_partitioner_component_puts_records_where_it_chooses() {
+    const PARTITIONS: i32 = 5;
+    let broker = TestBroker::start();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(create_topic(&broker.bootstrap, "routed", PARTITIONS, &[]));
+    let murmur2 = guest("murmur2");
+    let lines: String = (0..200).map(|i| format!("user-{i}:event {i}\n")).collect();
+    let out = run_weir(
+        &broker.bootstrap,
+        &murmur2,
+        &["produce", "routed", "--key-separator", ":", "--partitioner"],
+        lines.as_bytes(),
+    );
+    assert!(
+        out.status.success(),
+        "weir produce failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Where the component puts each key.
+    let mut expected: HashMap<i32, Vec<String>> = HashMap::new();
+    rt.block_on(async {
+        let mut p = host().load_partitioner(&murmur2).await.expect("load");
+        for i in 0..200 {
+            let key = format!("user-{i}");
+            let n = p
+                .partition(Some(key.as_bytes()), None, PARTITIONS as u32)
+                .await
+                .expect("partition");
+            expected.entry(n as i32).or_default().push(key);
+        }
+    });
+    assert!(expected.len() > 1, "keys all on one partition");
+    for partition in 0..PARTITIONS {
+        let want = expected.remove(&partition).unwrap_or_default();
+        let got = read_partition(
+            &broker.bootstrap,
+            "routed",
+            partition,
+            Offset::Beginning,
+            want.len(),
+        );
+        let got_keys: Vec<String> = got
+            .iter()
+            .map(|(k, _, _, _)| {
+                String::from_utf8_lossy(k.as_deref().unwrap_or_default()).into_owned()
+            })
+            .collect();
+        assert_eq!(got_keys, want, "partition {partition}");
+    }
+    broker.stop();
+}
+
+/// Runs `weir ARGS FILE -b BOOTSTRAP` with `stdin`, under a deadline.
+fn run_weir(bootstrap: &str, file: &Path, args: &[&str], stdin: &[u8]) -> std::process::Output {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("timeout")
+        .arg("60")
+        .arg(env!("CARGO_BIN_EXE_weir"))
+        .args(args)
+        .arg(file)
+        .args(["-b", bootstrap])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn weir");
+    let mut child_stdin = child.stdin.take().expect("stdin");
+    child_stdin.write_all(stdin).expect("write stdin");
+    drop(child_stdin);
+    child.wait_with_output().expect("wait for weir")
+}
