@@ -20,7 +20,7 @@
 
 pub mod store;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -343,20 +343,25 @@ impl Group {
             .unwrap_or(0)
     }
 
-    /// Protocols every member supports, in the first member's order.
+    /// Protocols every member supports, in the first member's order. Linear in the total
+    /// number of protocols (hash sets): a member may send very many.
     fn candidate_protocols(&self) -> Vec<String> {
-        let Some(first) = self.members.values().next() else {
+        let mut members = self.members.values();
+        let Some(first) = members.next() else {
             return Vec::new();
         };
+        let mut common: HashSet<&str> = first.protocols.iter().map(|(n, _)| n.as_str()).collect();
+        for m in members {
+            let theirs: HashSet<&str> = m.protocols.iter().map(|(n, _)| n.as_str()).collect();
+            common.retain(|n| theirs.contains(n));
+        }
+        let mut seen = HashSet::new();
         first
             .protocols
             .iter()
-            .map(|(n, _)| n.clone())
-            .filter(|n| {
-                self.members
-                    .values()
-                    .all(|m| m.protocols.iter().any(|(p, _)| p == n))
-            })
+            .map(|(n, _)| n.as_str())
+            .filter(|n| common.contains(n) && seen.insert(*n))
+            .map(str::to_string)
             .collect()
     }
 
@@ -366,27 +371,34 @@ impl Group {
         if self.members.is_empty() {
             return !protocol_type.is_empty() && !protocols.is_empty();
         }
+        let offered: HashSet<&str> = protocols.iter().map(|(p, _)| p.as_str()).collect();
         self.protocol_type.as_deref() == Some(protocol_type)
             && self
                 .candidate_protocols()
                 .iter()
-                .any(|c| protocols.iter().any(|(p, _)| p == c))
+                .any(|c| offered.contains(c.as_str()))
     }
 
     /// Each member votes for its most preferred candidate; most votes wins (ties: the
     /// first member's order).
     fn select_protocol(&self) -> Option<String> {
         let candidates = self.candidate_protocols();
-        let mut votes: Vec<(String, usize)> = candidates.iter().map(|c| (c.clone(), 0)).collect();
+        let index: HashMap<&str, usize> = candidates
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.as_str(), i))
+            .collect();
+        let mut votes = vec![0usize; candidates.len()];
         for m in self.members.values() {
-            if let Some((name, _)) = m.protocols.iter().find(|(p, _)| candidates.contains(p)) {
-                if let Some(v) = votes.iter_mut().find(|(c, _)| c == name) {
-                    v.1 += 1;
-                }
+            if let Some(i) = m.protocols.iter().find_map(|(p, _)| index.get(p.as_str())) {
+                votes[*i] += 1;
             }
         }
-        let best = votes.iter().map(|(_, n)| *n).max()?;
-        votes.into_iter().find(|(_, n)| *n == best).map(|(c, _)| c)
+        let best = votes.iter().copied().max()?;
+        votes
+            .iter()
+            .position(|v| *v == best)
+            .map(|i| candidates[i].clone())
     }
 
     fn all_joined(&self) -> bool {
@@ -596,6 +608,22 @@ impl Group {
     }
 }
 
+/// Longest group id accepted: a Kafka string (int16 length) — longer ones cannot be stored
+/// in `__consumer_offsets` nor listed by non-flexible ListGroups.
+const MAX_GROUP_ID_BYTES: usize = i16::MAX as usize;
+
+/// Longest committed-offset metadata string storable (int16 length), whatever
+/// `offset.metadata.max.bytes` says.
+const MAX_METADATA_BYTES: usize = i16::MAX as usize;
+
+/// INVALID_GROUP_ID for an empty id (when `allow_empty` is false, as for JoinGroup,
+/// SyncGroup, Heartbeat, LeaveGroup; OffsetCommit accepts "" as Kafka does) or one longer
+/// than a Kafka string.
+fn check_group_id(group_id: &str, allow_empty: bool) -> Option<ResponseError> {
+    ((group_id.is_empty() && !allow_empty) || group_id.len() > MAX_GROUP_ID_BYTES)
+        .then_some(ResponseError::InvalidGroupId)
+}
+
 fn new_member_id(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::new_v4())
 }
@@ -688,8 +716,8 @@ impl GroupCoordinator {
     fn join_locked(&self, req: &JoinRequest, now: Instant) -> JoinOutcome {
         use JoinOutcome::Ready;
         let err = |e| Ready(JoinResult::error(&req.member_id, e));
-        if req.group_id.is_empty() {
-            return err(ResponseError::InvalidGroupId);
+        if let Some(e) = check_group_id(&req.group_id, false) {
+            return err(e);
         }
         if req.session_timeout_ms < self.settings.min_session_timeout_ms
             || req.session_timeout_ms > self.settings.max_session_timeout_ms
@@ -942,8 +970,8 @@ impl GroupCoordinator {
         groups: &mut HashMap<String, Group>,
         req: &SyncRequest,
     ) -> Result<SyncResult, oneshot::Receiver<SyncResult>> {
-        if req.group_id.is_empty() {
-            return Ok(SyncResult::error(ResponseError::InvalidGroupId));
+        if let Some(e) = check_group_id(&req.group_id, false) {
+            return Ok(SyncResult::error(e));
         }
         let Some(g) = groups.get_mut(&req.group_id) else {
             return Ok(SyncResult::error(ResponseError::UnknownMemberId));
@@ -1049,8 +1077,8 @@ impl GroupCoordinator {
         member_id: &str,
         group_instance_id: Option<&str>,
     ) -> Option<ResponseError> {
-        if group_id.is_empty() {
-            return Some(ResponseError::InvalidGroupId);
+        if let Some(e) = check_group_id(group_id, false) {
+            return Some(e);
         }
         let mut groups = self.lock();
         let Some(g) = groups.get_mut(group_id) else {
@@ -1090,8 +1118,8 @@ impl GroupCoordinator {
         group_id: &str,
         members: &[(String, Option<String>)],
     ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
-        if group_id.is_empty() {
-            return Err(ResponseError::InvalidGroupId);
+        if let Some(e) = check_group_id(group_id, false) {
+            return Err(e);
         }
         let now = Instant::now();
         let mut groups = self.lock();
@@ -1139,7 +1167,8 @@ impl GroupCoordinator {
     /// outside group management, generation -1) and writes the offsets to
     /// `__consumer_offsets` as one batch before answering.
     ///
-    /// Returns one error per offset, in order. Errors: INVALID_GROUP_ID (24),
+    /// Returns one error per offset, in order. An empty group id is accepted (Kafka keeps
+    /// it for old clients). Errors: INVALID_GROUP_ID (24) for an id over 32767 bytes,
     /// ILLEGAL_GENERATION (22), UNKNOWN_MEMBER_ID (25), REBALANCE_IN_PROGRESS (27),
     /// FENCED_INSTANCE_ID (82), UNKNOWN_TOPIC_OR_PARTITION (3), OFFSET_METADATA_TOO_LARGE
     /// (12), COORDINATOR_NOT_AVAILABLE (15) when the offsets topic cannot be written.
@@ -1167,8 +1196,8 @@ impl GroupCoordinator {
                 })
                 .collect::<Vec<_>>()
         };
-        if req.group_id.is_empty() {
-            return all(ResponseError::InvalidGroupId);
+        if let Some(e) = check_group_id(&req.group_id, true) {
+            return all(e);
         }
         if let Err(e) = self.ensure_offsets_topic() {
             return all(e);
@@ -1217,7 +1246,12 @@ impl GroupCoordinator {
             let metadata = o.metadata.clone().unwrap_or_default();
             if !known {
                 results.push(Some(ResponseError::UnknownTopicOrPartition));
-            } else if metadata.len() > self.settings.offset_metadata_max_bytes {
+            } else if metadata.len()
+                > self
+                    .settings
+                    .offset_metadata_max_bytes
+                    .min(MAX_METADATA_BYTES)
+            {
                 results.push(Some(ResponseError::OffsetMetadataTooLarge));
             } else {
                 let c = CommittedOffset {

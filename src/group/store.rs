@@ -87,8 +87,16 @@ pub fn partition_for(group_id: &str, partitions: i32) -> i32 {
     (java_string_hash(group_id) & 0x7fff_ffff) % partitions.max(1)
 }
 
+/// Writes a Kafka string (int16 length). The coordinator refuses group ids and metadata
+/// longer than `i16::MAX` bytes before anything is stored (INVALID_GROUP_ID,
+/// OFFSET_METADATA_TOO_LARGE) and topic names are at most 249 bytes, so keys are never cut;
+/// only the informational fields of a group record (protocol type and name, leader id,
+/// which come from clients) may be, at a character boundary.
 fn put_string(buf: &mut BytesMut, s: &str) {
-    let len = s.len().min(i16::MAX as usize);
+    let mut len = s.len().min(i16::MAX as usize);
+    while !s.is_char_boundary(len) {
+        len -= 1;
+    }
     buf.put_i16(len as i16);
     buf.put_slice(&s.as_bytes()[..len]);
 }

@@ -595,3 +595,53 @@ async fn a_leader_that_never_syncs_is_removed_after_the_rebalance_timeout() {
     assert_eq!(again.error, None);
     assert_eq!(again.leader_id, follower.member_id);
 }
+
+#[tokio::test(start_paused = true)]
+async fn many_protocols_and_overlong_group_ids_are_handled() {
+    let f = fixture(0);
+    let c = &f.coord;
+    // 20,000 protocols (protocol selection is linear: it was quadratic, and a member with a
+    // million protocols stalled the broker; the cost is a benchmark matter, the outcome is
+    // checked here).
+    let protocols: Vec<(String, Bytes)> = (0..20_000)
+        .map(|i| (format!("p{i}"), Bytes::new()))
+        .collect();
+    let mut req = join_req("many", "", b"");
+    req.protocols = protocols.clone();
+    let first = c.join(req.clone()).await;
+    assert_eq!(first.error, None);
+    assert_eq!(first.protocol_name.as_deref(), Some("p0"));
+    let mut rejoin = req.clone();
+    rejoin.member_id = first.member_id.clone();
+    rejoin.protocols.reverse();
+    let again = spawn_join(c, rejoin);
+    settle().await;
+    let again = again.await.unwrap();
+    assert_eq!(again.error, None);
+    assert_eq!(again.protocol_name.as_deref(), Some("p19999"));
+    // A group id longer than a Kafka string is refused everywhere it could be stored.
+    let long = "g".repeat(40_000);
+    assert_eq!(
+        c.join(join_req(&long, "", b"")).await.error,
+        Some(ResponseError::InvalidGroupId)
+    );
+    let commit = CommitRequest {
+        group_id: long.clone(),
+        generation_id: -1,
+        member_id: String::new(),
+        group_instance_id: None,
+        offsets: vec![OffsetToCommit {
+            topic: "t".into(),
+            partition: 0,
+            offset: 1,
+            leader_epoch: -1,
+            metadata: None,
+        }],
+    };
+    assert_eq!(c.commit(&commit), vec![Some(ResponseError::InvalidGroupId)]);
+    assert!(c.describe(&long).is_none());
+    // An empty group id may commit, as Kafka allows for old clients.
+    let mut empty = commit.clone();
+    empty.group_id = String::new();
+    assert_eq!(c.commit(&empty), vec![None]);
+}

@@ -10,9 +10,12 @@ use super::Context;
 
 /// Handles a DeleteGroups request.
 pub fn handle(ctx: &Context, request: DeleteGroupsRequest, _version: i16) -> DeleteGroupsResponse {
+    // A name listed twice gets one result, as Kafka (it collects the names into a set).
+    let mut seen = std::collections::HashSet::new();
     let results = request
         .groups_names
         .into_iter()
+        .filter(|g| seen.insert(g.0.clone()))
         .map(|g| {
             let error = ctx.groups.delete_group(g.0.as_str());
             DeletableGroupResult::default()
