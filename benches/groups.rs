@@ -36,6 +36,7 @@ fn start_broker(
 ) -> (String, watch::Sender<bool>, std::thread::JoinHandle<()>) {
     let mut raw = RawConfig::default();
     raw.set("listeners", "PLAINTEXT://127.0.0.1:0").unwrap();
+    raw.set("admin.listeners", "").unwrap();
     raw.set("log.dirs", dir.to_str().unwrap()).unwrap();
     let config = BrokerConfig::from_raw(raw).unwrap();
     let (tx, rx) = watch::channel(false);
@@ -44,7 +45,9 @@ fn start_broker(
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async move {
             let listeners = weir::broker::bind(&config).await.unwrap();
-            addr_tx.send(listeners[0].local_addr().unwrap()).unwrap();
+            addr_tx
+                .send(listeners.kafka[0].local_addr().unwrap())
+                .unwrap();
             weir::broker::run(config, listeners, rx).await.unwrap();
         });
     });

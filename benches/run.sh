@@ -140,6 +140,7 @@ trap 'exit 130' INT TERM
 # The broker runs under timeout (a bound even if this script is killed -9).
 # shellcheck disable=SC2086
 env ${BROKER_ENV:-} timeout -s TERM 7200 "$WEIR" serve --override listeners=PLAINTEXT://127.0.0.1:0 \
+  --override admin.listeners=http://127.0.0.1:0 \
   --override log.dirs="$LOG" >"$RUN/broker.out" 2>"$RUN/broker.err" &
 TPID=$!
 ADDR=

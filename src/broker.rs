@@ -12,27 +12,50 @@ use anyhow::Context as _;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::admin::{self, AdminState};
 use crate::cluster::Metadata;
 use crate::config::BrokerConfig;
 use crate::group::GroupCoordinator;
+use crate::ingest::Ingest;
 use crate::protocol::{Context, Endpoint, Handler};
 use crate::purgatory::Purgatory;
 use crate::replica::ReplicaManager;
 use crate::server::{self, ServerLimits};
+use crate::transform::inline::InlineRegistry;
+
+/// The bound sockets of a broker: Kafka listeners and the admin HTTP listener.
+#[derive(Debug)]
+pub struct Listeners {
+    /// One per `listeners` entry, in order.
+    pub kafka: Vec<TcpListener>,
+    /// `admin.listeners` (`None` when it is empty).
+    pub admin: Option<TcpListener>,
+}
 
 /// Binds every configured listener (port 0 picks a free port).
 ///
 /// Errors: the address cannot be bound (in use, no permission), with the address.
-pub async fn bind(config: &BrokerConfig) -> anyhow::Result<Vec<TcpListener>> {
-    let mut out = Vec::new();
+pub async fn bind(config: &BrokerConfig) -> anyhow::Result<Listeners> {
+    let mut kafka = Vec::new();
     for l in &config.listeners {
         let addr = format!("{}:{}", l.host, l.port);
         let listener = TcpListener::bind(&addr)
             .await
             .with_context(|| format!("cannot listen on {addr} (listeners)"))?;
-        out.push(listener);
+        kafka.push(listener);
     }
-    Ok(out)
+    let admin = match &config.admin_listener {
+        Some(a) => {
+            let addr = format!("{}:{}", a.host, a.port);
+            Some(
+                TcpListener::bind(&addr)
+                    .await
+                    .with_context(|| format!("cannot listen on {addr} (admin.listeners)"))?,
+            )
+        }
+        None => None,
+    };
+    Ok(Listeners { kafka, admin })
 }
 
 /// The endpoint Metadata advertises: the first `advertised.listeners` entry, else the
@@ -88,10 +111,14 @@ fn lock_log_dir(log_dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
 /// Errors: the log directory cannot be created or recovered (environment), with context.
 pub async fn run(
     config: BrokerConfig,
-    listeners: Vec<TcpListener>,
+    listeners: Listeners,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let config = Arc::new(config);
+    let Listeners {
+        kafka: listeners,
+        admin: admin_listener,
+    } = listeners;
     let first = listeners.first().context("no listener to serve")?;
     let advertised = advertised_endpoint(&config, first)?;
     std::fs::create_dir_all(&config.log_dir)
@@ -121,13 +148,17 @@ pub async fn run(
             .map_err(|e| anyhow::anyhow!(e))
             .context("cannot load consumer groups")?,
     );
-    let handler = Arc::new(Handler::new(Context {
+    let inline = Arc::new(InlineRegistry::new());
+    let ctx = Context {
         config: config.clone(),
         metadata,
         replicas: replicas.clone(),
         groups: groups.clone(),
         advertised,
-    }));
+        inline: inline.clone(),
+    };
+    let ingest = Arc::new(Ingest::new(ctx.clone()));
+    let handler = Arc::new(Handler::new(ctx.clone()));
     let limits = ServerLimits {
         request_max_bytes: config.socket_request_max_bytes,
         max_connections: config.max_connections,
@@ -147,6 +178,23 @@ pub async fn run(
             limits,
             shutdown.clone(),
         ));
+    }
+    if let Some(listener) = admin_listener {
+        let addr = listener
+            .local_addr()
+            .context("admin listener has no local address")?;
+        tracing::info!(%addr, "admin API listening");
+        let state = Arc::new(AdminState {
+            ctx: ctx.clone(),
+            ingest: ingest.clone(),
+            inline: inline.clone(),
+        });
+        let shutdown = shutdown.clone();
+        tasks.spawn(async move {
+            if let Err(e) = admin::serve(listener, state, shutdown).await {
+                tracing::error!(error = %e, "admin API stopped");
+            }
+        });
     }
     tasks.spawn(groups.clone().run_timers(shutdown.clone()));
     {

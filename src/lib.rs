@@ -5,14 +5,17 @@
 //! (segments on disk) → `purgatory` (parked long polls) → `cluster` (topics and ids) →
 //! `broker` (wiring) → `cli` (the `weir` command). See ARCHITECTURE.md.
 
+pub mod admin;
 pub mod broker;
 pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod group;
+pub mod ingest;
 pub mod log;
 pub mod plugin;
 pub mod protocol;
 pub mod purgatory;
 pub mod replica;
 pub mod server;
+pub mod transform;

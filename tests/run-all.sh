@@ -59,6 +59,7 @@ start_lrk_broker() {
     lrk_dirs+=("$dir")
     "$CARGO_TARGET_DIR/debug/weir" serve \
         --override listeners=PLAINTEXT://127.0.0.1:0 \
+        --override admin.listeners=http://127.0.0.1:0 \
         --override "log.dirs=$dir/data" \
         --override num.partitions=4 \
         --override group.initial.rebalance.delay.ms=500 \

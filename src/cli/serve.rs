@@ -34,8 +34,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             anyhow::anyhow!("cannot create log.dirs {}: {e}", config.log_dir.display())
         })?;
         let listeners = crate::broker::bind(&config).await?;
-        for l in &listeners {
+        for l in &listeners.kafka {
             println!("weir listening on {}", l.local_addr()?);
+        }
+        if let Some(l) = &listeners.admin {
+            println!("weir admin API on http://{}", l.local_addr()?);
         }
         let (tx, rx) = watch::channel(false);
         tokio::spawn(async move {

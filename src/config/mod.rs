@@ -124,6 +124,11 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("offsets.retention.minutes", Int, Some("10080"), Some(1), "Committed offsets of a group are dropped this long after it became empty (minutes)."),
     key("offsets.retention.check.interval.ms", Long, Some("600000"), Some(1), "How often expired committed offsets are looked for (ms)."),
     key("offset.metadata.max.bytes", Int, Some("4096"), Some(0), "Longest metadata string of a committed offset (OFFSET_METADATA_TOO_LARGE above it)."),
+    key("admin.listeners", List, Some("http://127.0.0.1:8083"), None, "The admin HTTP listener (transforms, HTTP produce, Connect REST API), as http://HOST:PORT; empty turns it off; port 0 picks a free port."),
+    key("plugin.cache.dir", KeyType::String, None, None, "Directory of compiled plugin components (<sha256>.cwasm); default <log.dirs>/__plugin_cache."),
+    key("plugin.memory.max.bytes", Long, Some("67108864"), Some(65536), "Most linear memory one plugin instance may use (bytes)."),
+    key("plugin.call.timeout.ms", Long, Some("1000"), Some(1), "Deadline of one plugin call (ms); a call past it fails and its instance is replaced."),
+    key("transform.config.dir", KeyType::String, None, None, "Directory of transform deployment TOML files (*.toml), loaded at start and watched; unset: none."),
 ];
 
 /// A topic-level key (Kafka's `TopicConfig`) and the broker key supplying its default.
@@ -567,6 +572,32 @@ pub struct BrokerConfig {
     pub fetch_max_bytes: usize,
     /// Consumer group coordinator settings (`group.*`, `offsets.*`).
     pub group: GroupSettings,
+    /// `admin.listeners`: the admin HTTP address (`None`: off).
+    pub admin_listener: Option<AdminListener>,
+    /// `plugin.*`: where compiled components are cached and the limits of every instance.
+    pub plugin: PluginSettings,
+    /// `transform.config.dir`: transform deployment files (`None`: none).
+    pub transform_config_dir: Option<PathBuf>,
+}
+
+/// The admin HTTP listener, from `admin.listeners` (`http://HOST:PORT`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminListener {
+    /// Host or IP address to bind.
+    pub host: String,
+    /// TCP port; 0 asks the OS for one.
+    pub port: u16,
+}
+
+/// The plugin host's settings (`plugin.*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginSettings {
+    /// `plugin.cache.dir`, defaulting to `<log.dirs>/__plugin_cache`.
+    pub cache_dir: PathBuf,
+    /// `plugin.memory.max.bytes`.
+    pub memory_max_bytes: usize,
+    /// `plugin.call.timeout.ms`.
+    pub call_timeout_ms: u64,
 }
 
 /// The group coordinator's settings, Kafka's names (`GroupCoordinatorConfig`).
@@ -666,6 +697,19 @@ impl BrokerConfig {
                     as u64,
                 offset_metadata_max_bytes: int("offset.metadata.max.bytes")? as usize,
             },
+            admin_listener: parse_admin_listener(&text("admin.listeners"))?,
+            plugin: PluginSettings {
+                cache_dir: match raw.value("plugin.cache.dir") {
+                    Some(d) if !d.is_empty() => PathBuf::from(d),
+                    _ => PathBuf::from(log_dir).join("__plugin_cache"),
+                },
+                memory_max_bytes: int("plugin.memory.max.bytes")? as usize,
+                call_timeout_ms: int("plugin.call.timeout.ms")? as u64,
+            },
+            transform_config_dir: raw
+                .value("transform.config.dir")
+                .filter(|d| !d.is_empty())
+                .map(PathBuf::from),
             raw,
         })
     }
@@ -719,6 +763,41 @@ impl BrokerConfig {
             other => (raw.value(other), raw.get(other).is_some()),
         }
     }
+}
+
+/// Parses `admin.listeners`: empty (off) or one `http://HOST:PORT`.
+///
+/// Errors: [`ConfigError::InvalidValue`] for another scheme, several entries or a bad port.
+fn parse_admin_listener(text: &str) -> Result<Option<AdminListener>, ConfigError> {
+    let bad = |message: String| ConfigError::InvalidValue {
+        key: "admin.listeners".into(),
+        message,
+    };
+    let entries: Vec<&str> = text
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    let entry = match entries.as_slice() {
+        [] => return Ok(None),
+        [one] => *one,
+        _ => return Err(bad("only one admin listener is supported".into())),
+    };
+    let rest = entry
+        .strip_prefix("http://")
+        .ok_or_else(|| bad(format!("`{entry}`: expected http://HOST:PORT")))?;
+    let (host, port) = rest
+        .rsplit_once(':')
+        .ok_or_else(|| bad(format!("`{entry}`: expected http://HOST:PORT")))?;
+    let port: u16 = port
+        .trim_end_matches('/')
+        .parse()
+        .map_err(|_| bad(format!("`{entry}`: port is not a number 0-65535")))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    Ok(Some(AdminListener {
+        host: if host.is_empty() { "0.0.0.0" } else { host }.to_string(),
+        port,
+    }))
 }
 
 fn parse_listeners(key: &str, text: &str) -> Result<Vec<Listener>, ConfigError> {

@@ -44,10 +44,10 @@ mod metadata;
 mod offset_commit;
 mod offset_delete;
 mod offset_fetch;
-mod produce;
+pub mod produce;
 pub mod records;
 mod sync_group;
-mod topics;
+pub mod topics;
 
 /// One implemented API: its key and the version range implemented and tested.
 #[derive(Debug, Clone, Copy)]
@@ -125,6 +125,8 @@ pub struct Context {
     pub groups: Arc<GroupCoordinator>,
     /// What Metadata advertises for this broker.
     pub advertised: Endpoint,
+    /// Inline transforms, applied to produced batches of their input topic.
+    pub inline: Arc<crate::transform::inline::InlineRegistry>,
 }
 
 /// The protocol layer as the server sees it.

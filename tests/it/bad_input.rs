@@ -216,6 +216,7 @@ fn two_brokers_cannot_share_a_log_dir() {
     let mut raw = weir::config::RawConfig::default();
     raw.set("listeners", "PLAINTEXT://127.0.0.1:0").unwrap();
     raw.set("log.dirs", b.data_dir.to_str().unwrap()).unwrap();
+    raw.set("admin.listeners", "").unwrap();
     let config = weir::config::BrokerConfig::from_raw(raw).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let err = rt

@@ -83,6 +83,8 @@ fn the_shipped_config_file_starts_a_broker() {
         .arg("--override")
         .arg("listeners=PLAINTEXT://127.0.0.1:0")
         .arg("--override")
+        .arg("admin.listeners=http://127.0.0.1:0")
+        .arg("--override")
         .arg(format!("log.dirs={}", dir.path().display()))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())

@@ -20,6 +20,9 @@ pub struct TestBroker {
     pub bootstrap: String,
     /// The log directory.
     pub data_dir: PathBuf,
+    /// The admin HTTP API, `http://127.0.0.1:PORT` (an ephemeral port).
+    #[allow(dead_code)] // until the admin tests land
+    pub admin_url: String,
     _tmp: Option<tempfile::TempDir>,
     shutdown: Option<watch::Sender<bool>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -45,6 +48,7 @@ impl TestBroker {
         let mut raw = RawConfig::default();
         raw.set("listeners", "PLAINTEXT://127.0.0.1:0").unwrap();
         raw.set("log.dirs", dir.to_str().unwrap()).unwrap();
+        raw.set("admin.listeners", "http://127.0.0.1:0").unwrap();
         raw.apply_overrides(overrides).unwrap();
         let config = BrokerConfig::from_raw(raw).unwrap();
         let (tx, rx) = watch::channel(false);
@@ -57,16 +61,20 @@ impl TestBroker {
                 .unwrap();
             rt.block_on(async move {
                 let listeners = weir::broker::bind(&config).await.unwrap();
-                addr_tx.send(listeners[0].local_addr().unwrap()).unwrap();
+                let admin = listeners.admin.as_ref().map(|l| l.local_addr().unwrap());
+                addr_tx
+                    .send((listeners.kafka[0].local_addr().unwrap(), admin))
+                    .unwrap();
                 weir::broker::run(config, listeners, rx).await.unwrap();
             });
         });
-        let addr = addr_rx
+        let (addr, admin) = addr_rx
             .recv_timeout(Duration::from_secs(30))
             .expect("broker started");
         TestBroker {
             bootstrap: addr.to_string(),
             data_dir: dir.to_path_buf(),
+            admin_url: admin.map(|a| format!("http://{a}")).unwrap_or_default(),
             _tmp: None,
             shutdown: Some(tx),
             thread: Some(thread),
@@ -98,6 +106,9 @@ impl Drop for TestBroker {
 pub struct BinaryBroker {
     /// `127.0.0.1:PORT`.
     pub bootstrap: String,
+    /// The admin HTTP API, `http://127.0.0.1:PORT` (an ephemeral port).
+    #[allow(dead_code)] // until the admin tests land
+    pub admin_url: String,
     child: Child,
     stderr: std::sync::Arc<std::sync::Mutex<String>>,
 }
@@ -110,7 +121,9 @@ impl BinaryBroker {
             .arg("--override")
             .arg(format!("listeners=PLAINTEXT://127.0.0.1:{port}"))
             .arg("--override")
-            .arg(format!("log.dirs={}", dir.display()));
+            .arg(format!("log.dirs={}", dir.display()))
+            .arg("--override")
+            .arg("admin.listeners=http://127.0.0.1:0");
         for o in overrides {
             cmd.arg("--override").arg(o);
         }
@@ -126,6 +139,11 @@ impl BinaryBroker {
             .strip_prefix("weir listening on ")
             .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
             .to_string();
+        let line = lines.next().expect("a line").expect("readable");
+        let admin_url = line
+            .strip_prefix("weir admin API on ")
+            .unwrap_or_else(|| panic!("unexpected second line {line:?}"))
+            .to_string();
         // Keep draining stdout and stderr so the child never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
         let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
@@ -140,6 +158,7 @@ impl BinaryBroker {
         });
         BinaryBroker {
             bootstrap,
+            admin_url,
             child,
             stderr,
         }

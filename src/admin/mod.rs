@@ -1,0 +1,96 @@
+//! The admin HTTP listener (`admin.listeners`, default `http://127.0.0.1:8083`, Kafka
+//! Connect's port): JSON over HTTP/1.1 with axum.
+//!
+//! Routes: `GET /` (version and cluster id, as Kafka Connect's root resource). Each owner
+//! adds its routes in its own file: transforms (`/transforms`), the HTTP produce endpoint
+//! (`/topics/{topic}/records`), and the Connect REST API.
+//!
+//! Errors are JSON bodies `{"error_code": <HTTP status>, "message": "..."}`, the shape
+//! Kafka Connect and Confluent's REST Proxy use.
+
+use std::sync::Arc;
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::ingest::Ingest;
+use crate::protocol::Context;
+use crate::transform::inline::InlineRegistry;
+
+/// What every admin route can reach.
+#[derive(Debug)]
+pub struct AdminState {
+    /// The broker's owners.
+    pub ctx: Context,
+    /// Writes records into topics (HTTP produce, transform outputs).
+    pub ingest: Arc<Ingest>,
+    /// Inline transforms by input topic.
+    pub inline: Arc<InlineRegistry>,
+}
+
+/// An error answer: HTTP status and a message, as `{"error_code": status, "message": ...}`.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl ApiError {
+    /// An error with `status` and `message`.
+    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({
+            "error_code": self.status.as_u16(),
+            "message": self.message,
+        });
+        (self.status, Json(body)).into_response()
+    }
+}
+
+/// The admin router over `state`.
+pub fn router(state: Arc<AdminState>) -> Router {
+    Router::new().route("/", get(root)).with_state(state)
+}
+
+async fn root(
+    axum::extract::State(state): axum::extract::State<Arc<AdminState>>,
+) -> Json<serde_json::Value> {
+    Json(serde_json::json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "commit": "",
+        "kafka_cluster_id": state.ctx.metadata.cluster_id(),
+    }))
+}
+
+/// Serves the admin API on `listener` until `shutdown` becomes true.
+///
+/// Errors: the listener fails (logged by the caller).
+pub async fn serve(
+    listener: TcpListener,
+    state: Arc<AdminState>,
+    mut shutdown: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(async move {
+            while !*shutdown.borrow_and_update() {
+                if shutdown.changed().await.is_err() {
+                    break;
+                }
+            }
+        })
+        .await
+}
