@@ -1,8 +1,10 @@
 //! WebAssembly plugins (`weir::plugin`) with the real components from `plugins/`: the
 //! murmur2 partitioner against Kafka's Java test vectors and librdkafka's
-//! `murmur2_random`, the redact transform on records a real client produced, hostile
-//! fixtures (infinite loop, allocation bomb, panic, wrong world, not wasm), the on-disk
-//! cache, and `weir produce --partitioner` end to end.
+//! `murmur2_random`; json-field, filter, route and redact on records a real client
+//! produced and read back; hostile fixtures (infinite loop, allocation bomb, panic, wrong
+//! world, not wasm, file/socket/environment escape, an import weir withholds, a future
+//! major version of weir's package); the on-disk cache; `weir produce --partitioner` end
+//! to end.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -498,4 +500,429 @@ fn run_weir(bootstrap: &str, file: &Path, args: &[&str], stdin: &[u8]) -> std::p
     child_stdin.write_all(stdin).expect("write stdin");
     drop(child_stdin);
     child.wait_with_output().expect("wait for weir")
+}
+
+/// A record for [`produce_and_read_back`]: key, value, headers.
+type Sent<'a> = (Option<&'a str>, &'a str, &'a [(&'a str, &'a str)]);
+
+/// Produces `records` with rdkafka to partition 0 of a new one-partition `topic`, reads
+/// them back with an rdkafka consumer and returns them as a transform's input batch.
+async fn produce_and_read_back(bootstrap: &str, topic: &str, records: &[Sent<'_>]) -> Vec<Record> {
+    use rdkafka::message::{Header as KafkaHeader, OwnedHeaders};
+    create_topic(bootstrap, topic, 1, &[]).await;
+    let prod = producer(bootstrap, &[]);
+    for (key, value, headers) in records {
+        let mut hs = OwnedHeaders::new();
+        for (k, v) in headers.iter() {
+            hs = hs.insert(KafkaHeader {
+                key: k,
+                value: Some(*v),
+            });
+        }
+        let mut rec: FutureRecord<'_, str, str> =
+            FutureRecord::to(topic).payload(*value).headers(hs);
+        if let Some(k) = key {
+            rec = rec.key(*k);
+        }
+        prod.send(rec, Duration::from_secs(10))
+            .await
+            .expect("delivered");
+    }
+    let read = read_partition(bootstrap, topic, 0, Offset::Beginning, records.len());
+    assert_eq!(read.len(), records.len(), "read back what was produced");
+    read.into_iter()
+        .map(|(k, v, _, hs)| Record {
+            key: k.map(Bytes::from),
+            value: v.map(Bytes::from),
+            headers: hs
+                .into_iter()
+                .map(|(key, value)| weir::plugin::Header {
+                    key,
+                    value: Some(Bytes::from(value)),
+                })
+                .collect(),
+            timestamp_ms: 0,
+        })
+        .collect()
+}
+
+fn config(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_field_partitions_real_records_by_the_field_like_murmur2_on_its_text() {
+    const PARTITIONS: u32 = 12;
+    let broker = TestBroker::start();
+    let sent: [Sent<'_>; 7] = [
+        (Some("k1"), r#"{"user":{"id":"u-17"},"event":"click"}"#, &[]),
+        (Some("k2"), r#"{"user":{"id":"u-17"},"event":"buy"}"#, &[]),
+        (None, r#"{"event":"view","user":{"id":"u-17"}}"#, &[]),
+        (Some("k4"), r#"{"user":{"id":42}}"#, &[]),
+        // Fallbacks: no field, JSON null, not JSON -> murmur2 of the key.
+        (Some("k5"), r#"{"event":"anonymous"}"#, &[]),
+        (Some("k6"), r#"{"user":{"id":null}}"#, &[]),
+        (Some("k7"), "plain text", &[]),
+    ];
+    let batch = produce_and_read_back(&broker.bootstrap, "clicks", &sent).await;
+    let h = host();
+    let mut by_field = h
+        .load_partitioner_with(&guest("json-field"), &config(&[("field", "user.id")]))
+        .await
+        .expect("load json-field");
+    let mut murmur2 = h
+        .load_partitioner(&guest("murmur2"))
+        .await
+        .expect("load murmur2");
+    let mut got = Vec::new();
+    for r in &batch {
+        got.push(
+            by_field
+                .partition(r.key.as_deref(), r.value.as_deref(), PARTITIONS)
+                .await
+                .expect("partition"),
+        );
+    }
+    // What murmur2 gives a record keyed with the field's text, or with its own key.
+    let mut want = Vec::new();
+    for key in ["u-17", "u-17", "u-17", "42", "k5", "k6", "k7"] {
+        want.push(
+            murmur2
+                .partition(Some(key.as_bytes()), None, PARTITIONS)
+                .await
+                .expect("partition"),
+        );
+    }
+    assert_eq!(got, want);
+
+    // Keyless and fieldless: spread, not refused.
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..PARTITIONS {
+        seen.insert(
+            by_field
+                .partition(None, Some(b"{}"), PARTITIONS)
+                .await
+                .expect("partition"),
+        );
+    }
+    assert_eq!(
+        seen.len(),
+        PARTITIONS as usize,
+        "keyless records not spread"
+    );
+
+    match h.load_partitioner_with(&guest("json-field"), &[]).await {
+        Err(e @ PluginError::Open { .. }) => {
+            assert!(e.to_string().contains("config `field` is required"), "{e}")
+        }
+        other => panic!("json-field loaded without `field`: {:?}", other.err()),
+    }
+    broker.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filter_keeps_real_records_matching_a_field_or_header_predicate() {
+    let broker = TestBroker::start();
+    let sent: [Sent<'_>; 6] = [
+        (
+            Some("a"),
+            r#"{"status":"ok","order":{"total":12.5}}"#,
+            &[("tenant", "acme")],
+        ),
+        (Some("b"), r#"{"status":"failed"}"#, &[("tenant", "globex")]),
+        (Some("c"), r#"{"order":{"total":3}}"#, &[]),
+        (Some("d"), "not json", &[("tenant", "acme")]),
+        (
+            Some("e"),
+            r#"{"status":"ok-retried"}"#,
+            &[("tenant", "acme-eu")],
+        ),
+        (Some("f"), r#"{"status":null}"#, &[]),
+    ];
+    let batch = produce_and_read_back(&broker.bootstrap, "orders", &sent).await;
+    let h = host();
+    let kept = |out: &OutputBatch| -> Vec<String> {
+        out.iter()
+            .map(|o| String::from_utf8_lossy(o.key.unwrap_or_default()).into_owned())
+            .collect()
+    };
+    for (cfg, want) in [
+        (&[("field", "status"), ("equals", "ok")][..], &["a"][..]),
+        (
+            &[("field", "status"), ("not.equals", "ok")],
+            &["b", "c", "e", "f"],
+        ),
+        (&[("field", "status"), ("matches", "ok.*")], &["a", "e"]),
+        (&[("field", "order.total"), ("exists", "true")], &["a", "c"]),
+        (
+            &[
+                ("field", "status"),
+                ("exists", "false"),
+                ("on.invalid", "keep"),
+            ],
+            &["c", "d", "f"],
+        ),
+        (
+            &[("header", "tenant"), ("matches", "acme(-.*)?")],
+            &["a", "d", "e"],
+        ),
+        (&[("header", "tenant"), ("exists", "false")], &["c", "f"]),
+    ] {
+        let mut t = h
+            .load_transform(&guest("filter"), &config(cfg))
+            .await
+            .unwrap_or_else(|e| panic!("load filter {cfg:?}: {e}"));
+        let out = t.apply(&context(), &batch).await.expect("apply");
+        assert_eq!(kept(&out), want, "{cfg:?}");
+        // Kept records pass unchanged, headers included.
+        for o in out.iter() {
+            let input = &batch[o.input_index as usize];
+            assert_eq!(o.topic, None);
+            assert_eq!(o.value, input.value.as_deref());
+            assert_eq!(o.headers().len(), input.headers.len());
+        }
+    }
+
+    // on.invalid=fail names the record.
+    let mut t = h
+        .load_transform(
+            &guest("filter"),
+            &config(&[
+                ("field", "status"),
+                ("equals", "ok"),
+                ("on.invalid", "fail"),
+            ]),
+        )
+        .await
+        .expect("load filter");
+    match t.apply(&context(), &batch).await {
+        Err(e @ PluginError::Failed { record_index, .. }) => {
+            eprintln!("{e}");
+            assert_eq!(record_index, Some(3));
+            assert!(e.to_string().contains("not JSON"), "{e}");
+        }
+        other => panic!("expected a failure on record 3, got {other:?}"),
+    }
+
+    // Bad config is refused at load, saying what is wrong.
+    for (cfg, says) in [
+        (&[("field", "status")][..], "exactly one predicate"),
+        (&[("field", "a"), ("matches", "(")], "bad regex `(`"),
+        (&[("equals", "x")], "exactly one of `field`"),
+    ] {
+        match h.load_transform(&guest("filter"), &config(cfg)).await {
+            Err(e @ PluginError::Open { .. }) => {
+                assert!(e.to_string().contains(says), "{cfg:?}: {e}")
+            }
+            other => panic!("filter loaded with {cfg:?}: {:?}", other.err()),
+        }
+    }
+    broker.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_sends_real_records_to_topics_named_by_a_field_and_a_client_reads_them() {
+    let broker = TestBroker::start();
+    let sent: [Sent<'_>; 5] = [
+        (Some("1"), r#"{"region":"eu","n":1}"#, &[]),
+        (Some("2"), r#"{"region":"us","n":2}"#, &[]),
+        (Some("3"), r#"{"n":3}"#, &[]),
+        (Some("4"), r#"{"region":"eu","n":4}"#, &[("trace", "t4")]),
+        (Some("5"), "not json", &[]),
+    ];
+    let batch = produce_and_read_back(&broker.bootstrap, "orders-in", &sent).await;
+    let mut t = host()
+        .load_transform(
+            &guest("route"),
+            &config(&[
+                ("field", "region"),
+                ("topic.format", "orders-${value}"),
+                ("default.topic", "orders-unrouted"),
+            ]),
+        )
+        .await
+        .expect("load route");
+    let out = t.apply(&context(), &batch).await.expect("apply");
+    let topics: Vec<&str> = out.iter().map(|o| o.topic.unwrap_or("-")).collect();
+    assert_eq!(
+        topics,
+        [
+            "orders-eu",
+            "orders-us",
+            "orders-unrouted",
+            "orders-eu",
+            "orders-unrouted"
+        ]
+    );
+
+    // Write each output where the plugin sent it; a real consumer reads them back.
+    for topic in ["orders-eu", "orders-us", "orders-unrouted"] {
+        create_topic(&broker.bootstrap, topic, 1, &[]).await;
+    }
+    let prod = producer(&broker.bootstrap, &[]);
+    for o in out.iter() {
+        let topic = o.topic.expect("routed");
+        let rec: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic)
+            .key(o.key.unwrap_or_default())
+            .payload(o.value.unwrap_or_default());
+        prod.send(rec, Duration::from_secs(10))
+            .await
+            .expect("delivered");
+    }
+    for (topic, keys) in [
+        ("orders-eu", &["1", "4"][..]),
+        ("orders-us", &["2"]),
+        ("orders-unrouted", &["3", "5"]),
+    ] {
+        let got = read_partition(&broker.bootstrap, topic, 0, Offset::Beginning, keys.len());
+        let got_keys: Vec<String> = got
+            .iter()
+            .map(|(k, _, _, _)| String::from_utf8_lossy(k.as_deref().unwrap_or_default()).into())
+            .collect();
+        assert_eq!(got_keys, keys, "{topic}");
+    }
+
+    // A value that cannot name a topic fails the batch, naming the record.
+    let bad = vec![
+        record(br#"{"region":"eu"}"#),
+        record(br#"{"region":"eu/west"}"#),
+    ];
+    match t.apply(&context(), &bad).await {
+        Err(e @ PluginError::Failed { record_index, .. }) => {
+            eprintln!("{e}");
+            assert_eq!(record_index, Some(1));
+            assert!(
+                e.to_string()
+                    .contains("`orders-eu/west` is not a legal Kafka topic name"),
+                "{e}"
+            );
+        }
+        other => panic!("expected a failure on record 1, got {other:?}"),
+    }
+    // Records without the field go to the transform's default output without
+    // `default.topic`; a header can name the topic too.
+    let mut by_header = host()
+        .load_transform(&guest("route"), &config(&[("header", "trace")]))
+        .await
+        .expect("load route");
+    let out = by_header.apply(&context(), &batch).await.expect("apply");
+    let topics: Vec<Option<&str>> = out.iter().map(|o| o.topic).collect();
+    assert_eq!(topics, [None, None, None, Some("t4"), None]);
+    broker.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redact_masks_pattern_matches_in_real_records() {
+    let broker = TestBroker::start();
+    let sent: [Sent<'_>; 4] = [
+        (
+            Some("1"),
+            r#"{"name":"ada","note":"card 4111-1111-1111-1111 exp 12/30","ssn":"123-45-6789"}"#,
+            &[],
+        ),
+        (
+            Some("2"),
+            r#"{"contact":"mail ada@example.org","phone":33612345678}"#,
+            &[],
+        ),
+        (
+            Some("3"),
+            "raw log: user bob@example.org paid with 4111111111111111",
+            &[],
+        ),
+        (Some("4"), r#"{"clean":"nothing to see"}"#, &[]),
+    ];
+    let batch = produce_and_read_back(&broker.bootstrap, "pii", &sent).await;
+    let mut t = host()
+        .load_transform(
+            &guest("redact"),
+            &config(&[
+                ("fields", "ssn"),
+                (
+                    "patterns",
+                    r"\d{4}-?\d{4}-?\d{4}-?\d{4}, [\w.+-]+@[\w-]+\.[\w.]+, \d{11}",
+                ),
+                ("mask", "[redacted]"),
+            ]),
+        )
+        .await
+        .expect("load redact");
+    let out = t.apply(&context(), &batch).await.expect("apply");
+    assert_eq!(
+        values(&out),
+        vec![
+            &br#"{"name":"ada","note":"card [redacted] exp 12/30","ssn":"[redacted]"}"#[..],
+            &br#"{"contact":"mail [redacted]","phone":"[redacted]"}"#[..],
+            &b"raw log: user [redacted] paid with [redacted]"[..],
+            &br#"{"clean":"nothing to see"}"#[..],
+        ]
+    );
+    for (i, o) in out.iter().enumerate() {
+        assert_eq!(o.key, Some(format!("{}", i + 1).as_bytes()));
+    }
+    match host()
+        .load_transform(&guest("redact"), &config(&[("patterns", r"ok,\d{3")]))
+        .await
+    {
+        Err(e @ PluginError::Open { .. }) => {
+            eprintln!("{e}");
+            assert!(e.to_string().contains(r"bad regex `\d{3`"), "{e}")
+        }
+        other => panic!("redact loaded a bad regex: {:?}", other.err()),
+    }
+    broker.stop();
+}
+
+#[tokio::test]
+async fn a_plugin_cannot_open_files_or_sockets_or_read_the_environment() {
+    let mut t = host()
+        .load_transform(&guest("fs-escape"), &[])
+        .await
+        .expect("load fs-escape");
+    match t.apply(&context(), &[record(b"x")]).await {
+        Err(e @ PluginError::Failed { .. }) => {
+            let msg = e.to_string();
+            eprintln!("{msg}");
+            assert!(!msg.contains("SUCCEEDED"), "{msg}");
+            assert!(
+                msg.contains("open /etc/passwd: failed (No such file"),
+                "{msg}"
+            );
+            assert!(
+                msg.contains("connect 127.0.0.1:9: failed (Permission denied"),
+                "{msg}"
+            );
+            assert!(msg.contains("env: 0 variables"), "{msg}");
+        }
+        other => panic!("expected the fixture's report, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_component_importing_what_weir_withholds_is_refused_at_load() {
+    match host().load_transform(&guest("withheld-import"), &[]).await {
+        Err(e @ PluginError::WrongWorld { .. }) => {
+            let msg = e.to_string();
+            eprintln!("{msg}");
+            assert!(msg.contains("withheld_import.wasm"), "{msg}");
+            assert!(msg.contains("weir:host/secrets@0.1.0"), "{msg}");
+        }
+        other => panic!("expected WrongWorld, got {:?}", other.err()),
+    }
+}
+
+#[tokio::test]
+async fn a_component_of_a_future_major_version_is_refused_at_load() {
+    match host().load_transform(&guest("future-major"), &[]).await {
+        Err(e @ PluginError::WrongWorld { .. }) => {
+            let msg = e.to_string();
+            eprintln!("{msg}");
+            assert!(msg.contains("future_major.wasm"), "{msg}");
+            assert!(msg.contains("@1.0.0") || msg.contains("@0.1.0"), "{msg}");
+        }
+        other => panic!("expected WrongWorld, got {:?}", other.err()),
+    }
 }

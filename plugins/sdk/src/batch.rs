@@ -166,6 +166,11 @@ impl<'a> Record<'a> {
             record_index: self.index,
         }
     }
+
+    /// The last header named `key` (Kafka Connect's `Headers.lastWithName`), if any.
+    pub fn last_header(&self, key: &str) -> Option<Header<'a>> {
+        self.headers().filter(|h| h.key == key).last()
+    }
 }
 
 /// The records of an input batch.
@@ -428,6 +433,16 @@ mod tests {
             ]
         );
         assert_eq!(recs[1].index(), 1);
+        let buf = encode(&[(
+            1,
+            None,
+            None,
+            &[("h", Some(b"1")), ("g", None), ("h", Some(b"2"))],
+        )]);
+        let rec = Input::parse(&buf).unwrap().next().unwrap().unwrap();
+        assert_eq!(rec.last_header("h").and_then(|h| h.value), Some(&b"2"[..]));
+        assert_eq!(rec.last_header("g").map(|h| h.value), Some(None));
+        assert_eq!(rec.last_header("x"), None);
         assert_eq!(recs[1].value(), None);
     }
 

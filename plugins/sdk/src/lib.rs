@@ -30,6 +30,10 @@
 extern crate self as weir_plugin_sdk;
 
 mod batch;
+pub mod json;
+pub mod murmur2;
+pub mod select;
+pub mod testing;
 
 pub use batch::{Header, Headers, MalformedBatch, NewRecord, Output, Record};
 
@@ -121,6 +125,32 @@ pub trait Transform: Sized + 'static {
     fn apply(&mut self, record: &Record<'_>, out: &mut Output) -> Result<(), String>;
 }
 
+/// Runs `t` over one input batch (the "weir batch v1" input layout): `begin_batch`, then
+/// `apply` per record. Returns the output layout, or the offending record's index (when
+/// one is to blame) and the message.
+pub(crate) fn apply_batch<T: Transform>(
+    t: &mut T,
+    context: &BatchContext<'_>,
+    input: &[u8],
+) -> Result<Vec<u8>, (Option<u32>, String)> {
+    t.begin_batch(context);
+    let records = batch::Input::parse(input).map_err(|e| (Some(e.record_index), e.to_string()))?;
+    // An out-record is its in-record plus 8 bytes (input index, topic length): room for one
+    // output per input without growing.
+    let mut out = Output::with_capacity(
+        input
+            .len()
+            .saturating_add((records.remaining() as usize).saturating_mul(8)),
+    );
+    for record in records {
+        let record = record.map_err(|e| (Some(e.record_index), e.to_string()))?;
+        out.set_input_index(record.index());
+        t.apply(&record, &mut out)
+            .map_err(|message| (Some(record.index()), message))?;
+    }
+    Ok(out.finish())
+}
+
 /// Support code for the export macros; not a stable API.
 #[doc(hidden)]
 pub mod __private {
@@ -129,8 +159,7 @@ pub mod __private {
 
     pub use wit_bindgen;
 
-    use super::{BatchContext, Config, Output, Partitioner, Transform};
-    use crate::batch::Input;
+    use super::{BatchContext, Config, Partitioner, Transform};
     use crate::partitioner_bindings::weir::plugin::types::PluginError as PError;
     use crate::transform_bindings::weir::plugin::types::{
         BatchContext as WitContext, PluginError as TError,
@@ -191,34 +220,15 @@ pub mod __private {
                     record_index: None,
                 });
             };
-            t.begin_batch(&BatchContext {
+            let context = BatchContext {
                 topic: &context.topic,
                 partition: context.partition,
                 base_offset: context.base_offset,
-            });
-            let records = Input::parse(&input).map_err(|e| TError {
-                message: e.to_string(),
-                record_index: Some(e.record_index),
-            })?;
-            // An out-record is its in-record plus 8 bytes (input index, topic length): room
-            // for one output per input without growing.
-            let mut out = Output::with_capacity(
-                input
-                    .len()
-                    .saturating_add((records.remaining() as usize).saturating_mul(8)),
-            );
-            for record in records {
-                let record = record.map_err(|e| TError {
-                    message: e.to_string(),
-                    record_index: Some(e.record_index),
-                })?;
-                out.set_input_index(record.index());
-                t.apply(&record, &mut out).map_err(|message| TError {
-                    message,
-                    record_index: Some(record.index()),
-                })?;
-            }
-            Ok(out.finish())
+            };
+            crate::apply_batch(t, &context, &input).map_err(|(record_index, message)| TError {
+                message,
+                record_index,
+            })
         })
     }
 }
