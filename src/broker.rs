@@ -17,6 +17,7 @@ use crate::cluster::Metadata;
 use crate::config::BrokerConfig;
 use crate::group::GroupCoordinator;
 use crate::ingest::Ingest;
+use crate::plugin::{PluginHost, PluginHostConfig, PluginLimits};
 use crate::protocol::{Context, Endpoint, Handler};
 use crate::purgatory::Purgatory;
 use crate::replica::ReplicaManager;
@@ -158,6 +159,16 @@ pub async fn run(
         inline: inline.clone(),
     };
     let ingest = Arc::new(Ingest::new(ctx.clone()));
+    let plugins = Arc::new(
+        PluginHost::new(PluginHostConfig {
+            cache_dir: Some(config.plugin.cache_dir.clone()),
+            limits: PluginLimits {
+                memory_bytes: config.plugin.memory_max_bytes,
+                call_timeout_ms: config.plugin.call_timeout_ms,
+            },
+        })
+        .context("cannot start the plugin host")?,
+    );
     let handler = Arc::new(Handler::new(ctx.clone()));
     let limits = ServerLimits {
         request_max_bytes: config.socket_request_max_bytes,
@@ -188,6 +199,7 @@ pub async fn run(
             ctx: ctx.clone(),
             ingest: ingest.clone(),
             inline: inline.clone(),
+            plugins: plugins.clone(),
         });
         let shutdown = shutdown.clone();
         tasks.spawn(async move {

@@ -18,6 +18,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::ingest::Ingest;
+use crate::plugin::PluginHost;
 use crate::protocol::Context;
 use crate::transform::inline::InlineRegistry;
 
@@ -30,6 +31,8 @@ pub struct AdminState {
     pub ingest: Arc<Ingest>,
     /// Inline transforms by input topic.
     pub inline: Arc<InlineRegistry>,
+    /// The plugin host (one wasmtime engine per broker).
+    pub plugins: Arc<PluginHost>,
 }
 
 /// An error answer: HTTP status and a message, as `{"error_code": status, "message": ...}`.

@@ -243,6 +243,14 @@ pub struct PluginHost {
     cache: cache::ComponentCache,
 }
 
+impl std::fmt::Debug for PluginHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginHost")
+            .field("limits", &self.shared.limits)
+            .finish_non_exhaustive()
+    }
+}
+
 impl PluginHost {
     /// A host with its engine and epoch ticker thread.
     ///
