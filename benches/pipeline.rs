@@ -1,0 +1,239 @@
+//! Transform pipeline benchmark: an async identity transform against a plain
+//! consume → produce copy, measured in the same run against the same in-process broker
+//! (release build).
+//!
+//! ```text
+//! cargo bench --bench pipeline [-- RECORDS]
+//! ```
+//! 1. RECORDS (default 300,000) records of 100 B with 8-byte keys are produced to `in`
+//!    (2 partitions).
+//! 2. **Plain copy** (the baseline): one librdkafka consumer reads `in` from the start
+//!    (manual assignment) and one librdkafka producer writes every record to `copy-out`
+//!    (`linger.ms=5`); the time runs from the first poll to the last delivery report.
+//! 3. **Identity pipeline**: the `identity` component deployed in `async` mode from `in`
+//!    to `ident-out` through the admin API; the time runs from the deploy request to
+//!    `ident-out` holding RECORDS records (its log end offsets, read with librdkafka).
+//!
+//! Printed: records/s of each and the ratio pipeline / copy (the issue's target: ≥ 0.5).
+
+#[path = "../tests/it/guests.rs"]
+mod guests;
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use tokio::sync::watch;
+use weir::config::{BrokerConfig, RawConfig};
+
+const PARTITIONS: i32 = 2;
+
+struct Broker {
+    bootstrap: String,
+    admin: std::net::SocketAddr,
+    stop: watch::Sender<bool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+fn start_broker(dir: &std::path::Path) -> Broker {
+    let mut raw = RawConfig::default();
+    raw.set("listeners", "PLAINTEXT://127.0.0.1:0").unwrap();
+    raw.set("admin.listeners", "http://127.0.0.1:0").unwrap();
+    raw.set("log.dirs", dir.to_str().unwrap()).unwrap();
+    let config = BrokerConfig::from_raw(raw).unwrap();
+    let (tx, rx) = watch::channel(false);
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async move {
+            let listeners = weir::broker::bind(&config).await.unwrap();
+            let kafka = listeners.kafka[0].local_addr().unwrap();
+            let admin = listeners.admin.as_ref().unwrap().local_addr().unwrap();
+            addr_tx.send((kafka, admin)).unwrap();
+            weir::broker::run(config, listeners, rx).await.unwrap();
+        });
+    });
+    let (kafka, admin) = addr_rx.recv().unwrap();
+    Broker {
+        bootstrap: kafka.to_string(),
+        admin,
+        stop: tx,
+        thread,
+    }
+}
+
+fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let results = rt
+        .block_on(admin.create_topics(
+            &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+            &AdminOptions::new(),
+        ))
+        .unwrap();
+    for r in results {
+        r.unwrap();
+    }
+}
+
+fn producer(bootstrap: &str) -> ThreadedProducer<DefaultProducerContext> {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("linger.ms", "5")
+        .set("batch.size", "1000000")
+        .set("queue.buffering.max.messages", "1000000")
+        .create()
+        .unwrap()
+}
+
+fn send(p: &ThreadedProducer<DefaultProducerContext>, mut r: BaseRecord<'_, [u8], [u8]>) {
+    loop {
+        match p.send(r) {
+            Ok(()) => return,
+            Err((_, back)) => {
+                r = back;
+                p.poll(Duration::from_millis(5));
+            }
+        }
+    }
+}
+
+fn produce_input(bootstrap: &str, n: usize) {
+    let p = producer(bootstrap);
+    let value = vec![b'v'; 100];
+    for i in 0..n {
+        let key = (i as u64).to_be_bytes();
+        send(&p, BaseRecord::to("in").key(&key[..]).payload(&value[..]));
+    }
+    p.flush(Duration::from_secs(300)).unwrap();
+}
+
+/// Consume `in` from the start and produce every record to `copy-out`; seconds taken.
+fn plain_copy(bootstrap: &str, n: usize) -> f64 {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "bench-copy")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..PARTITIONS {
+        tpl.add_partition_offset("in", p, Offset::Beginning)
+            .unwrap();
+    }
+    c.assign(&tpl).unwrap();
+    let p = producer(bootstrap);
+    let t0 = Instant::now();
+    let mut copied = 0;
+    while copied < n {
+        match c.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                let mut r = BaseRecord::to("copy-out");
+                if let Some(k) = m.key() {
+                    r = r.key(k);
+                }
+                if let Some(v) = m.payload() {
+                    r = r.payload(v);
+                }
+                send(&p, r);
+                copied += 1;
+            }
+            Some(Err(e)) => panic!("consume: {e}"),
+            None => {}
+        }
+    }
+    p.flush(Duration::from_secs(300)).unwrap();
+    t0.elapsed().as_secs_f64()
+}
+
+/// Sum of the log end offsets of `topic`'s partitions (0 for a topic not there yet).
+fn log_end(c: &BaseConsumer, topic: &str) -> i64 {
+    (0..PARTITIONS)
+        .map(|p| {
+            c.fetch_watermarks(topic, p, Duration::from_secs(5))
+                .map(|(_, high)| high)
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+/// One HTTP/1.1 request with a JSON body; returns (status, body).
+fn http(addr: std::net::SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = out.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+    (status, body.to_string())
+}
+
+/// Deploys the identity transform `in` → `ident-out` and waits for every record; seconds.
+fn identity_pipeline(b: &Broker, n: usize) -> f64 {
+    let wasm = guests::guest("identity");
+    let watcher: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &b.bootstrap)
+        .create()
+        .unwrap();
+    let spec = serde_json::json!({
+        "name": "bench-identity",
+        "wasm": wasm,
+        "input": "in",
+        "outputs": ["ident-out"],
+    });
+    let t0 = Instant::now();
+    let (status, body) = http(b.admin, "POST", "/transforms", &spec.to_string());
+    assert_eq!(status, 201, "deploy: {body}");
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while log_end(&watcher, "ident-out") < n as i64 {
+        assert!(Instant::now() < deadline, "the pipeline did not finish");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    t0.elapsed().as_secs_f64()
+}
+
+fn main() {
+    let n: usize = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with('-'))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(300_000);
+    let dir = tempfile::tempdir().unwrap();
+    let b = start_broker(dir.path());
+    for t in ["in", "copy-out", "ident-out"] {
+        create_topic(&b.bootstrap, t, PARTITIONS);
+    }
+    produce_input(&b.bootstrap, n);
+    let copy_s = plain_copy(&b.bootstrap, n);
+    let pipe_s = identity_pipeline(&b, n);
+    let rate = |s: f64| n as f64 / s;
+    println!("pipeline: {n} records of 100 B, {PARTITIONS} partitions");
+    println!(
+        "  plain consume→produce copy : {:>10.0} records/s ({copy_s:.2} s)",
+        rate(copy_s)
+    );
+    println!(
+        "  async identity transform   : {:>10.0} records/s ({pipe_s:.2} s)",
+        rate(pipe_s)
+    );
+    println!("  ratio transform / copy     : {:.2}", copy_s / pipe_s);
+    let _ = b.stop.send(true);
+    let _ = b.thread.join();
+}
