@@ -17,7 +17,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use crate::cluster::TopicMeta;
 use crate::config::{BrokerConfig, TOPIC_KEYS};
 use crate::log::{
-    AppendInfo, AppendOptions, CleanupPolicy, LogConfig, LogError, PartitionLog, ValidatedBatch,
+    AppendInfo, AppendOptions, CleanupPolicy, Compression, LogConfig, LogError, PartitionLog,
+    ValidatedBatch,
 };
 use crate::purgatory::Purgatory;
 
@@ -76,6 +77,10 @@ pub struct ProduceSettings {
     /// `cleanup.policy` contains `compact`: every record needs a key (INVALID_RECORD, 87,
     /// "Compacted topic cannot accept message without key", as Kafka's `LogValidator`).
     pub require_keys: bool,
+    /// `compression.type` when it names a codec (`uncompressed` is `Compression::None`);
+    /// `None` for `producer` (the default). Applied only to batches the broker re-encodes
+    /// (inline transforms); client batches are stored as sent.
+    pub compression: Option<Compression>,
 }
 
 fn resolve(
@@ -87,6 +92,7 @@ fn resolve(
         max_message_bytes: 1_048_588,
         log_append_time: false,
         require_keys: false,
+        compression: None,
     };
     for (key, value, _) in effective_topic_configs(broker, overrides) {
         let int = value.as_deref().and_then(|v| v.parse::<i64>().ok());
@@ -128,6 +134,16 @@ fn resolve(
             "cleanup.policy" => {
                 log.cleanup_policy = CleanupPolicy::parse(value.as_deref().unwrap_or(""));
                 settings.require_keys = log.cleanup_policy.compact;
+            }
+            "compression.type" => {
+                settings.compression = match value.as_deref() {
+                    Some("uncompressed") => Some(Compression::None),
+                    Some("gzip") => Some(Compression::Gzip),
+                    Some("snappy") => Some(Compression::Snappy),
+                    Some("lz4") => Some(Compression::Lz4),
+                    Some("zstd") => Some(Compression::Zstd),
+                    _ => None,
+                }
             }
             "min.cleanable.dirty.ratio" => {
                 if let Some(ratio) = value.as_deref().and_then(|v| v.parse::<f64>().ok()) {

@@ -98,7 +98,7 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("log.index.size.max.bytes", Int, Some("10485760"), Some(4), "Largest offset index of a segment; a full index rolls the segment."),
     key("log.flush.interval.messages", Long, Some("9223372036854775807"), Some(1), "fsync a partition after this many records (default: leave it to the OS)."),
     key("log.flush.interval.ms", Long, Some("9223372036854775807"), Some(0), "fsync a partition when its oldest unflushed record is this old (ms); the default leaves it to the OS."),
-    key("compression.type", KeyType::String, Some("producer"), None, "Topic compression: only `producer` is applied (batches are stored as the producer compressed them); other codecs are accepted and reported, not re-applied."),
+    key("compression.type", KeyType::String, Some("producer"), None, "Topic compression: client batches are stored as the producer compressed them; a codec here is applied only to batches the broker re-encodes (inline transforms, which otherwise keep the producer's codec)."),
     key("log.message.format.version", KeyType::String, Some("3.0-IV1"), None, "Deprecated since Kafka 3.0 and ignored, as Kafka 3.x ignores it: batches are always stored as the producer sent them (magic 2). Accepted so configs and clients written for Kafka 2.x still work."),
     key("log.cleanup.policy", List, Some("delete"), None, "delete (time/size retention), compact (keep the latest record per key; Kafka's log cleaner), or both."),
     key("log.cleaner.min.cleanable.ratio", Double, Some("0.5"), None, "Compact a partition only when its dirty (not yet compacted) closed bytes are at least this fraction of its closed bytes (0..1)."),
@@ -240,7 +240,7 @@ pub const TOPIC_KEYS: &[TopicKeySpec] = &[
         name: "compression.type",
         broker_key: "compression.type",
         key_type: KeyType::String,
-        doc: "producer (batches as sent); other values are stored, not applied.",
+        doc: "producer (batches as sent); a codec is applied only to batches an inline transform re-encodes.",
     },
     TopicKeySpec {
         name: "message.format.version",

@@ -156,6 +156,23 @@ pub fn validate(bytes: Bytes) -> Result<ValidatedBatch, BatchError> {
     Ok(batch)
 }
 
+/// Checks a batch the broker re-encoded itself (`log::rewrite`): the structural checks of
+/// [`validate_stored`] plus `recordCount <= lastOffsetDelta + 1`, because a rewritten batch
+/// may leave offset gaps (dropped records), as a compacted one does.
+///
+/// Errors: as [`validate`].
+pub(crate) fn validate_rewritten(bytes: Bytes) -> Result<ValidatedBatch, BatchError> {
+    let batch = validate_stored(bytes, 0)?;
+    let count = batch.record_count();
+    let last_offset_delta = batch.last_offset_delta();
+    if i64::from(count) > i64::from(last_offset_delta) + 1 {
+        return Err(BatchError::InvalidRecord {
+            reason: format!("recordCount {count} exceeds lastOffsetDelta {last_offset_delta} + 1"),
+        });
+    }
+    Ok(batch)
+}
+
 /// Structural checks only (what recovery and replicated data need): length, magic, CRC,
 /// codec, non-negative counts. `position` is only used in error messages.
 pub(crate) fn validate_stored(bytes: Bytes, position: usize) -> Result<ValidatedBatch, BatchError> {
@@ -379,6 +396,11 @@ impl ValidatedBatch {
     /// The records section, as the client sent it.
     pub fn records(&self) -> &[u8] {
         &self.bytes[BATCH_HEADER_BYTES..]
+    }
+
+    /// The records section as a zero-copy slice of the batch's bytes.
+    pub(crate) fn records_bytes(&self) -> Bytes {
+        self.bytes.slice(BATCH_HEADER_BYTES..)
     }
 
     /// The whole batch as it would be stored: current header followed by the records.

@@ -25,6 +25,7 @@ pub mod codec;
 mod compact;
 mod index;
 mod producer;
+pub mod rewrite;
 mod segment;
 
 #[cfg(test)]

@@ -8,14 +8,17 @@
 //! field into record batches and validate each (magic 2, length, CRC-32C), check its size
 //! against `max.message.bytes` and its codec against the request version, walk its records
 //! (`records::validate_records`: bounded decompression, every length, count and offset
-//! delta), then append through the replica manager. Batches are stored as sent: never
-//! re-encoded. acks=0 does the work and sends nothing; acks=1 and acks=-1 answer once the
+//! delta), then — when the topic has an inline transform (`transform::apply`) — run the
+//! records through it and re-encode the batch at the same offsets, then append through the
+//! replica manager. Batches are otherwise stored as sent: never re-encoded. acks=0 does the work and sends nothing; acks=1 and acks=-1 answer once the
 //! batch is in the log (on one node the log is the whole ISR).
 //!
 //! Errors returned per partition: UNKNOWN_TOPIC_OR_PARTITION (3), CORRUPT_MESSAGE (2),
 //! MESSAGE_TOO_LARGE (10), INVALID_TOPIC_EXCEPTION (17; also for internal topics such as `__consumer_offsets`), INVALID_REQUIRED_ACKS (21),
 //! OUT_OF_ORDER_SEQUENCE_NUMBER (45), INVALID_PRODUCER_EPOCH (47),
-//! KAFKA_STORAGE_ERROR (56), UNSUPPORTED_COMPRESSION_TYPE (76), INVALID_RECORD (87).
+//! KAFKA_STORAGE_ERROR (56), UNSUPPORTED_COMPRESSION_TYPE (76), INVALID_RECORD (87; also
+//! when an inline transform fails under `errors.tolerance=none`, with KIP-467 record errors
+//! naming the record when the plugin did).
 
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
@@ -27,6 +30,7 @@ use kafka_protocol::ResponseError;
 use crate::log::{split_batches, BatchError, Compression, LogError};
 
 use crate::cluster::is_internal_topic;
+use crate::transform::apply as inline;
 
 use super::records::{validate_records, RecordLimits, KEYLESS_RECORD};
 use super::{topics, Context};
@@ -81,6 +85,8 @@ pub async fn handle(
         } else {
             Err(ResponseError::InvalidRequiredAcks)
         };
+        // One look-up per topic; an empty registry answers without hashing the name.
+        let inline = meta.as_ref().ok().and_then(|_| ctx.inline.get(&name));
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
         for pd in topic.partition_data {
             let index = pd.index;
@@ -174,14 +180,78 @@ pub async fn handle(
                 partitions.push(response);
                 continue;
             }
+            // Inline transform: the records are rewritten before anything is appended.
+            let mut dead_letters = Vec::new();
+            let target = inline::Target {
+                topic: &name,
+                partition: index,
+                compression: settings.compression,
+                max_decompressed_bytes: limits.max_decompressed_bytes,
+                max_message_bytes: max,
+            };
+            let batches = match &inline {
+                None => batches,
+                Some(slot) => match inline::apply(slot, target, batches).await {
+                    Ok(applied) => {
+                        dead_letters = applied.dead_letters;
+                        applied.batches
+                    }
+                    Err(refused) => {
+                        let mut response =
+                            partition_error(index, refused.error, Some(refused.message.clone()));
+                        if version >= 8 && !refused.record_errors.is_empty() {
+                            response = response.with_record_errors(
+                                refused
+                                    .record_errors
+                                    .into_iter()
+                                    .map(|(i, message)| {
+                                        BatchIndexAndErrorMessage::default()
+                                            .with_batch_index(i)
+                                            .with_batch_index_error_message(Some(
+                                                StrBytes::from_string(message),
+                                            ))
+                                    })
+                                    .collect(),
+                            );
+                        }
+                        partitions.push(response);
+                        continue;
+                    }
+                },
+            };
+            // Offsets each batch spans (for the dead-letter headers): lastOffsetDelta + 1.
+            let spans: Vec<i64> = if dead_letters.is_empty() {
+                Vec::new()
+            } else {
+                batches
+                    .iter()
+                    .map(|b| i64::from(b.last_offset_delta()) + 1)
+                    .collect()
+            };
             match ctx.replicas.append(&partition, batches) {
-                Ok(info) => partitions.push(
-                    PartitionProduceResponse::default()
-                        .with_index(index)
-                        .with_base_offset(info.base_offset)
-                        .with_log_append_time_ms(info.log_append_time_ms)
-                        .with_log_start_offset(info.log_start_offset),
-                ),
+                Ok(info) => {
+                    // A duplicate (a retry) wrote nothing: its dead letters were written
+                    // the first time.
+                    let dlq = !dead_letters.is_empty() && !info.duplicate;
+                    if let Some(slot) = inline.as_ref().filter(|_| dlq) {
+                        let bases: Vec<i64> = spans
+                            .iter()
+                            .scan(info.base_offset, |next, span| {
+                                let base = *next;
+                                *next += span;
+                                Some(base)
+                            })
+                            .collect();
+                        inline::write_dead_letters(ctx, slot, target, dead_letters, &bases);
+                    }
+                    partitions.push(
+                        PartitionProduceResponse::default()
+                            .with_index(index)
+                            .with_base_offset(info.base_offset)
+                            .with_log_append_time_ms(info.log_append_time_ms)
+                            .with_log_start_offset(info.log_start_offset),
+                    )
+                }
                 Err(e) => {
                     let code = log_error_code(&e);
                     if code == ResponseError::KafkaStorageError {

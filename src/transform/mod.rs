@@ -3,6 +3,7 @@
 //! `async` mode (the default) consumes the input topic and writes the outputs; `inline`
 //! mode rewrites produced batches before they are appended (see [`inline`]).
 
+pub mod apply;
 pub mod inline;
 
 use std::sync::atomic::{AtomicU64, Ordering};

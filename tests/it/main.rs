@@ -15,6 +15,7 @@ mod group_protocol;
 mod groups;
 mod guests;
 mod harness;
+mod inline;
 mod plugins;
 mod rdkafka_client;
 mod retention;

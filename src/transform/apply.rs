@@ -1,0 +1,485 @@
+//! Inline transforms on the produce path: the records of a produced batch go through the
+//! topic's inline transform and the batch is re-encoded (`log::rewrite`) before it is
+//! appended, so only transformed records reach the disk.
+//!
+//! Owns: decoding a partition's validated batches, calling the slot's transform once per
+//! batch (`BatchContext { topic, partition, base_offset: -1 }`: offsets are assigned at
+//! append), checking that the output is 1:1 or a filter (inline has nowhere to put a
+//! second record at the same offset, nor a record for another topic), isolating failing
+//! records under `errors.tolerance=all`, the re-encoding with the producer's codec (or the
+//! topic's `compression.type` when it names one), the dead-letter records and the slot's
+//! counters. Never does: append (the caller does, so sequence checks and duplicate
+//! detection stay the log's), or deploy anything.
+//!
+//! Offsets and sequence numbers: each output record keeps the offset delta of its input
+//! record and the batch keeps lastOffsetDelta, producer id/epoch and baseSequence, so the
+//! batch occupies the offsets the client's batch would have; dropped records are gaps
+//! (ARCHITECTURE.md, "Decisions").
+//!
+//! Failures (a plugin error, trap, timeout, memory limit, bad output, a fan-out or a route):
+//! - `errors.tolerance=none`: the partition's produce fails with INVALID_RECORD (87) and
+//!   the message; KIP-467 record errors name the record when one is known; nothing of the
+//!   partition is appended.
+//! - `errors.tolerance=all`: the failing records are dropped from the batch (gaps) and
+//!   written to the dead-letter topic once the batch is appended. A plugin error naming a
+//!   record marks that record and the rest of the batch is run again (up to
+//!   [`MAX_NAMED_RETRIES`] times); a trap, memory limit or bad output is isolated by
+//!   running the records one by one; a timeout fails the whole batch (running each record
+//!   against a deadline of its own could hold the produce for the batch size × the
+//!   deadline).
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use bytes::Bytes;
+use kafka_protocol::ResponseError;
+
+use super::inline::InlineSlot;
+use super::Tolerance;
+use crate::ingest::Ingest;
+use crate::log::rewrite::{decode_records, BatchBuilder, DecodedRecord};
+use crate::log::{Compression, ValidatedBatch};
+use crate::plugin::{BatchContext, Header, OutputBatch, PluginError, Record, Transform};
+use crate::protocol::Context;
+
+/// Named plugin errors handled by re-running the rest of the batch; past this many in one
+/// batch the remaining records are run one by one.
+pub const MAX_NAMED_RETRIES: usize = 8;
+
+/// What the produce path knows about the partition being written.
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    /// Input topic.
+    pub topic: &'a str,
+    /// Partition index.
+    pub partition: i32,
+    /// The topic's `compression.type` when it names a codec; `None` keeps the producer's.
+    pub compression: Option<Compression>,
+    /// Cap on one batch's decompressed records (bytes), as record validation uses.
+    pub max_decompressed_bytes: usize,
+    /// `max.message.bytes`: a re-encoded batch above it is refused (MESSAGE_TOO_LARGE).
+    pub max_message_bytes: usize,
+}
+
+/// Why a partition's produce is refused: the Kafka error, the message, and (KIP-467)
+/// the records of the batch the error names, with a message each.
+#[derive(Debug, Clone)]
+pub struct Refused {
+    /// INVALID_RECORD (87) for transform failures, MESSAGE_TOO_LARGE (10) for a re-encoded
+    /// batch over `max.message.bytes`, CORRUPT_MESSAGE (2) for records that do not decode.
+    pub error: ResponseError,
+    /// For the response's error message and the log.
+    pub message: String,
+    /// (index of the record in its batch, message); empty when none is named.
+    pub record_errors: Vec<(i32, String)>,
+}
+
+/// A record dropped under `errors.tolerance=all`, waiting for its batch's offset.
+#[derive(Debug, Clone)]
+pub struct DeadLetter {
+    /// Index of its batch among the partition's batches.
+    pub batch: usize,
+    /// Its offset delta in that batch.
+    pub offset_delta: i32,
+    /// The record as the producer sent it.
+    pub record: Record,
+    /// Why it failed.
+    pub message: String,
+}
+
+/// The transformed batches of one partition and the records for the dead-letter topic.
+#[derive(Debug)]
+pub struct Applied {
+    /// Re-encoded batches, in order, ready for `ReplicaManager::append`.
+    pub batches: Vec<ValidatedBatch>,
+    /// Failing records (tolerance `all`), to write with [`write_dead_letters`] once the
+    /// batches are appended.
+    pub dead_letters: Vec<DeadLetter>,
+}
+
+/// Runs `batches` through `slot`'s transform and re-encodes them (see the module docs).
+///
+/// Errors: [`Refused`]: INVALID_RECORD (87) when the transform fails under
+/// `errors.tolerance=none`; MESSAGE_TOO_LARGE (10) when a re-encoded batch exceeds
+/// `max.message.bytes`; CORRUPT_MESSAGE (2) when records do not decode.
+pub async fn apply(
+    slot: &InlineSlot,
+    target: Target<'_>,
+    batches: Vec<ValidatedBatch>,
+) -> Result<Applied, Refused> {
+    let context = BatchContext {
+        topic: target.topic.to_string(),
+        partition: target.partition,
+        base_offset: -1,
+    };
+    let mut out = Applied {
+        batches: Vec::with_capacity(batches.len()),
+        dead_letters: Vec::new(),
+    };
+    let mut transform = slot.transform.lock().await;
+    for (batch_index, batch) in batches.into_iter().enumerate() {
+        let decoded =
+            decode_records(&batch, target.max_decompressed_bytes).map_err(|e| Refused {
+                // Validation decoded these records with the same cap: not expected.
+                error: ResponseError::CorruptMessage,
+                message: format!("inline transform {}: {e}", slot.name),
+                record_errors: Vec::new(),
+            })?;
+        let records: Vec<Record> = decoded.iter().map(to_plugin_record).collect();
+        let started = Instant::now();
+        let outcome = run(&mut transform, &context, &records, slot.tolerance).await;
+        let busy_ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let (kept, failed) = match outcome {
+            Ok(r) => r,
+            Err(refused) => {
+                let failed = if refused.record_errors.is_empty() {
+                    records.len() as u64
+                } else {
+                    refused.record_errors.len() as u64
+                };
+                slot.stats.record_call(records.len() as u64, 0, busy_ns);
+                slot.stats
+                    .errors
+                    .fetch_add(failed, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(
+                    transform = %slot.name, topic = target.topic, partition = target.partition,
+                    "inline transform failed; produce refused: {}", refused.message
+                );
+                return Err(refused);
+            }
+        };
+        let codec = target.compression.unwrap_or(batch.compression());
+        let mut builder = BatchBuilder::new(&batch, codec);
+        let mut records_out = 0u64;
+        for (input, outputs) in &kept {
+            let Some(source) = decoded.get(*input) else {
+                continue;
+            };
+            for r in outputs.records() {
+                builder
+                    .push(
+                        source.offset_delta,
+                        r.timestamp_ms,
+                        r.key,
+                        r.value,
+                        r.headers().map(|(k, v)| (k.as_bytes(), v)),
+                    )
+                    .map_err(|e| refused_invalid(slot, format!("{e}"), None))?;
+                records_out += 1;
+            }
+        }
+        slot.stats
+            .record_call(records.len() as u64, records_out, busy_ns);
+        if !failed.is_empty() {
+            slot.stats
+                .errors
+                .fetch_add(failed.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            tracing::warn!(
+                transform = %slot.name, topic = target.topic, partition = target.partition,
+                records = failed.len(),
+                "inline transform failed on records; dropped from the batch{}",
+                if slot.dlq_topic.is_some() { " and sent to the dead-letter topic" } else { "" }
+            );
+        }
+        for (input, message) in failed {
+            if let (Some(source), Some(record)) = (decoded.get(input), records.get(input)) {
+                out.dead_letters.push(DeadLetter {
+                    batch: batch_index,
+                    offset_delta: source.offset_delta,
+                    record: record.clone(),
+                    message,
+                });
+            }
+        }
+        let rewritten = builder.finish().map_err(|e| Refused {
+            error: ResponseError::CorruptMessage,
+            message: format!(
+                "inline transform {}: cannot re-encode the batch: {e}",
+                slot.name
+            ),
+            record_errors: Vec::new(),
+        })?;
+        if rewritten.len() > target.max_message_bytes {
+            return Err(Refused {
+                error: ResponseError::MessageTooLarge,
+                message: format!(
+                    "inline transform {}: the transformed batch of {} bytes exceeds \
+                     max.message.bytes {}",
+                    slot.name,
+                    rewritten.len(),
+                    target.max_message_bytes
+                ),
+                record_errors: Vec::new(),
+            });
+        }
+        out.batches.push(rewritten);
+    }
+    Ok(out)
+}
+
+/// The output records kept for each input index (input index → the call's output and
+/// where in it), and the failing input indexes with their messages.
+type Outcome = (Vec<(usize, Outputs)>, Vec<(usize, String)>);
+
+/// Output records of one input record: the batch of the call that produced them and the
+/// input index they carry in that call.
+#[derive(Debug, Clone)]
+struct Outputs {
+    batch: std::sync::Arc<OutputBatch>,
+    /// Input index inside that call (differs from the batch's when run record by record).
+    call_index: u32,
+}
+
+impl Outputs {
+    fn records(&self) -> impl Iterator<Item = crate::plugin::OutputRecord<'_>> {
+        let call_index = self.call_index;
+        self.batch
+            .iter()
+            .filter(move |r| r.input_index == call_index)
+    }
+}
+
+/// One transform call over `records` (`indexes` maps the call's input positions to the
+/// batch's). Per input: its outputs, or why it failed (a fan-out or a route).
+fn check_output(
+    context: &BatchContext,
+    output: OutputBatch,
+    indexes: &[usize],
+    kept: &mut Vec<(usize, Outputs)>,
+    failed: &mut Vec<(usize, String)>,
+) {
+    let output = std::sync::Arc::new(output);
+    let mut per_input: BTreeMap<u32, (usize, Option<String>)> = BTreeMap::new();
+    for r in output.iter() {
+        let entry = per_input.entry(r.input_index).or_insert((0, None));
+        entry.0 += 1;
+        if let Some(t) = r.topic.filter(|t| *t != context.topic) {
+            entry.1.get_or_insert_with(|| {
+                format!(
+                    "routed to topic {t}: inline transforms are 1:1 or filter \
+                     (deploy it in async mode to route)"
+                )
+            });
+        }
+    }
+    for (call_index, (count, routed)) in per_input {
+        let Some(&input) = indexes.get(call_index as usize) else {
+            continue;
+        };
+        if let Some(message) = routed {
+            failed.push((input, message));
+        } else if count > 1 {
+            failed.push((
+                input,
+                format!(
+                    "{count} output records for one input: inline transforms are 1:1 or \
+                     filter (deploy it in async mode to fan out)"
+                ),
+            ));
+        } else {
+            kept.push((
+                input,
+                Outputs {
+                    batch: output.clone(),
+                    call_index,
+                },
+            ));
+        }
+    }
+}
+
+/// Calls the transform on `records`, isolating failures under tolerance `all`. Returns
+/// the kept outputs (in input order) and the failing inputs (in input order).
+async fn run(
+    transform: &mut Transform,
+    context: &BatchContext,
+    records: &[Record],
+    tolerance: Tolerance,
+) -> Result<Outcome, Refused> {
+    let mut kept = Vec::new();
+    let mut failed = Vec::new();
+    let all: Vec<usize> = (0..records.len()).collect();
+    let first = transform.apply(context, records).await;
+    let error = match first {
+        Ok(output) => {
+            check_output(context, output, &all, &mut kept, &mut failed);
+            if tolerance == Tolerance::None && !failed.is_empty() {
+                return Err(refused_records(transform.name(), &failed));
+            }
+            return Ok((kept, failed));
+        }
+        Err(e) => e,
+    };
+    if tolerance == Tolerance::None {
+        let named = match &error {
+            PluginError::Failed {
+                record_index: Some(i),
+                ..
+            } => Some(*i as i32),
+            _ => None,
+        };
+        return Err(Refused {
+            error: ResponseError::InvalidRecord,
+            message: format!("inline transform: {error}"),
+            record_errors: named
+                .map(|i| vec![(i, error.to_string())])
+                .unwrap_or_default(),
+        });
+    }
+    // Tolerance `all`: find the failing records.
+    let mut remaining = all;
+    let mut error = error;
+    let mut named_retries = 0;
+    loop {
+        match error {
+            PluginError::Failed {
+                record_index: Some(i),
+                ..
+            } if named_retries < MAX_NAMED_RETRIES && (i as usize) < remaining.len() => {
+                named_retries += 1;
+                let input = remaining.remove(i as usize);
+                failed.push((input, error.to_string()));
+                if remaining.is_empty() {
+                    break;
+                }
+                let subset: Vec<Record> = remaining.iter().map(|&i| records[i].clone()).collect();
+                match transform.apply(context, &subset).await {
+                    Ok(output) => {
+                        check_output(context, output, &remaining, &mut kept, &mut failed);
+                        break;
+                    }
+                    Err(e) => error = e,
+                }
+            }
+            PluginError::Timeout { .. } => {
+                let message = error.to_string();
+                failed.extend(remaining.iter().map(|&i| (i, message.clone())));
+                break;
+            }
+            _ => {
+                // One by one: a trap fails its call only (the instance is replaced).
+                for &input in &remaining {
+                    let one = std::slice::from_ref(&records[input]);
+                    match transform.apply(context, one).await {
+                        Ok(output) => {
+                            check_output(context, output, &[input], &mut kept, &mut failed)
+                        }
+                        Err(e) => failed.push((input, e.to_string())),
+                    }
+                }
+                break;
+            }
+        }
+    }
+    kept.sort_by_key(|(i, _)| *i);
+    failed.sort_by_key(|(i, _)| *i);
+    Ok((kept, failed))
+}
+
+fn refused_records(plugin: &str, failed: &[(usize, String)]) -> Refused {
+    let first = failed.first().map(|(_, m)| m.as_str()).unwrap_or_default();
+    Refused {
+        error: ResponseError::InvalidRecord,
+        message: format!("inline transform (plugin {plugin}): {first}"),
+        record_errors: failed
+            .iter()
+            .map(|(i, m)| (i32::try_from(*i).unwrap_or(i32::MAX), m.clone()))
+            .collect(),
+    }
+}
+
+fn refused_invalid(slot: &InlineSlot, message: String, index: Option<i32>) -> Refused {
+    Refused {
+        error: ResponseError::InvalidRecord,
+        message: format!("inline transform {}: {message}", slot.name),
+        record_errors: index.map(|i| vec![(i, message)]).unwrap_or_default(),
+    }
+}
+
+fn to_plugin_record(r: &DecodedRecord) -> Record {
+    Record {
+        key: r.key.clone(),
+        value: r.value.clone(),
+        headers: r
+            .headers
+            .iter()
+            .map(|(k, v)| Header {
+                // Kafka header keys are UTF-8 strings; read leniently, as the Java client.
+                key: String::from_utf8_lossy(k).into_owned(),
+                value: v.clone(),
+            })
+            .collect(),
+        timestamp_ms: r.timestamp_ms,
+    }
+}
+
+/// Header names on dead-letter records (Kafka Connect's, plus the plugin).
+pub mod headers {
+    /// Source topic.
+    pub const TOPIC: &str = "__connect.errors.topic";
+    /// Source partition (decimal text).
+    pub const PARTITION: &str = "__connect.errors.partition";
+    /// Offset the record would have had (decimal text; a gap in the source partition).
+    pub const OFFSET: &str = "__connect.errors.offset";
+    /// The error message.
+    pub const MESSAGE: &str = "__connect.errors.exception.message";
+    /// Deployment name of the transform.
+    pub const PLUGIN: &str = "weir.errors.plugin";
+    /// Content hash of the component.
+    pub const PLUGIN_VERSION: &str = "weir.errors.plugin.version";
+}
+
+/// Writes `dead_letters` (from [`apply`]) to the slot's dead-letter topic, once their
+/// batches are appended: `batch_base_offsets[i]` is the base offset batch `i` got. Each
+/// keeps its key, value, timestamp and headers and gains the [`headers`] above. Nothing is
+/// written when the slot has no dead-letter topic (the records were counted in
+/// `stats.errors`).
+///
+/// Errors are logged, not returned: the produce has succeeded by then.
+pub fn write_dead_letters(
+    ctx: &Context,
+    slot: &InlineSlot,
+    target: Target<'_>,
+    dead_letters: Vec<DeadLetter>,
+    batch_base_offsets: &[i64],
+) {
+    let Some(dlq) = slot.dlq_topic.as_deref() else {
+        return;
+    };
+    if dead_letters.is_empty() {
+        return;
+    }
+    let text = |s: String| Some(Bytes::from(s));
+    let records: Vec<Record> = dead_letters
+        .into_iter()
+        .map(|d| {
+            let offset = batch_base_offsets
+                .get(d.batch)
+                .map(|base| base + i64::from(d.offset_delta))
+                .unwrap_or(-1);
+            let mut record = d.record;
+            for (key, value) in [
+                (headers::TOPIC, text(target.topic.to_string())),
+                (headers::PARTITION, text(target.partition.to_string())),
+                (headers::OFFSET, text(offset.to_string())),
+                (headers::MESSAGE, text(d.message)),
+                (headers::PLUGIN, text(slot.name.clone())),
+                (headers::PLUGIN_VERSION, text(slot.version.clone())),
+            ] {
+                record.headers.push(Header {
+                    key: key.to_string(),
+                    value,
+                });
+            }
+            record
+        })
+        .collect();
+    let n = records.len();
+    if let Err(e) = Ingest::new(ctx.clone()).append(dlq, None, &records) {
+        tracing::error!(
+            transform = %slot.name, topic = target.topic, partition = target.partition,
+            dead_letter_topic = dlq, records = n,
+            "cannot write failing records to the dead-letter topic (they are dropped): {e}"
+        );
+    }
+}
