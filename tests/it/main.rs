@@ -17,4 +17,5 @@ mod guests;
 mod harness;
 mod plugins;
 mod rdkafka_client;
+mod rest_produce;
 mod retention;
