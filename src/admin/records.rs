@@ -541,8 +541,9 @@ pub fn parse_rfc3339_ms(text: &str) -> Option<i64> {
             return None;
         }
         // The first three digits, padded with zeros: `.5` is 500 ms.
-        for k in start..start + 3 {
-            let digit = if k < end { i64::from(b[k] - b'0') } else { 0 };
+        let digits = &b[start..end];
+        for k in 0..3 {
+            let digit = digits.get(k).map_or(0, |d| i64::from(d - b'0'));
             millis = millis * 10 + digit;
         }
         i = end;
