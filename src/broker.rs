@@ -158,7 +158,6 @@ pub async fn run(
         advertised,
         inline: inline.clone(),
     };
-    let ingest = Arc::new(Ingest::new(ctx.clone()));
     let plugins = Arc::new(
         PluginHost::new(PluginHostConfig {
             cache_dir: Some(config.plugin.cache_dir.clone()),
@@ -169,6 +168,8 @@ pub async fn run(
         })
         .context("cannot start the plugin host")?,
     );
+    // The ingest path loads topics' partitioner components through the same host.
+    let ingest = Arc::new(Ingest::new(ctx.clone(), plugins.clone()));
     let handler = Arc::new(Handler::new(ctx.clone()));
     let limits = ServerLimits {
         request_max_bytes: config.socket_request_max_bytes,

@@ -1,14 +1,32 @@
 //! Records the broker writes itself: transform outputs, dead-letter records, the HTTP
 //! produce endpoint and (later) connector source records.
 //!
-//! [`Ingest::append`] takes plain records for one topic, chooses each record's partition
-//! (the caller's choice, else the topic's partitioner: Kafka's default — murmur2 of the key,
-//! keyless records spread), encodes one record batch (magic 2, uncompressed, CreateTime)
-//! per partition and appends it through the replica manager, as a Produce with acks=1
-//! would. The topic is auto-created when `auto.create.topics.enable` allows.
+//! [`Ingest::append`] / [`Ingest::append_each`] take plain records for one topic, choose
+//! each record's partition — the caller's choice, else the topic's partitioner —, encode
+//! record batches (magic 2, uncompressed, CreateTime; split so that none exceeds
+//! `max.message.bytes`) per partition and append them through the replica manager, as a
+//! Produce with acks=1 would. The topic is auto-created when `auto.create.topics.enable`
+//! allows.
+//!
+//! The topic's partitioner is its `partitioner` setting (topic-level, falling back to the
+//! broker's `partitioner.file`): empty means Kafka's default (murmur2 of the key, masked
+//! positive, mod partitions — the Java client's, librdkafka's `murmur2_random` —; keyless
+//! records round-robin); otherwise the path of a partitioner component on the broker
+//! host, opened with `partitioner.config` (`key=value` pairs). Loaded components are kept
+//! per (path, config) and reloaded when the file's modification time or size changes (at
+//! most [`MAX_CACHED_PARTITIONERS`]); one instance per entry, so concurrent appends
+//! through the same partitioner take turns.
+//!
+//! Failures of the partitioner are never papered over by another partitioner: a component
+//! that cannot be loaded fails every record that needed it (INVALID_CONFIG: the topic's
+//! setting is wrong), and a call that traps, times out or returns a partition out of
+//! range fails that record (INVALID_RECORD); the other records are written.
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 use bytes::BytesMut;
 use kafka_protocol::records::{
@@ -17,9 +35,17 @@ use kafka_protocol::records::{
 use kafka_protocol::ResponseError;
 
 use crate::cluster::{is_internal_topic, TopicMeta};
+use crate::config::parse_plugin_config;
 use crate::log::split_batches;
-use crate::plugin::Record;
+use crate::plugin::{Partitioner, PluginHost, Record};
 use crate::protocol::{topics, Context};
+use crate::replica::effective_topic_configs;
+
+/// Most partitioner components kept loaded; the least recently used goes first.
+pub const MAX_CACHED_PARTITIONERS: usize = 64;
+
+/// Bytes of a record batch before its records (magic 2 header).
+const BATCH_HEADER_BYTES: usize = 61;
 
 /// Why records could not be written: the Kafka error a Produce would have got, and a
 /// message for logs and HTTP bodies.
@@ -27,10 +53,19 @@ use crate::protocol::{topics, Context};
 #[error("{message} (Kafka error {})", error.code())]
 pub struct IngestError {
     /// The Kafka error code (UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC_EXCEPTION,
-    /// MESSAGE_TOO_LARGE, KAFKA_STORAGE_ERROR, ...).
+    /// MESSAGE_TOO_LARGE, INVALID_RECORD, INVALID_CONFIG, KAFKA_STORAGE_ERROR, ...).
     pub error: ResponseError,
     /// What went wrong, naming the topic and partition.
     pub message: String,
+}
+
+impl IngestError {
+    fn new(error: ResponseError, message: impl Into<String>) -> IngestError {
+        IngestError {
+            error,
+            message: message.into(),
+        }
+    }
 }
 
 /// Where one record went.
@@ -40,22 +75,59 @@ pub struct Appended {
     pub partition: i32,
     /// The record's offset.
     pub offset: i64,
+    /// The record's timestamp as stored: the log-append time on a `LogAppendTime` topic,
+    /// else the record's own (ms since the Unix epoch).
+    pub timestamp_ms: i64,
+}
+
+/// The outcome of one record of [`Ingest::append_each`].
+pub type RecordResult = Result<Appended, IngestError>;
+
+/// A cached partitioner: the file's identity when loaded, and the instance.
+struct CachedPartitioner {
+    modified: Option<SystemTime>,
+    len: u64,
+    last_used: u64,
+    partitioner: Arc<tokio::sync::Mutex<Partitioner>>,
+}
+
+/// How a topic chooses partitions for records without one.
+enum TopicPartitioner {
+    /// Kafka's default (murmur2 / round-robin).
+    Default,
+    /// A component, loaded.
+    Plugin(Arc<tokio::sync::Mutex<Partitioner>>),
+    /// A component that could not be loaded: every record needing it fails with this.
+    Broken(IngestError),
 }
 
 /// Writes records into the broker's own logs (see the module docs).
-#[derive(Debug)]
 pub struct Ingest {
     ctx: Context,
+    plugins: Arc<PluginHost>,
     /// Round-robin counter for keyless records (Kafka's default spreads them).
     next_keyless: AtomicU32,
+    /// Loaded partitioners by (path, config text).
+    partitioners: Mutex<HashMap<(PathBuf, String), CachedPartitioner>>,
+    /// Logical clock for the partitioner cache's LRU.
+    uses: AtomicU64,
+}
+
+impl std::fmt::Debug for Ingest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ingest").finish_non_exhaustive()
+    }
 }
 
 impl Ingest {
-    /// An ingest path over the broker's owners.
-    pub fn new(ctx: Context) -> Ingest {
+    /// An ingest path over the broker's owners, loading partitioners through `plugins`.
+    pub fn new(ctx: Context, plugins: Arc<PluginHost>) -> Ingest {
         Ingest {
             ctx,
+            plugins,
             next_keyless: AtomicU32::new(0),
+            partitioners: Mutex::new(HashMap::new()),
+            uses: AtomicU64::new(0),
         }
     }
 
@@ -70,15 +142,13 @@ impl Ingest {
     /// UNKNOWN_TOPIC_OR_PARTITION (3) when it does not exist and auto-creation is off.
     pub fn topic(&self, topic: &str) -> Result<TopicMeta, IngestError> {
         if is_internal_topic(topic) {
-            return Err(IngestError {
-                error: ResponseError::InvalidTopicException,
-                message: format!("cannot write to internal topic {topic}"),
-            });
+            return Err(IngestError::new(
+                ResponseError::InvalidTopicException,
+                format!("cannot write to internal topic {topic}"),
+            ));
         }
-        topics::get_or_auto_create(&self.ctx, topic, true).map_err(|e| IngestError {
-            error: e.error,
-            message: format!("topic {topic}: {}", e.message),
-        })
+        topics::get_or_auto_create(&self.ctx, topic, true)
+            .map_err(|e| IngestError::new(e.error, format!("topic {topic}: {}", e.message)))
     }
 
     /// Kafka's default partition for a record: murmur2 of the key (masked positive, mod
@@ -93,75 +163,323 @@ impl Ingest {
     }
 
     /// Appends `records` to `topic`: each to `partition` when given, else to the
-    /// partition the topic's partitioner chooses. One batch per partition, in record order.
+    /// partition the topic's partitioner chooses. Batches per partition, in record order.
     /// Returns where each record went, in input order.
     ///
-    /// Errors: [`IngestError`] from [`Ingest::topic`]; UNKNOWN_TOPIC_OR_PARTITION for a
-    /// partition out of range; MESSAGE_TOO_LARGE for a batch over `max.message.bytes`;
-    /// INVALID_RECORD for a keyless record on a compacted topic; the log's error
-    /// (KAFKA_STORAGE_ERROR) when the append fails. Partitions written before a failure
-    /// stay written.
-    pub fn append(
+    /// Errors: [`IngestError`] from [`Ingest::topic`], else the first record error of
+    /// [`Ingest::append_each`] (records of other partitions may have been written).
+    pub async fn append(
         &self,
         topic: &str,
         partition: Option<i32>,
         records: &[Record],
     ) -> Result<Vec<Appended>, IngestError> {
-        let meta = self.topic(topic)?;
-        let mut by_partition: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
-        for (i, r) in records.iter().enumerate() {
-            let p = match partition {
-                Some(p) => p,
-                None => self.default_partition(r.key.as_deref(), meta.partitions),
-            };
-            by_partition.entry(p).or_default().push(i);
-        }
-        let mut out = vec![
-            Appended {
-                partition: -1,
-                offset: -1
-            };
-            records.len()
-        ];
-        for (p, indexes) in by_partition {
-            let batch: Vec<&Record> = indexes.iter().map(|&i| &records[i]).collect();
-            let base = self.append_batch(&meta, p, &batch)?;
-            for (n, &i) in indexes.iter().enumerate() {
-                out[i] = Appended {
-                    partition: p,
-                    offset: base + n as i64,
-                };
-            }
-        }
-        Ok(out)
+        let partitions = vec![partition; records.len()];
+        self.append_each(topic, records, &partitions)
+            .await?
+            .into_iter()
+            .collect()
     }
 
-    /// Encodes `records` as one batch and appends it to partition `index` of `meta`.
-    /// Returns the base offset.
-    fn append_batch(
+    /// Appends `records` to `topic`, record `i` to `partitions[i]` when that is `Some`,
+    /// else to the partition the topic's partitioner chooses. Records of one partition go
+    /// in input order, in as few batches as `max.message.bytes` allows. Returns each
+    /// record's outcome, in input order.
+    ///
+    /// Errors: the whole call fails with [`Ingest::topic`]'s errors, or INVALID_REQUEST
+    /// when the two slices differ in length. A record fails alone with
+    /// UNKNOWN_TOPIC_OR_PARTITION (3) for a partition out of range, INVALID_CONFIG (40)
+    /// when the topic's partitioner cannot be loaded, INVALID_RECORD (87) when the
+    /// partitioner fails on it or when a compacted topic gets no key, MESSAGE_TOO_LARGE
+    /// (10) when it alone exceeds `max.message.bytes`; a batch fails with the log's error
+    /// (KAFKA_STORAGE_ERROR).
+    pub async fn append_each(
+        &self,
+        topic: &str,
+        records: &[Record],
+        partitions: &[Option<i32>],
+    ) -> Result<Vec<RecordResult>, IngestError> {
+        if records.len() != partitions.len() {
+            return Err(IngestError::new(
+                ResponseError::InvalidRequest,
+                format!(
+                    "{} partitions given for {} records",
+                    partitions.len(),
+                    records.len()
+                ),
+            ));
+        }
+        let meta = self.topic(topic)?;
+        let n = meta.partitions;
+        let mut chosen: Vec<Result<i32, IngestError>> = Vec::with_capacity(records.len());
+        let mut partitioner: Option<TopicPartitioner> = None;
+        for (r, given) in records.iter().zip(partitions) {
+            let p = match *given {
+                Some(p) if (0..n).contains(&p) => Ok(p),
+                Some(p) => Err(IngestError::new(
+                    ResponseError::UnknownTopicOrPartition,
+                    format!("{topic}: no partition {p} (the topic has {n})"),
+                )),
+                None => {
+                    if partitioner.is_none() {
+                        partitioner = Some(self.topic_partitioner(&meta).await);
+                    }
+                    match &partitioner {
+                        Some(TopicPartitioner::Plugin(plugin)) => {
+                            let mut plugin = plugin.lock().await;
+                            plugin
+                                .partition(r.key.as_deref(), r.value.as_deref(), n as u32)
+                                .await
+                                .map(|p| p as i32)
+                                .map_err(|e| {
+                                    IngestError::new(
+                                        ResponseError::InvalidRecord,
+                                        format!("{topic}: the topic's partitioner failed: {e}"),
+                                    )
+                                })
+                        }
+                        Some(TopicPartitioner::Broken(e)) => Err(e.clone()),
+                        Some(TopicPartitioner::Default) | None => {
+                            Ok(self.default_partition(r.key.as_deref(), n))
+                        }
+                    }
+                }
+            };
+            chosen.push(p);
+        }
+        let mut out: Vec<Option<RecordResult>> = Vec::with_capacity(records.len());
+        let mut by_partition: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
+        for (i, p) in chosen.into_iter().enumerate() {
+            match p {
+                Ok(p) => {
+                    by_partition.entry(p).or_default().push(i);
+                    out.push(None);
+                }
+                Err(e) => out.push(Some(Err(e))),
+            }
+        }
+        for (p, indexes) in by_partition {
+            let results = self.append_partition(&meta, p, records, &indexes);
+            for (i, r) in indexes.into_iter().zip(results) {
+                out[i] = Some(r);
+            }
+        }
+        Ok(out
+            .into_iter()
+            .map(|r| {
+                r.unwrap_or_else(|| {
+                    Err(IngestError::new(
+                        ResponseError::UnknownServerError,
+                        format!("{topic}: record not appended"),
+                    ))
+                })
+            })
+            .collect())
+    }
+
+    /// The partitioner of `meta`'s topic: its `partitioner` setting (or the broker's),
+    /// loaded through the cache.
+    async fn topic_partitioner(&self, meta: &TopicMeta) -> TopicPartitioner {
+        let mut path = String::new();
+        let mut config = String::new();
+        for (key, value, _) in effective_topic_configs(&self.ctx.config, &meta.configs) {
+            match key {
+                "partitioner" => path = value.unwrap_or_default(),
+                "partitioner.config" => config = value.unwrap_or_default(),
+                _ => {}
+            }
+        }
+        let path = path.trim();
+        if path.is_empty() {
+            return TopicPartitioner::Default;
+        }
+        let broken = |message: String| {
+            tracing::warn!(topic = %meta.name, partitioner = path, "{message}");
+            TopicPartitioner::Broken(IngestError::new(
+                ResponseError::InvalidConfig,
+                format!(
+                    "{}: the topic's partitioner {path} cannot be used: {message}",
+                    meta.name
+                ),
+            ))
+        };
+        let pairs = match parse_plugin_config(&config) {
+            Ok(p) => p,
+            Err(e) => return broken(format!("partitioner.config: {e}")),
+        };
+        match self
+            .load_partitioner(PathBuf::from(path), config, &pairs)
+            .await
+        {
+            Ok(p) => TopicPartitioner::Plugin(p),
+            Err(e) => broken(e),
+        }
+    }
+
+    /// The cached partitioner for (`path`, `config`), loaded (again) when missing or when
+    /// the file changed.
+    async fn load_partitioner(
+        &self,
+        path: PathBuf,
+        config: String,
+        pairs: &[(String, String)],
+    ) -> Result<Arc<tokio::sync::Mutex<Partitioner>>, String> {
+        let file = std::fs::metadata(&path).map_err(|e| format!("cannot read: {e}"))?;
+        let modified = file.modified().ok();
+        let len = file.len();
+        let key = (path, config);
+        let now = self.uses.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut cache = self.cache();
+            if let Some(c) = cache.get_mut(&key) {
+                if c.modified == modified && c.len == len {
+                    c.last_used = now;
+                    return Ok(c.partitioner.clone());
+                }
+            }
+        }
+        let loaded = self
+            .plugins
+            .load_partitioner_with(&key.0, pairs)
+            .await
+            .map_err(|e| e.to_string())?;
+        tracing::info!(plugin = %key.0.display(), config = %key.1, "loaded partitioner");
+        let partitioner = Arc::new(tokio::sync::Mutex::new(loaded));
+        let mut cache = self.cache();
+        if cache.len() >= MAX_CACHED_PARTITIONERS && !cache.contains_key(&key) {
+            let oldest = cache
+                .iter()
+                .min_by_key(|(_, c)| c.last_used)
+                .map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                cache.remove(&k);
+            }
+        }
+        cache.insert(
+            key,
+            CachedPartitioner {
+                modified,
+                len,
+                last_used: now,
+                partitioner: partitioner.clone(),
+            },
+        );
+        Ok(partitioner)
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<(PathBuf, String), CachedPartitioner>> {
+        // The map stays consistent whatever panicked while holding it.
+        match self.partitioners.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Appends `records[i]` for each `i` of `indexes` (in order) to partition `index`, in
+    /// batches of at most `max.message.bytes`. Returns each record's outcome, in
+    /// `indexes` order; a failed batch fails its records, later batches are still tried.
+    fn append_partition(
         &self,
         meta: &TopicMeta,
         index: i32,
-        records: &[&Record],
-    ) -> Result<i64, IngestError> {
+        records: &[Record],
+        indexes: &[usize],
+    ) -> Vec<RecordResult> {
         let topic = &meta.name;
-        let fail = |error: ResponseError, message: String| IngestError {
-            error,
-            message: format!("{topic}-{index}: {message}"),
+        let fail = |error: ResponseError, message: String| {
+            IngestError::new(error, format!("{topic}-{index}: {message}"))
         };
-        let partition = self.ctx.replicas.partition(topic, index).ok_or_else(|| {
-            fail(
+        let Some(partition) = self.ctx.replicas.partition(topic, index) else {
+            let e = fail(
                 ResponseError::UnknownTopicOrPartition,
                 format!("no partition {index} (the topic has {})", meta.partitions),
-            )
-        })?;
+            );
+            return indexes.iter().map(|_| Err(e.clone())).collect();
+        };
         let settings = partition.settings();
-        if settings.require_keys && records.iter().any(|r| r.key.is_none()) {
-            return Err(fail(
-                ResponseError::InvalidRecord,
-                "Compacted topic cannot accept message without key".into(),
-            ));
+        // Each record's outcome, by position in `indexes`; `None` until decided.
+        let mut results: Vec<Option<RecordResult>> = indexes.iter().map(|_| None).collect();
+        // Positions of the records to write, grouped into batches under the size limit.
+        let mut batches: Vec<Vec<usize>> = Vec::new();
+        let mut batch: Vec<usize> = Vec::new();
+        let mut batch_bytes = BATCH_HEADER_BYTES;
+        for (k, &i) in indexes.iter().enumerate() {
+            let r = &records[i];
+            if settings.require_keys && r.key.is_none() {
+                results[k] = Some(Err(fail(
+                    ResponseError::InvalidRecord,
+                    "Compacted topic cannot accept message without key".into(),
+                )));
+                continue;
+            }
+            let size = max_encoded_size(r);
+            if BATCH_HEADER_BYTES + size > settings.max_message_bytes {
+                results[k] = Some(Err(fail(
+                    ResponseError::MessageTooLarge,
+                    format!(
+                        "a record of up to {} bytes (as a batch) exceeds max.message.bytes {}",
+                        BATCH_HEADER_BYTES + size,
+                        settings.max_message_bytes
+                    ),
+                )));
+                continue;
+            }
+            if !batch.is_empty() && batch_bytes + size > settings.max_message_bytes {
+                batches.push(std::mem::take(&mut batch));
+                batch_bytes = BATCH_HEADER_BYTES;
+            }
+            batch.push(k);
+            batch_bytes += size;
         }
+        if !batch.is_empty() {
+            batches.push(batch);
+        }
+        for b in batches {
+            let refs: Vec<&Record> = b.iter().map(|&k| &records[indexes[k]]).collect();
+            match self.append_batch(&partition, settings.max_message_bytes, &refs) {
+                Ok((base, log_append_time_ms)) => {
+                    for (n, (&k, r)) in b.iter().zip(&refs).enumerate() {
+                        let timestamp_ms = if log_append_time_ms >= 0 {
+                            log_append_time_ms
+                        } else {
+                            r.timestamp_ms
+                        };
+                        results[k] = Some(Ok(Appended {
+                            partition: index,
+                            offset: base + n as i64,
+                            timestamp_ms,
+                        }));
+                    }
+                }
+                Err((error, message)) => {
+                    let e = fail(error, message);
+                    for &k in &b {
+                        results[k] = Some(Err(e.clone()));
+                    }
+                }
+            }
+        }
+        results
+            .into_iter()
+            .map(|r| {
+                r.unwrap_or_else(|| {
+                    Err(fail(
+                        ResponseError::UnknownServerError,
+                        "not appended".into(),
+                    ))
+                })
+            })
+            .collect()
+    }
+
+    /// Encodes `records` as one batch and appends it to `partition`. Returns the base
+    /// offset and the log-append time (-1 for CreateTime).
+    fn append_batch(
+        &self,
+        partition: &Arc<crate::replica::Partition>,
+        max_message_bytes: usize,
+        records: &[&Record],
+    ) -> Result<(i64, i64), (ResponseError, String)> {
         let encoded: Vec<KafkaRecord> = records
             .iter()
             .enumerate()
@@ -194,26 +512,38 @@ impl Ingest {
                 compression: Compression::None,
             },
         )
-        .map_err(|e| fail(ResponseError::CorruptMessage, format!("cannot encode: {e}")))?;
-        if buf.len() > settings.max_message_bytes {
-            return Err(fail(
+        .map_err(|e| (ResponseError::CorruptMessage, format!("cannot encode: {e}")))?;
+        if buf.len() > max_message_bytes {
+            return Err((
                 ResponseError::MessageTooLarge,
                 format!(
-                    "record batch of {} bytes exceeds max.message.bytes {}",
-                    buf.len(),
-                    settings.max_message_bytes
+                    "record batch of {} bytes exceeds max.message.bytes {max_message_bytes}",
+                    buf.len()
                 ),
             ));
         }
         let batches = split_batches(buf.freeze())
-            .map_err(|e| fail(ResponseError::CorruptMessage, e.to_string()))?;
+            .map_err(|e| (ResponseError::CorruptMessage, e.to_string()))?;
         let info = self
             .ctx
             .replicas
-            .append(&partition, batches)
-            .map_err(|e| fail(crate::protocol::produce::log_error_code(&e), e.to_string()))?;
-        Ok(info.base_offset)
+            .append(partition, batches)
+            .map_err(|e| (crate::protocol::produce::log_error_code(&e), e.to_string()))?;
+        Ok((info.base_offset, info.log_append_time_ms))
     }
+}
+
+/// An upper bound of a record's size inside a magic-2 batch: its fields plus the largest
+/// varints (length 5, attributes 1, timestamp delta 10, offset delta 5, key and value
+/// lengths 5 each, header count 5; per header two lengths of 5).
+fn max_encoded_size(r: &Record) -> usize {
+    let field = |b: &Option<bytes::Bytes>| b.as_ref().map_or(0, |b| b.len());
+    36 + field(&r.key)
+        + field(&r.value)
+        + r.headers
+            .iter()
+            .map(|h| 10 + h.key.len() + field(&h.value))
+            .sum::<usize>()
 }
 
 /// Kafka's murmur2 (the Java client's `Utils.murmur2`, seed 0x9747b28c), as a signed

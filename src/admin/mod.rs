@@ -2,17 +2,21 @@
 //! Connect's port): JSON over HTTP/1.1 with axum.
 //!
 //! Routes: `GET /` (version and cluster id, as Kafka Connect's root resource). Each owner
-//! adds its routes in its own file: transforms (`/transforms`), the HTTP produce endpoint
-//! (`/topics/{topic}/records`), and the Connect REST API.
+//! adds its routes in its own file: the HTTP produce endpoint (`records.rs`:
+//! `POST /topics/{topic}/records` and REST Proxy v3's
+//! `POST /v3/clusters/{cluster_id}/topics/{topic}/records`), transforms (`/transforms`),
+//! and the Connect REST API.
 //!
 //! Errors are JSON bodies `{"error_code": <HTTP status>, "message": "..."}`, the shape
 //! Kafka Connect and Confluent's REST Proxy use.
+
+pub mod records;
 
 use std::sync::Arc;
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -66,7 +70,14 @@ impl IntoResponse for ApiError {
 
 /// The admin router over `state`.
 pub fn router(state: Arc<AdminState>) -> Router {
-    Router::new().route("/", get(root)).with_state(state)
+    Router::new()
+        .route("/", get(root))
+        .route("/topics/{topic}/records", post(records::produce))
+        .route(
+            "/v3/clusters/{cluster_id}/topics/{topic}/records",
+            post(records::produce_v3),
+        )
+        .with_state(state)
 }
 
 async fn root(

@@ -128,6 +128,8 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("plugin.cache.dir", KeyType::String, None, None, "Directory of compiled plugin components (<sha256>.cwasm); default <log.dirs>/__plugin_cache."),
     key("plugin.memory.max.bytes", Long, Some("67108864"), Some(65536), "Most linear memory one plugin instance may use (bytes)."),
     key("plugin.call.timeout.ms", Long, Some("1000"), Some(1), "Deadline of one plugin call (ms); a call past it fails and its instance is replaced."),
+    key("partitioner.file", KeyType::String, Some(""), None, "Partitioner component (.wasm path on the broker host) for records the broker routes itself (HTTP produce, transform outputs) on topics that set no `partitioner`; empty: Kafka's default (murmur2 of the key; keyless records spread)."),
+    key("partitioner.config", KeyType::String, Some(""), None, "Config passed to that partitioner's open: comma-separated key=value pairs (e.g. field=user_id); values cannot contain commas."),
     key("transform.config.dir", KeyType::String, None, None, "Directory of transform deployment TOML files (*.toml), loaded at start and watched; unset: none."),
 ];
 
@@ -241,6 +243,18 @@ pub const TOPIC_KEYS: &[TopicKeySpec] = &[
         broker_key: "compression.type",
         key_type: KeyType::String,
         doc: "producer (batches as sent); a codec is applied only to batches an inline transform re-encodes.",
+    },
+    TopicKeySpec {
+        name: "partitioner",
+        broker_key: "partitioner.file",
+        key_type: KeyType::String,
+        doc: "Partitioner component (.wasm path on the broker host) for records the broker routes itself; empty: murmur2.",
+    },
+    TopicKeySpec {
+        name: "partitioner.config",
+        broker_key: "partitioner.config",
+        key_type: KeyType::String,
+        doc: "Comma-separated key=value pairs passed to the partitioner's open.",
     },
     TopicKeySpec {
         name: "message.format.version",
@@ -525,6 +539,9 @@ pub fn check_value(
                 }
             }
         }
+        "partitioner.config" => {
+            parse_plugin_config(value).map_err(bad)?;
+        }
         "listeners" | "advertised.listeners" => {
             for l in value.split(',').filter(|s| !s.trim().is_empty()) {
                 Listener::parse(key, l.trim())?;
@@ -533,6 +550,24 @@ pub fn check_value(
         _ => {}
     }
     Ok(())
+}
+
+/// Parses a plugin config value (`partitioner.config`): comma-separated `key=value`
+/// pairs, trimmed, empty entries skipped, in the order given. A value may contain `=` but
+/// not a comma.
+///
+/// Errors: an entry without `=` or with an empty key, as a message naming it.
+pub fn parse_plugin_config(text: &str) -> Result<Vec<(String, String)>, String> {
+    let mut pairs = Vec::new();
+    for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        match entry.split_once('=') {
+            Some((k, v)) if !k.trim().is_empty() => {
+                pairs.push((k.trim().to_string(), v.trim().to_string()))
+            }
+            _ => return Err(format!("`{entry}` is not key=value")),
+        }
+    }
+    Ok(pairs)
 }
 
 /// The typed broker configuration every owner reads from. Built by [`BrokerConfig::from_raw`].
@@ -870,6 +905,38 @@ mod tests {
         let d = BrokerConfig::defaults();
         let spec = topic_key("delete.retention.ms").unwrap();
         assert_eq!(d.topic_default(spec), (Some("86400000".to_string()), false));
+    }
+
+    #[test]
+    fn partitioner_keys_fall_back_to_the_broker_and_configs_are_pairs() {
+        let mut raw = RawConfig::default();
+        raw.set("partitioner.file", "/p/json_field.wasm").unwrap();
+        raw.set("partitioner.config", "field=user_id").unwrap();
+        let c = BrokerConfig::from_raw(raw).unwrap();
+        let spec = topic_key("partitioner").unwrap();
+        assert_eq!(
+            c.topic_default(spec),
+            (Some("/p/json_field.wasm".to_string()), true)
+        );
+        let spec = topic_key("partitioner.config").unwrap();
+        assert_eq!(
+            c.topic_default(spec),
+            (Some("field=user_id".to_string()), true)
+        );
+        let d = BrokerConfig::defaults();
+        assert_eq!(d.topic_default(spec), (Some(String::new()), false));
+        assert_eq!(
+            parse_plugin_config(" field = user.id , ,expr=a=b").unwrap(),
+            vec![
+                ("field".to_string(), "user.id".to_string()),
+                ("expr".to_string(), "a=b".to_string())
+            ]
+        );
+        for bad in ["field", "=x", "a=1,b"] {
+            let e = check_value("partitioner.config", KeyType::String, None, bad).unwrap_err();
+            assert!(e.to_string().contains("partitioner.config"), "{e}");
+        }
+        check_value("partitioner.config", KeyType::String, None, "").unwrap();
     }
 
     #[test]

@@ -11,9 +11,11 @@
 //! - Components are compiled once: cached in memory and, with
 //!   [`PluginHostConfig::cache_dir`], on disk as `<sha256 of the .wasm>.cwasm`, so a
 //!   restart loads in ~1 ms instead of compiling in ~100 ms.
-//! - Each loaded plugin links once (`InstancePre`, checked against its world at load, so a
-//!   component of the wrong world is refused naming the missing export or import) and
-//!   owns one instance in its own `Store`.
+//! - Each loaded plugin is checked against its world at load, before linking
+//!   (`instance::check_world`): an import weir does not provide, a missing export and a
+//!   component built for another version of `weir:plugin` are each refused with a message
+//!   naming them. It then links once (`InstancePre`) and owns one instance in its own
+//!   `Store`; the instance lifecycle is shared by both runtimes (`instance.rs`).
 //! - Sandbox: no ambient capabilities — an empty WASI context (no files, environment,
 //!   arguments or sockets; clocks and random only), guest stdout/stderr logged line by
 //!   line through `tracing` with the plugin name; memory capped per store
@@ -31,6 +33,7 @@
 //! Not here yet: hot reload, instance pools, transform deployment, DLQ.
 
 mod cache;
+mod instance;
 mod partitioner;
 mod sandbox;
 mod transform;
@@ -115,15 +118,17 @@ pub enum PluginError {
         /// wasmtime's reason.
         message: String,
     },
-    /// The component does not implement the expected world, or imports something weir
-    /// does not provide.
+    /// The component does not implement the expected world: it imports something weir
+    /// does not provide ("imports `weir:host/secrets@0.1.0`, which weir does not provide
+    /// ..."), was built for another version of weir's package ("built for weir:plugin
+    /// 1.0.0; this weir provides weir:plugin 0.1.0 ..."), or lacks the world's export.
     #[error("plugin {plugin}: not a weir `{world}` component: {message}")]
     WrongWorld {
         /// Plugin name.
         plugin: String,
         /// Expected world (`partitioner` or `transform`).
         world: &'static str,
-        /// wasmtime's reason, naming the missing export or import.
+        /// What is wrong, naming the import, export or version.
         message: String,
     },
     /// The plugin's `open` returned an error for its config.

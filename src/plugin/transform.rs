@@ -11,11 +11,12 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use wasmtime::component::{Component, Linker};
+use wasmtime::component::{Component, InstancePre};
 use wasmtime::Store;
 
+use super::instance::{Instance, World};
 use super::sandbox::StoreState;
-use super::{call_error, PluginError, Shared};
+use super::{PluginError, Shared};
 
 mod bindings {
     wasmtime::component::bindgen!({
@@ -26,7 +27,33 @@ mod bindings {
 }
 
 use bindings::weir::plugin::types::BatchContext as WitContext;
-use bindings::{Transform as World, TransformPre as WorldPre};
+use bindings::{Transform as Bindings, TransformPre as BindingsPre};
+
+impl World for Bindings {
+    type Pre = BindingsPre<StoreState>;
+    const WORLD: &'static str = "transform";
+    const EXPORT: &'static str = "weir:plugin/transformer";
+
+    fn pre(pre: InstancePre<StoreState>) -> wasmtime::Result<Self::Pre> {
+        BindingsPre::new(pre)
+    }
+
+    async fn instantiate(pre: &Self::Pre, store: &mut Store<StoreState>) -> wasmtime::Result<Self> {
+        pre.instantiate_async(store).await
+    }
+
+    async fn open(
+        &self,
+        store: &mut Store<StoreState>,
+        config: &Vec<(String, String)>,
+    ) -> wasmtime::Result<Result<(), String>> {
+        let opened = self
+            .weir_plugin_transformer()
+            .call_open(store, config)
+            .await?;
+        Ok(opened.map_err(|e| e.message))
+    }
+}
 
 /// One record header: UTF-8 key, optional value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,11 +106,7 @@ pub struct BatchContext {
 /// the instance is replaced (and re-opened with the same config) before the next call.
 /// Calls take `&mut self`: use one `Transform` per concurrent user.
 pub struct Transform {
-    shared: Arc<Shared>,
-    name: Arc<str>,
-    pre: WorldPre<StoreState>,
-    config: Vec<(String, String)>,
-    live: Option<(Store<StoreState>, World)>,
+    instance: Instance<Bindings>,
     /// Reused input buffer.
     input: Vec<u8>,
 }
@@ -95,75 +118,15 @@ impl Transform {
         component: &Component,
         config: Vec<(String, String)>,
     ) -> Result<Self, PluginError> {
-        let wrong_world = |e: wasmtime::Error| PluginError::WrongWorld {
-            plugin: name.to_string(),
-            world: "transform",
-            message: format!("{e:#}"),
-        };
-        let mut linker = Linker::new(&shared.engine);
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| PluginError::Host {
-            message: format!("linking WASI: {e:#}"),
-        })?;
-        let pre = linker.instantiate_pre(component).map_err(wrong_world)?;
-        let pre = WorldPre::new(pre).map_err(wrong_world)?;
-        let mut t = Transform {
-            shared,
-            name,
-            pre,
-            config,
-            live: None,
+        Ok(Transform {
+            instance: Instance::load(shared, name, component, config).await?,
             input: Vec::new(),
-        };
-        t.instantiate().await?;
-        Ok(t)
+        })
     }
 
     /// The plugin's name (its file name).
     pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    async fn instantiate(&mut self) -> Result<(), PluginError> {
-        self.live = None;
-        let mut store = Store::new(
-            &self.shared.engine,
-            StoreState::new(&self.name, &self.shared.limits),
-        );
-        StoreState::limit(&mut store);
-        store.epoch_deadline_trap();
-        store.set_epoch_deadline(self.shared.deadline_ticks());
-        let world = match self.pre.instantiate_async(&mut store).await {
-            Ok(w) => w,
-            Err(e) => {
-                return Err(call_error(
-                    &self.name,
-                    &self.shared.limits,
-                    store.data(),
-                    &e,
-                ))
-            }
-        };
-        store.set_epoch_deadline(self.shared.deadline_ticks());
-        let opened = world
-            .weir_plugin_transformer()
-            .call_open(&mut store, &self.config)
-            .await;
-        match opened {
-            Ok(Ok(())) => {
-                self.live = Some((store, world));
-                Ok(())
-            }
-            Ok(Err(e)) => Err(PluginError::Open {
-                plugin: self.name.to_string(),
-                message: e.message,
-            }),
-            Err(e) => Err(call_error(
-                &self.name,
-                &self.shared.limits,
-                store.data(),
-                &e,
-            )),
-        }
+        self.instance.name()
     }
 
     /// Transforms `batch` into output records.
@@ -179,20 +142,10 @@ impl Transform {
         batch: &[Record],
     ) -> Result<OutputBatch, PluginError> {
         encode_input(batch, &mut self.input).map_err(|message| PluginError::InvalidCall {
-            plugin: self.name.to_string(),
+            plugin: self.name().to_string(),
             message,
         })?;
-        if self.live.is_none() {
-            self.instantiate().await?;
-        }
-        let deadline = self.shared.deadline_ticks();
-        let Some((store, world)) = self.live.as_mut() else {
-            return Err(PluginError::Host {
-                message: format!("plugin {}: no live instance", self.name),
-            });
-        };
-        store.data_mut().begin_call();
-        store.set_epoch_deadline(deadline);
+        let (store, world) = self.instance.ready().await?;
         let wit_context = WitContext {
             topic: context.topic.clone(),
             partition: context.partition,
@@ -205,22 +158,16 @@ impl Transform {
         match result {
             Ok(Ok(out)) => {
                 decode_output(out, batch.len()).map_err(|message| PluginError::BadOutput {
-                    plugin: self.name.to_string(),
+                    plugin: self.name().to_string(),
                     message,
                 })
             }
             Ok(Err(e)) => Err(PluginError::Failed {
-                plugin: self.name.to_string(),
+                plugin: self.name().to_string(),
                 message: e.message,
                 record_index: e.record_index,
             }),
-            Err(e) => {
-                let err = call_error(&self.name, &self.shared.limits, store.data(), &e);
-                if let Err(again) = self.instantiate().await {
-                    tracing::warn!(plugin = %self.name, "replacing the failed instance: {again}");
-                }
-                Err(err)
-            }
+            Err(e) => Err(self.instance.failed(&e).await),
         }
     }
 }

@@ -21,7 +21,6 @@ pub struct TestBroker {
     /// The log directory.
     pub data_dir: PathBuf,
     /// The admin HTTP API, `http://127.0.0.1:PORT` (an ephemeral port).
-    #[allow(dead_code)] // until the admin tests land
     pub admin_url: String,
     _tmp: Option<tempfile::TempDir>,
     shutdown: Option<watch::Sender<bool>>,

@@ -18,4 +18,5 @@ mod harness;
 mod inline;
 mod plugins;
 mod rdkafka_client;
+mod rest_produce;
 mod retention;

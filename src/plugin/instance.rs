@@ -1,0 +1,308 @@
+//! What the partitioner and transform runtimes share: checking a component against its
+//! world at load (with messages that name what is wrong), linking it once
+//! (`InstancePre`), and the lifecycle of its one instance — a fresh `Store` with the
+//! sandbox and limits, instantiation and `open` under the call deadline, and replacement
+//! after a failed call.
+//!
+//! Generic over the `bindgen!` world through [`World`]; the runtimes keep only their
+//! calls (`partition`, `apply`) and what they check in the results.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use wasmtime::component::{Component, InstancePre, Linker};
+use wasmtime::Store;
+
+use super::sandbox::StoreState;
+use super::{call_error, PluginError, Shared};
+
+/// The version of weir's WIT package this host provides.
+pub(crate) const PACKAGE_VERSION: &str = "0.1.0";
+
+/// The WASI 0.2 packages weir links (`wasmtime_wasi::p2::add_to_linker_async`), each
+/// with no files, sockets or environment granted.
+const LINKED_WASI: &[&str] = &[
+    "wasi:cli/",
+    "wasi:clocks/",
+    "wasi:filesystem/",
+    "wasi:io/",
+    "wasi:random/",
+    "wasi:sockets/",
+];
+
+/// A `bindgen!` world the host can load: how to link, instantiate and open it.
+pub(crate) trait World: Sized + Send + 'static {
+    /// The world's `InstancePre` wrapper (`PartitionerPre<StoreState>`, ...).
+    type Pre: Send + Sync;
+    /// World name for messages (`partitioner`, `transform`).
+    const WORLD: &'static str;
+    /// The interface the world exports, unversioned (`weir:plugin/partition`).
+    const EXPORT: &'static str;
+
+    /// Wraps a linked component, checking its exports' types.
+    fn pre(pre: InstancePre<StoreState>) -> wasmtime::Result<Self::Pre>;
+
+    /// Instantiates in `store`.
+    fn instantiate(
+        pre: &Self::Pre,
+        store: &mut Store<StoreState>,
+    ) -> impl Future<Output = wasmtime::Result<Self>> + Send;
+
+    /// Calls the world's `open(config)`: `Ok(Err(message))` is the plugin refusing it.
+    #[allow(clippy::ptr_arg)] // `bindgen!` generates `call_open(&Vec<..>)`
+    fn open(
+        &self,
+        store: &mut Store<StoreState>,
+        config: &Vec<(String, String)>,
+    ) -> impl Future<Output = wasmtime::Result<Result<(), String>>> + Send;
+}
+
+/// One loaded plugin: its linked component, its config and (when healthy) its live
+/// instance.
+pub(crate) struct Instance<W: World> {
+    shared: Arc<Shared>,
+    name: Arc<str>,
+    pre: W::Pre,
+    config: Vec<(String, String)>,
+    live: Option<(Store<StoreState>, W)>,
+}
+
+impl<W: World> Instance<W> {
+    /// Checks `component` against world `W` ([`check_world`]), links it and makes the
+    /// first instance (opened with `config`).
+    ///
+    /// Errors: [`PluginError::WrongWorld`] naming the import weir withholds, the missing
+    /// export or the other version of weir's package; [`PluginError::Open`]; a limit hit
+    /// while instantiating or opening.
+    pub(crate) async fn load(
+        shared: Arc<Shared>,
+        name: Arc<str>,
+        component: &Component,
+        config: Vec<(String, String)>,
+    ) -> Result<Self, PluginError> {
+        let wrong_world = |message: String| PluginError::WrongWorld {
+            plugin: name.to_string(),
+            world: W::WORLD,
+            message,
+        };
+        let (imports, exports) = names(&shared.engine, component);
+        check_world(&imports, &exports, W::EXPORT).map_err(wrong_world)?;
+        let mut linker = Linker::new(&shared.engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| PluginError::Host {
+            message: format!("linking WASI: {e:#}"),
+        })?;
+        let pre = linker
+            .instantiate_pre(component)
+            .map_err(|e| wrong_world(format!("{e:#}")))?;
+        let pre = W::pre(pre).map_err(|e| wrong_world(format!("{e:#}")))?;
+        let mut instance = Instance {
+            shared,
+            name,
+            pre,
+            config,
+            live: None,
+        };
+        instance.instantiate().await?;
+        Ok(instance)
+    }
+
+    /// The plugin's name (its file name).
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A fresh store and instance, opened with the config.
+    async fn instantiate(&mut self) -> Result<(), PluginError> {
+        self.live = None;
+        let mut store = Store::new(
+            &self.shared.engine,
+            StoreState::new(&self.name, &self.shared.limits),
+        );
+        StoreState::limit(&mut store);
+        store.epoch_deadline_trap();
+        store.set_epoch_deadline(self.shared.deadline_ticks());
+        let world = match W::instantiate(&self.pre, &mut store).await {
+            Ok(w) => w,
+            Err(e) => return Err(self.error(&store, &e)),
+        };
+        store.set_epoch_deadline(self.shared.deadline_ticks());
+        match world.open(&mut store, &self.config).await {
+            Ok(Ok(())) => {
+                self.live = Some((store, world));
+                Ok(())
+            }
+            Ok(Err(message)) => Err(PluginError::Open {
+                plugin: self.name.to_string(),
+                message,
+            }),
+            Err(e) => Err(self.error(&store, &e)),
+        }
+    }
+
+    fn error(&self, store: &Store<StoreState>, e: &wasmtime::Error) -> PluginError {
+        call_error(&self.name, &self.shared.limits, store.data(), e)
+    }
+
+    /// The live instance, ready for one call: instantiated again if the last call failed,
+    /// the stderr tail cleared and the call deadline set.
+    ///
+    /// Errors: instantiating or opening a replacement failed.
+    pub(crate) async fn ready(&mut self) -> Result<(&mut Store<StoreState>, &W), PluginError> {
+        if self.live.is_none() {
+            self.instantiate().await?;
+        }
+        let deadline = self.shared.deadline_ticks();
+        let Some((store, world)) = self.live.as_mut() else {
+            return Err(PluginError::Host {
+                message: format!("plugin {}: no live instance", self.name),
+            });
+        };
+        store.data_mut().begin_call();
+        store.set_epoch_deadline(deadline);
+        Ok((store, &*world))
+    }
+
+    /// The error a failed call (`e`, from the instance [`Instance::ready`] gave) means;
+    /// the instance is dropped and replaced (if that fails too, it is logged and the next
+    /// call tries again).
+    pub(crate) async fn failed(&mut self, e: &wasmtime::Error) -> PluginError {
+        let err = match &self.live {
+            Some((store, _)) => self.error(store, e),
+            None => PluginError::Trap {
+                plugin: self.name.to_string(),
+                message: format!("{e:#}"),
+            },
+        };
+        if let Err(again) = self.instantiate().await {
+            tracing::warn!(plugin = %self.name, "replacing the failed instance: {again}");
+        }
+        err
+    }
+}
+
+/// The component's import and export names (`wasi:io/streams@0.2.6`,
+/// `weir:plugin/partition@0.1.0`, ...).
+fn names(engine: &wasmtime::Engine, component: &Component) -> (Vec<String>, Vec<String>) {
+    let ty = component.component_type();
+    let imports = ty.imports(engine).map(|(n, _)| n.to_string()).collect();
+    let exports = ty.exports(engine).map(|(n, _)| n.to_string()).collect();
+    (imports, exports)
+}
+
+/// The version after `@` in an interface name, if any.
+fn version(name: &str) -> Option<&str> {
+    name.rsplit_once('@').map(|(_, v)| v)
+}
+
+/// Checks a component's imports and exports against a world exporting `export`
+/// (unversioned, e.g. `weir:plugin/transformer`) at [`PACKAGE_VERSION`], before linking,
+/// so the message says what is wrong in weir's terms rather than the linker's:
+///
+/// - anything of `weir:plugin` at another version → "built for weir:plugin 1.0.0; this
+///   weir provides weir:plugin 0.1.0 (exports: ...)";
+/// - an import weir does not link (anything but WASI 0.2's cli, clocks, filesystem, io,
+///   random, sockets and weir's own `types`) → "imports `weir:host/secrets@0.1.0`, which
+///   weir does not provide (...)";
+/// - the world's interface not exported → "does not export `weir:plugin/...@0.1.0`
+///   (exports: ...)".
+///
+/// Errors: the message (the caller wraps it in [`PluginError::WrongWorld`]).
+pub(crate) fn check_world(
+    imports: &[String],
+    exports: &[String],
+    export: &str,
+) -> Result<(), String> {
+    let listed = |names: &[String]| {
+        if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(", ")
+        }
+    };
+    let other_version = imports
+        .iter()
+        .chain(exports)
+        .filter(|n| n.starts_with("weir:plugin/"))
+        .find_map(|n| version(n).filter(|v| *v != PACKAGE_VERSION));
+    if let Some(v) = other_version {
+        return Err(format!(
+            "built for weir:plugin {v}; this weir provides weir:plugin {PACKAGE_VERSION} \
+             (exports: {})",
+            listed(exports)
+        ));
+    }
+    let ours = format!("weir:plugin/types@{PACKAGE_VERSION}");
+    for name in imports {
+        let wasi_02 = LINKED_WASI.iter().any(|p| name.starts_with(p))
+            && version(name).is_some_and(|v| v.starts_with("0.2."));
+        if !wasi_02 && *name != ours {
+            return Err(format!(
+                "imports `{name}`, which weir does not provide (weir links WASI 0.2 and \
+                 nothing else)"
+            ));
+        }
+    }
+    let wanted = format!("{export}@{PACKAGE_VERSION}");
+    if !exports.contains(&wanted) {
+        return Err(format!(
+            "does not export `{wanted}` (exports: {})",
+            listed(exports)
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_world;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_plain_partitioner_passes() {
+        let imports = names(&["wasi:io/streams@0.2.6", "wasi:cli/stderr@0.2.6"]);
+        let exports = names(&["weir:plugin/partition@0.1.0"]);
+        check_world(&imports, &exports, "weir:plugin/partition").unwrap();
+    }
+
+    #[test]
+    fn a_withheld_import_is_named() {
+        let imports = names(&["wasi:io/streams@0.2.6", "weir:host/secrets@0.1.0"]);
+        let exports = names(&["weir:plugin/transformer@0.1.0"]);
+        let e = check_world(&imports, &exports, "weir:plugin/transformer").unwrap_err();
+        assert!(
+            e.starts_with("imports `weir:host/secrets@0.1.0`, which weir does not provide"),
+            "{e}"
+        );
+        // WASI outside 0.2, or a WASI package weir does not link, is withheld too.
+        let imports = names(&["wasi:http/outgoing-handler@0.2.6"]);
+        assert!(check_world(&imports, &exports, "weir:plugin/transformer").is_err());
+        let imports = names(&["wasi:io/streams@0.3.0"]);
+        assert!(check_world(&imports, &exports, "weir:plugin/transformer").is_err());
+    }
+
+    #[test]
+    fn another_major_version_is_named() {
+        let imports = names(&["weir:plugin/types@1.0.0"]);
+        let exports = names(&["weir:plugin/transformer@1.0.0"]);
+        let e = check_world(&imports, &exports, "weir:plugin/transformer").unwrap_err();
+        assert_eq!(
+            e,
+            "built for weir:plugin 1.0.0; this weir provides weir:plugin 0.1.0 \
+             (exports: weir:plugin/transformer@1.0.0)"
+        );
+    }
+
+    #[test]
+    fn the_other_world_is_named() {
+        let exports = names(&["weir:plugin/partition@0.1.0"]);
+        let e = check_world(&[], &exports, "weir:plugin/transformer").unwrap_err();
+        assert_eq!(
+            e,
+            "does not export `weir:plugin/transformer@0.1.0` (exports: \
+             weir:plugin/partition@0.1.0)"
+        );
+    }
+}
