@@ -170,6 +170,7 @@ pub async fn run(
     );
     // The ingest path loads topics' partitioner components through the same host.
     let ingest = Arc::new(Ingest::new(ctx.clone(), plugins.clone()));
+    inline.set_ingest(ingest.clone());
     let handler = Arc::new(Handler::new(ctx.clone()));
     let limits = ServerLimits {
         request_max_bytes: config.socket_request_max_bytes,

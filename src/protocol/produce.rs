@@ -242,7 +242,7 @@ pub async fn handle(
                                 Some(base)
                             })
                             .collect();
-                        inline::write_dead_letters(ctx, slot, target, dead_letters, &bases);
+                        inline::write_dead_letters(ctx, slot, target, dead_letters, &bases).await;
                     }
                     partitions.push(
                         PartitionProduceResponse::default()

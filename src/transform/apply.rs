@@ -36,7 +36,6 @@ use kafka_protocol::ResponseError;
 
 use super::inline::InlineSlot;
 use super::Tolerance;
-use crate::ingest::Ingest;
 use crate::log::rewrite::{decode_records, BatchBuilder, DecodedRecord};
 use crate::log::{Compression, ValidatedBatch};
 use crate::plugin::{BatchContext, Header, OutputBatch, PluginError, Record, Transform};
@@ -436,7 +435,7 @@ pub mod headers {
 /// `stats.errors`).
 ///
 /// Errors are logged, not returned: the produce has succeeded by then.
-pub fn write_dead_letters(
+pub async fn write_dead_letters(
     ctx: &Context,
     slot: &InlineSlot,
     target: Target<'_>,
@@ -475,7 +474,14 @@ pub fn write_dead_letters(
         })
         .collect();
     let n = records.len();
-    if let Err(e) = Ingest::new(ctx.clone()).append(dlq, None, &records) {
+    let Some(ingest) = ctx.inline.ingest() else {
+        tracing::error!(
+            transform = %slot.name, dead_letter_topic = dlq, records = n,
+            "no ingest path to write failing records to the dead-letter topic (they are dropped)"
+        );
+        return;
+    };
+    if let Err(e) = ingest.append(dlq, None, &records).await {
         tracing::error!(
             transform = %slot.name, topic = target.topic, partition = target.partition,
             dead_letter_topic = dlq, records = n,

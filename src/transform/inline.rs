@@ -40,12 +40,26 @@ impl std::fmt::Debug for InlineSlot {
 #[derive(Debug, Default)]
 pub struct InlineRegistry {
     by_topic: RwLock<HashMap<String, Arc<InlineSlot>>>,
+    /// Where dead-letter records go; set once by the broker after it built the ingest path
+    /// (which itself needs the `protocol::Context` holding this registry).
+    ingest: std::sync::OnceLock<Arc<crate::ingest::Ingest>>,
 }
 
 impl InlineRegistry {
     /// An empty registry.
     pub fn new() -> InlineRegistry {
         InlineRegistry::default()
+    }
+
+    /// Sets the ingest path dead-letter records are written through (once; later calls
+    /// are ignored).
+    pub fn set_ingest(&self, ingest: Arc<crate::ingest::Ingest>) {
+        let _ = self.ingest.set(ingest);
+    }
+
+    /// The ingest path, once the broker has set it.
+    pub fn ingest(&self) -> Option<&Arc<crate::ingest::Ingest>> {
+        self.ingest.get()
     }
 
     /// The inline transform of `topic`, if any.
