@@ -8,6 +8,8 @@
 //! Errors are JSON bodies `{"error_code": <HTTP status>, "message": "..."}`, the shape
 //! Kafka Connect and Confluent's REST Proxy use.
 
+pub mod transforms;
+
 use std::sync::Arc;
 
 use axum::http::StatusCode;
@@ -21,6 +23,7 @@ use crate::ingest::Ingest;
 use crate::plugin::PluginHost;
 use crate::protocol::Context;
 use crate::transform::inline::InlineRegistry;
+use crate::transform::TransformManager;
 
 /// What every admin route can reach.
 #[derive(Debug)]
@@ -33,6 +36,8 @@ pub struct AdminState {
     pub inline: Arc<InlineRegistry>,
     /// The plugin host (one wasmtime engine per broker).
     pub plugins: Arc<PluginHost>,
+    /// Transform deployments (`/transforms`).
+    pub transforms: Arc<TransformManager>,
 }
 
 /// An error answer: HTTP status and a message, as `{"error_code": status, "message": ...}`.
@@ -66,7 +71,10 @@ impl IntoResponse for ApiError {
 
 /// The admin router over `state`.
 pub fn router(state: Arc<AdminState>) -> Router {
-    Router::new().route("/", get(root)).with_state(state)
+    Router::new()
+        .route("/", get(root))
+        .merge(transforms::routes())
+        .with_state(state)
 }
 
 async fn root(

@@ -326,6 +326,23 @@ impl PluginHost {
         Transform::load(self.shared.clone(), name, &component, config.to_vec()).await
     }
 
+    /// As [`PluginHost::load_transform`], from the component's bytes already read (the
+    /// transform runtime hashes the same bytes it loads, so a file rewritten between a
+    /// read and a load cannot give a version that is not the one running). `name` names
+    /// the plugin in errors and logs (the file name).
+    ///
+    /// Errors: as [`PluginHost::load_transform`], except [`PluginError::Read`].
+    pub async fn load_transform_bytes(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        config: &[(String, String)],
+    ) -> Result<Transform, PluginError> {
+        let name: Arc<str> = name.into();
+        let component = self.cache.get(&self.shared.engine, &name, bytes)?;
+        Transform::load(self.shared.clone(), name, &component, config.to_vec()).await
+    }
+
     /// Reads and compiles (or finds in the cache) the component at `path`; its name is
     /// the file name.
     fn component(

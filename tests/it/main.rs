@@ -18,3 +18,4 @@ mod harness;
 mod plugins;
 mod rdkafka_client;
 mod retention;
+mod transforms;
