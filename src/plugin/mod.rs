@@ -28,7 +28,8 @@
 //! Calls are `async` (wasmtime's async mode): WASI's blocking stream calls would
 //! otherwise start a Tokio runtime inside the caller's, which panics on a runtime thread.
 //!
-//! Not here yet: hot reload, instance pools, transform deployment, DLQ.
+//! Not here: deployments, hot reload and the DLQ (`crate::transform` watches files and
+//! loads new versions through this host). Not yet: instance pools.
 
 mod cache;
 mod partitioner;

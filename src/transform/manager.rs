@@ -28,7 +28,6 @@ use notify::Watcher as _;
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
 use tokio::sync::{watch, Notify};
-use tokio::task::JoinHandle;
 
 use super::inline::{InlineRegistry, InlineSlot};
 use super::runner::{short, Runner};
@@ -122,8 +121,14 @@ enum Source {
 struct Deployed {
     d: Arc<Deployment>,
     source: Source,
-    /// The async runner: its stop signal and task (`None` for inline, or FAILED at load).
-    runner: Option<(watch::Sender<bool>, JoinHandle<()>)>,
+    /// The async runner: its stop signal and thread (`None` for inline, or FAILED at load).
+    runner: Option<RunnerHandle>,
+}
+
+/// An async deployment's runner thread and its stop signal.
+struct RunnerHandle {
+    stop: watch::Sender<bool>,
+    thread: std::thread::JoinHandle<()>,
 }
 
 /// File events not handled yet, and the signal that there are some.
@@ -375,11 +380,11 @@ impl TransformManager {
     }
 
     /// Starts an async runner, or installs the inline slot.
-    fn launch(
-        &self,
-        d: &Arc<Deployment>,
-        loaded: Loaded,
-    ) -> Option<(watch::Sender<bool>, JoinHandle<()>)> {
+    ///
+    /// A runner gets a thread of its own (with a current-thread Tokio runtime), not a task
+    /// on the broker's runtime: a guest call runs until its deadline without yielding, and
+    /// a spinning component must not hold one of the threads that serve Kafka clients.
+    fn launch(&self, d: &Arc<Deployment>, loaded: Loaded) -> Option<RunnerHandle> {
         match d.spec.mode {
             Mode::Async => {
                 let (tx, rx) = watch::channel(false);
@@ -391,7 +396,25 @@ impl TransformManager {
                     loaded.version,
                     rx,
                 );
-                Some((tx, tokio::spawn(runner.run())))
+                let failed = d.clone();
+                let thread = std::thread::Builder::new()
+                    .name(format!("weir-transform-{}", d.spec.name))
+                    .spawn(move || {
+                        match tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .build()
+                        {
+                            Ok(rt) => rt.block_on(runner.run()),
+                            Err(e) => failed.set_failed(format!("cannot start a runtime: {e}")),
+                        }
+                    });
+                match thread {
+                    Ok(thread) => Some(RunnerHandle { stop: tx, thread }),
+                    Err(e) => {
+                        d.set_failed(format!("cannot start a thread: {e}"));
+                        None
+                    }
+                }
             }
             Mode::Inline => {
                 self.install_inline(d, loaded);
@@ -415,10 +438,11 @@ impl TransformManager {
     /// Stops a deployment's runner (waiting for its current chunk) or removes its inline
     /// slot; with `forget`, also its file and its progress.
     async fn stop(&self, old: Deployed, forget: bool) {
-        if let Some((tx, task)) = old.runner {
-            let _ = tx.send(true);
-            if let Err(e) = task.await {
-                tracing::error!(transform = %old.d.spec.name, error = %e, "transform task ended abnormally");
+        if let Some(runner) = old.runner {
+            let _ = runner.stop.send(true);
+            let joined = tokio::task::spawn_blocking(move || runner.thread.join()).await;
+            if !matches!(joined, Ok(Ok(()))) {
+                tracing::error!(transform = %old.d.spec.name, "transform thread ended abnormally");
             }
         }
         if old.d.spec.mode == Mode::Inline {
@@ -676,7 +700,10 @@ impl TransformManager {
                 live.error = None;
             }
             Mode::Async => {
-                let stopped = current.runner.as_ref().is_none_or(|(_, t)| t.is_finished());
+                let stopped = current
+                    .runner
+                    .as_ref()
+                    .is_none_or(|r| r.thread.is_finished());
                 if stopped {
                     // FAILED: a new version restarts it from its committed progress.
                     {

@@ -10,7 +10,9 @@
 //!
 //! One task for all partitions (not one per partition): a deployment is one instance of
 //! the component (instances are not pooled yet), so partition tasks would only take turns
-//! on it. Partitions are visited round-robin, one chunk each per pass.
+//! on it. Partitions are visited round-robin, one chunk each per pass. The task runs on a
+//! thread of its own (see `manager`), so a guest spinning until its deadline stalls only
+//! its own deployment.
 //!
 //! Failures: a failing call is narrowed down to the records at fault — the record the
 //! plugin names, or, for a trap, timeout, out-of-memory or bad output, by re-running the

@@ -629,3 +629,48 @@ async fn a_toml_file_in_the_config_dir_deploys_and_removing_it_deletes() {
     });
     broker.stop();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inline_deployments_install_one_slot_per_topic() {
+    let broker = TestBroker::start();
+    let admin = broker.admin_url.clone();
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let deployed = tmp.path().join("inline.wasm");
+    std::fs::copy(guest("redact"), &deployed).expect("copy");
+    let s = deploy(
+        &admin,
+        json!({"name": "scrub", "wasm": deployed, "input": "raw", "mode": "inline",
+               "config": {"fields": "email"}}),
+    );
+    assert_eq!(s["mode"], "inline");
+    assert_eq!(s["state"], "RUNNING");
+    assert!(s["input_lag"].is_null(), "{s}");
+    assert_eq!(s["outputs"], json!([]));
+    // One inline transform per topic.
+    let (code, answer) = http(
+        "POST",
+        &format!("{admin}/transforms"),
+        Some(
+            json!({"name": "scrub2", "wasm": guest("identity"), "input": "raw", "mode": "inline"}),
+        ),
+    );
+    assert_eq!(code, 409, "{answer}");
+    assert!(answer["message"]
+        .as_str()
+        .unwrap()
+        .contains("already has the inline transform scrub"));
+    // Hot reload replaces the slot: the version follows the file.
+    copy_in_pieces(&guest("identity"), &deployed);
+    let identity_version = sha256_hex(&guest("identity"));
+    wait_status(&admin, "scrub", "the reloaded version", |s| {
+        s["version"] == identity_version
+    });
+    let (code, _) = http("DELETE", &format!("{admin}/transforms/scrub"), None);
+    assert_eq!(code, 204);
+    // The topic is free again.
+    deploy(
+        &admin,
+        json!({"name": "scrub2", "wasm": guest("identity"), "input": "raw", "mode": "inline"}),
+    );
+    broker.stop();
+}
