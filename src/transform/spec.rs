@@ -235,7 +235,8 @@ mod tests {
 
     #[test]
     fn bad_specs_are_refused_naming_the_key() {
-        let cases: Vec<(fn(&mut TransformSpec), &str)> = vec![
+        type Change = fn(&mut TransformSpec);
+        let cases: Vec<(Change, &str)> = vec![
             (|s| s.name = "a/b".into(), "name"),
             (|s| s.name = String::new(), "name"),
             (|s| s.wasm = "redact.wasm".into(), "wasm"),
