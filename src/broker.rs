@@ -23,6 +23,7 @@ use crate::purgatory::Purgatory;
 use crate::replica::ReplicaManager;
 use crate::server::{self, ServerLimits};
 use crate::transform::inline::InlineRegistry;
+use crate::transform::TransformManager;
 
 /// The bound sockets of a broker: Kafka listeners and the admin HTTP listener.
 #[derive(Debug)]
@@ -171,6 +172,11 @@ pub async fn run(
     // The ingest path loads topics' partitioner components through the same host.
     let ingest = Arc::new(Ingest::new(ctx.clone(), plugins.clone()));
     inline.set_ingest(ingest.clone());
+    let transforms = Arc::new(
+        TransformManager::new(ctx.clone(), ingest.clone(), plugins.clone())
+            .context("cannot open the transform deployments directory")?,
+    );
+    transforms.start().await;
     let handler = Arc::new(Handler::new(ctx.clone()));
     let limits = ServerLimits {
         request_max_bytes: config.socket_request_max_bytes,
@@ -202,6 +208,7 @@ pub async fn run(
             ingest: ingest.clone(),
             inline: inline.clone(),
             plugins: plugins.clone(),
+            transforms: transforms.clone(),
         });
         let shutdown = shutdown.clone();
         tasks.spawn(async move {
@@ -211,6 +218,8 @@ pub async fn run(
         });
     }
     tasks.spawn(groups.clone().run_timers(shutdown.clone()));
+    // Hot reload; on shutdown it stops every transform runner (each finishes its chunk).
+    tasks.spawn(transforms.clone().run(shutdown.clone()));
     {
         let replicas = replicas.clone();
         let mut shutdown = shutdown.clone();

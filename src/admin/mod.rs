@@ -11,6 +11,7 @@
 //! Kafka Connect and Confluent's REST Proxy use.
 
 pub mod records;
+pub mod transforms;
 
 use std::sync::Arc;
 
@@ -25,6 +26,7 @@ use crate::ingest::Ingest;
 use crate::plugin::PluginHost;
 use crate::protocol::Context;
 use crate::transform::inline::InlineRegistry;
+use crate::transform::TransformManager;
 
 /// What every admin route can reach.
 #[derive(Debug)]
@@ -37,6 +39,8 @@ pub struct AdminState {
     pub inline: Arc<InlineRegistry>,
     /// The plugin host (one wasmtime engine per broker).
     pub plugins: Arc<PluginHost>,
+    /// Transform deployments (`/transforms`).
+    pub transforms: Arc<TransformManager>,
 }
 
 /// An error answer: HTTP status and a message, as `{"error_code": status, "message": ...}`.
@@ -77,6 +81,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
             "/v3/clusters/{cluster_id}/topics/{topic}/records",
             post(records::produce_v3),
         )
+        .merge(transforms::routes())
         .with_state(state)
 }
 

@@ -15,6 +15,7 @@ mod group;
 mod produce;
 mod serve;
 mod topic;
+mod transform;
 
 /// The `weir` command.
 #[derive(Debug, Parser)]
@@ -42,6 +43,9 @@ enum Command {
     /// List, describe, reset the offsets of and delete consumer groups.
     #[command(subcommand)]
     Group(group::GroupCommand),
+    /// Deploy, list and delete transforms (a client of the admin HTTP API).
+    #[command(subcommand)]
+    Transform(transform::TransformCommand),
 }
 
 /// `weir serve` options.
@@ -78,6 +82,7 @@ pub fn run() -> ExitCode {
         Command::Produce(args) => produce::run(args),
         Command::Consume(args) => consume::run(args),
         Command::Group(cmd) => group::run(cmd),
+        Command::Transform(cmd) => transform::run(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

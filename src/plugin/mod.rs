@@ -30,7 +30,8 @@
 //! Calls are `async` (wasmtime's async mode): WASI's blocking stream calls would
 //! otherwise start a Tokio runtime inside the caller's, which panics on a runtime thread.
 //!
-//! Not here yet: hot reload, instance pools, transform deployment, DLQ.
+//! Not here: deployments, hot reload and the DLQ (`crate::transform` watches files and
+//! loads new versions through this host). Not yet: instance pools.
 
 mod cache;
 mod instance;
@@ -328,6 +329,23 @@ impl PluginHost {
         config: &[(String, String)],
     ) -> Result<Transform, PluginError> {
         let (name, component) = self.component(path)?;
+        Transform::load(self.shared.clone(), name, &component, config.to_vec()).await
+    }
+
+    /// As [`PluginHost::load_transform`], from the component's bytes already read (the
+    /// transform runtime hashes the same bytes it loads, so a file rewritten between a
+    /// read and a load cannot give a version that is not the one running). `name` names
+    /// the plugin in errors and logs (the file name).
+    ///
+    /// Errors: as [`PluginHost::load_transform`], except [`PluginError::Read`].
+    pub async fn load_transform_bytes(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        config: &[(String, String)],
+    ) -> Result<Transform, PluginError> {
+        let name: Arc<str> = name.into();
+        let component = self.cache.get(&self.shared.engine, &name, bytes)?;
         Transform::load(self.shared.clone(), name, &component, config.to_vec()).await
     }
 

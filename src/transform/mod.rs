@@ -1,12 +1,29 @@
 //! Transform deployments: a `transform` component attached to an input topic.
 //!
-//! `async` mode (the default) consumes the input topic and writes the outputs; `inline`
-//! mode rewrites produced batches before they are appended (see [`inline`]).
+//! Owns: deployment specs ([`spec`]) and their persistence (`<log.dir>/__transforms/
+//! <name>.json`, plus `transform.config.dir/*.toml`), the [`TransformManager`] (deploy,
+//! replace, delete, status, restore at start, hot reload with `notify`), and the `async`
+//! runtime ([`runner`]: input read from the replica manager, outputs through
+//! [`crate::ingest::Ingest`], progress as the group `transform-<name>`'s committed
+//! offsets, the dead-letter topic). `inline` mode rewrites produced batches before they
+//! are appended: this module only installs its [`inline::InlineSlot`]; `protocol::produce`
+//! applies it.
+//!
+//! Never does: touch wasmtime (the plugin host does), decode Kafka requests.
 
 pub mod apply;
 pub mod inline;
+mod manager;
+pub mod runner;
+pub mod spec;
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+pub use manager::{sha256_hex, DeployError, TransformManager, TransformStatus};
+pub use spec::{Mode, TransformSpec};
+
+use crate::plugin::Transform;
 
 /// `errors.tolerance` (Kafka Connect's key and values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -48,5 +65,97 @@ impl Stats {
             .load(Ordering::Relaxed)
             .checked_div(n)
             .unwrap_or(0)
+    }
+}
+
+/// A deployment's state as `GET /transforms` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum RunState {
+    /// Transforming (or waiting for records).
+    Running,
+    /// Stopped by an error (`errors.tolerance=none`, or the component could not be loaded
+    /// at start); `error` says why. A redeploy or a reloaded component restarts it.
+    Failed,
+}
+
+/// What changes while a deployment lives.
+#[derive(Debug, Clone)]
+pub(crate) struct LiveStatus {
+    /// sha256 (hex) of the component in use (or, when FAILED at load, of nothing: "").
+    pub(crate) version: String,
+    pub(crate) state: RunState,
+    /// Why it FAILED.
+    pub(crate) error: Option<String>,
+    /// Why the last hot reload was refused (the old version keeps running).
+    pub(crate) reload_error: Option<String>,
+}
+
+/// A component loaded for a deployment, with its version.
+pub(crate) struct Loaded {
+    pub(crate) transform: Transform,
+    pub(crate) version: String,
+}
+
+/// One deployment as its runner, the manager and the status reader share it.
+pub(crate) struct Deployment {
+    pub(crate) spec: TransformSpec,
+    pub(crate) stats: Arc<Stats>,
+    live: Mutex<LiveStatus>,
+    /// A reloaded component waiting to be swapped in between batches (async mode).
+    pending: Mutex<Option<Loaded>>,
+    /// Wakes the runner (a reload is pending).
+    pub(crate) wake: tokio::sync::Notify,
+}
+
+impl std::fmt::Debug for Deployment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Deployment")
+            .field("spec", &self.spec)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Deployment {
+    pub(crate) fn new(spec: TransformSpec, version: String, stats: Arc<Stats>) -> Deployment {
+        Deployment {
+            spec,
+            stats,
+            live: Mutex::new(LiveStatus {
+                version,
+                state: RunState::Running,
+                error: None,
+                reload_error: None,
+            }),
+            pending: Mutex::new(None),
+            wake: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// The live status, locked (a `std` mutex: never held across `.await`).
+    pub(crate) fn live(&self) -> MutexGuard<'_, LiveStatus> {
+        self.live.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `loaded` for the runner and shows its version.
+    /// Queued before the version shows, so a record appended after a reader sees the new
+    /// version is transformed by it.
+    pub(crate) fn set_pending(&self, loaded: Loaded) {
+        let version = loaded.version.clone();
+        *self.pending.lock().unwrap_or_else(|e| e.into_inner()) = Some(loaded);
+        {
+            let mut live = self.live();
+            live.version = version;
+            live.reload_error = None;
+        }
+        self.wake.notify_one();
+    }
+
+    /// The component waiting to be swapped in, if any.
+    pub(crate) fn take_pending(&self) -> Option<Loaded> {
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
     }
 }

@@ -20,3 +20,4 @@ mod plugins;
 mod rdkafka_client;
 mod rest_produce;
 mod retention;
+mod transforms;

@@ -1,0 +1,865 @@
+//! The transform manager: every deployment of the broker, by name.
+//!
+//! - Deploy/replace/delete (the admin API's `/transforms`): a spec is validated and its
+//!   component loaded (compiled, checked against the `transform` world, opened with the
+//!   config) *before* it is accepted, so a deployment that cannot run is refused, never
+//!   accepted to fail later. Accepted API deployments are written to
+//!   `<log.dir>/__transforms/<name>.json` (write + fsync + rename) and restored at start.
+//! - `transform.config.dir/*.toml`: the same specs as files, deployed at start and
+//!   re-applied when a file changes (removing the file deletes the deployment). They are
+//!   not copied to `__transforms/`: the file is their source of truth.
+//! - Hot reload: a `notify` watcher on the directory of every deployed component (and on
+//!   `transform.config.dir`). After a change settles ([`DEBOUNCE_MS`]), the component is
+//!   read, hashed and loaded; a load that fails is retried while the file keeps changing
+//!   (a copy in progress), and only a stable file that fails is reported (`reload_error`,
+//!   and a log line) while the old version keeps running. Async deployments swap between
+//!   batches; inline ones get a new slot in the registry.
+//! - Deleting a deployment stops its runner, removes its inline slot, its file and its
+//!   progress (the group `transform-<name>`), so a new deployment of that name starts
+//!   from the beginning of its input.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use notify::Watcher as _;
+use serde::{Deserialize, Serialize};
+use sha2::Digest;
+use tokio::sync::{watch, Notify};
+
+use super::inline::{InlineRegistry, InlineSlot};
+use super::runner::{short, Runner};
+use super::spec::{Mode, TransformSpec};
+use super::{Deployment, Loaded, RunState, Stats, Tolerance};
+use crate::ingest::Ingest;
+use crate::plugin::PluginHost;
+use crate::protocol::Context;
+
+/// Quiet time after a file event before a reload is tried, in milliseconds.
+pub const DEBOUNCE_MS: u64 = 200;
+/// Wait before re-reading a component whose load failed, in milliseconds: a file still
+/// being written changes meanwhile and is tried again; a stable one is reported.
+pub const RELOAD_SETTLE_MS: u64 = 300;
+/// Most load attempts of one reload (a file that keeps changing for ~6 s is reported).
+pub const RELOAD_MAX_ATTEMPTS: usize = 20;
+
+/// Why a deploy, replace or delete was refused.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum DeployError {
+    /// The spec is invalid or its component does not load (HTTP 400).
+    #[error("{0}")]
+    Invalid(String),
+    /// A deployment of that name exists, or another inline deployment holds the input
+    /// topic, or the deployment belongs to a file (HTTP 409).
+    #[error("{0}")]
+    Conflict(String),
+    /// No deployment of that name (HTTP 404).
+    #[error("{0}")]
+    NotFound(String),
+    /// The spec could not be persisted (HTTP 500).
+    #[error("{0}")]
+    Io(String),
+}
+
+/// A deployment's status: `GET /transforms/{name}` and `weir transform list`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TransformStatus {
+    /// Deployment name.
+    pub name: String,
+    /// `async` or `inline`.
+    pub mode: Mode,
+    /// Input topic.
+    pub input: String,
+    /// Output topics (the first is the default).
+    pub outputs: Vec<String>,
+    /// Component path on the broker host.
+    pub wasm: PathBuf,
+    /// Config given to the plugin's `open`.
+    pub config: BTreeMap<String, String>,
+    /// `errors.tolerance`.
+    #[serde(rename = "errors.tolerance")]
+    pub tolerance: Tolerance,
+    /// `errors.deadletterqueue.topic.name`.
+    #[serde(rename = "errors.deadletterqueue.topic.name")]
+    pub dlq_topic: Option<String>,
+    /// sha256 (hex) of the component bytes in use ("" when it never loaded).
+    pub version: String,
+    /// RUNNING or FAILED.
+    pub state: RunState,
+    /// Why it FAILED: the plugin's message (trap, timeout...) and the input
+    /// topic/partition/offset of the failing record.
+    pub error: Option<String>,
+    /// Why the last hot reload was refused (the previous version still runs).
+    pub reload_error: Option<String>,
+    /// Records not yet transformed: Σ over input partitions of log end offset − committed
+    /// progress (`null` for inline deployments, which have no lag).
+    pub input_lag: Option<i64>,
+    /// Records given to the transform.
+    pub records_in: u64,
+    /// Records written to the outputs.
+    pub records_out: u64,
+    /// Records that failed (dead-lettered, skipped, or the one that stopped it).
+    pub errors: u64,
+    /// Mean nanoseconds of transform calls per input record.
+    pub mean_ns_per_record: u64,
+    /// The TOML file defining it, when it came from `transform.config.dir`.
+    pub source_file: Option<PathBuf>,
+}
+
+/// Where a deployment came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Source {
+    /// The admin API (persisted under `__transforms/`).
+    Api,
+    /// A `transform.config.dir` file.
+    File(PathBuf),
+}
+
+/// One deployment and what the manager holds for it.
+struct Deployed {
+    d: Arc<Deployment>,
+    source: Source,
+    /// The async runner: its stop signal and thread (`None` for inline, or FAILED at load).
+    runner: Option<RunnerHandle>,
+}
+
+/// An async deployment's runner thread and its stop signal.
+struct RunnerHandle {
+    stop: watch::Sender<bool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+/// File events not handled yet, and the signal that there are some.
+#[derive(Default)]
+struct Changes {
+    paths: Mutex<BTreeSet<PathBuf>>,
+    signal: Notify,
+}
+
+/// Every transform deployment of the broker (see the module docs).
+pub struct TransformManager {
+    ctx: Context,
+    ingest: Arc<Ingest>,
+    plugins: Arc<PluginHost>,
+    inline: Arc<InlineRegistry>,
+    /// `<log.dir>/__transforms`.
+    dir: PathBuf,
+    /// `transform.config.dir`.
+    config_dir: Option<PathBuf>,
+    /// By name. An async mutex: deploys load components while holding it, so two deploys
+    /// of one name cannot interleave.
+    deployments: tokio::sync::Mutex<BTreeMap<String, Deployed>>,
+    changes: Arc<Changes>,
+    watcher: Mutex<Option<notify::RecommendedWatcher>>,
+    watched: Mutex<BTreeSet<PathBuf>>,
+}
+
+impl std::fmt::Debug for TransformManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TransformManager")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TransformManager {
+    /// A manager over the broker's owners; call [`TransformManager::start`] to restore
+    /// deployments and [`TransformManager::run`] for hot reload.
+    ///
+    /// Errors: `<log.dir>/__transforms` cannot be created.
+    pub fn new(
+        ctx: Context,
+        ingest: Arc<Ingest>,
+        plugins: Arc<PluginHost>,
+    ) -> std::io::Result<TransformManager> {
+        let dir = ctx.config.log_dir.join("__transforms");
+        std::fs::create_dir_all(&dir)?;
+        let changes = Arc::new(Changes::default());
+        let sink = changes.clone();
+        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            let Ok(event) = event else { return };
+            if matches!(event.kind, notify::EventKind::Access(_)) {
+                return;
+            }
+            let mut paths = sink.paths.lock().unwrap_or_else(|e| e.into_inner());
+            // Bounded: at most one entry per distinct file until the reload task drains them.
+            if paths.len() < 10_000 {
+                paths.extend(event.paths);
+            }
+            drop(paths);
+            sink.signal.notify_one();
+        });
+        let watcher = match watcher {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch plugin files: hot reload is off");
+                None
+            }
+        };
+        Ok(TransformManager {
+            inline: ctx.inline.clone(),
+            config_dir: ctx.config.transform_config_dir.clone(),
+            ctx,
+            ingest,
+            plugins,
+            dir,
+            deployments: tokio::sync::Mutex::new(BTreeMap::new()),
+            changes,
+            watcher: Mutex::new(watcher),
+            watched: Mutex::new(BTreeSet::new()),
+        })
+    }
+
+    /// Restores the deployments persisted under `__transforms/` and those of
+    /// `transform.config.dir`. One that no longer loads is kept as FAILED with the error
+    /// (its spec is not lost); a file that does not parse is logged and skipped.
+    pub async fn start(&self) {
+        let mut files: Vec<PathBuf> = match std::fs::read_dir(&self.dir) {
+            Ok(rd) => rd
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "json"))
+                .collect(),
+            Err(e) => {
+                tracing::error!(dir = %self.dir.display(), error = %e, "cannot list transform deployments");
+                Vec::new()
+            }
+        };
+        files.sort();
+        for path in files {
+            let spec = std::fs::read(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|b| TransformSpec::from_json(&b));
+            match spec {
+                Ok(spec) => self.restore(spec, Source::Api).await,
+                Err(e) => {
+                    tracing::error!(file = %path.display(), error = %e, "transform deployment file skipped")
+                }
+            }
+        }
+        if let Some(dir) = self.config_dir.clone() {
+            self.watch_dir(&dir);
+            let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+                .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+                .unwrap_or_default();
+            files.sort();
+            for path in files {
+                if is_toml(&path) {
+                    self.apply_file(&path).await;
+                }
+            }
+        }
+    }
+
+    /// Deploys a restored spec; one that fails to load is kept as FAILED.
+    async fn restore(&self, spec: TransformSpec, source: Source) {
+        let name = spec.name.clone();
+        match self
+            .deploy_from(spec.clone(), Replace::No, source.clone(), false)
+            .await
+        {
+            Ok(_) => tracing::info!(transform = %name, "transform deployment restored"),
+            Err(e) => {
+                tracing::error!(transform = %name, error = %e, "transform deployment not running");
+                if let Some(dir) = spec.wasm.parent() {
+                    self.watch_dir(dir);
+                }
+                let d = Arc::new(Deployment::new(
+                    spec,
+                    String::new(),
+                    Arc::new(Stats::default()),
+                ));
+                d.set_failed(format!("cannot load at start: {e}"));
+                self.deployments.lock().await.insert(
+                    name,
+                    Deployed {
+                        d,
+                        source,
+                        runner: None,
+                    },
+                );
+            }
+        }
+    }
+
+    /// `POST /transforms`: a new deployment.
+    ///
+    /// Errors: [`DeployError::Invalid`] (bad spec, or the component does not load: not a
+    /// component, wrong world, missing import, `open` refused the config),
+    /// [`DeployError::Conflict`] (name taken, or the input topic already has an inline
+    /// transform), [`DeployError::Io`] (cannot persist).
+    pub async fn create(&self, spec: TransformSpec) -> Result<TransformStatus, DeployError> {
+        self.deploy_from(spec, Replace::No, Source::Api, true).await
+    }
+
+    /// `PUT /transforms/{name}`: creates or replaces (redeploys) a deployment. A replaced
+    /// async deployment resumes from its committed progress. Returns the status and
+    /// whether it was created.
+    ///
+    /// Errors: as [`TransformManager::create`]; [`DeployError::Conflict`] for a deployment
+    /// defined by a `transform.config.dir` file.
+    pub async fn replace(
+        &self,
+        spec: TransformSpec,
+    ) -> Result<(TransformStatus, bool), DeployError> {
+        let existed = self.deployments.lock().await.contains_key(&spec.name);
+        let status = self
+            .deploy_from(spec, Replace::Yes, Source::Api, true)
+            .await?;
+        Ok((status, !existed))
+    }
+
+    async fn deploy_from(
+        &self,
+        spec: TransformSpec,
+        replace: Replace,
+        source: Source,
+        persist: bool,
+    ) -> Result<TransformStatus, DeployError> {
+        spec.validate().map_err(DeployError::Invalid)?;
+        let mut deployments = self.deployments.lock().await;
+        if let Some(old) = deployments.get(&spec.name) {
+            if replace == Replace::No {
+                return Err(DeployError::Conflict(format!(
+                    "transform {} already exists (PUT /transforms/{} replaces it)",
+                    spec.name, spec.name
+                )));
+            }
+            if old.source != source {
+                return Err(DeployError::Conflict(match &old.source {
+                    Source::File(f) => format!(
+                        "transform {} is defined by {}: edit or remove that file",
+                        spec.name,
+                        f.display()
+                    ),
+                    Source::Api => format!(
+                        "transform {} was deployed through the admin API, not by a file",
+                        spec.name
+                    ),
+                }));
+            }
+        }
+        if spec.mode == Mode::Inline {
+            if let Some((other, _)) = deployments.iter().find(|(n, o)| {
+                **n != spec.name && o.d.spec.mode == Mode::Inline && o.d.spec.input == spec.input
+            }) {
+                return Err(DeployError::Conflict(format!(
+                    "topic {} already has the inline transform {other}",
+                    spec.input
+                )));
+            }
+        }
+        let loaded = self.load(&spec).await.map_err(DeployError::Invalid)?;
+        if persist && source == Source::Api {
+            self.persist(&spec).map_err(DeployError::Io)?;
+        }
+        if let Some(old) = deployments.remove(&spec.name) {
+            self.stop(old, false).await;
+        }
+        if let Some(dir) = spec.wasm.parent() {
+            self.watch_dir(dir);
+        }
+        let d = Arc::new(Deployment::new(
+            spec.clone(),
+            loaded.version.clone(),
+            Arc::new(Stats::default()),
+        ));
+        let runner = self.launch(&d, loaded);
+        tracing::info!(transform = %spec.name, mode = spec.mode.name(), input = %spec.input, version = %short(&d.live().version), "transform deployed");
+        let status = self.status_of(&d, &source);
+        deployments.insert(
+            spec.name.clone(),
+            Deployed {
+                d: d.clone(),
+                source,
+                runner,
+            },
+        );
+        Ok(status)
+    }
+
+    /// Starts an async runner, or installs the inline slot.
+    ///
+    /// A runner gets a thread of its own (with a current-thread Tokio runtime), not a task
+    /// on the broker's runtime: a guest call runs until its deadline without yielding, and
+    /// a spinning component must not hold one of the threads that serve Kafka clients.
+    fn launch(&self, d: &Arc<Deployment>, loaded: Loaded) -> Option<RunnerHandle> {
+        match d.spec.mode {
+            Mode::Async => {
+                let (tx, rx) = watch::channel(false);
+                let runner = Runner::new(
+                    d.clone(),
+                    self.ctx.clone(),
+                    self.ingest.clone(),
+                    loaded.transform,
+                    loaded.version,
+                    rx,
+                );
+                let failed = d.clone();
+                let thread = std::thread::Builder::new()
+                    .name(format!("weir-transform-{}", d.spec.name))
+                    .spawn(move || {
+                        match tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .build()
+                        {
+                            Ok(rt) => rt.block_on(runner.run()),
+                            Err(e) => failed.set_failed(format!("cannot start a runtime: {e}")),
+                        }
+                    });
+                match thread {
+                    Ok(thread) => Some(RunnerHandle { stop: tx, thread }),
+                    Err(e) => {
+                        d.set_failed(format!("cannot start a thread: {e}"));
+                        None
+                    }
+                }
+            }
+            Mode::Inline => {
+                self.install_inline(d, loaded);
+                None
+            }
+        }
+    }
+
+    fn install_inline(&self, d: &Arc<Deployment>, loaded: Loaded) {
+        let slot = InlineSlot {
+            name: d.spec.name.clone(),
+            version: loaded.version,
+            transform: tokio::sync::Mutex::new(loaded.transform),
+            tolerance: d.spec.tolerance,
+            dlq_topic: d.spec.dlq_topic.clone(),
+            stats: d.stats.clone(),
+        };
+        self.inline.set(&d.spec.input, Arc::new(slot));
+    }
+
+    /// Stops a deployment's runner (waiting for its current chunk) or removes its inline
+    /// slot; with `forget`, also its file and its progress.
+    async fn stop(&self, old: Deployed, forget: bool) {
+        if let Some(runner) = old.runner {
+            let _ = runner.stop.send(true);
+            let joined = tokio::task::spawn_blocking(move || runner.thread.join()).await;
+            if !matches!(joined, Ok(Ok(()))) {
+                tracing::error!(transform = %old.d.spec.name, "transform thread ended abnormally");
+            }
+        }
+        if old.d.spec.mode == Mode::Inline {
+            if let Some(slot) = self.inline.remove(&old.d.spec.input) {
+                if slot.name != old.d.spec.name {
+                    // Not ours (cannot happen: one inline deployment per topic); put it back.
+                    self.inline.set(&old.d.spec.input, slot);
+                }
+            }
+        }
+        if forget {
+            if old.source == Source::Api {
+                let path = self.dir.join(format!("{}.json", old.d.spec.name));
+                if let Err(e) = std::fs::remove_file(&path) {
+                    if e.kind() != std::io::ErrorKind::NotFound {
+                        tracing::error!(file = %path.display(), error = %e, "cannot remove the transform deployment file");
+                    }
+                }
+            }
+            let group = old.d.spec.group_id();
+            if self.ctx.groups.describe(&group).is_some() {
+                if let Some(e) = self.ctx.groups.delete_group(&group) {
+                    tracing::debug!(group = %group, error = ?e, "transform progress not deleted");
+                }
+            }
+        }
+    }
+
+    /// `DELETE /transforms/{name}`.
+    ///
+    /// Errors: [`DeployError::NotFound`]; [`DeployError::Conflict`] for a deployment
+    /// defined by a `transform.config.dir` file (remove the file instead).
+    pub async fn delete(&self, name: &str) -> Result<(), DeployError> {
+        let mut deployments = self.deployments.lock().await;
+        match deployments.get(name).map(|d| d.source.clone()) {
+            None => return Err(DeployError::NotFound(format!("no transform named {name}"))),
+            Some(Source::File(f)) => {
+                return Err(DeployError::Conflict(format!(
+                    "transform {name} is defined by {}: remove that file to delete it",
+                    f.display()
+                )))
+            }
+            Some(Source::Api) => {}
+        }
+        if let Some(old) = deployments.remove(name) {
+            self.stop(old, true).await;
+        }
+        tracing::info!(transform = %name, "transform deleted");
+        Ok(())
+    }
+
+    /// `GET /transforms`: every deployment, by name.
+    pub async fn list(&self) -> Vec<TransformStatus> {
+        let deployments = self.deployments.lock().await;
+        deployments
+            .values()
+            .map(|d| self.status_of(&d.d, &d.source))
+            .collect()
+    }
+
+    /// `GET /transforms/{name}`.
+    pub async fn get(&self, name: &str) -> Option<TransformStatus> {
+        let deployments = self.deployments.lock().await;
+        deployments
+            .get(name)
+            .map(|d| self.status_of(&d.d, &d.source))
+    }
+
+    /// Stops every runner (broker shutdown), waiting for each current chunk.
+    pub async fn shutdown(&self) {
+        let mut deployments = self.deployments.lock().await;
+        for (_, d) in std::mem::take(&mut *deployments) {
+            self.stop(d, false).await;
+        }
+        *self.watcher.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// Hot reload until `shutdown` becomes true, then stops every runner.
+    pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        loop {
+            tokio::select! {
+                _ = self.changes.signal.notified() => {}
+                r = shutdown.changed() => {
+                    if r.is_err() || *shutdown.borrow() { break; }
+                    continue;
+                }
+            }
+            // Let a write in several steps settle: wait until no event came for DEBOUNCE_MS.
+            loop {
+                let before = self
+                    .changes
+                    .paths
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .len();
+                tokio::time::sleep(Duration::from_millis(DEBOUNCE_MS)).await;
+                let after = self
+                    .changes
+                    .paths
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .len();
+                if after == before {
+                    break;
+                }
+            }
+            let paths =
+                std::mem::take(&mut *self.changes.paths.lock().unwrap_or_else(|e| e.into_inner()));
+            for path in paths {
+                if self.is_config_file(&path) {
+                    self.apply_file(&path).await;
+                } else {
+                    self.reload_path(&path).await;
+                }
+            }
+        }
+        self.shutdown().await;
+    }
+
+    fn is_config_file(&self, path: &Path) -> bool {
+        is_toml(path)
+            && self
+                .config_dir
+                .as_deref()
+                .is_some_and(|d| path.parent() == Some(d))
+    }
+
+    /// Re-applies a `transform.config.dir` file: deploys or replaces what it defines, or
+    /// deletes the deployment it defined when it is gone. Problems are logged.
+    async fn apply_file(&self, path: &Path) {
+        let source = Source::File(path.to_path_buf());
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let mut deployments = self.deployments.lock().await;
+                let gone: Vec<String> = deployments
+                    .iter()
+                    .filter(|(_, d)| d.source == source)
+                    .map(|(n, _)| n.clone())
+                    .collect();
+                for name in gone {
+                    if let Some(old) = deployments.remove(&name) {
+                        self.stop(old, true).await;
+                        tracing::info!(transform = %name, file = %path.display(), "transform deleted (its file was removed)");
+                    }
+                }
+                return;
+            }
+            Err(e) => {
+                tracing::error!(file = %path.display(), error = %e, "cannot read transform file");
+                return;
+            }
+        };
+        let mut spec = match TransformSpec::from_toml(&text) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(file = %path.display(), error = %e, "transform file skipped");
+                return;
+            }
+        };
+        if spec.wasm.is_relative() {
+            if let Some(dir) = path.parent() {
+                spec.wasm = dir.join(&spec.wasm);
+            }
+        }
+        {
+            let deployments = self.deployments.lock().await;
+            if let Some(d) = deployments.get(&spec.name) {
+                if d.source == source && d.d.spec == spec && d.d.live().state == RunState::Running {
+                    return; // unchanged (a component change is a reload, not a redeploy)
+                }
+            }
+        }
+        let name = spec.name.clone();
+        match self.deploy_from(spec, Replace::Yes, source, false).await {
+            Ok(_) => {}
+            Err(e) => {
+                tracing::error!(file = %path.display(), transform = %name, error = %e, "transform file not deployed")
+            }
+        }
+    }
+
+    /// Reloads every deployment whose component is `path`.
+    async fn reload_path(&self, path: &Path) {
+        let targets: Vec<Arc<Deployment>> = {
+            let deployments = self.deployments.lock().await;
+            deployments
+                .values()
+                .filter(|d| d.d.spec.wasm == path)
+                .map(|d| d.d.clone())
+                .collect()
+        };
+        for d in targets {
+            self.reload(d).await;
+        }
+    }
+
+    /// Loads the current bytes of `d`'s component and swaps it in (see the module docs).
+    async fn reload(&self, d: Arc<Deployment>) {
+        let name = d.spec.name.clone();
+        let mut last_error = String::new();
+        let mut last_bytes: Option<Vec<u8>> = None;
+        for _ in 0..RELOAD_MAX_ATTEMPTS {
+            let bytes = match std::fs::read(&d.spec.wasm) {
+                Ok(b) => b,
+                Err(e) => {
+                    last_error = format!("cannot read {}: {e}", d.spec.wasm.display());
+                    tokio::time::sleep(Duration::from_millis(RELOAD_SETTLE_MS)).await;
+                    continue;
+                }
+            };
+            let version = sha256_hex(&bytes);
+            {
+                let live = d.live();
+                if live.version == version && live.state == RunState::Running {
+                    return; // the same component (a touch, or our own earlier reload)
+                }
+            }
+            if last_bytes.as_deref() == Some(&bytes[..]) {
+                break; // stable and still failing
+            }
+            match self.load_bytes(&d.spec, &bytes, version).await {
+                Ok(loaded) => {
+                    self.swap(&d, loaded).await;
+                    return;
+                }
+                Err(e) => {
+                    last_error = e;
+                    last_bytes = Some(bytes);
+                    tokio::time::sleep(Duration::from_millis(RELOAD_SETTLE_MS)).await;
+                }
+            }
+        }
+        tracing::error!(transform = %name, error = %last_error, "hot reload refused; the previous version keeps running");
+        d.live().reload_error = Some(last_error);
+    }
+
+    /// Puts a reloaded component in place, if `d` is still the deployment of its name.
+    async fn swap(&self, d: &Arc<Deployment>, loaded: Loaded) {
+        let mut deployments = self.deployments.lock().await;
+        let Some(current) = deployments.get_mut(&d.spec.name) else {
+            return;
+        };
+        if !Arc::ptr_eq(&current.d, d) {
+            return; // replaced or deleted meanwhile
+        }
+        let version = loaded.version.clone();
+        match d.spec.mode {
+            Mode::Inline => {
+                self.install_inline(d, loaded);
+                let mut live = d.live();
+                live.version = version.clone();
+                live.reload_error = None;
+                live.state = RunState::Running;
+                live.error = None;
+            }
+            Mode::Async => {
+                let stopped = current
+                    .runner
+                    .as_ref()
+                    .is_none_or(|r| r.thread.is_finished());
+                if stopped {
+                    // FAILED: a new version restarts it from its committed progress.
+                    {
+                        let mut live = d.live();
+                        live.version = version.clone();
+                        live.reload_error = None;
+                        live.state = RunState::Running;
+                        live.error = None;
+                    }
+                    current.runner = self.launch(d, loaded);
+                } else {
+                    d.set_pending(loaded);
+                }
+            }
+        }
+        tracing::info!(transform = %d.spec.name, version = %short(&version), "transform component reloaded");
+    }
+
+    /// Reads, hashes and loads `spec`'s component.
+    async fn load(&self, spec: &TransformSpec) -> Result<Loaded, String> {
+        let bytes = std::fs::read(&spec.wasm)
+            .map_err(|e| format!("cannot read wasm {}: {e}", spec.wasm.display()))?;
+        let version = sha256_hex(&bytes);
+        self.load_bytes(spec, &bytes, version).await
+    }
+
+    async fn load_bytes(
+        &self,
+        spec: &TransformSpec,
+        bytes: &[u8],
+        version: String,
+    ) -> Result<Loaded, String> {
+        let name = spec
+            .wasm
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| spec.wasm.display().to_string());
+        let transform = self
+            .plugins
+            .load_transform_bytes(&name, bytes, &spec.config_pairs())
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Loaded { transform, version })
+    }
+
+    /// Writes `<dir>/<name>.json` atomically (temp file, fsync, rename, fsync the dir).
+    fn persist(&self, spec: &TransformSpec) -> Result<(), String> {
+        use std::io::Write as _;
+        let path = self.dir.join(format!("{}.json", spec.name));
+        let tmp = self.dir.join(format!("{}.json.tmp", spec.name));
+        let fail = |e: std::io::Error| format!("cannot write {}: {e}", path.display());
+        let bytes = serde_json::to_vec_pretty(spec).map_err(|e| e.to_string())?;
+        let mut f = std::fs::File::create(&tmp).map_err(fail)?;
+        f.write_all(&bytes).map_err(fail)?;
+        f.sync_all().map_err(fail)?;
+        drop(f);
+        std::fs::rename(&tmp, &path).map_err(fail)?;
+        if let Ok(d) = std::fs::File::open(&self.dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    }
+
+    /// Starts watching `dir` (once).
+    fn watch_dir(&self, dir: &Path) {
+        let mut watched = self.watched.lock().unwrap_or_else(|e| e.into_inner());
+        if watched.contains(dir) {
+            return;
+        }
+        let mut watcher = self.watcher.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(w) = watcher.as_mut() {
+            match w.watch(dir, notify::RecursiveMode::NonRecursive) {
+                Ok(()) => {
+                    watched.insert(dir.to_path_buf());
+                }
+                Err(e) => {
+                    tracing::warn!(dir = %dir.display(), error = %e, "cannot watch for hot reload")
+                }
+            }
+        }
+    }
+
+    fn status_of(&self, d: &Deployment, source: &Source) -> TransformStatus {
+        let live = d.live().clone();
+        let spec = &d.spec;
+        let input_lag = match spec.mode {
+            Mode::Inline => None,
+            Mode::Async => Some(self.lag(spec)),
+        };
+        TransformStatus {
+            name: spec.name.clone(),
+            mode: spec.mode,
+            input: spec.input.clone(),
+            outputs: spec.outputs.clone(),
+            wasm: spec.wasm.clone(),
+            config: spec.config.clone(),
+            tolerance: spec.tolerance,
+            dlq_topic: spec.dlq_topic.clone(),
+            version: live.version,
+            state: live.state,
+            error: live.error,
+            reload_error: live.reload_error,
+            input_lag,
+            records_in: d.stats.records_in.load(Ordering::Relaxed),
+            records_out: d.stats.records_out.load(Ordering::Relaxed),
+            errors: d.stats.errors.load(Ordering::Relaxed),
+            mean_ns_per_record: d.stats.mean_ns_per_record(),
+            source_file: match source {
+                Source::Api => None,
+                Source::File(f) => Some(f.clone()),
+            },
+        }
+    }
+
+    /// Σ over input partitions of log end offset − committed progress (log start when
+    /// nothing is committed).
+    fn lag(&self, spec: &TransformSpec) -> i64 {
+        let Some(meta) = self.ctx.metadata.topic(&spec.input) else {
+            return 0;
+        };
+        let parts: Vec<i32> = (0..meta.partitions).collect();
+        let fetched = self.ctx.groups.fetch_offsets(
+            &spec.group_id(),
+            Some(&[(spec.input.clone(), parts.clone())]),
+        );
+        let committed: BTreeMap<i32, i64> = fetched
+            .into_iter()
+            .flat_map(|(_, ps)| ps)
+            .filter_map(|(p, c)| c.map(|c| (p, c.offset)))
+            .collect();
+        parts
+            .iter()
+            .filter_map(|&p| {
+                let partition = self.ctx.replicas.partition(&spec.input, p)?;
+                let (start, end) =
+                    partition.with_log(|l| (l.log_start_offset(), l.log_end_offset()));
+                let at = committed.get(&p).copied().unwrap_or(start).max(start);
+                Some((end - at).max(0))
+            })
+            .sum()
+    }
+}
+
+/// Whether a deploy may replace an existing deployment of the same name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Replace {
+    No,
+    Yes,
+}
+
+fn is_toml(path: &Path) -> bool {
+    path.extension().is_some_and(|x| x == "toml")
+}
+
+/// sha256 of `bytes`, lowercase hex (a deployment's version).
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    let digest = sha2::Sha256::digest(bytes);
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}

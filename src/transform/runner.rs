@@ -1,0 +1,580 @@
+//! The `async` runtime of one deployment: one task looping over the input topic's
+//! partitions, reading whole stored batches from the replica manager (in process, no
+//! Kafka client), calling the transform on up to [`CHUNK_MAX_RECORDS`] records at a time,
+//! writing its outputs through [`Ingest`], then committing progress as the committed
+//! offsets of the group `transform-<name>` in `__consumer_offsets`.
+//!
+//! Delivery is at-least-once: outputs are written before progress is committed, so a
+//! crash between the two re-transforms that chunk after a restart (duplicates at most
+//! since the last progress commit; nothing lost).
+//!
+//! One task for all partitions (not one per partition): a deployment is one instance of
+//! the component (instances are not pooled yet), so partition tasks would only take turns
+//! on it. Partitions are visited round-robin, one chunk each per pass. The task runs on a
+//! thread of its own (see `manager`), so a guest spinning until its deadline stalls only
+//! its own deployment.
+//!
+//! Failures: a failing call is narrowed down to the records at fault — the record the
+//! plugin names, or, for a trap, timeout, out-of-memory or bad output, by re-running the
+//! chunk record by record (the plugin host replaces a trapped instance). Each failing
+//! record then follows `errors.tolerance`: `none` commits progress up to it and stops the
+//! deployment (FAILED, with the message and the record's topic/partition/offset); `all`
+//! writes it to the dead-letter topic with Kafka Connect's error headers (or counts and
+//! logs it when there is none) and goes on.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes};
+use kafka_protocol::records::RecordBatchDecoder;
+use tokio::sync::watch;
+
+use super::{Deployment, RunState, Tolerance};
+use crate::group::{CommitRequest, OffsetToCommit};
+use crate::ingest::Ingest;
+use crate::log::LogError;
+use crate::plugin::{BatchContext, Header, PluginError, Record, Transform};
+use crate::protocol::Context;
+
+/// Most records given to the transform in one call.
+pub const CHUNK_MAX_RECORDS: usize = 1000;
+/// Most bytes read from one partition per pass (whole batches; the first is always whole).
+pub const READ_MAX_BYTES: usize = 1 << 20;
+/// Longest idle wait before the loop looks again (topics created later, new partitions),
+/// in milliseconds. Appends wake it earlier through the purgatory's signal.
+pub const IDLE_WAIT_MS: u64 = 1_000;
+
+/// The error that stops a deployment (FAILED).
+#[derive(Debug)]
+struct Fatal(String);
+
+/// One piece of work on a chunk: a range of records to transform, or one record known
+/// to be bad (the plugin named it).
+enum Work {
+    Range(usize, usize),
+    Bad(usize, String, &'static str),
+}
+
+/// The task of one async deployment.
+pub(crate) struct Runner {
+    pub(crate) d: Arc<Deployment>,
+    pub(crate) ctx: Context,
+    pub(crate) ingest: Arc<Ingest>,
+    pub(crate) transform: Transform,
+    pub(crate) version: String,
+    pub(crate) stop: watch::Receiver<bool>,
+    /// Next offset to read per input partition (from the committed progress at start).
+    positions: HashMap<i32, i64>,
+}
+
+impl Runner {
+    /// A runner for `d` with a loaded `transform` of `version`.
+    pub(crate) fn new(
+        d: Arc<Deployment>,
+        ctx: Context,
+        ingest: Arc<Ingest>,
+        transform: Transform,
+        version: String,
+        stop: watch::Receiver<bool>,
+    ) -> Runner {
+        Runner {
+            d,
+            ctx,
+            ingest,
+            transform,
+            version,
+            stop,
+            positions: HashMap::new(),
+        }
+    }
+
+    /// Runs until stopped or FAILED.
+    pub(crate) async fn run(mut self) {
+        let name = self.d.spec.name.clone();
+        tracing::info!(transform = %name, input = %self.d.spec.input, version = %short(&self.version), "transform started");
+        loop {
+            if *self.stop.borrow() {
+                break;
+            }
+            // Taken before looking, so an append between the look and the wait is not missed.
+            let mut ticket = self.ctx.replicas.purgatory().ticket();
+            self.swap_pending();
+            match self.pass().await {
+                Ok(true) => continue,
+                Ok(false) => {}
+                Err(Fatal(message)) => {
+                    tracing::error!(transform = %name, error = %message, "transform FAILED");
+                    self.d.set_failed(message);
+                    return;
+                }
+            }
+            tokio::select! {
+                _ = ticket.changed() => {}
+                _ = self.stop.changed() => {}
+                _ = self.d.wake.notified() => {}
+                _ = tokio::time::sleep(Duration::from_millis(IDLE_WAIT_MS)) => {}
+            }
+        }
+        tracing::info!(transform = %name, "transform stopped");
+    }
+
+    /// Swaps in a reloaded component, if one is queued.
+    fn swap_pending(&mut self) {
+        if let Some(loaded) = self.d.take_pending() {
+            tracing::info!(transform = %self.d.spec.name, from = %short(&self.version), to = %short(&loaded.version), "transform reloaded");
+            self.transform = loaded.transform;
+            self.version = loaded.version;
+        }
+    }
+
+    /// One round over the input partitions: at most one chunk each. Returns whether any
+    /// record was read.
+    async fn pass(&mut self) -> Result<bool, Fatal> {
+        let input = self.d.spec.input.clone();
+        let Some(meta) = self.ctx.metadata.topic(&input) else {
+            return Ok(false);
+        };
+        let mut any = false;
+        for p in 0..meta.partitions {
+            if *self.stop.borrow() {
+                break;
+            }
+            let Some((records, next)) = self.read(p)? else {
+                continue;
+            };
+            any = true;
+            // Records read after a reload was queued (and so after its version showed)
+            // meet the new component.
+            self.swap_pending();
+            let result = self.process(p, &records).await;
+            let commit_at = match &result {
+                Ok(()) => next,
+                Err((_, failed_offset)) => *failed_offset,
+            };
+            self.commit(p, commit_at);
+            self.positions.insert(p, commit_at);
+            if let Err((fatal, _)) = result {
+                return Err(fatal);
+            }
+        }
+        Ok(any)
+    }
+
+    /// The committed progress of partition `p`, else its log start offset.
+    fn start_position(&self, p: i32, log_start: i64) -> i64 {
+        let group = self.d.spec.group_id();
+        let topics = [(self.d.spec.input.clone(), vec![p])];
+        let fetched = self.ctx.groups.fetch_offsets(&group, Some(&topics));
+        fetched
+            .first()
+            .and_then(|(_, parts)| parts.first())
+            .and_then(|(_, c)| c.as_ref())
+            .map_or(log_start, |c| c.offset)
+    }
+
+    /// Reads up to [`CHUNK_MAX_RECORDS`] records of partition `p` from its position.
+    /// Returns them with their offsets and the position after them, or `None` when there
+    /// is nothing new.
+    #[allow(clippy::type_complexity)]
+    fn read(&mut self, p: i32) -> Result<Option<(Vec<(i64, Record)>, i64)>, Fatal> {
+        let input = &self.d.spec.input;
+        let Some(partition) = self.ctx.replicas.partition(input, p) else {
+            return Ok(None);
+        };
+        let log_start = partition.with_log(|l| l.log_start_offset());
+        let pos = match self.positions.get(&p) {
+            Some(&pos) => pos,
+            None => {
+                let pos = self.start_position(p, log_start);
+                self.positions.insert(p, pos);
+                pos
+            }
+        };
+        let read = partition.with_log(|l| {
+            let leo = l.log_end_offset();
+            l.read(pos, READ_MAX_BYTES, leo)
+        });
+        let bytes = match read {
+            Ok(r) => r.bytes,
+            Err(LogError::OffsetOutOfRange {
+                log_start_offset, ..
+            }) => {
+                // Retention removed what was not transformed yet, or the topic was
+                // recreated: go on from the earliest record (auto.offset.reset=earliest).
+                tracing::warn!(transform = %self.d.spec.name, partition = p, offset = pos, log_start_offset, "progress out of range; resuming at the log start");
+                self.positions.insert(p, log_start_offset);
+                return Ok(None);
+            }
+            Err(e) => {
+                tracing::warn!(transform = %self.d.spec.name, partition = p, error = %e, "cannot read the input");
+                return Ok(None);
+            }
+        };
+        if bytes.is_empty() {
+            return Ok(None);
+        }
+        let (records, next) = decode(bytes, pos, CHUNK_MAX_RECORDS).map_err(|e| {
+            Fatal(format!(
+                "cannot decode the input at {input}-{p} offset {pos}: {e}"
+            ))
+        })?;
+        if next <= pos {
+            return Ok(None);
+        }
+        Ok(Some((records, next)))
+    }
+
+    /// Transforms one chunk of partition `p` and writes its outputs, isolating failing
+    /// records. `Err` carries the fatal error and the offset progress may be committed at
+    /// (the failing record's).
+    async fn process(&mut self, p: i32, chunk: &[(i64, Record)]) -> Result<(), (Fatal, i64)> {
+        let stats = self.d.stats.clone();
+        stats
+            .records_in
+            .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        let records: Vec<Record> = chunk.iter().map(|(_, r)| r.clone()).collect();
+        let mut work = vec![Work::Range(0, records.len())];
+        while let Some(w) = work.pop() {
+            let (s, e) = match w {
+                Work::Bad(i, message, kind) => {
+                    self.fail_record(p, chunk[i].0, &records[i], &message, kind)
+                        .await
+                        .map_err(|f| (f, chunk[i].0))?;
+                    continue;
+                }
+                Work::Range(s, e) if s >= e => continue,
+                Work::Range(s, e) => (s, e),
+            };
+            let context = BatchContext {
+                topic: self.d.spec.input.clone(),
+                partition: p,
+                base_offset: chunk[s].0,
+            };
+            let started = Instant::now();
+            let result = self.transform.apply(&context, &records[s..e]).await;
+            stats
+                .busy_ns
+                .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            match result {
+                Ok(out) => {
+                    let failed = self.write_outputs(&out, s).await;
+                    for (i, message) in failed {
+                        self.fail_record(p, chunk[i].0, &records[i], &message, "OutputWrite")
+                            .await
+                            .map_err(|f| (f, chunk[i].0))?;
+                    }
+                }
+                Err(err) => {
+                    let kind = error_kind(&err);
+                    let message = err.to_string();
+                    let named = match &err {
+                        PluginError::Failed {
+                            record_index: Some(i),
+                            ..
+                        } if (*i as usize) < e - s => Some(s + *i as usize),
+                        _ => None,
+                    };
+                    if let Some(i) = named {
+                        work.push(Work::Range(i + 1, e));
+                        work.push(Work::Bad(i, message, kind));
+                        work.push(Work::Range(s, i));
+                    } else if e - s == 1 {
+                        work.push(Work::Bad(s, message, kind));
+                    } else {
+                        tracing::debug!(transform = %self.d.spec.name, error = %message, records = e - s, "call failed; re-running record by record");
+                        for j in (s..e).rev() {
+                            work.push(Work::Range(j, j + 1));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes a call's outputs (record indexes relative to `base`). Returns the input
+    /// records whose outputs could not be written, with why.
+    async fn write_outputs(
+        &self,
+        out: &crate::plugin::OutputBatch,
+        base: usize,
+    ) -> Vec<(usize, String)> {
+        let spec = &self.d.spec;
+        let mut by_topic: BTreeMap<&str, (Vec<Record>, Vec<usize>)> = BTreeMap::new();
+        let mut failed: Vec<(usize, String)> = Vec::new();
+        for r in out.iter() {
+            let i = base + r.input_index as usize;
+            let topic = r.topic.unwrap_or(spec.default_output());
+            if topic == spec.input {
+                failed.push((
+                    i,
+                    format!("plugin routed a record to the input topic {topic}, which would loop"),
+                ));
+                continue;
+            }
+            let entry = by_topic.entry(topic).or_default();
+            entry.0.push(r.to_output().record);
+            entry.1.push(i);
+        }
+        let mut written = 0u64;
+        for (topic, (records, indexes)) in by_topic {
+            match self.ingest.append(topic, None, &records).await {
+                Ok(_) => written += records.len() as u64,
+                Err(e) => {
+                    let message = format!("cannot write to output topic {topic}: {e}");
+                    for i in indexes {
+                        if !failed.iter().any(|(j, _)| *j == i) {
+                            failed.push((i, message.clone()));
+                        }
+                    }
+                }
+            }
+        }
+        self.d
+            .stats
+            .records_out
+            .fetch_add(written, Ordering::Relaxed);
+        failed.sort_by_key(|(i, _)| *i);
+        failed
+    }
+
+    /// Applies `errors.tolerance` to one failing record at `offset` of partition `p`.
+    async fn fail_record(
+        &self,
+        p: i32,
+        offset: i64,
+        record: &Record,
+        message: &str,
+        kind: &'static str,
+    ) -> Result<(), Fatal> {
+        let spec = &self.d.spec;
+        self.d.stats.errors.fetch_add(1, Ordering::Relaxed);
+        let located = format!("{message} (input {}-{p} offset {offset})", spec.input);
+        match spec.tolerance {
+            Tolerance::None => Err(Fatal(located)),
+            Tolerance::All => {
+                let Some(dlq) = &spec.dlq_topic else {
+                    tracing::warn!(transform = %spec.name, error = %located, "record skipped (errors.tolerance=all, no dead-letter topic)");
+                    return Ok(());
+                };
+                let plugin = format!("{}@{}", self.transform.name(), self.version);
+                let mut r = record.clone();
+                let mut add = |k: &str, v: String| {
+                    r.headers.push(Header {
+                        key: k.to_string(),
+                        value: Some(Bytes::from(v)),
+                    })
+                };
+                add("__connect.errors.topic", spec.input.clone());
+                add("__connect.errors.partition", p.to_string());
+                add("__connect.errors.offset", offset.to_string());
+                add("__connect.errors.exception.class.name", kind.to_string());
+                add("__connect.errors.exception.message", message.to_string());
+                add("weir.errors.transform", spec.name.clone());
+                add("weir.errors.plugin", plugin);
+                self.ingest
+                    .append(dlq, None, std::slice::from_ref(&r))
+                    .await
+                    .map_err(|e| {
+                        Fatal(format!(
+                            "cannot write to the dead-letter topic {dlq}: {e}; failing record: {located}"
+                        ))
+                    })?;
+                tracing::debug!(transform = %spec.name, error = %located, dlq = %dlq, "record sent to the dead-letter topic");
+                Ok(())
+            }
+        }
+    }
+
+    /// Commits `offset` as the progress of partition `p` (group `transform-<name>`).
+    fn commit(&self, p: i32, offset: i64) {
+        let req = CommitRequest {
+            group_id: self.d.spec.group_id(),
+            generation_id: -1,
+            member_id: String::new(),
+            group_instance_id: None,
+            offsets: vec![OffsetToCommit {
+                topic: self.d.spec.input.clone(),
+                partition: p,
+                offset,
+                leader_epoch: -1,
+                metadata: None,
+            }],
+        };
+        if let Some(Some(e)) = self.ctx.groups.commit(&req).first() {
+            tracing::warn!(transform = %self.d.spec.name, partition = p, offset, error = ?e, "progress not committed (it will be retried with the next chunk)");
+        }
+    }
+}
+
+/// The first 12 hex digits of a version.
+pub(crate) fn short(version: &str) -> &str {
+    version.get(..12).unwrap_or(version)
+}
+
+/// A name for the kind of failure (the DLQ's `__connect.errors.exception.class.name`).
+fn error_kind(e: &PluginError) -> &'static str {
+    match e {
+        PluginError::Read { .. } => "Read",
+        PluginError::NotWasm { .. } => "NotWasm",
+        PluginError::NotComponent { .. } => "NotComponent",
+        PluginError::Compile { .. } => "Compile",
+        PluginError::WrongWorld { .. } => "WrongWorld",
+        PluginError::Open { .. } => "Open",
+        PluginError::Timeout { .. } => "Timeout",
+        PluginError::MemoryLimit { .. } => "MemoryLimit",
+        PluginError::Trap { .. } => "Trap",
+        PluginError::Failed { .. } => "Failed",
+        PluginError::BadOutput { .. } => "BadOutput",
+        PluginError::InvalidCall { .. } => "InvalidCall",
+        PluginError::Host { .. } => "Host",
+    }
+}
+
+/// Decodes stored batches (as [`crate::log::PartitionLog::read`] returns them) into
+/// records at offsets ≥ `from`, at most `max` of them. Control records are skipped.
+/// Returns the records with their offsets and the offset to read next: after the last
+/// record taken, or after the last batch read when every record of it was taken or
+/// skipped (compaction leaves gaps).
+///
+/// Errors: a batch that does not decode (the log validated it at append, so this is
+/// corruption).
+pub(crate) fn decode(
+    mut bytes: Bytes,
+    from: i64,
+    max: usize,
+) -> Result<(Vec<(i64, Record)>, i64), String> {
+    let mut out = Vec::new();
+    let mut next = from;
+    while bytes.remaining() >= 12 {
+        let base = i64::from_be_bytes(bytes[0..8].try_into().unwrap_or_default());
+        let len = i32::from_be_bytes(bytes[8..12].try_into().unwrap_or_default());
+        let total =
+            12usize.saturating_add(usize::try_from(len).map_err(|_| "negative batch length")?);
+        if total > bytes.remaining() || total < 61 {
+            break; // a partial batch at the end of a read
+        }
+        let last_delta = i32::from_be_bytes(bytes[23..27].try_into().unwrap_or_default());
+        let batch_end = base + i64::from(last_delta) + 1;
+        let mut one = bytes.split_to(total);
+        let set = RecordBatchDecoder::decode(&mut one).map_err(|e| e.to_string())?;
+        let mut full = false;
+        for r in set.records {
+            if r.offset < from || r.control {
+                continue;
+            }
+            if out.len() == max {
+                full = true;
+                break;
+            }
+            next = r.offset + 1;
+            out.push((
+                r.offset,
+                Record {
+                    key: r.key,
+                    value: r.value,
+                    headers: r
+                        .headers
+                        .into_iter()
+                        .map(|(k, v)| Header {
+                            key: k.to_string(),
+                            value: v,
+                        })
+                        .collect(),
+                    timestamp_ms: r.timestamp,
+                },
+            ));
+        }
+        if full {
+            break;
+        }
+        next = next.max(batch_end);
+    }
+    Ok((out, next))
+}
+
+impl Deployment {
+    /// Marks the deployment FAILED with `message`.
+    pub(crate) fn set_failed(&self, message: String) {
+        let mut s = self.live();
+        s.state = RunState::Failed;
+        s.error = Some(message);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::BytesMut;
+    use kafka_protocol::records::{
+        Compression, Record as KafkaRecord, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+
+    use super::decode;
+
+    /// Stored batches as the log keeps them: `count` records each, from `base`, with
+    /// `codec`.
+    fn batches(specs: &[(i64, usize, Compression)]) -> bytes::Bytes {
+        let mut buf = BytesMut::new();
+        for &(base, count, codec) in specs {
+            let records: Vec<KafkaRecord> = (0..count)
+                .map(|i| KafkaRecord {
+                    transactional: false,
+                    control: false,
+                    delete_horizon: false,
+                    partition_leader_epoch: 0,
+                    producer_id: -1,
+                    producer_epoch: -1,
+                    timestamp_type: TimestampType::Creation,
+                    offset: base + i as i64,
+                    sequence: -1,
+                    timestamp: 7,
+                    key: None,
+                    value: Some(format!("v{}", base + i as i64).into()),
+                    headers: Default::default(),
+                })
+                .collect();
+            RecordBatchEncoder::encode(
+                &mut buf,
+                &records,
+                &RecordEncodeOptions {
+                    version: 2,
+                    compression: codec,
+                },
+            )
+            .unwrap();
+        }
+        buf.freeze()
+    }
+
+    fn values(out: &[(i64, crate::plugin::Record)]) -> Vec<(i64, String)> {
+        out.iter()
+            .map(|(o, r)| {
+                let v = r.value.as_deref().unwrap_or_default();
+                (*o, String::from_utf8_lossy(v).into_owned())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn decodes_from_the_middle_of_a_batch_across_codecs_up_to_a_limit() {
+        let bytes = batches(&[(10, 3, Compression::None), (13, 2, Compression::Zstd)]);
+        let (out, next) = decode(bytes.clone(), 11, 1000).unwrap();
+        assert_eq!(
+            values(&out),
+            [(11, "v11"), (12, "v12"), (13, "v13"), (14, "v14")].map(|(o, v)| (o, v.to_string()))
+        );
+        assert_eq!(next, 15);
+        // The limit stops inside a batch; the next read starts after the last taken.
+        let (out, next) = decode(bytes.clone(), 10, 2).unwrap();
+        assert_eq!(out.len(), 2);
+        assert_eq!(next, 12);
+        // A partial batch at the end of a read is left for the next read (the encoder
+        // writes the zstd records as batches of one: the cut takes the last).
+        let cut = bytes.slice(..bytes.len() - 5);
+        let (out, next) = decode(cut, 10, 1000).unwrap();
+        assert_eq!(out.len(), 4);
+        assert_eq!(next, 14);
+    }
+}
