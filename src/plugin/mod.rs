@@ -31,6 +31,7 @@
 //! Not here yet: hot reload, instance pools, transform deployment, DLQ.
 
 mod cache;
+mod connector;
 mod partitioner;
 mod sandbox;
 mod transform;
@@ -41,6 +42,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+pub use connector::{
+    ConnectorGrants, DirGrant, SinkConnector, SinkRecord, SourceConnector, SourcePosition,
+    SourceRecord, StringMap, TopicOffset,
+};
 pub use partitioner::Partitioner;
 pub use transform::{BatchContext, Header, Output, OutputBatch, OutputRecord, Record, Transform};
 
