@@ -129,6 +129,8 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("plugin.memory.max.bytes", Long, Some("67108864"), Some(65536), "Most linear memory one plugin instance may use (bytes)."),
     key("plugin.call.timeout.ms", Long, Some("1000"), Some(1), "Deadline of one plugin call (ms); a call past it fails and its instance is replaced."),
     key("transform.config.dir", KeyType::String, None, None, "Directory of transform deployment TOML files (*.toml), loaded at start and watched; unset: none."),
+    key("connect.config.dir", KeyType::String, None, None, "Directory of connector config TOML files (*.toml, Kafka Connect keys), started with the broker; unset: no connectors."),
+    key("connect.plugin.path", KeyType::String, Some("connectors/target/wasm32-wasip2/release"), None, "Directory holding the built-in connector components (file_source.wasm, file_sink.wasm); relative to the working directory."),
 ];
 
 /// A topic-level key (Kafka's `TopicConfig`) and the broker key supplying its default.
@@ -578,6 +580,10 @@ pub struct BrokerConfig {
     pub plugin: PluginSettings,
     /// `transform.config.dir`: transform deployment files (`None`: none).
     pub transform_config_dir: Option<PathBuf>,
+    /// `connect.config.dir`: connector config files (`None`: no connectors).
+    pub connect_config_dir: Option<PathBuf>,
+    /// `connect.plugin.path`: where built-in connector components are.
+    pub connect_plugin_path: PathBuf,
 }
 
 /// The admin HTTP listener, from `admin.listeners` (`http://HOST:PORT`).
@@ -710,6 +716,11 @@ impl BrokerConfig {
                 .value("transform.config.dir")
                 .filter(|d| !d.is_empty())
                 .map(PathBuf::from),
+            connect_config_dir: raw
+                .value("connect.config.dir")
+                .filter(|d| !d.is_empty())
+                .map(PathBuf::from),
+            connect_plugin_path: PathBuf::from(text("connect.plugin.path")),
             raw,
         })
     }
