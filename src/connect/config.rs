@@ -102,7 +102,11 @@ pub struct ConfigError {
     pub message: String,
 }
 
-fn flatten(prefix: &str, value: &toml::Value, out: &mut BTreeMap<String, String>) -> Result<(), String> {
+fn flatten(
+    prefix: &str,
+    value: &toml::Value,
+    out: &mut BTreeMap<String, String>,
+) -> Result<(), String> {
     let scalar = |v: &toml::Value| -> Option<String> {
         match v {
             toml::Value::String(s) => Some(s.clone()),
@@ -127,7 +131,10 @@ fn flatten(prefix: &str, value: &toml::Value, out: &mut BTreeMap<String, String>
         toml::Value::Array(items) => {
             let mut parts = Vec::with_capacity(items.len());
             for item in items {
-                parts.push(scalar(item).ok_or_else(|| format!("`{prefix}`: arrays may hold only plain values"))?);
+                parts.push(
+                    scalar(item)
+                        .ok_or_else(|| format!("`{prefix}`: arrays may hold only plain values"))?,
+                );
             }
             out.insert(prefix.to_string(), parts.join(","));
         }
@@ -163,10 +170,15 @@ impl ConnectorConfig {
             key: key.map(str::to_string),
             message,
         };
-        let value: toml::Value = toml::from_str(text).map_err(|e| fail(None, format!("not TOML: {e}")))?;
+        let value: toml::Value =
+            toml::from_str(text).map_err(|e| fail(None, format!("not TOML: {e}")))?;
         let mut keys = BTreeMap::new();
         flatten("", &value, &mut keys).map_err(|m| fail(None, m))?;
-        let get = |k: &str| keys.get(k).map(String::as_str).filter(|v| !v.trim().is_empty());
+        let get = |k: &str| {
+            keys.get(k)
+                .map(String::as_str)
+                .filter(|v| !v.trim().is_empty())
+        };
         let number = |k: &str, default: i64, min: i64| -> Result<i64, ConfigError> {
             match get(k) {
                 None => Ok(default),
@@ -182,14 +194,19 @@ impl ConnectorConfig {
             .trim()
             .to_string();
         if name.len() > 200 || name.chars().any(|c| c.is_control() || c == '/') {
-            return Err(fail(Some("name"), "at most 200 characters, no `/` or control characters".into()));
+            return Err(fail(
+                Some("name"),
+                "at most 200 characters, no `/` or control characters".into(),
+            ));
         }
         let class_text = get("connector.class")
             .ok_or_else(|| fail(Some("connector.class"), "required".into()))?
             .trim();
         let class = match BUILT_INS.iter().find(|(n, _)| *n == class_text) {
             Some((n, _)) => ConnectorClass::BuiltIn(n),
-            None if class_text.ends_with(".wasm") => ConnectorClass::Path(PathBuf::from(class_text)),
+            None if class_text.ends_with(".wasm") => {
+                ConnectorClass::Path(PathBuf::from(class_text))
+            }
             None => {
                 let known: Vec<&str> = BUILT_INS.iter().map(|(n, _)| *n).collect();
                 return Err(fail(
@@ -199,7 +216,12 @@ impl ConnectorConfig {
             }
         };
         let topics: Vec<String> = get("topics")
-            .map(|t| t.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect())
+            .map(|t| {
+                t.split(',')
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+                    .collect()
+            })
             .unwrap_or_default();
         let kind = match &class {
             ConnectorClass::BuiltIn(n) => BUILT_INS
@@ -211,25 +233,41 @@ impl ConnectorConfig {
             ConnectorClass::Path(_) => ConnectorKind::Source,
         };
         if kind == ConnectorKind::Sink && topics.is_empty() {
-            return Err(fail(Some("topics"), "a sink needs at least one topic".into()));
+            return Err(fail(
+                Some("topics"),
+                "a sink needs at least one topic".into(),
+            ));
         }
         if keys.contains_key("topics.regex") {
-            return Err(fail(Some("topics.regex"), "not supported yet; list the topics in `topics`".into()));
+            return Err(fail(
+                Some("topics.regex"),
+                "not supported yet; list the topics in `topics`".into(),
+            ));
         }
         let tasks_max = number("tasks.max", 1, 1)?;
-        let tasks_max = u32::try_from(tasks_max).map_err(|_| fail(Some("tasks.max"), "too large".into()))?;
+        let tasks_max =
+            u32::try_from(tasks_max).map_err(|_| fail(Some("tasks.max"), "too large".into()))?;
         let errors_tolerance = match get("errors.tolerance").map(str::trim) {
             None | Some("none") => ErrorTolerance::None,
             Some("all") => {
                 return Err(fail(
                     Some("errors.tolerance"),
-                    "`all` is not supported yet (it needs the dead-letter queue); use `none`".into(),
+                    "`all` is not supported yet (it needs the dead-letter queue); use `none`"
+                        .into(),
                 ))
             }
-            Some(other) => return Err(fail(Some("errors.tolerance"), format!("`{other}`: expected none or all"))),
+            Some(other) => {
+                return Err(fail(
+                    Some("errors.tolerance"),
+                    format!("`{other}`: expected none or all"),
+                ))
+            }
         };
         let file = match get("file") {
-            Some(f) => Some(std::path::absolute(f.trim()).map_err(|e| fail(Some("file"), format!("cannot make `{f}` absolute: {e}")))?),
+            Some(f) => Some(
+                std::path::absolute(f.trim())
+                    .map_err(|e| fail(Some("file"), format!("cannot make `{f}` absolute: {e}")))?,
+            ),
             None => None,
         };
         if matches!(class, ConnectorClass::BuiltIn(_)) && file.is_none() {
@@ -237,26 +275,36 @@ impl ConnectorConfig {
         }
         if let Some(f) = &file {
             if f.file_name().is_none() || f.parent().is_none() {
-                return Err(fail(Some("file"), format!("`{}` does not name a file in a directory", f.display())));
+                return Err(fail(
+                    Some("file"),
+                    format!("`{}` does not name a file in a directory", f.display()),
+                ));
             }
-            keys.insert("file".into(), f.display().to_string());
         }
         let batch_size = number("batch.size", 2000, 1)?;
         let retry_timeout = number("errors.retry.timeout", 60_000, -1)?;
+        let topic = get("topic").map(|t| t.trim().to_string());
+        let retry_delay_max_ms = number("errors.retry.delay.max.ms", 60_000, 0)? as u64;
+        let poll_interval_ms = number("poll.interval.ms", 200, 1)? as u64;
+        let offset_flush_interval_ms = number("offset.flush.interval.ms", 10_000, 1)? as u64;
+        if let Some(f) = &file {
+            // The guest sees the absolute path the runtime grants.
+            keys.insert("file".into(), f.display().to_string());
+        }
         Ok(ConnectorConfig {
             name,
             class,
             kind,
             tasks_max,
-            topic: get("topic").map(|t| t.trim().to_string()),
+            topic,
             topics,
             file,
             batch_size: u32::try_from(batch_size.min(1_000_000)).unwrap_or(1_000_000),
             errors_tolerance,
             retry_timeout_ms: u64::try_from(retry_timeout).ok(),
-            retry_delay_max_ms: number("errors.retry.delay.max.ms", 60_000, 0)? as u64,
-            poll_interval_ms: number("poll.interval.ms", 200, 1)? as u64,
-            offset_flush_interval_ms: number("offset.flush.interval.ms", 10_000, 1)? as u64,
+            retry_delay_max_ms,
+            poll_interval_ms,
+            offset_flush_interval_ms,
             pairs: keys.into_iter().collect(),
         })
     }
@@ -286,16 +334,23 @@ mod tests {
         assert_eq!(a, b);
         assert_eq!(a.kind, ConnectorKind::Source);
         assert_eq!(a.batch_size, 10);
-        assert_eq!(a.component_path(Path::new("/p")), PathBuf::from("/p/file_source.wasm"));
+        assert_eq!(
+            a.component_path(Path::new("/p")),
+            PathBuf::from("/p/file_source.wasm")
+        );
     }
 
     #[test]
     fn sinks_need_topics_and_bad_values_name_their_key() {
-        let e = parse("name = \"s\"\nconnector.class = \"file-sink\"\nfile = \"/tmp/x\"\n").unwrap_err();
+        let e = parse("name = \"s\"\nconnector.class = \"file-sink\"\nfile = \"/tmp/x\"\n")
+            .unwrap_err();
         assert_eq!(e.key.as_deref(), Some("topics"));
         let e = parse("name = \"s\"\nconnector.class = \"nope\"\n").unwrap_err();
         assert_eq!(e.key.as_deref(), Some("connector.class"));
-        let e = parse("name = \"s\"\nconnector.class = \"file-source\"\nfile = \"/tmp/x\"\nbatch.size = 0\n").unwrap_err();
+        let e = parse(
+            "name = \"s\"\nconnector.class = \"file-source\"\nfile = \"/tmp/x\"\nbatch.size = 0\n",
+        )
+        .unwrap_err();
         assert_eq!(e.key.as_deref(), Some("batch.size"));
         let e = parse("name = \"s\"\nconnector.class = \"file-source\"\nfile = \"/tmp/x\"\nerrors.tolerance = \"all\"\n").unwrap_err();
         assert_eq!(e.key.as_deref(), Some("errors.tolerance"));

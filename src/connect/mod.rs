@@ -192,22 +192,35 @@ impl ConnectRuntime {
         ingest: Arc<Ingest>,
         plugins: Arc<PluginHost>,
         shutdown: watch::Receiver<bool>,
-    ) -> anyhow::Result<(ConnectRuntime, impl std::future::Future<Output = ()> + Send + 'static)> {
+    ) -> anyhow::Result<(
+        ConnectRuntime,
+        impl std::future::Future<Output = ()> + Send + 'static,
+    )> {
         use anyhow::Context as _;
         let mut files: Vec<PathBuf> = std::fs::read_dir(&settings.config_dir)
-            .with_context(|| format!("cannot list connect.config.dir {}", settings.config_dir.display()))?
+            .with_context(|| {
+                format!(
+                    "cannot list connect.config.dir {}",
+                    settings.config_dir.display()
+                )
+            })?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.extension().is_some_and(|x| x == "toml"))
             .collect();
         files.sort();
-        let offsets_topic = InternalTopic::new(OFFSETS_TOPIC, ctx.metadata.clone(), ctx.replicas.clone());
+        let offsets_topic =
+            InternalTopic::new(OFFSETS_TOPIC, ctx.metadata.clone(), ctx.replicas.clone());
         let offsets = SourceOffsets::load(offsets_topic)
             .map_err(|e| anyhow::anyhow!(e))
             .context("cannot replay __connect_offsets")?;
         let runtime = ConnectRuntime::default();
         let deps = Arc::new(Deps {
             worker_id: format!("{}:{}", ctx.advertised.host, ctx.advertised.port),
-            status_topic: InternalTopic::new(STATUS_TOPIC, ctx.metadata.clone(), ctx.replicas.clone()),
+            status_topic: InternalTopic::new(
+                STATUS_TOPIC,
+                ctx.metadata.clone(),
+                ctx.replicas.clone(),
+            ),
             ctx,
             ingest,
             plugins,
@@ -218,27 +231,47 @@ impl ConnectRuntime {
         let mut configs = Vec::new();
         for file in files {
             let parsed = ConnectorConfig::from_file(&file);
-            let taken = |name: &str| deps.statuses.lock().unwrap_or_else(|p| p.into_inner()).contains_key(name);
+            let taken = |name: &str| {
+                deps.statuses
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .contains_key(name)
+            };
             let (name, result) = match parsed {
                 Ok(c) if taken(&c.name) => {
                     let name = c.name.clone();
-                    (name.clone(), Err(format!("connector {name} in {}: the name is already used by another file", file.display())))
+                    (
+                        name.clone(),
+                        Err(format!(
+                            "connector {name} in {}: the name is already used by another file",
+                            file.display()
+                        )),
+                    )
                 }
                 Ok(c) => (c.name.clone(), Ok(c)),
                 Err(e) => (
-                    file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
+                    file.file_stem()
+                        .map(|s| s.to_string_lossy().into_owned())
+                        .unwrap_or_default(),
                     Err(e.to_string()),
                 ),
             };
-            let state = if result.is_ok() { TaskState::Unassigned } else { TaskState::Failed };
-            deps.statuses.lock().unwrap_or_else(|p| p.into_inner()).insert(
-                name.clone(),
-                ConnectorStatus {
-                    state,
-                    trace: result.as_ref().err().cloned(),
-                    file: file.clone(),
-                },
-            );
+            let state = if result.is_ok() {
+                TaskState::Unassigned
+            } else {
+                TaskState::Failed
+            };
+            deps.statuses
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(
+                    name.clone(),
+                    ConnectorStatus {
+                        state,
+                        trace: result.as_ref().err().cloned(),
+                        file: file.clone(),
+                    },
+                );
             match result {
                 Ok(c) => {
                     if c.tasks_max > 1 {

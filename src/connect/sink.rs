@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use bytes::Bytes;
 use kafka_protocol::records::RecordBatchDecoder;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -13,7 +12,9 @@ use super::{Deps, Progress, TaskError};
 use crate::connect::config::ConnectorConfig;
 use crate::group::{CommitRequest, OffsetToCommit};
 use crate::log::LogError;
-use crate::plugin::{ConnectorGrants, DirGrant, Header, Record, SinkConnector, SinkRecord, TopicOffset};
+use crate::plugin::{
+    ConnectorGrants, DirGrant, Header, Record, SinkConnector, SinkRecord, TopicOffset,
+};
 
 /// Most bytes read from one partition per read.
 const READ_BYTES: usize = 1 << 20;
@@ -193,7 +194,8 @@ fn read_batch(
                 other => other,
             }
         });
-        let read = read.map_err(|e| TaskError::Runtime(format!("reading {topic}-{p} at {position}: {e}")))?;
+        let read = read
+            .map_err(|e| TaskError::Runtime(format!("reading {topic}-{p} at {position}: {e}")))?;
         if read.bytes.is_empty() {
             continue;
         }
@@ -218,7 +220,7 @@ fn read_batch(
                             .into_iter()
                             .map(|(k, v)| Header {
                                 key: k.to_string(),
-                                value: v.map(Bytes::from),
+                                value: v,
                             })
                             .collect(),
                         timestamp_ms: r.timestamp,

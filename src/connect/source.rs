@@ -88,13 +88,11 @@ fn write(
         Ok(())
     };
     for r in records {
-        let topic = r
-            .topic
-            .clone()
-            .or_else(|| c.topic.clone())
-            .ok_or_else(|| {
-                TaskError::Runtime("a record names no topic and the connector has no `topic` key".into())
-            })?;
+        let topic = r.topic.clone().or_else(|| c.topic.clone()).ok_or_else(|| {
+            TaskError::Runtime(
+                "a record names no topic and the connector has no `topic` key".into(),
+            )
+        })?;
         if run_topic.as_deref() != Some(topic.as_str()) {
             flush(&run_topic, &mut run)?;
             run_topic = Some(topic);

@@ -222,14 +222,15 @@ impl SourceOffsets {
     pub fn load(topic: InternalTopic) -> Result<SourceOffsets, String> {
         let mut latest: BTreeMap<String, BTreeMap<String, SourcePosition>> = BTreeMap::new();
         for (key, value) in topic.replay()? {
-            let parsed: Option<(String, Vec<(String, String)>)> = serde_json::from_slice::<serde_json::Value>(&key)
-                .ok()
-                .and_then(|k| {
-                    let arr = k.as_array()?;
-                    let name = arr.first()?.as_str()?.to_string();
-                    let partition = string_map(arr.get(1)?)?;
-                    Some((name, partition))
-                });
+            let parsed: Option<(String, Vec<(String, String)>)> =
+                serde_json::from_slice::<serde_json::Value>(&key)
+                    .ok()
+                    .and_then(|k| {
+                        let arr = k.as_array()?;
+                        let name = arr.first()?.as_str()?.to_string();
+                        let partition = string_map(arr.get(1)?)?;
+                        Some((name, partition))
+                    });
             let Some((name, partition)) = parsed else {
                 tracing::warn!(key = %String::from_utf8_lossy(&key), "not a Kafka Connect offset key in {OFFSETS_TOPIC}; skipped");
                 continue;
@@ -240,7 +241,11 @@ impl SourceOffsets {
                 None => {
                     entry.remove(&canonical);
                 }
-                Some(v) => match serde_json::from_slice::<serde_json::Value>(&v).ok().as_ref().and_then(string_map) {
+                Some(v) => match serde_json::from_slice::<serde_json::Value>(&v)
+                    .ok()
+                    .as_ref()
+                    .and_then(string_map)
+                {
                     Some(offset) => {
                         entry.insert(
                             canonical,
@@ -250,7 +255,9 @@ impl SourceOffsets {
                             },
                         );
                     }
-                    None => tracing::warn!(key = %canonical, "offset value is not a JSON object in {OFFSETS_TOPIC}; skipped"),
+                    None => {
+                        tracing::warn!(key = %canonical, "offset value is not a JSON object in {OFFSETS_TOPIC}; skipped")
+                    }
                 },
             }
         }
@@ -305,8 +312,14 @@ mod tests {
 
     #[test]
     fn offset_keys_are_kafka_connects_with_sorted_maps() {
-        let a = offset_key("src", &[("filename".into(), "/a b".into()), ("b".into(), "1".into())]);
-        let b = offset_key("src", &[("b".into(), "1".into()), ("filename".into(), "/a b".into())]);
+        let a = offset_key(
+            "src",
+            &[("filename".into(), "/a b".into()), ("b".into(), "1".into())],
+        );
+        let b = offset_key(
+            "src",
+            &[("b".into(), "1".into()), ("filename".into(), "/a b".into())],
+        );
         assert_eq!(a, b);
         assert_eq!(a, r#"["src",{"b":"1","filename":"/a b"}]"#);
     }

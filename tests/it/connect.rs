@@ -36,7 +36,9 @@ fn append(path: &Path, text: &str) {
 }
 
 fn lines(from: usize, to: usize) -> String {
-    (from..to).map(|i| format!("line {i} ✓ {}\n", "x".repeat(i % 50))).collect()
+    (from..to)
+        .map(|i| format!("line {i} ✓ {}\n", "x".repeat(i % 50)))
+        .collect()
 }
 
 /// Waits until `path` holds exactly `want` (panics after 60 s, showing the difference).
@@ -81,7 +83,8 @@ fn read_topic_for(
         .create()
         .unwrap();
     let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Beginning).unwrap();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning)
+        .unwrap();
     c.assign(&tpl).unwrap();
     let mut out = Vec::new();
     let deadline = Instant::now() + wait;
@@ -192,7 +195,10 @@ fn file_source_to_topic_to_file_sink_and_resume_after_restart() {
     let got = read_topic(&broker.bootstrap, "lines", 11_001);
     let values: Vec<&str> = got.iter().map(|(_, v)| v.as_str()).collect();
     let want_lines: Vec<&str> = want.lines().collect();
-    assert_eq!(values, want_lines, "no line lost or repeated across the restart");
+    assert_eq!(
+        values, want_lines,
+        "no line lost or repeated across the restart"
+    );
     broker.stop();
 }
 
@@ -201,8 +207,12 @@ fn file_source_to_topic_to_file_sink_and_resume_after_restart() {
 fn wait_for_status(bootstrap: &str, key: &str, want: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let records =
-            read_topic_for(bootstrap, "__connect_status", usize::MAX, Duration::from_secs(1));
+        let records = read_topic_for(
+            bootstrap,
+            "__connect_status",
+            usize::MAX,
+            Duration::from_secs(1),
+        );
         let latest = records
             .iter()
             .rev()
