@@ -107,7 +107,7 @@ fn send(p: &ThreadedProducer<DefaultProducerContext>, mut r: BaseRecord<'_, [u8]
 
 fn produce_input(bootstrap: &str, n: usize) {
     let p = producer(bootstrap);
-    let value = vec![b'v'; 100];
+    let value = [b'v'; 100];
     for i in 0..n {
         let key = (i as u64).to_be_bytes();
         send(&p, BaseRecord::to("in").key(&key[..]).payload(&value[..]));
