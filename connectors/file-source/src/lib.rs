@@ -89,10 +89,14 @@ impl State {
                     );
                     return Ok(false);
                 }
-                f.seek(SeekFrom::Start(self.position))
+                // Bytes already read into `pending` are not read again.
+                let resume = self.position + self.pending.len() as u64;
+                if len < resume {
+                    self.pending.clear();
+                }
+                f.seek(SeekFrom::Start(self.position + self.pending.len() as u64))
                     .map_err(|e| error(format!("cannot seek {}: {e}", self.path)))?;
                 self.file = Some(f);
-                self.pending.clear();
                 Ok(true)
             }
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
@@ -115,6 +119,10 @@ impl State {
                 .read(&mut chunk)
                 .map_err(|e| error(format!("cannot read {}: {e}", self.path)))?;
             if n == 0 {
+                // End of file. WASI's file input stream stays closed once it reported the
+                // end, so appended bytes would never be seen through it: reopen at the
+                // next poll (cheap, and where rotation will be noticed).
+                self.file = None;
                 break;
             }
             lines += chunk[..n].iter().filter(|&&b| b == b'\n').count();
