@@ -217,6 +217,19 @@ pub async fn run(
             }
         });
     }
+    if let Some(dir) = &config.connect_config_dir {
+        let (_connect, run) = crate::connect::ConnectRuntime::start(
+            crate::connect::ConnectSettings {
+                config_dir: dir.clone(),
+                plugin_path: config.connect_plugin_path.clone(),
+            },
+            ctx.clone(),
+            ingest.clone(),
+            plugins.clone(),
+            shutdown.clone(),
+        )?;
+        tasks.spawn(run);
+    }
     tasks.spawn(groups.clone().run_timers(shutdown.clone()));
     // Hot reload; on shutdown it stops every transform runner (each finishes its chunk).
     tasks.spawn(transforms.clone().run(shutdown.clone()));

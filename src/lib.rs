@@ -10,6 +10,7 @@ pub mod broker;
 pub mod cli;
 pub mod cluster;
 pub mod config;
+pub mod connect;
 pub mod group;
 pub mod ingest;
 pub mod log;

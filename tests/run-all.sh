@@ -4,9 +4,9 @@
 #  1. installs what the tests need (tests/install-deps.sh: kcat, Python and Node clients,
 #     C build deps of the bundled librdkafka, the wasm32-wasip2 Rust target) — idempotent,
 #     quiet when all is there;
-#  2. checks formatting and clippy (-D warnings), for the broker and for the plugin guests
-#     (plugins/, a separate workspace), and builds the guests (wasm32-wasip2 components
-#     the plugin tests load);
+#  2. checks formatting and clippy (-D warnings), for the broker, the plugin guests
+#     (plugins/) and the connector guests (connectors/) — separate workspaces — and builds
+#     the guests (wasm32-wasip2 components the plugin and connect tests load);
 #  3. runs every Rust test: unit tests and the one integration binary (tests/it), where
 #     real clients (rdkafka, kcat, confluent-kafka, kafka-python, aiokafka, kafkajs) drive
 #     real brokers;
@@ -38,6 +38,15 @@ step "plugin guests (plugins/, wasm32-wasip2)"
     cargo clippy --locked --all-targets -- -D warnings
     cargo clippy --locked --target wasm32-wasip2 -- -D warnings
     cargo test --locked
+    cargo build --locked --release --target wasm32-wasip2
+)
+
+step "connector guests (connectors/, wasm32-wasip2)"
+(
+    cd connectors
+    unset CARGO_TARGET_DIR
+    cargo fmt --all -- --check
+    cargo clippy --locked --target wasm32-wasip2 -- -D warnings
     cargo build --locked --release --target wasm32-wasip2
 )
 

@@ -131,6 +131,8 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("partitioner.file", KeyType::String, Some(""), None, "Partitioner component (.wasm path on the broker host) for records the broker routes itself (HTTP produce, transform outputs) on topics that set no `partitioner`; empty: Kafka's default (murmur2 of the key; keyless records spread)."),
     key("partitioner.config", KeyType::String, Some(""), None, "Config passed to that partitioner's open: comma-separated key=value pairs (e.g. field=user_id); values cannot contain commas."),
     key("transform.config.dir", KeyType::String, None, None, "Directory of transform deployment TOML files (*.toml), loaded at start and watched; unset: none."),
+    key("connect.config.dir", KeyType::String, None, None, "Directory of connector config TOML files (*.toml, Kafka Connect keys), started with the broker; unset: no connectors."),
+    key("connect.plugin.path", KeyType::String, Some("connectors/target/wasm32-wasip2/release"), None, "Directory holding the built-in connector components (file_source.wasm, file_sink.wasm); relative to the working directory."),
 ];
 
 /// A topic-level key (Kafka's `TopicConfig`) and the broker key supplying its default.
@@ -613,6 +615,10 @@ pub struct BrokerConfig {
     pub plugin: PluginSettings,
     /// `transform.config.dir`: transform deployment files (`None`: none).
     pub transform_config_dir: Option<PathBuf>,
+    /// `connect.config.dir`: connector config files (`None`: no connectors).
+    pub connect_config_dir: Option<PathBuf>,
+    /// `connect.plugin.path`: where built-in connector components are.
+    pub connect_plugin_path: PathBuf,
 }
 
 /// The admin HTTP listener, from `admin.listeners` (`http://HOST:PORT`).
@@ -745,6 +751,11 @@ impl BrokerConfig {
                 .value("transform.config.dir")
                 .filter(|d| !d.is_empty())
                 .map(PathBuf::from),
+            connect_config_dir: raw
+                .value("connect.config.dir")
+                .filter(|d| !d.is_empty())
+                .map(PathBuf::from),
+            connect_plugin_path: PathBuf::from(text("connect.plugin.path")),
             raw,
         })
     }

@@ -34,6 +34,7 @@
 //! loads new versions through this host). Not yet: instance pools.
 
 mod cache;
+mod connector;
 mod instance;
 mod partitioner;
 mod sandbox;
@@ -45,6 +46,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+pub use connector::{
+    ConnectorGrants, DirGrant, SinkConnector, SinkRecord, SourceConnector, SourcePosition,
+    SourceRecord, StringMap, TopicOffset,
+};
 pub use partitioner::Partitioner;
 pub use transform::{BatchContext, Header, Output, OutputBatch, OutputRecord, Record, Transform};
 

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError};
-use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::PluginLimits;
 
@@ -90,6 +90,48 @@ impl StoreState {
             },
             stderr_tail,
         }
+    }
+
+    /// A state whose WASI context also preopens `dirs` (a connector's granted
+    /// directories); otherwise as [`StoreState::new`].
+    ///
+    /// Errors: a directory that cannot be opened, as a message naming it.
+    pub(crate) fn with_dirs(
+        plugin: &Arc<str>,
+        limits: &PluginLimits,
+        dirs: &[super::DirGrant],
+    ) -> Result<Self, String> {
+        let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stdout(GuestLog::new(plugin.clone(), "stdout", None))
+            .stderr(GuestLog::new(
+                plugin.clone(),
+                "stderr",
+                Some(stderr_tail.clone()),
+            ));
+        for d in dirs {
+            let perms = if d.writable {
+                FsPerms::ReadWrite
+            } else {
+                FsPerms::ReadOnly
+            };
+            wasi.preopened_dir(&d.host, &d.guest, perms)
+                .map_err(|e| format!("cannot grant directory {}: {e:#}", d.host.display()))?;
+        }
+        Ok(StoreState {
+            wasi: wasi.build(),
+            table: ResourceTable::new(),
+            limiter: Limiter {
+                memory_bytes: limits.memory_bytes,
+                denied_bytes: None,
+            },
+            stderr_tail,
+        })
+    }
+
+    /// The memory limiter, for a store whose data wraps a `StoreState`.
+    pub(crate) fn limiter(&mut self) -> &mut dyn wasmtime::ResourceLimiter {
+        &mut self.limiter
     }
 
     /// Installs the limiter on `store`.

@@ -41,16 +41,22 @@ fn target_installed() -> bool {
 }
 
 fn build() -> Result<PathBuf, String> {
+    build_workspace(&plugins_dir())
+}
+
+/// Builds the guest workspace at `dir` (`plugins/` or `connectors/`) with
+/// `cargo build --release --target wasm32-wasip2` into its own `target/`; returns the
+/// directory of the built components.
+pub fn build_workspace(dir: &Path) -> Result<PathBuf, String> {
     if !target_installed() {
         return Err("the wasm32-wasip2 Rust target is missing: run \
                     `rustup target add wasm32-wasip2` (tests/install-deps.sh does it)"
             .into());
     }
-    let dir = plugins_dir();
     let target_dir = dir.join("target");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
-        .current_dir(&dir)
+        .current_dir(dir)
         .env_remove("CARGO_TARGET_DIR")
         .env_remove("RUSTFLAGS")
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
@@ -79,7 +85,8 @@ fn build() -> Result<PathBuf, String> {
                 ""
             };
         return Err(format!(
-            "building the guests (cd plugins && cargo build --release --target wasm32-wasip2) failed:\n{stderr}{hint}"
+            "building the guests (cd {} && cargo build --release --target wasm32-wasip2) failed:\n{stderr}{hint}",
+            dir.display()
         ));
     }
     Ok(target_dir.join("wasm32-wasip2/release"))

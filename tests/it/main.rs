@@ -9,6 +9,7 @@ mod bad_input;
 mod cli;
 mod clients;
 mod config;
+mod connect;
 mod crash;
 mod fetch;
 mod group_protocol;

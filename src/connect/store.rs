@@ -1,0 +1,326 @@
+//! The connect runtime's internal topics, written and replayed in process:
+//!
+//! - `__connect_offsets` (compacted, 1 partition): source offsets, Kafka Connect's
+//!   format. Key = JSON `["<connector name>", {<source partition map>}]` (map keys
+//!   sorted, so one partition always gives the same key and compaction keeps the latest);
+//!   value = JSON `{<source offset map>}` — values are strings, as the WIT maps carry
+//!   them (Kafka Connect's FileStreamSource writes `{"position": 123}`; weir's file
+//!   source writes `{"position": "123"}`); a null value (tombstone) forgets the
+//!   partition. Replayed at start: the last record per key wins.
+//! - `__connect_status` (compacted, 1 partition): key `status-connector-<name>` and
+//!   `status-task-<name>-0`, value JSON `{"state": "RUNNING"|"FAILED"|..., "trace":
+//!   <error or null>, "worker_id": "<host:port>", "generation": 0}`, as Kafka Connect's
+//!   status backing store. Written on every state change; readable by any consumer.
+//!
+//! Both are written with acks=1 semantics (appended to the log, not fsynced), like every
+//! other append on this single node.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::records::{
+    Compression, Record as KafkaRecord, RecordBatchDecoder, RecordBatchEncoder,
+    RecordEncodeOptions, TimestampType,
+};
+
+use crate::cluster::Metadata;
+use crate::log::split_batches;
+use crate::plugin::SourcePosition;
+use crate::replica::{now_ms, ReplicaManager};
+
+/// Source offsets topic.
+pub const OFFSETS_TOPIC: &str = "__connect_offsets";
+/// Connector and task status topic.
+pub const STATUS_TOPIC: &str = "__connect_status";
+
+/// Most bytes read per log read while replaying.
+const REPLAY_READ_BYTES: usize = 1 << 20;
+
+/// One compacted single-partition topic the runtime owns.
+#[derive(Debug, Clone)]
+pub struct InternalTopic {
+    name: &'static str,
+    metadata: Arc<Metadata>,
+    replicas: Arc<ReplicaManager>,
+}
+
+impl InternalTopic {
+    /// The topic `name` over the broker's owners (created on first use).
+    pub fn new(name: &'static str, metadata: Arc<Metadata>, replicas: Arc<ReplicaManager>) -> Self {
+        InternalTopic {
+            name,
+            metadata,
+            replicas,
+        }
+    }
+
+    /// Creates the topic (compacted, one partition) unless it exists.
+    ///
+    /// Errors: metadata or the log cannot be written, as a message.
+    pub fn ensure(&self) -> Result<(), String> {
+        if self.replicas.partition(self.name, 0).is_some() {
+            return Ok(());
+        }
+        let configs = BTreeMap::from([("cleanup.policy".to_string(), "compact".to_string())]);
+        let meta = match self
+            .metadata
+            .create_topic(self.name, 1, 1, configs)
+            .map_err(|e| format!("creating {}: {e}", self.name))?
+        {
+            Some(meta) => meta,
+            None => self
+                .metadata
+                .topic(self.name)
+                .ok_or_else(|| format!("{} was created and is gone", self.name))?,
+        };
+        self.replicas
+            .open_partitions(&meta, 0)
+            .map_err(|e| format!("opening {}: {e}", self.name))?;
+        Ok(())
+    }
+
+    /// Appends `records` (key, value; `None` = tombstone) as one batch.
+    ///
+    /// Errors: the topic cannot be created or the append fails, as a message.
+    pub fn append(&self, records: &[(Bytes, Option<Bytes>)]) -> Result<(), String> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        self.ensure()?;
+        let fail = |m: String| format!("{}-0: {m}", self.name);
+        let partition = self
+            .replicas
+            .partition(self.name, 0)
+            .ok_or_else(|| fail("partition is not open".into()))?;
+        let now = now_ms();
+        let encoded: Vec<KafkaRecord> = records
+            .iter()
+            .enumerate()
+            .map(|(i, (key, value))| KafkaRecord {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                sequence: -1,
+                timestamp: now,
+                key: Some(key.clone()),
+                value: value.clone(),
+                headers: Default::default(),
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            &encoded,
+            &RecordEncodeOptions {
+                version: 2,
+                compression: Compression::None,
+            },
+        )
+        .map_err(|e| fail(format!("cannot encode: {e}")))?;
+        let batches = split_batches(buf.freeze()).map_err(|e| fail(e.to_string()))?;
+        self.replicas
+            .append(&partition, batches)
+            .map_err(|e| fail(e.to_string()))?;
+        Ok(())
+    }
+
+    /// Every keyed record in offset order (key, value), or nothing when the topic does
+    /// not exist.
+    ///
+    /// Errors: a read fails (I/O), as a message. An undecodable batch ends the replay
+    /// with a warning (what precedes it is returned).
+    pub fn replay(&self) -> Result<Vec<(Bytes, Option<Bytes>)>, String> {
+        let Some(partition) = self.replicas.partition(self.name, 0) else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        let (mut offset, end) = partition.with_log(|l| (l.log_start_offset(), l.log_end_offset()));
+        while offset < end {
+            let read = partition
+                .with_log(|l| l.read(offset, REPLAY_READ_BYTES, end))
+                .map_err(|e| format!("{}-0 at {offset}: {e}", self.name))?;
+            if read.bytes.is_empty() {
+                break;
+            }
+            let mut bytes = read.bytes;
+            let sets = match RecordBatchDecoder::decode_all(&mut bytes) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(offset, error = %e, "unreadable batch in {}; replay stops here", self.name);
+                    break;
+                }
+            };
+            let mut next = offset;
+            for set in sets {
+                for r in set.records {
+                    next = next.max(r.offset + 1);
+                    if r.offset < offset || r.control {
+                        continue;
+                    }
+                    if let Some(key) = r.key {
+                        out.push((key, r.value));
+                    }
+                }
+            }
+            if next <= offset {
+                break;
+            }
+            offset = next;
+        }
+        Ok(out)
+    }
+}
+
+/// The JSON key of a source partition: `["name", {partition}]`, map keys sorted.
+pub fn offset_key(connector: &str, partition: &[(String, String)]) -> String {
+    let map: serde_json::Map<String, serde_json::Value> = partition
+        .iter()
+        .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+        .collect();
+    serde_json::Value::Array(vec![
+        serde_json::Value::String(connector.to_string()),
+        serde_json::Value::Object(map),
+    ])
+    .to_string()
+}
+
+fn string_map(v: &serde_json::Value) -> Option<Vec<(String, String)>> {
+    let obj = v.as_object()?;
+    Some(
+        obj.iter()
+            .map(|(k, v)| {
+                let text = match v {
+                    serde_json::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                (k.clone(), text)
+            })
+            .collect(),
+    )
+}
+
+/// Source offsets of every connector: replayed from `__connect_offsets` at start, kept
+/// in memory, written through on every commit.
+#[derive(Debug)]
+pub struct SourceOffsets {
+    topic: InternalTopic,
+    /// connector name → (offset key JSON → position).
+    latest: Mutex<BTreeMap<String, BTreeMap<String, SourcePosition>>>,
+}
+
+impl SourceOffsets {
+    /// Replays `__connect_offsets`. Records that are not Kafka Connect's format are
+    /// skipped with a warning (another tool may share the topic).
+    ///
+    /// Errors: the topic cannot be read, as a message.
+    pub fn load(topic: InternalTopic) -> Result<SourceOffsets, String> {
+        let mut latest: BTreeMap<String, BTreeMap<String, SourcePosition>> = BTreeMap::new();
+        for (key, value) in topic.replay()? {
+            let parsed: Option<(String, Vec<(String, String)>)> =
+                serde_json::from_slice::<serde_json::Value>(&key)
+                    .ok()
+                    .and_then(|k| {
+                        let arr = k.as_array()?;
+                        let name = arr.first()?.as_str()?.to_string();
+                        let partition = string_map(arr.get(1)?)?;
+                        Some((name, partition))
+                    });
+            let Some((name, partition)) = parsed else {
+                tracing::warn!(key = %String::from_utf8_lossy(&key), "not a Kafka Connect offset key in {OFFSETS_TOPIC}; skipped");
+                continue;
+            };
+            let canonical = offset_key(&name, &partition);
+            let entry = latest.entry(name).or_default();
+            match value {
+                None => {
+                    entry.remove(&canonical);
+                }
+                Some(v) => match serde_json::from_slice::<serde_json::Value>(&v)
+                    .ok()
+                    .as_ref()
+                    .and_then(string_map)
+                {
+                    Some(offset) => {
+                        entry.insert(
+                            canonical,
+                            SourcePosition {
+                                source_partition: partition,
+                                source_offset: offset,
+                            },
+                        );
+                    }
+                    None => {
+                        tracing::warn!(key = %canonical, "offset value is not a JSON object in {OFFSETS_TOPIC}; skipped")
+                    }
+                },
+            }
+        }
+        Ok(SourceOffsets {
+            topic,
+            latest: Mutex::new(latest),
+        })
+    }
+
+    /// The stored positions of `connector` (one per source partition).
+    pub fn positions(&self, connector: &str) -> Vec<SourcePosition> {
+        let latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
+        latest
+            .get(connector)
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Writes `positions` of `connector` to `__connect_offsets` (one batch), then
+    /// remembers them.
+    ///
+    /// Errors: the append fails, as a message (nothing is remembered).
+    pub fn commit(&self, connector: &str, positions: &[SourcePosition]) -> Result<(), String> {
+        let records: Vec<(Bytes, Option<Bytes>)> = positions
+            .iter()
+            .map(|p| {
+                let key = offset_key(connector, &p.source_partition);
+                let value: serde_json::Map<String, serde_json::Value> = p
+                    .source_offset
+                    .iter()
+                    .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+                    .collect();
+                (
+                    Bytes::from(key),
+                    Some(Bytes::from(serde_json::Value::Object(value).to_string())),
+                )
+            })
+            .collect();
+        self.topic.append(&records)?;
+        let mut latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = latest.entry(connector.to_string()).or_default();
+        for p in positions {
+            entry.insert(offset_key(connector, &p.source_partition), p.clone());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::offset_key;
+
+    #[test]
+    fn offset_keys_are_kafka_connects_with_sorted_maps() {
+        let a = offset_key(
+            "src",
+            &[("filename".into(), "/a b".into()), ("b".into(), "1".into())],
+        );
+        let b = offset_key(
+            "src",
+            &[("b".into(), "1".into()), ("filename".into(), "/a b".into())],
+        );
+        assert_eq!(a, b);
+        assert_eq!(a, r#"["src",{"b":"1","filename":"/a b"}]"#);
+    }
+}

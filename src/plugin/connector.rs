@@ -1,0 +1,551 @@
+//! The connector runtimes' wasmtime side: one instance of a `source-connector` or
+//! `sink-connector` component (`wit/connector.wit`), with the capabilities its config
+//! grants and nothing else.
+//!
+//! Unlike a transform, a connector instance that traps is not replaced here: the call
+//! fails, the instance is dropped, and every later call fails at once with
+//! [`PluginError::Host`]. Restarting (with backoff, re-opening with the stored offsets)
+//! is the connect runtime's decision (`crate::connect`), because a connector's state —
+//! its position in a file, its open database — must be rebuilt from durable offsets, not
+//! from the config alone.
+//!
+//! Capabilities: the preopened directories of [`ConnectorGrants`] (each read-only or
+//! read-write) and the `log` interface; clocks and random as every plugin. No sockets, no
+//! environment, no other path.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::Store;
+
+use super::sandbox::StoreState;
+use super::{call_error, Header, PluginError, PluginHost, Record, Shared};
+
+mod source_bindings {
+    wasmtime::component::bindgen!({
+        path: "wit",
+        world: "source-connector",
+        exports: { default: async },
+    });
+}
+
+mod sink_bindings {
+    wasmtime::component::bindgen!({
+        path: "wit",
+        world: "sink-connector",
+        exports: { default: async },
+    });
+}
+
+use sink_bindings::weir::plugin::connector_types as sink_types;
+use source_bindings::weir::plugin::connector_types as src_types;
+
+/// A directory granted to a connector: `host` appears in the guest as `guest`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirGrant {
+    /// Directory on the host.
+    pub host: PathBuf,
+    /// Path the guest opens it by (weir uses the host path itself, so paths in the
+    /// connector's config and its error messages mean the same thing on both sides).
+    pub guest: String,
+    /// Read-write when true, read-only otherwise.
+    pub writable: bool,
+}
+
+/// What a connector instance may use beyond clocks, random and `log`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConnectorGrants {
+    /// Preopened directories.
+    pub dirs: Vec<DirGrant>,
+}
+
+/// A source partition or source offset map (Kafka Connect's, with string values).
+pub type StringMap = Vec<(String, String)>;
+
+/// One record a source task returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceRecord {
+    /// The record (timestamp 0 or less: stamp at append).
+    pub record: Record,
+    /// Its source partition.
+    pub source_partition: StringMap,
+    /// The offset just after it in its source partition.
+    pub source_offset: StringMap,
+    /// Topic, when the connector chose one.
+    pub topic: Option<String>,
+}
+
+/// A source partition and its stored offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourcePosition {
+    /// The source partition.
+    pub source_partition: StringMap,
+    /// Its offset.
+    pub source_offset: StringMap,
+}
+
+/// One record handed to a sink task, with where it was read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SinkRecord {
+    /// The record.
+    pub record: Record,
+    /// Topic read.
+    pub topic: String,
+    /// Partition read.
+    pub partition: i32,
+    /// The record's offset.
+    pub offset: i64,
+}
+
+/// A topic partition and an offset (the next one to read).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicOffset {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// Offset.
+    pub offset: i64,
+}
+
+/// What a connector instance's `Store` holds: the plugin state and its name for `log`.
+struct ConnectorState {
+    base: StoreState,
+    name: Arc<str>,
+}
+
+impl wasmtime_wasi::WasiView for ConnectorState {
+    fn ctx(&mut self) -> wasmtime_wasi::WasiCtxView<'_> {
+        self.base.ctx()
+    }
+}
+
+macro_rules! impl_log {
+    ($bindings:ident) => {
+        impl $bindings::weir::plugin::log::Host for ConnectorState {
+            fn log(&mut self, level: $bindings::weir::plugin::log::Level, message: String) {
+                use $bindings::weir::plugin::log::Level;
+                let name = &*self.name;
+                match level {
+                    Level::Trace => {
+                        tracing::trace!(target: "weir::connect::guest", connector = name, "{message}")
+                    }
+                    Level::Debug => {
+                        tracing::debug!(target: "weir::connect::guest", connector = name, "{message}")
+                    }
+                    Level::Info => {
+                        tracing::info!(target: "weir::connect::guest", connector = name, "{message}")
+                    }
+                    Level::Warn => {
+                        tracing::warn!(target: "weir::connect::guest", connector = name, "{message}")
+                    }
+                    Level::Error => {
+                        tracing::error!(target: "weir::connect::guest", connector = name, "{message}")
+                    }
+                }
+            }
+        }
+    };
+}
+impl_log!(source_bindings);
+impl_log!(sink_bindings);
+
+/// A store with limits, deadline and grants, and a linker with WASI and `log`.
+fn new_store(
+    shared: &Shared,
+    name: &Arc<str>,
+    grants: &ConnectorGrants,
+) -> Result<Store<ConnectorState>, PluginError> {
+    let base = StoreState::with_dirs(name, &shared.limits, &grants.dirs).map_err(|message| {
+        PluginError::Host {
+            message: format!("connector {name}: {message}"),
+        }
+    })?;
+    let mut store = Store::new(
+        &shared.engine,
+        ConnectorState {
+            base,
+            name: name.clone(),
+        },
+    );
+    store.limiter(|s| s.base.limiter());
+    store.epoch_deadline_trap();
+    store.set_epoch_deadline(shared.deadline_ticks());
+    Ok(store)
+}
+
+fn linker(shared: &Shared) -> Result<Linker<ConnectorState>, PluginError> {
+    let mut linker = Linker::new(&shared.engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| PluginError::Host {
+        message: format!("linking WASI: {e:#}"),
+    })?;
+    Ok(linker)
+}
+
+fn to_wit_record<R>(
+    r: &Record,
+    make: impl FnOnce(Option<Vec<u8>>, Option<Vec<u8>>, Vec<(String, Option<Vec<u8>>)>, i64) -> R,
+) -> R {
+    make(
+        r.key.as_ref().map(|b| b.to_vec()),
+        r.value.as_ref().map(|b| b.to_vec()),
+        r.headers
+            .iter()
+            .map(|h| (h.key.clone(), h.value.as_ref().map(|v| v.to_vec())))
+            .collect(),
+        r.timestamp_ms,
+    )
+}
+
+/// Builds a loaded-connector failure from a wasmtime error, looking at the store.
+fn failed(name: &str, shared: &Shared, state: &ConnectorState, e: &wasmtime::Error) -> PluginError {
+    call_error(name, &shared.limits, &state.base, e)
+}
+
+fn dead(name: &str) -> PluginError {
+    PluginError::Host {
+        message: format!("connector {name}: the instance failed earlier; restart the task"),
+    }
+}
+
+/// A loaded source connector task (world `source-connector`): one instance.
+pub struct SourceConnector {
+    shared: Arc<Shared>,
+    name: Arc<str>,
+    live: Option<(Store<ConnectorState>, source_bindings::SourceConnector)>,
+}
+
+/// A loaded sink connector task (world `sink-connector`): one instance.
+pub struct SinkConnector {
+    shared: Arc<Shared>,
+    name: Arc<str>,
+    live: Option<(Store<ConnectorState>, sink_bindings::SinkConnector)>,
+}
+
+impl PluginHost {
+    /// Loads and instantiates a source connector component (world `source-connector`)
+    /// from `path` with `grants`. Call [`SourceConnector::open`] next.
+    ///
+    /// Errors: as [`PluginHost::load_transform`] (without `Open`); [`PluginError::Host`]
+    /// when a granted directory cannot be opened.
+    pub async fn load_source_connector(
+        &self,
+        path: &Path,
+        grants: &ConnectorGrants,
+    ) -> Result<SourceConnector, PluginError> {
+        let (name, component) = self.component(path)?;
+        let shared = self.shared.clone();
+        let mut linker = linker(&shared)?;
+        source_bindings::weir::plugin::log::add_to_linker::<_, HasSelf<ConnectorState>>(
+            &mut linker,
+            |s| s,
+        )
+        .map_err(|e| PluginError::Host {
+            message: format!("linking log: {e:#}"),
+        })?;
+        let pre = instantiate_pre(&linker, &component, &name, "source-connector")?;
+        let pre = source_bindings::SourceConnectorPre::new(pre)
+            .map_err(|e| wrong_world(&name, "source-connector", e))?;
+        let mut store = new_store(&shared, &name, grants)?;
+        let world = match pre.instantiate_async(&mut store).await {
+            Ok(w) => w,
+            Err(e) => return Err(failed(&name, &shared, store.data(), &e)),
+        };
+        Ok(SourceConnector {
+            shared,
+            name,
+            live: Some((store, world)),
+        })
+    }
+
+    /// Loads and instantiates a sink connector component (world `sink-connector`). Call
+    /// [`SinkConnector::open`] next.
+    ///
+    /// Errors: as [`PluginHost::load_source_connector`].
+    pub async fn load_sink_connector(
+        &self,
+        path: &Path,
+        grants: &ConnectorGrants,
+    ) -> Result<SinkConnector, PluginError> {
+        let (name, component) = self.component(path)?;
+        let shared = self.shared.clone();
+        let mut linker = linker(&shared)?;
+        sink_bindings::weir::plugin::log::add_to_linker::<_, HasSelf<ConnectorState>>(
+            &mut linker,
+            |s| s,
+        )
+        .map_err(|e| PluginError::Host {
+            message: format!("linking log: {e:#}"),
+        })?;
+        let pre = instantiate_pre(&linker, &component, &name, "sink-connector")?;
+        let pre = sink_bindings::SinkConnectorPre::new(pre)
+            .map_err(|e| wrong_world(&name, "sink-connector", e))?;
+        let mut store = new_store(&shared, &name, grants)?;
+        let world = match pre.instantiate_async(&mut store).await {
+            Ok(w) => w,
+            Err(e) => return Err(failed(&name, &shared, store.data(), &e)),
+        };
+        Ok(SinkConnector {
+            shared,
+            name,
+            live: Some((store, world)),
+        })
+    }
+}
+
+fn wrong_world(name: &str, world: &'static str, e: wasmtime::Error) -> PluginError {
+    PluginError::WrongWorld {
+        plugin: name.to_string(),
+        world,
+        message: format!("{e:#}"),
+    }
+}
+
+fn instantiate_pre(
+    linker: &Linker<ConnectorState>,
+    component: &Component,
+    name: &str,
+    world: &'static str,
+) -> Result<wasmtime::component::InstancePre<ConnectorState>, PluginError> {
+    linker
+        .instantiate_pre(component)
+        .map_err(|e| wrong_world(name, world, e))
+}
+
+/// Runs one call on a live instance: a fresh deadline and stderr tail first; a wasmtime
+/// error (trap, timeout, memory) drops the instance. `$call` is a closure-like block
+/// given `store` and `world`.
+macro_rules! call {
+    ($self:ident, |$store:ident, $world:ident| $body:expr) => {{
+        let deadline = $self.shared.deadline_ticks();
+        let Some((store, world)) = $self.live.as_mut() else {
+            return Err(dead(&$self.name));
+        };
+        store.data_mut().base.begin_call();
+        store.set_epoch_deadline(deadline);
+        let result = {
+            let $store = &mut *store;
+            let $world = &*world;
+            $body.await
+        };
+        match result {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                let err = failed(&$self.name, &$self.shared, store.data(), &e);
+                $self.live = None;
+                Err(err)
+            }
+        }
+    }};
+}
+
+fn plugin_failed(name: &str, message: String, record_index: Option<u32>) -> PluginError {
+    PluginError::Failed {
+        plugin: name.to_string(),
+        message,
+        record_index,
+    }
+}
+
+impl SourceConnector {
+    /// The component's name (its file name).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `open(config, offsets)`.
+    ///
+    /// Errors: [`PluginError::Open`] with the connector's message; a trap, timeout or
+    /// memory limit (the instance is then dead).
+    pub async fn open(
+        &mut self,
+        config: &[(String, String)],
+        offsets: &[SourcePosition],
+    ) -> Result<(), PluginError> {
+        let config = config.to_vec();
+        let offsets: Vec<src_types::SourcePosition> = offsets
+            .iter()
+            .map(|p| src_types::SourcePosition {
+                source_partition: p.source_partition.clone(),
+                source_offset: p.source_offset.clone(),
+            })
+            .collect();
+        let r = call!(self, |store, world| world
+            .weir_plugin_source()
+            .call_open(store, &config, &offsets))?;
+        r.map_err(|e| PluginError::Open {
+            plugin: self.name.to_string(),
+            message: e.message,
+        })
+    }
+
+    /// `poll(max-records)`: at most `max_records` records (more is refused as
+    /// [`PluginError::BadOutput`]).
+    ///
+    /// Errors: [`PluginError::Failed`] with the connector's message; a trap, timeout or
+    /// memory limit (the instance is then dead).
+    pub async fn poll(&mut self, max_records: u32) -> Result<Vec<SourceRecord>, PluginError> {
+        let r = call!(self, |store, world| world
+            .weir_plugin_source()
+            .call_poll(store, max_records))?;
+        let records = r.map_err(|e| plugin_failed(&self.name, e.message, e.record_index))?;
+        if records.len() > max_records as usize {
+            return Err(PluginError::BadOutput {
+                plugin: self.name.to_string(),
+                message: format!(
+                    "poll returned {} records, more than the {max_records} asked for",
+                    records.len()
+                ),
+            });
+        }
+        Ok(records
+            .into_iter()
+            .map(|r| SourceRecord {
+                record: Record {
+                    key: r.record.key.map(Bytes::from),
+                    value: r.record.value.map(Bytes::from),
+                    headers: r
+                        .record
+                        .headers
+                        .into_iter()
+                        .map(|h| Header {
+                            key: h.key,
+                            value: h.value.map(Bytes::from),
+                        })
+                        .collect(),
+                    timestamp_ms: r.record.timestamp_ms,
+                },
+                source_partition: r.source_partition,
+                source_offset: r.source_offset,
+                topic: r.topic,
+            })
+            .collect())
+    }
+
+    /// `commit(offsets)`: tells the connector these offsets are durable.
+    ///
+    /// Errors: a trap, timeout or memory limit (the instance is then dead).
+    pub async fn commit(&mut self, offsets: &[SourcePosition]) -> Result<(), PluginError> {
+        let offsets: Vec<src_types::SourcePosition> = offsets
+            .iter()
+            .map(|p| src_types::SourcePosition {
+                source_partition: p.source_partition.clone(),
+                source_offset: p.source_offset.clone(),
+            })
+            .collect();
+        call!(self, |store, world| world
+            .weir_plugin_source()
+            .call_commit(store, &offsets))
+    }
+
+    /// `close()`; the instance is dropped afterwards whatever happens.
+    ///
+    /// Errors: a trap, timeout or memory limit.
+    pub async fn close(&mut self) -> Result<(), PluginError> {
+        let r = call!(self, |store, world| world
+            .weir_plugin_source()
+            .call_close(store));
+        self.live = None;
+        r
+    }
+}
+
+impl SinkConnector {
+    /// The component's name (its file name).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `open(config, partitions)`.
+    ///
+    /// Errors: [`PluginError::Open`] with the connector's message; a trap, timeout or
+    /// memory limit (the instance is then dead).
+    pub async fn open(
+        &mut self,
+        config: &[(String, String)],
+        partitions: &[(String, i32)],
+    ) -> Result<(), PluginError> {
+        let config = config.to_vec();
+        let partitions: Vec<sink_types::TopicPartition> = partitions
+            .iter()
+            .map(|(topic, partition)| sink_types::TopicPartition {
+                topic: topic.clone(),
+                partition: *partition,
+            })
+            .collect();
+        let r = call!(self, |store, world| world.weir_plugin_sink().call_open(
+            store,
+            &config,
+            &partitions
+        ))?;
+        r.map_err(|e| PluginError::Open {
+            plugin: self.name.to_string(),
+            message: e.message,
+        })
+    }
+
+    /// `put(records)`.
+    ///
+    /// Errors: [`PluginError::Failed`] with the connector's message; a trap, timeout or
+    /// memory limit (the instance is then dead).
+    pub async fn put(&mut self, records: &[SinkRecord]) -> Result<(), PluginError> {
+        let records: Vec<sink_types::SinkRecord> = records
+            .iter()
+            .map(|r| sink_types::SinkRecord {
+                record: to_wit_record(&r.record, |key, value, headers, timestamp_ms| {
+                    sink_bindings::weir::plugin::types::Record {
+                        key,
+                        value,
+                        headers: headers
+                            .into_iter()
+                            .map(|(key, value)| sink_bindings::weir::plugin::types::Header {
+                                key,
+                                value,
+                            })
+                            .collect(),
+                        timestamp_ms,
+                    }
+                }),
+                topic: r.topic.clone(),
+                partition: r.partition,
+                offset: r.offset,
+            })
+            .collect();
+        let r = call!(self, |store, world| world
+            .weir_plugin_sink()
+            .call_put(store, &records))?;
+        r.map_err(|e| plugin_failed(&self.name, e.message, e.record_index))
+    }
+
+    /// `flush(offsets)`: ok means everything put is durable and `offsets` may be
+    /// committed.
+    ///
+    /// Errors: as [`SinkConnector::put`].
+    pub async fn flush(&mut self, offsets: &[TopicOffset]) -> Result<(), PluginError> {
+        let offsets: Vec<sink_types::TopicOffset> = offsets
+            .iter()
+            .map(|o| sink_types::TopicOffset {
+                topic: o.topic.clone(),
+                partition: o.partition,
+                offset: o.offset,
+            })
+            .collect();
+        let r = call!(self, |store, world| world
+            .weir_plugin_sink()
+            .call_flush(store, &offsets))?;
+        r.map_err(|e| plugin_failed(&self.name, e.message, e.record_index))
+    }
+
+    /// `close()`; the instance is dropped afterwards whatever happens.
+    ///
+    /// Errors: a trap, timeout or memory limit.
+    pub async fn close(&mut self) -> Result<(), PluginError> {
+        let r = call!(self, |store, world| world
+            .weir_plugin_sink()
+            .call_close(store));
+        self.live = None;
+        r
+    }
+}
