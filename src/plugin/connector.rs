@@ -171,8 +171,9 @@ fn new_store(
         },
     );
     store.limiter(|s| s.base.limiter());
-    store.epoch_deadline_trap();
-    store.set_epoch_deadline(shared.deadline_ticks());
+    let deadline = store.data().base.deadline().clone();
+    deadline.install(&mut store);
+    deadline.arm(&mut store, shared.limits.call_timeout_ms);
     Ok(store)
 }
 
@@ -319,12 +320,13 @@ fn instantiate_pre(
 /// given `store` and `world`.
 macro_rules! call {
     ($self:ident, |$store:ident, $world:ident| $body:expr) => {{
-        let deadline = $self.shared.deadline_ticks();
+        let timeout_ms = $self.shared.limits.call_timeout_ms;
         let Some((store, world)) = $self.live.as_mut() else {
             return Err(dead(&$self.name));
         };
         store.data_mut().base.begin_call();
-        store.set_epoch_deadline(deadline);
+        let deadline = store.data().base.deadline().clone();
+        deadline.arm(store, timeout_ms);
         let result = {
             let $store = &mut *store;
             let $world = &*world;

@@ -119,13 +119,14 @@ impl<W: World> Instance<W> {
             StoreState::new(&self.name, &self.shared.limits),
         );
         StoreState::limit(&mut store);
-        store.epoch_deadline_trap();
-        store.set_epoch_deadline(self.shared.deadline_ticks());
+        let deadline = store.data().deadline().clone();
+        deadline.install(&mut store);
+        deadline.arm(&mut store, self.shared.limits.call_timeout_ms);
         let world = match W::instantiate(&self.pre, &mut store).await {
             Ok(w) => w,
             Err(e) => return Err(self.error(&store, &e)),
         };
-        store.set_epoch_deadline(self.shared.deadline_ticks());
+        deadline.arm(&mut store, self.shared.limits.call_timeout_ms);
         match world.open(&mut store, &self.config).await {
             Ok(Ok(())) => {
                 self.live = Some((store, world));
@@ -151,14 +152,15 @@ impl<W: World> Instance<W> {
         if self.live.is_none() {
             self.instantiate().await?;
         }
-        let deadline = self.shared.deadline_ticks();
+        let timeout_ms = self.shared.limits.call_timeout_ms;
         let Some((store, world)) = self.live.as_mut() else {
             return Err(PluginError::Host {
                 message: format!("plugin {}: no live instance", self.name),
             });
         };
         store.data_mut().begin_call();
-        store.set_epoch_deadline(deadline);
+        let deadline = store.data().deadline().clone();
+        deadline.arm(store, timeout_ms);
         Ok((store, &*world))
     }
 

@@ -21,8 +21,10 @@
 //!   line through `tracing` with the plugin name; memory capped per store
 //!   ([`PluginLimits::memory_bytes`]); every call (including instantiation and `open`)
 //!   has a wall-clock deadline ([`PluginLimits::call_timeout_ms`]) enforced by epoch
-//!   interruption, which also bounds CPU. Fuel is not used: it bounds instructions, not
-//!   time, and a deadline is what the broker needs.
+//!   interruption, which also bounds CPU. At every epoch tick a running guest yields to
+//!   Tokio (`sandbox::CallDeadline`), so a spinning plugin never holds a runtime thread
+//!   for more than one tick: other requests and topics keep being served. Fuel is not
+//!   used: it bounds instructions, not time, and a deadline is what the broker needs.
 //! - A trap, timeout, out-of-memory or guest panic fails that call only: the instance is
 //!   dropped with its store and a fresh one is made from the `InstancePre` (and opened
 //!   with the same config) before the next call.
@@ -235,14 +237,6 @@ pub(crate) struct Shared {
     pub(crate) engine: wasmtime::Engine,
     pub(crate) limits: PluginLimits,
     _ticker: Ticker,
-}
-
-impl Shared {
-    /// Epoch ticks for one call's deadline: rounded up, plus one because the current tick
-    /// may be nearly over.
-    pub(crate) fn deadline_ticks(&self) -> u64 {
-        self.limits.call_timeout_ms.div_ceil(EPOCH_TICK_MS) + 1
-    }
 }
 
 /// Loads plugins: one wasmtime engine, one compiled-component cache, shared limits.

@@ -67,9 +67,51 @@ pub(crate) struct StoreState {
     table: ResourceTable,
     limiter: Limiter,
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    deadline: CallDeadline,
+}
+
+/// The wall-clock deadline of the call running in a store, checked at every epoch tick
+/// ([`crate::plugin::EPOCH_TICK_MS`]): before it, the guest *yields to Tokio* and goes on
+/// (so a spinning guest never holds a runtime thread for more than one tick); past it,
+/// the call traps with `Trap::Interrupt`, which the host reports as
+/// [`crate::plugin::PluginError::Timeout`].
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CallDeadline(Arc<std::sync::atomic::AtomicU64>);
+
+/// Nanoseconds since the first use in this process (a monotonic clock as a `u64`).
+fn now_nanos() -> u64 {
+    static BASE: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let base = *BASE.get_or_init(std::time::Instant::now);
+    u64::try_from(base.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl CallDeadline {
+    /// Installs the check on `store` (once, when the store is made).
+    pub(crate) fn install<T: 'static>(&self, store: &mut wasmtime::Store<T>) {
+        let deadline = self.0.clone();
+        store.epoch_deadline_callback(move |_| {
+            if now_nanos() >= deadline.load(std::sync::atomic::Ordering::Relaxed) {
+                Err(wasmtime::Trap::Interrupt.into())
+            } else {
+                Ok(wasmtime::UpdateDeadline::Yield(1))
+            }
+        });
+    }
+
+    /// Starts a call: `timeout_ms` from now, checked from the next epoch tick.
+    pub(crate) fn arm<T>(&self, store: &mut wasmtime::Store<T>, timeout_ms: u64) {
+        let at = now_nanos().saturating_add(timeout_ms.saturating_mul(1_000_000));
+        self.0.store(at, std::sync::atomic::Ordering::Relaxed);
+        store.set_epoch_deadline(1);
+    }
 }
 
 impl StoreState {
+    /// The store's call deadline (see [`CallDeadline`]).
+    pub(crate) fn deadline(&self) -> &CallDeadline {
+        &self.deadline
+    }
+
     /// A fresh state: empty WASI context with stdout/stderr logged as `plugin`.
     pub(crate) fn new(plugin: &Arc<str>, limits: &PluginLimits) -> Self {
         let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
@@ -89,6 +131,7 @@ impl StoreState {
                 denied_bytes: None,
             },
             stderr_tail,
+            deadline: CallDeadline::default(),
         }
     }
 
@@ -126,6 +169,7 @@ impl StoreState {
                 denied_bytes: None,
             },
             stderr_tail,
+            deadline: CallDeadline::default(),
         })
     }
 

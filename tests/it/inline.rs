@@ -829,3 +829,59 @@ mod direct {
         assert!(decoded(b).is_empty());
     }
 }
+
+/// A spinning inline transform holds its own produce until the call deadline, but not a
+/// broker thread: with both of the broker's runtime threads' worth of spinning produces in
+/// flight (two topics, so two guests run at once), a produce to a third topic is
+/// acknowledged while both are still spinning (the guests yield at every epoch tick).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spinning_inline_transforms_do_not_stop_other_topics() {
+    // TestBroker's runtime has 2 worker threads; a 5 s deadline leaves a wide window.
+    let b = TestBroker::start_with(&["plugin.call.timeout.ms=5000"]);
+    for t in ["spin-a", "spin-b", "plain"] {
+        create_topic(&b.bootstrap, t, 1, &[]).await;
+    }
+    deploy_inline(&b, "spin-a", &guest("hostile"), "spin-a", &[], None);
+    deploy_inline(&b, "spin-b", &guest("hostile"), "spin-b", &[], None);
+    let spinning: Vec<_> = ["spin-a", "spin-b"]
+        .into_iter()
+        .map(|t| {
+            let p = producer(&b.bootstrap, &[("linger.ms", "0"), ("retries", "0")]);
+            tokio::spawn(async move {
+                p.send(
+                    FutureRecord::to(t).key("k").payload("spin"),
+                    Duration::from_secs(30),
+                )
+                .await
+                .map(|d| d.offset)
+                .map_err(|(e, _)| e)
+            })
+        })
+        .collect();
+    // Let both produces reach their guests (setup only: nothing is asserted on time).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let p = producer(&b.bootstrap, &[("linger.ms", "0")]);
+    let plain = p
+        .send(
+            FutureRecord::to("plain").key("k").payload("hello"),
+            Duration::from_secs(30),
+        )
+        .await;
+    assert_eq!(plain.unwrap().offset, 0);
+    assert!(
+        spinning.iter().all(|h| !h.is_finished()),
+        "the plain produce was acknowledged only after a spinning call ended"
+    );
+    for h in spinning {
+        let result = h.await.unwrap();
+        assert!(
+            matches!(
+                result,
+                Err(KafkaError::MessageProduction(
+                    RDKafkaErrorCode::InvalidRecord
+                ))
+            ),
+            "a spinning record is refused at its deadline: {result:?}"
+        );
+    }
+}
