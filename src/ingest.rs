@@ -28,15 +28,12 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use bytes::BytesMut;
-use kafka_protocol::records::{
-    Compression, Record as KafkaRecord, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::Record as KafkaRecord;
 use kafka_protocol::ResponseError;
 
 use crate::cluster::{is_internal_topic, TopicMeta};
 use crate::config::parse_plugin_config;
-use crate::log::split_batches;
+use crate::log::{plain, split_batches};
 use crate::plugin::{Partitioner, PluginHost, Record};
 use crate::protocol::{topics, Context};
 use crate::replica::effective_topic_configs;
@@ -483,36 +480,20 @@ impl Ingest {
         let encoded: Vec<KafkaRecord> = records
             .iter()
             .enumerate()
-            .map(|(i, r)| KafkaRecord {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: 0,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                sequence: -1,
-                timestamp: r.timestamp_ms,
-                key: r.key.clone(),
-                value: r.value.clone(),
-                headers: r
-                    .headers
-                    .iter()
-                    .map(|h| (h.key.clone().into(), h.value.clone()))
-                    .collect(),
+            .map(|(i, r)| {
+                plain::record(
+                    i as i64,
+                    r.timestamp_ms,
+                    r.key.clone(),
+                    r.value.clone(),
+                    r.headers
+                        .iter()
+                        .map(|h| (h.key.clone().into(), h.value.clone()))
+                        .collect(),
+                )
             })
             .collect();
-        let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut buf,
-            &encoded,
-            &RecordEncodeOptions {
-                version: 2,
-                compression: Compression::None,
-            },
-        )
-        .map_err(|e| (ResponseError::CorruptMessage, format!("cannot encode: {e}")))?;
+        let buf = plain::encode(&encoded).map_err(|e| (ResponseError::CorruptMessage, e))?;
         if buf.len() > max_message_bytes {
             return Err((
                 ResponseError::MessageTooLarge,
@@ -522,8 +503,8 @@ impl Ingest {
                 ),
             ));
         }
-        let batches = split_batches(buf.freeze())
-            .map_err(|e| (ResponseError::CorruptMessage, e.to_string()))?;
+        let batches =
+            split_batches(buf).map_err(|e| (ResponseError::CorruptMessage, e.to_string()))?;
         let info = self
             .ctx
             .replicas

@@ -18,14 +18,11 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::records::{
-    Compression, Record as KafkaRecord, RecordBatchDecoder, RecordBatchEncoder,
-    RecordEncodeOptions, TimestampType,
-};
+use bytes::Bytes;
+use kafka_protocol::records::{Record as KafkaRecord, RecordBatchDecoder};
 
 use crate::cluster::Metadata;
-use crate::log::split_batches;
+use crate::log::{plain, split_batches};
 use crate::plugin::SourcePosition;
 use crate::replica::{now_ms, ReplicaManager};
 
@@ -97,33 +94,18 @@ impl InternalTopic {
         let encoded: Vec<KafkaRecord> = records
             .iter()
             .enumerate()
-            .map(|(i, (key, value))| KafkaRecord {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: 0,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                sequence: -1,
-                timestamp: now,
-                key: Some(key.clone()),
-                value: value.clone(),
-                headers: Default::default(),
+            .map(|(i, (key, value))| {
+                plain::record(
+                    i as i64,
+                    now,
+                    Some(key.clone()),
+                    value.clone(),
+                    Default::default(),
+                )
             })
             .collect();
-        let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut buf,
-            &encoded,
-            &RecordEncodeOptions {
-                version: 2,
-                compression: Compression::None,
-            },
-        )
-        .map_err(|e| fail(format!("cannot encode: {e}")))?;
-        let batches = split_batches(buf.freeze()).map_err(|e| fail(e.to_string()))?;
+        let batch = plain::encode(&encoded).map_err(fail)?;
+        let batches = split_batches(batch).map_err(|e| fail(e.to_string()))?;
         self.replicas
             .append(&partition, batches)
             .map_err(|e| fail(e.to_string()))?;

@@ -14,13 +14,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::{Record, RecordBatchDecoder};
 
 use crate::cluster::{Metadata, TopicMeta};
 use crate::config::GroupSettings;
-use crate::log::split_batches;
+use crate::log::{plain, split_batches};
 use crate::replica::{now_ms, ReplicaManager};
 
 /// The internal topic holding committed offsets and group metadata.
@@ -393,33 +391,18 @@ impl OffsetStore {
         let records: Vec<Record> = records
             .iter()
             .enumerate()
-            .map(|(i, r)| Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: 0,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                sequence: -1,
-                timestamp: now,
-                key: Some(r.key.clone()),
-                value: r.value.clone(),
-                headers: Default::default(),
+            .map(|(i, r)| {
+                plain::record(
+                    i as i64,
+                    now,
+                    Some(r.key.clone()),
+                    r.value.clone(),
+                    Default::default(),
+                )
             })
             .collect();
-        let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut buf,
-            &records,
-            &RecordEncodeOptions {
-                version: 2,
-                compression: Compression::None,
-            },
-        )
-        .map_err(|e| fail(format!("cannot encode: {e}")))?;
-        let batches = split_batches(buf.freeze()).map_err(|e| fail(e.to_string()))?;
+        let batch = plain::encode(&records).map_err(fail)?;
+        let batches = split_batches(batch).map_err(|e| fail(e.to_string()))?;
         self.replicas
             .append(&partition, batches)
             .map_err(|e| fail(e.to_string()))?;

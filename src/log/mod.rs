@@ -24,6 +24,7 @@ pub mod batch;
 pub mod codec;
 mod compact;
 mod index;
+pub mod plain;
 mod producer;
 pub mod rewrite;
 mod segment;
