@@ -220,21 +220,19 @@ pub async fn apply(
 /// where in it), and the failing input indexes with their messages.
 type Outcome = (Vec<(usize, Outputs)>, Vec<(usize, String)>);
 
-/// Output records of one input record: the batch of the call that produced them and the
-/// input index they carry in that call.
+/// The output record of one input record (inline transforms are 1:1 or filter, so at most
+/// one): the batch of the call that produced it and its position there.
 #[derive(Debug, Clone)]
 struct Outputs {
     batch: std::sync::Arc<OutputBatch>,
-    /// Input index inside that call (differs from the batch's when run record by record).
-    call_index: u32,
+    /// Position of the output record in `batch` (found once, in [`check_output`]: looking
+    /// it up per input by scanning the batch was quadratic in the batch size).
+    position: usize,
 }
 
 impl Outputs {
     fn records(&self) -> impl Iterator<Item = crate::plugin::OutputRecord<'_>> {
-        let call_index = self.call_index;
-        self.batch
-            .iter()
-            .filter(move |r| r.input_index == call_index)
+        self.batch.get(self.position).into_iter()
     }
 }
 
@@ -248,9 +246,12 @@ fn check_output(
     failed: &mut Vec<(usize, String)>,
 ) {
     let output = std::sync::Arc::new(output);
-    let mut per_input: BTreeMap<u32, (usize, Option<String>)> = BTreeMap::new();
-    for r in output.iter() {
-        let entry = per_input.entry(r.input_index).or_insert((0, None));
+    // Input index → (output count, a route's message, position of its first output).
+    let mut per_input: BTreeMap<u32, (usize, Option<String>, usize)> = BTreeMap::new();
+    for (position, r) in output.iter().enumerate() {
+        let entry = per_input
+            .entry(r.input_index)
+            .or_insert((0, None, position));
         entry.0 += 1;
         if let Some(t) = r.topic.filter(|t| *t != context.topic) {
             entry.1.get_or_insert_with(|| {
@@ -261,7 +262,7 @@ fn check_output(
             });
         }
     }
-    for (call_index, (count, routed)) in per_input {
+    for (call_index, (count, routed, position)) in per_input {
         let Some(&input) = indexes.get(call_index as usize) else {
             continue;
         };
@@ -280,7 +281,7 @@ fn check_output(
                 input,
                 Outputs {
                     batch: output.clone(),
-                    call_index,
+                    position,
                 },
             ));
         }
