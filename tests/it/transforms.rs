@@ -371,6 +371,68 @@ async fn a_panic_with_tolerance_all_dead_letters_one_record_and_the_rest_flows()
     broker.stop();
 }
 
+/// An allocation bomb and a component trying to open a file and a socket: with tolerance
+/// `all`, each failing record is dead-lettered with the reason (the memory limit; the
+/// denied open and connect), the records around it flow, and the status counts them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allocation_bomb_and_a_sandbox_escape_are_dead_lettered_with_the_reason() {
+    let broker = TestBroker::start();
+    let admin = broker.admin_url.clone();
+    for t in ["bomb-in", "escape-in"] {
+        create_topic(&broker.bootstrap, t, 1, &[]).await;
+    }
+    let p = producer(&broker.bootstrap, &[]);
+    for v in ["a", "bomb", "b"] {
+        send(&p, "bomb-in", None, v).await;
+    }
+    send(&p, "escape-in", None, "x").await;
+    for (name, wasm, input, output, dlq) in [
+        ("bomb", guest("hostile"), "bomb-in", "bomb-out", "bomb-dlq"),
+        (
+            "escape",
+            guest("fs-escape"),
+            "escape-in",
+            "escape-out",
+            "escape-dlq",
+        ),
+    ] {
+        deploy(
+            &admin,
+            json!({
+                "name": name,
+                "wasm": wasm,
+                "input": input,
+                "outputs": [output],
+                "errors.tolerance": "all",
+                "errors.deadletterqueue.topic.name": dlq,
+            }),
+        );
+    }
+    assert_eq!(values(&broker.bootstrap, "bomb-out", 2), ["a", "b"]);
+    let dlq = read_partition(&broker.bootstrap, "bomb-dlq", 0, Offset::Beginning, 1);
+    assert_eq!(dlq[0].1.as_deref(), Some(&b"bomb"[..]));
+    assert_eq!(
+        header(&dlq[0], "__connect.errors.exception.class.name"),
+        "MemoryLimit"
+    );
+    assert_eq!(header(&dlq[0], "__connect.errors.offset"), "1");
+
+    let dlq = read_partition(&broker.bootstrap, "escape-dlq", 0, Offset::Beginning, 1);
+    assert_eq!(dlq[0].1.as_deref(), Some(&b"x"[..]));
+    let message = header(&dlq[0], "__connect.errors.exception.message");
+    assert!(
+        message.contains("open /etc/passwd: failed")
+            && message.contains("connect 127.0.0.1:9: failed")
+            && message.contains("env: 0 variables"),
+        "{message}"
+    );
+    for name in ["bomb", "escape"] {
+        let s = wait_status(&admin, name, "an error counted", |s| s["errors"] == 1);
+        assert_eq!(s["state"], "RUNNING", "{name}: {s}");
+    }
+    broker.stop();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_tolerance_none_a_panic_or_a_loop_fails_the_deployment_and_others_keep_flowing() {
     let broker = TestBroker::start_with(&["plugin.call.timeout.ms=300"]);
