@@ -605,7 +605,9 @@ impl TransformManager {
         };
         if spec.wasm.is_relative() {
             if let Some(dir) = path.parent() {
-                spec.wasm = dir.join(&spec.wasm);
+                // Relative to the file; absolute even when transform.config.dir is relative.
+                let joined = dir.join(&spec.wasm);
+                spec.wasm = std::path::absolute(&joined).unwrap_or(joined);
             }
         }
         {
