@@ -148,6 +148,23 @@ fn flatten(
 }
 
 impl ConnectorConfig {
+    /// What a file connector may open: the directory of its `file` (read-only for a
+    /// source, read-write for a sink), and nothing else. No `file`: no directory.
+    pub fn file_grants(&self, writable: bool) -> crate::plugin::ConnectorGrants {
+        let dirs = self
+            .file
+            .as_ref()
+            .and_then(|f| f.parent())
+            .map(|d| crate::plugin::DirGrant {
+                host: d.to_path_buf(),
+                guest: d.display().to_string(),
+                writable,
+            })
+            .into_iter()
+            .collect();
+        crate::plugin::ConnectorGrants { dirs }
+    }
+
     /// Reads and checks the connector file at `path`.
     ///
     /// Errors: [`ConfigError`] for an unreadable file, bad TOML, or a key missing or

@@ -12,9 +12,7 @@ use super::{Deps, Progress, TaskError};
 use crate::connect::config::ConnectorConfig;
 use crate::group::{CommitRequest, OffsetToCommit};
 use crate::log::LogError;
-use crate::plugin::{
-    ConnectorGrants, DirGrant, Header, Record, SinkConnector, SinkRecord, TopicOffset,
-};
+use crate::plugin::{Header, Record, SinkConnector, SinkRecord, TopicOffset};
 
 /// Most bytes read from one partition per read.
 const READ_BYTES: usize = 1 << 20;
@@ -25,22 +23,6 @@ const TOPIC_WAIT_MS: u64 = 500;
 /// The consumer group holding a sink's progress.
 pub fn group_id(connector: &str) -> String {
     format!("connect-{connector}")
-}
-
-/// Directories a sink may open: the directory of its `file`, read-write.
-pub(super) fn grants(c: &ConnectorConfig) -> ConnectorGrants {
-    let dirs = c
-        .file
-        .as_ref()
-        .and_then(|f| f.parent())
-        .map(|d| DirGrant {
-            host: d.to_path_buf(),
-            guest: d.display().to_string(),
-            writable: true,
-        })
-        .into_iter()
-        .collect();
-    ConnectorGrants { dirs }
 }
 
 /// Runs one attempt of the task until `shutdown` (Ok) or a failure (Err).
@@ -93,7 +75,10 @@ pub(super) async fn run(
         positions.insert((topic.clone(), *p), start);
     }
     let path = c.component_path(&deps.plugin_path);
-    let mut task = deps.plugins.load_sink_connector(&path, &grants(c)).await?;
+    let mut task = deps
+        .plugins
+        .load_sink_connector(&path, &c.file_grants(true))
+        .await?;
     task.open(&c.pairs, &partitions).await?;
     deps.set_running(c);
     let flush_every = Duration::from_millis(c.offset_flush_interval_ms);

@@ -6,24 +6,8 @@ use tokio::sync::watch;
 
 use super::{Deps, Progress, TaskError};
 use crate::connect::config::ConnectorConfig;
-use crate::plugin::{ConnectorGrants, DirGrant, Record, SourcePosition, SourceRecord};
+use crate::plugin::{Record, SourcePosition, SourceRecord};
 use crate::replica::now_ms;
-
-/// Directories a source may open: the directory of its `file`, read-only.
-pub(super) fn grants(c: &ConnectorConfig) -> ConnectorGrants {
-    let dirs = c
-        .file
-        .as_ref()
-        .and_then(|f| f.parent())
-        .map(|d| DirGrant {
-            host: d.to_path_buf(),
-            guest: d.display().to_string(),
-            writable: false,
-        })
-        .into_iter()
-        .collect();
-    ConnectorGrants { dirs }
-}
 
 /// Runs one attempt of the task until `shutdown` (Ok) or a failure (Err).
 ///
@@ -39,7 +23,7 @@ pub(super) async fn run(
     let path = c.component_path(&deps.plugin_path);
     let mut task = deps
         .plugins
-        .load_source_connector(&path, &grants(c))
+        .load_source_connector(&path, &c.file_grants(false))
         .await?;
     let stored = deps.offsets.positions(&c.name);
     task.open(&c.pairs, &stored).await?;
