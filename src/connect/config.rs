@@ -12,7 +12,9 @@
 //! | `topics` | sink: comma-separated topics (its presence makes the connector a sink) |
 //! | `file` | file connectors: the file; its directory is the one path the component may open (read-only for a source, read-write for a sink) |
 //! | `batch.size` | most records per `poll` / `put` (default 2000, FileStreamSource's) |
-//! | `errors.tolerance` | `none` only (default); `all` is refused until the DLQ exists |
+//! | `errors.tolerance` | `none` (default): a record that fails conversion or a transform fails the task; `all`: it is skipped (logged, counted, dead-lettered where configured) |
+//! | `key.converter`, `value.converter` (+ `.schemas.enable`) | how keys and values are written to / read from topics: `bytes` (default), `string`, `json` ([`super::convert`]) |
+//! | `transforms` (+ `transforms.<alias>.*`) | a chain of transform components applied in the connector ([`super::smt`]) |
 //! | `errors.retry.timeout` | ms a failing task is restarted for before it is FAILED (default 60000; -1 forever, 0 never) |
 //! | `errors.retry.delay.max.ms` | longest wait between restarts (default 60000; waits start at 100 ms and double) |
 //! | `poll.interval.ms` | source: wait after a poll that returned nothing (default 200) |
@@ -21,6 +23,9 @@
 //! A TOML value may be a string, integer, float or boolean (written as text), or an
 //! array of those (joined with commas); nested tables become dotted keys, so
 //! `connector.class = "file-source"` and `"connector.class" = "file-source"` are the same.
+//! A key that is also the prefix of another (`transforms` and `transforms.mask.type`,
+//! `value.converter` and `value.converter.schemas.enable`) cannot be both a value and a
+//! table in TOML: write the longer keys quoted, `"transforms.mask.type" = "..."`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -54,6 +59,8 @@ pub const BUILT_INS: &[(&str, ConnectorKind)] = &[
 pub enum ErrorTolerance {
     /// A failed record fails the task (Kafka Connect's default).
     None,
+    /// A failed record is skipped (logged and counted; dead-lettered where configured).
+    All,
 }
 
 /// One connector's config, checked.
@@ -85,6 +92,12 @@ pub struct ConnectorConfig {
     pub poll_interval_ms: u64,
     /// `offset.flush.interval.ms`.
     pub offset_flush_interval_ms: u64,
+    /// `key.converter`.
+    pub key_converter: super::convert::Converter,
+    /// `value.converter`.
+    pub value_converter: super::convert::Converter,
+    /// `transforms`: the chain, in order.
+    pub transforms: Vec<super::smt::SmtSpec>,
     /// Every key as a string, in key order, for the component's `open` (`file` made
     /// absolute).
     pub pairs: Vec<(String, String)>,
@@ -188,7 +201,14 @@ impl ConnectorConfig {
             message,
         };
         let value: toml::Value =
-            toml::from_str(text).map_err(|e| fail(None, format!("not TOML: {e}")))?;
+            toml::from_str(text).map_err(|e| {
+                let hint = if e.to_string().contains("cannot extend") {
+                    " (a key that is also the prefix of another key, like `transforms` and `transforms.x.type`, needs the longer one quoted: `\"transforms.x.type\" = ...`)"
+                } else {
+                    ""
+                };
+                fail(None, format!("not TOML: {e}{hint}"))
+            })?;
         let mut keys = BTreeMap::new();
         flatten("", &value, &mut keys).map_err(|m| fail(None, m))?;
         let get = |k: &str| {
@@ -266,13 +286,7 @@ impl ConnectorConfig {
             u32::try_from(tasks_max).map_err(|_| fail(Some("tasks.max"), "too large".into()))?;
         let errors_tolerance = match get("errors.tolerance").map(str::trim) {
             None | Some("none") => ErrorTolerance::None,
-            Some("all") => {
-                return Err(fail(
-                    Some("errors.tolerance"),
-                    "`all` is not supported yet (it needs the dead-letter queue); use `none`"
-                        .into(),
-                ))
-            }
+            Some("all") => ErrorTolerance::All,
             Some(other) => {
                 return Err(fail(
                     Some("errors.tolerance"),
@@ -304,6 +318,11 @@ impl ConnectorConfig {
         let retry_delay_max_ms = number("errors.retry.delay.max.ms", 60_000, 0)? as u64;
         let poll_interval_ms = number("poll.interval.ms", 200, 1)? as u64;
         let offset_flush_interval_ms = number("offset.flush.interval.ms", 10_000, 1)? as u64;
+        let key_converter = super::convert::Converter::from_keys(&keys, "key")
+            .map_err(|(k, m)| fail(Some(&k), m))?;
+        let value_converter = super::convert::Converter::from_keys(&keys, "value")
+            .map_err(|(k, m)| fail(Some(&k), m))?;
+        let transforms = super::smt::specs_from_keys(&keys).map_err(|(k, m)| fail(Some(&k), m))?;
         if let Some(f) = &file {
             // The guest sees the absolute path the runtime grants.
             keys.insert("file".into(), f.display().to_string());
@@ -322,6 +341,9 @@ impl ConnectorConfig {
             retry_delay_max_ms,
             poll_interval_ms,
             offset_flush_interval_ms,
+            key_converter,
+            value_converter,
+            transforms,
             pairs: keys.into_iter().collect(),
         })
     }
@@ -369,8 +391,18 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.key.as_deref(), Some("batch.size"));
-        let e = parse("name = \"s\"\nconnector.class = \"file-source\"\nfile = \"/tmp/x\"\nerrors.tolerance = \"all\"\n").unwrap_err();
+        let e = parse("name = \"s\"\nconnector.class = \"file-source\"\nfile = \"/tmp/x\"\nerrors.tolerance = \"some\"\n").unwrap_err();
         assert_eq!(e.key.as_deref(), Some("errors.tolerance"));
+        let e = parse("name = \"s\"\nconnector.class = \"file-source\"\nfile = \"/tmp/x\"\ntransforms = \"a\"\n").unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("transforms.a.type"));
+        let e = parse("name = \"s\"\nconnector.class = \"file-source\"\nfile = \"/tmp/x\"\nvalue.converter = \"avro\"\n").unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("value.converter"));
+        let t = parse("name = \"s\"\nconnector.class = \"file-source\"\nfile = \"/tmp/x\"\ntransforms = \"m\"\n\"transforms.m.type\" = \"/p/redact.wasm\"\n\"transforms.m.fields\" = \"ssn\"\nerrors.tolerance = \"all\"\n").unwrap();
+        assert_eq!(
+            t.transforms[0].config,
+            vec![("fields".to_string(), "ssn".to_string())]
+        );
+        assert_eq!(t.errors_tolerance, ErrorTolerance::All);
         assert!(parse("name = [").is_err());
         let s = parse("name = \"s\"\nconnector.class = \"file-sink\"\nfile = \"/tmp/x\"\ntopics = [\"a\", \"b\"]\n").unwrap();
         assert_eq!(s.topics, vec!["a", "b"]);

@@ -24,7 +24,9 @@
 //! converters, the DLQ, more than one task per connector.
 
 pub mod config;
+pub mod convert;
 mod sink;
+pub mod smt;
 mod source;
 pub mod store;
 

@@ -9,7 +9,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{Deps, Progress, TaskError};
-use crate::connect::config::ConnectorConfig;
+use crate::connect::config::{ConnectorConfig, ErrorTolerance};
+use crate::connect::smt::{Chain, ChainRecord};
 use crate::group::{CommitRequest, OffsetToCommit};
 use crate::log::LogError;
 use crate::plugin::{Header, Record, SinkConnector, SinkRecord, TopicOffset};
@@ -79,6 +80,7 @@ pub(super) async fn run(
         .plugins
         .load_sink_connector(&path, &c.file_grants(true))
         .await?;
+    let mut chain = Chain::load(&deps.plugins, &c.transforms).await?;
     task.open(&c.pairs, &partitions).await?;
     deps.set_running(c);
     let flush_every = Duration::from_millis(c.offset_flush_interval_ms);
@@ -87,8 +89,12 @@ pub(super) async fn run(
     loop {
         let mut ticket = deps.ctx.replicas.purgatory().ticket();
         let batch = read_batch(deps, &mut positions, c.batch_size as usize)?;
+        let read_some = !batch.is_empty();
+        let batch = prepare(c, &mut chain, batch).await?;
         if !batch.is_empty() {
             task.put(&batch).await?;
+        }
+        if read_some {
             progress.made();
         }
         let stopping = *shutdown.borrow();
@@ -102,7 +108,7 @@ pub(super) async fn run(
         if stopping {
             break;
         }
-        if batch.is_empty() {
+        if !read_some {
             tokio::select! {
                 _ = ticket.changed() => {}
                 _ = tokio::time::sleep_until(next_flush) => {}
@@ -152,6 +158,63 @@ async fn flush_and_commit(
         )));
     }
     Ok(())
+}
+
+/// Converts each record's key and value for the connector (`key.converter`,
+/// `value.converter`), then runs the `transforms` chain. A record that fails either
+/// fails the task under `errors.tolerance=none`; under `all` it is skipped with a log
+/// line (its offset is still committed: it was handled).
+async fn prepare(
+    c: &ConnectorConfig,
+    chain: &mut Chain,
+    batch: Vec<SinkRecord>,
+) -> Result<Vec<SinkRecord>, TaskError> {
+    let skip = c.errors_tolerance == ErrorTolerance::All;
+    let mut converted = Vec::with_capacity(batch.len());
+    for mut r in batch {
+        let result = c
+            .key_converter
+            .from_topic("key", r.record.key.take())
+            .and_then(|k| {
+                r.record.key = k;
+                c.value_converter.from_topic("value", r.record.value.take())
+            });
+        match result {
+            Ok(v) => {
+                r.record.value = v;
+                converted.push(r);
+            }
+            Err(e) => {
+                let located = format!("{}-{} at offset {}: {e}", r.topic, r.partition, r.offset);
+                if !skip {
+                    return Err(TaskError::Runtime(located));
+                }
+                tracing::warn!(connector = %c.name, error = %located, "record skipped (errors.tolerance=all)");
+            }
+        }
+    }
+    if chain.is_empty() || converted.is_empty() {
+        return Ok(converted);
+    }
+    let items: Vec<ChainRecord> = converted
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (i, r.topic.clone(), r.record.clone()))
+        .collect();
+    let (out, failed) = chain.apply(-1, items, skip).await?;
+    for (i, reason) in failed {
+        let r = &converted[i];
+        tracing::warn!(connector = %c.name, topic = %r.topic, partition = r.partition, offset = r.offset, error = %reason, "record skipped (errors.tolerance=all)");
+    }
+    Ok(out
+        .into_iter()
+        .map(|(i, topic, record)| SinkRecord {
+            record,
+            topic,
+            partition: converted[i].partition,
+            offset: converted[i].offset,
+        })
+        .collect())
 }
 
 /// Up to `max` records from the partitions, each from its position, advancing them.

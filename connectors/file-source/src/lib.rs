@@ -10,13 +10,27 @@
 //! - A last line without its newline is not emitted until the newline arrives; then it is
 //!   emitted as one line (what was appended joined to what was there).
 //! - Source partition `{filename: <file>}`, source offset `{position: <byte offset just
-//!   after the line's newline>}`. `open` resumes from the stored position.
+//!   after the line's newline>, fingerprint: <hash of the file's first bytes>}`. `open`
+//!   resumes from the stored position of the stored file.
 //! - A file that does not exist yet is waited for (polls return nothing). Any other
 //!   error opening or reading it (the sandbox refusing a path outside the grant, say)
 //!   fails the poll with the OS's message.
 //!
-//! Not yet: following rotation and truncation (a file shorter than the position is
-//! reported and waited on), notify instead of polling.
+//! **Which file a position belongs to.** A position alone is ambiguous once the file is
+//! rotated, so the offset also carries a fingerprint: FNV-1a 64 of the file's first
+//! `min(position, 1024)` bytes — bytes already read, which an appended-to file never
+//! changes. Each time the file is (re)opened its first bytes are checked against it:
+//! - they match and the file is at least `position` long: the same file, read on;
+//! - otherwise the file at `file` is a new one (rename-and-recreate) or was emptied in
+//!   place (copytruncate). Before reading it from byte 0, the rest of the old file is
+//!   read: the directory is searched for a file with the stored fingerprint and at least
+//!   `position` bytes (the renamed file, or copytruncate's copy), and its complete lines
+//!   after `position` are emitted first. When none is found (a plain truncation) the
+//!   unread rest is gone, which is logged.
+//!
+//! So after either kind of rotation every line is emitted once and in order, provided the
+//! rotated file stays in the directory until it is drained. Inode numbers are not used:
+//! WASI does not expose them, and copytruncate keeps the inode while changing the file.
 
 use std::cell::RefCell;
 use std::fs::File;
@@ -39,10 +53,64 @@ const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// capped; an unbounded line would exhaust it).
 const MAX_LINE_BYTES: usize = 8 * 1024 * 1024;
 
+/// How many of a file's first bytes its fingerprint covers.
+const FINGERPRINT_BYTES: u64 = 1024;
+
+/// FNV-1a 64: offset basis and prime.
+const FNV_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+/// FNV-1a over `bytes`, continuing from `state`.
+fn fnv(mut state: u64, bytes: &[u8]) -> u64 {
+    for &b in bytes {
+        state ^= u64::from(b);
+        state = state.wrapping_mul(FNV_PRIME);
+    }
+    state
+}
+
+/// The fingerprint of a file's first `min(position, FINGERPRINT_BYTES)` bytes, kept as
+/// lines are consumed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Fingerprint {
+    hash: u64,
+    /// Bytes covered: `min(position, FINGERPRINT_BYTES)`.
+    len: u64,
+}
+
+impl Fingerprint {
+    const EMPTY: Fingerprint = Fingerprint {
+        hash: FNV_BASIS,
+        len: 0,
+    };
+
+    /// Extends over consumed bytes starting at file offset `at`.
+    fn consume(&mut self, at: u64, bytes: &[u8]) {
+        if at != self.len || self.len >= FINGERPRINT_BYTES {
+            return;
+        }
+        let take = (FINGERPRINT_BYTES - self.len).min(bytes.len() as u64) as usize;
+        self.hash = fnv(self.hash, &bytes[..take]);
+        self.len += take as u64;
+    }
+
+    fn text(&self) -> String {
+        format!("{:016x}", self.hash)
+    }
+}
+
+/// The file being read and where.
 struct State {
+    /// The configured file.
     path: String,
-    /// Byte offset of `pending[0]` in the file: just after the last emitted line.
+    /// Its directory (searched for the rotated file).
+    dir: String,
+    /// The file read now: `path`, or a rotated file whose rest is being read first.
+    reading: String,
+    /// Byte offset of `pending[0]` in `reading`: just after the last emitted line.
     position: u64,
+    /// Fingerprint of `reading`'s bytes before `position`.
+    fingerprint: Fingerprint,
     /// Bytes read after `position` that do not yet end a line.
     pending: Vec<u8>,
     file: Option<File>,
@@ -67,41 +135,134 @@ fn get<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
         .map(|(_, v)| v.as_str())
 }
 
+/// Length of `path` and whether its first `fp.len` bytes have fingerprint `fp`;
+/// `Ok(None)` when it does not exist.
+fn matches(path: &str, fp: Fingerprint) -> Result<Option<(u64, bool)>, PluginError> {
+    let mut f = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(error(format!("cannot open {path}: {e}"))),
+    };
+    let len = f
+        .metadata()
+        .map_err(|e| error(format!("cannot stat {path}: {e}")))?
+        .len();
+    if len < fp.len {
+        return Ok(Some((len, false)));
+    }
+    let mut head = vec![0u8; fp.len as usize];
+    f.read_exact(&mut head)
+        .map_err(|e| error(format!("cannot read {path}: {e}")))?;
+    Ok(Some((len, fnv(FNV_BASIS, &head) == fp.hash)))
+}
+
 impl State {
-    /// Opens the file when it exists; `Ok(false)` while it does not.
+    /// Opens the file to read, following a rotation; `Ok(false)` while there is nothing
+    /// to open.
     fn ensure_open(&mut self) -> Result<bool, PluginError> {
         if self.file.is_some() {
             return Ok(true);
         }
-        match File::open(&self.path) {
-            Ok(mut f) => {
-                let len = f
-                    .metadata()
-                    .map_err(|e| error(format!("cannot stat {}: {e}", self.path)))?
-                    .len();
-                if len < self.position {
+        let resume = self.position + self.pending.len() as u64;
+        // The file being read is still there, whole: read on.
+        let current = matches(&self.reading, self.fingerprint)?;
+        let same = matches!(current, Some((len, true)) if len >= resume);
+        if self.reading != self.path {
+            // Draining a rotated file: switch to the new file once the writer uses it
+            // (it has bytes) and the rotated file is read to its end.
+            let new_len = std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0);
+            let drained = !same || current.is_some_and(|(len, _)| len <= resume);
+            if new_len > 0 && drained {
+                if !self.pending.is_empty() {
                     log(
                         Level::Warn,
                         &format!(
-                            "{} is {len} bytes, shorter than the stored position {}: waiting for it to grow (truncation is not followed yet)",
+                            "{}: the rotated file ends without a newline; its last {} bytes were not emitted",
+                            self.reading,
+                            self.pending.len()
+                        ),
+                    );
+                }
+                self.switch_to_new();
+            } else if !same {
+                self.pending.clear();
+                self.switch_to_new();
+            }
+        } else if !same && (self.position > 0 || !self.pending.is_empty()) {
+            // `file` is another file now, or was emptied in place: read the rest of the
+            // old one first when it is still in the directory.
+            match self.find_rotated()? {
+                Some(rotated) => {
+                    log(
+                        Level::Info,
+                        &format!(
+                            "{} was rotated: reading the rest of {rotated} from byte {} first",
                             self.path, self.position
                         ),
                     );
-                    return Ok(false);
+                    self.reading = rotated;
                 }
-                // Bytes already read into `pending` are not read again.
-                let resume = self.position + self.pending.len() as u64;
-                if len < resume {
-                    self.pending.clear();
+                None => {
+                    log(
+                        Level::Warn,
+                        &format!(
+                            "{} was truncated or replaced and the old file is gone: reading the new one from byte 0 (anything after byte {} of the old one was not read)",
+                            self.path, resume
+                        ),
+                    );
+                    self.switch_to_new();
                 }
-                f.seek(SeekFrom::Start(self.position + self.pending.len() as u64))
-                    .map_err(|e| error(format!("cannot seek {}: {e}", self.path)))?;
+            }
+        }
+        match File::open(&self.reading) {
+            Ok(mut f) => {
+                let at = self.position + self.pending.len() as u64;
+                f.seek(SeekFrom::Start(at))
+                    .map_err(|e| error(format!("cannot seek {}: {e}", self.reading)))?;
                 self.file = Some(f);
                 Ok(true)
             }
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(error(format!("cannot open {}: {e}", self.path))),
+            Err(e) => Err(error(format!("cannot open {}: {e}", self.reading))),
         }
+    }
+
+    /// Reads `path` from its start from now on.
+    fn switch_to_new(&mut self) {
+        self.reading = self.path.clone();
+        self.position = 0;
+        self.fingerprint = Fingerprint::EMPTY;
+        self.pending.clear();
+    }
+
+    /// Another file of the directory with the old file's fingerprint and at least
+    /// `position` bytes: the renamed file, or copytruncate's copy.
+    fn find_rotated(&self) -> Result<Option<String>, PluginError> {
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) => {
+                log(
+                    Level::Warn,
+                    &format!("cannot list {} to find the rotated file: {e}", self.dir),
+                );
+                return Ok(None);
+            }
+        };
+        let mut names: Vec<String> = entries
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+            .map(|e| format!("{}/{}", self.dir, e.file_name().to_string_lossy()))
+            .filter(|p| *p != self.path)
+            .collect();
+        names.sort();
+        for name in names {
+            if let Some((len, true)) = matches(&name, self.fingerprint)? {
+                if len >= self.position {
+                    return Ok(Some(name));
+                }
+            }
+        }
+        Ok(None)
     }
 
     fn poll(&mut self, max_records: u32) -> Result<Vec<SourceRecord>, PluginError> {
@@ -117,11 +278,11 @@ impl State {
             };
             let n = file
                 .read(&mut chunk)
-                .map_err(|e| error(format!("cannot read {}: {e}", self.path)))?;
+                .map_err(|e| error(format!("cannot read {}: {e}", self.reading)))?;
             if n == 0 {
                 // End of file. WASI's file input stream stays closed once it reported the
                 // end, so appended bytes would never be seen through it: reopen at the
-                // next poll (cheap, and where rotation will be noticed).
+                // next poll (cheap, and where a rotation is noticed).
                 self.file = None;
                 break;
             }
@@ -130,7 +291,7 @@ impl State {
             if lines == 0 && self.pending.len() > MAX_LINE_BYTES {
                 return Err(error(format!(
                     "{}: a line at byte {} is longer than {MAX_LINE_BYTES} bytes",
-                    self.path, self.position
+                    self.reading, self.position
                 )));
             }
         }
@@ -141,6 +302,8 @@ impl State {
                 break;
             };
             let end = start + nl;
+            self.fingerprint
+                .consume(self.position + start as u64, &self.pending[start..=end]);
             let mut line = &self.pending[start..end];
             if line.last() == Some(&b'\r') {
                 line = &line[..line.len() - 1];
@@ -154,7 +317,10 @@ impl State {
                     timestamp_ms: 0,
                 },
                 source_partition: vec![("filename".into(), self.path.clone())],
-                source_offset: vec![("position".into(), next.to_string())],
+                source_offset: vec![
+                    ("position".into(), next.to_string()),
+                    ("fingerprint".into(), self.fingerprint.text()),
+                ],
                 topic: None,
             });
             start = end + 1;
@@ -176,20 +342,44 @@ impl Guest for FileSource {
             .filter(|f| !f.is_empty())
             .ok_or_else(|| error("missing required key `file`".into()))?
             .to_string();
+        let dir = match path.rfind('/') {
+            Some(0) => "/".to_string(),
+            Some(i) => path[..i].to_string(),
+            None => ".".to_string(),
+        };
         let mut position = 0;
+        let mut fingerprint = Fingerprint::EMPTY;
         for o in &offsets {
             if get(&o.source_partition, "filename") == Some(path.as_str()) {
                 let p = get(&o.source_offset, "position").unwrap_or("0");
                 position = p
                     .parse()
                     .map_err(|_| error(format!("stored position `{p}` is not a byte offset")))?;
+                fingerprint.len = position.min(FINGERPRINT_BYTES);
+                // An offset written before fingerprints existed names no file: trust the
+                // position, as those versions did.
+                fingerprint.hash = match get(&o.source_offset, "fingerprint") {
+                    Some(h) => u64::from_str_radix(h, 16).map_err(|_| {
+                        error(format!("stored fingerprint `{h}` is not a hex number"))
+                    })?,
+                    None => {
+                        let mut head = vec![0u8; fingerprint.len as usize];
+                        File::open(&path)
+                            .and_then(|mut f| f.read_exact(&mut head))
+                            .map(|()| fnv(FNV_BASIS, &head))
+                            .unwrap_or(FNV_BASIS)
+                    }
+                };
             }
         }
         log(Level::Info, &format!("reading {path} from byte {position}"));
         STATE.with(|s| {
             *s.borrow_mut() = Some(State {
+                reading: path.clone(),
                 path,
+                dir,
                 position,
+                fingerprint,
                 pending: Vec::new(),
                 file: None,
             })

@@ -1,0 +1,150 @@
+//! File source throughput: the built-in `file-source` connector reading a file into a
+//! topic, against `weir produce` of the same file, in the same run against the same
+//! broker (release build).
+//!
+//! ```text
+//! cargo bench --bench connect_file [-- LINES]
+//! ```
+//! 1. LINES (default 500,000) lines of ~100 bytes are written to a scratch file.
+//! 2. **weir produce** (the baseline): `weir produce produced < FILE` as a child process
+//!    (acks=all, librdkafka's batching); the time runs from the spawn to its exit (every
+//!    record acknowledged).
+//! 3. **file source**: the broker (the `weir` binary, release) starts with a
+//!    `file-source` connector whose file does not exist yet; the file is moved into place
+//!    (one rename) and the time runs from the rename to the topic's log end offset
+//!    reaching LINES.
+//!
+//! Printed: lines/s of each and the ratio file source / weir produce.
+
+#[path = "../tests/it/guests.rs"]
+#[allow(dead_code)] // only build_workspace is used here
+mod guests;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::ClientConfig;
+
+/// A `weir serve` child process; killed on drop.
+struct Broker {
+    bootstrap: String,
+    child: Child,
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_broker(dir: &Path, configs: &Path, plugins: &Path) -> Broker {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("serve")
+        .args(["--override", "listeners=PLAINTEXT://127.0.0.1:0"])
+        .args(["--override", "admin.listeners=http://127.0.0.1:0"])
+        .args(["--override", &format!("log.dirs={}", dir.display())])
+        .args([
+            "--override",
+            &format!("connect.config.dir={}", configs.display()),
+        ])
+        .args([
+            "--override",
+            &format!("connect.plugin.path={}", plugins.display()),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn weir serve");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("a line").expect("readable");
+    let bootstrap = first
+        .strip_prefix("weir listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
+        .to_string();
+    std::thread::spawn(move || for _ in lines {});
+    Broker { bootstrap, child }
+}
+
+/// The log end offset of partition 0 of `topic` (0 while it does not exist).
+fn log_end_offset(c: &BaseConsumer, topic: &str) -> i64 {
+    c.fetch_watermarks(topic, 0, Duration::from_secs(5))
+        .map(|(_, high)| high)
+        .unwrap_or(0)
+}
+
+fn main() {
+    let n: usize = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with('-'))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(500_000);
+    let plugins =
+        guests::build_workspace(&Path::new(env!("CARGO_MANIFEST_DIR")).join("connectors"))
+            .unwrap_or_else(|e| panic!("{e}"));
+    let tmp = tempfile::tempdir().unwrap();
+    let configs = tmp.path().join("configs");
+    let input_dir = tmp.path().join("in");
+    std::fs::create_dir_all(&configs).unwrap();
+    std::fs::create_dir_all(&input_dir).unwrap();
+    let staged = tmp.path().join("lines.txt");
+    {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&staged).unwrap());
+        for i in 0..n {
+            writeln!(f, "{i:010} {}", "x".repeat(89)).unwrap();
+        }
+    }
+    let input = input_dir.join("lines.txt");
+    std::fs::write(
+        configs.join("source.toml"),
+        format!(
+            "name = \"bench-source\"\nconnector.class = \"file-source\"\nfile = \"{}\"\n\
+             topic = \"sourced\"\n",
+            input.display()
+        ),
+    )
+    .unwrap();
+    let broker = start_broker(&tmp.path().join("data"), &configs, &plugins);
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &broker.bootstrap)
+        .create()
+        .unwrap();
+
+    // Baseline: weir produce of the same file.
+    let t0 = Instant::now();
+    let status = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args([
+            "produce",
+            "produced",
+            "--bootstrap-server",
+            &broker.bootstrap,
+        ])
+        .stdin(std::fs::File::open(&staged).unwrap())
+        .stdout(Stdio::null())
+        .status()
+        .expect("run weir produce");
+    let produce_s = t0.elapsed().as_secs_f64();
+    assert!(status.success(), "weir produce failed");
+    assert_eq!(log_end_offset(&c, "produced"), n as i64);
+
+    // The connector: the file appears at once.
+    let t0 = Instant::now();
+    std::fs::rename(&staged, &input).unwrap();
+    while log_end_offset(&c, "sourced") < n as i64 {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let source_s = t0.elapsed().as_secs_f64();
+
+    let produce_rate = n as f64 / produce_s;
+    let source_rate = n as f64 / source_s;
+    println!("lines: {n} of 100 bytes");
+    println!("weir produce : {produce_rate:>12.0} lines/s ({produce_s:.2} s)");
+    println!("file source  : {source_rate:>12.0} lines/s ({source_s:.2} s)");
+    println!(
+        "ratio file source / weir produce: {:.2}",
+        source_rate / produce_rate
+    );
+}
