@@ -65,7 +65,11 @@ pub use sink::group_id;
 /// First wait before restarting a failed task.
 const FIRST_BACKOFF_MS: u64 = 100;
 
-/// How long an offsets request waits for a connector told to stop to finish stopping.
+/// Most connectors created through REST on one broker (each is a task and an instance).
+const MAX_CONNECTORS: usize = 1_000;
+
+/// How long an offsets request waits for a connector told to stop to finish stopping,
+/// and a control request for the change to be in effect.
 const STOPPING_WAIT_MS: u64 = 30_000;
 
 /// The state of a connector's task, Kafka Connect's names.
@@ -296,6 +300,9 @@ struct Control {
     target: TargetState,
     /// Bumped by each restart request.
     restarts: u64,
+    /// Bumped by every change; the supervisor acknowledges it once the previous attempt
+    /// has ended (see [`Entry::applied`]).
+    generation: u64,
 }
 
 /// One connector known to the runtime.
@@ -307,6 +314,10 @@ struct Entry {
     kind: Option<ConnectorKind>,
     target: TargetState,
     control: Option<tokio_watch::Sender<Control>>,
+    /// The last [`Control::generation`] the supervisor acted on: a change is in effect
+    /// (the old attempt has ended; no more polls or puts under the old control) once
+    /// this reaches its generation.
+    applied: Option<tokio_watch::Receiver<u64>>,
     task: Option<JoinHandle<()>>,
 }
 
@@ -524,11 +535,14 @@ impl ConnectRuntime {
             config: Arc::new(c),
             target,
             restarts: 0,
+            generation: 0,
         });
+        let (applied_tx, applied) = tokio_watch::channel(0);
         let task = tokio::spawn(supervise(
             name.clone(),
             self.inner.deps.clone(),
             rx,
+            applied_tx,
             self.inner.shutdown.clone(),
         ));
         entries.insert(
@@ -539,6 +553,7 @@ impl ConnectRuntime {
                 kind: Some(kind),
                 target,
                 control: Some(tx),
+                applied: Some(applied),
                 task: Some(task),
             },
         );
@@ -577,6 +592,7 @@ impl ConnectRuntime {
                 kind: None,
                 target: TargetState::Started,
                 control: None,
+                applied: None,
                 task: None,
             },
         );
@@ -607,10 +623,36 @@ impl ConnectRuntime {
         }
     }
 
+    /// Changes connector `e`'s control with `f` and returns what to await for the change
+    /// to be in effect ([`wait_applied`]).
+    fn change(
+        e: &Entry,
+        f: impl FnOnce(&mut Control),
+    ) -> Option<(tokio_watch::Receiver<u64>, u64)> {
+        let tx = e.control.as_ref()?;
+        let mut generation = 0;
+        tx.send_modify(|ctl| {
+            f(ctl);
+            ctl.generation += 1;
+            generation = ctl.generation;
+        });
+        e.applied.clone().map(|rx| (rx, generation))
+    }
+
     fn store(&self, records: &[(Bytes, Option<Bytes>)]) -> Result<(), ConnectError> {
         self.inner.configs_topic.append(records).map_err(|e| {
             ConnectError::Store(format!("cannot write {}: {e}", configs::CONFIGS_TOPIC))
         })
+    }
+
+    /// Refuses a new REST-created connector beyond [`MAX_CONNECTORS`].
+    fn check_room(entries: &BTreeMap<String, Entry>) -> Result<(), ConnectError> {
+        if entries.len() >= MAX_CONNECTORS {
+            return Err(ConnectError::Invalid(format!(
+                "at most {MAX_CONNECTORS} connectors per broker; delete one first"
+            )));
+        }
+        Ok(())
     }
 
     fn refuse_file(name: &str, origin: &Origin) -> Result<(), ConnectError> {
@@ -660,6 +702,7 @@ impl ConnectRuntime {
                 "Connector {name} already exists"
             )));
         }
+        Self::check_room(&entries)?;
         self.store(&[configs::connector_record(name, &props)])?;
         self.spawn_entry(&mut entries, c, props, Origin::Rest, TargetState::Started);
         Ok(self.info_of(name, &entries))
@@ -677,6 +720,7 @@ impl ConnectRuntime {
         let (c, props) = Self::check(name, props)?;
         let mut entries = self.inner.entries.lock().await;
         let Some(e) = entries.get_mut(name) else {
+            Self::check_room(&entries)?;
             self.store(&[configs::connector_record(name, &props)])?;
             self.spawn_entry(&mut entries, c, props, Origin::Rest, TargetState::Started);
             return Ok((self.info_of(name, &entries), true));
@@ -684,8 +728,9 @@ impl ConnectRuntime {
         Self::refuse_file(name, &e.origin)?;
         self.store(&[configs::connector_record(name, &props)])?;
         let kind = c.kind;
-        if let Some(tx) = &e.control {
-            tx.send_modify(|ctl| ctl.config = Arc::new(c));
+        let mut wait = None;
+        if e.control.is_some() {
+            wait = Self::change(e, |ctl| ctl.config = Arc::new(c));
             e.properties = props;
             e.kind = Some(kind);
         } else {
@@ -693,7 +738,10 @@ impl ConnectRuntime {
             entries.remove(name);
             self.spawn_entry(&mut entries, c, props, Origin::Rest, target);
         }
-        Ok((self.info_of(name, &entries), false))
+        let info = self.info_of(name, &entries);
+        drop(entries);
+        wait_applied(wait).await;
+        Ok((info, false))
     }
 
     /// `DELETE /connectors/{name}`: stops the connector and forgets its config (its
@@ -722,14 +770,14 @@ impl ConnectRuntime {
         }
         self.store(&[configs::target_record(name, target)])?;
         e.target = target;
-        if let Some(tx) = &e.control {
-            tx.send_modify(|ctl| ctl.target = target);
-        }
+        let wait = Self::change(e, |ctl| ctl.target = target);
+        drop(entries);
         tracing::info!(
             connector = name,
             target = target.name(),
             "connector target state changed"
         );
+        wait_applied(wait).await;
         Ok(())
     }
 
@@ -760,19 +808,22 @@ impl ConnectRuntime {
             connector: !only_failed || failed,
             task: include_tasks && (!only_failed || failed),
         };
-        let Some(tx) = &e.control else {
+        if e.control.is_none() {
             // A refused file config: nothing to restart until the file changes.
             return Ok(Restarted {
                 connector: false,
                 task: false,
             });
-        };
+        }
+        let mut wait = None;
         if (restarted.connector || restarted.task) && e.target == TargetState::Started {
             self.inner
                 .deps
                 .set_status(name, TaskState::Restarting, None);
-            tx.send_modify(|ctl| ctl.restarts += 1);
+            wait = Self::change(e, |ctl| ctl.restarts += 1);
         }
+        drop(entries);
+        wait_applied(wait).await;
         Ok(restarted)
     }
 
@@ -1283,10 +1334,11 @@ impl ConnectRuntime {
                 Some(e) => {
                     let target = e.target;
                     match (checked, &e.control) {
-                        (Ok(c), Some(tx)) => {
+                        (Ok(c), Some(_)) => {
                             tracing::info!(connector = %name, file = %path.display(), "connector file changed; restarting with the new config");
                             let kind = c.kind;
-                            tx.send_modify(|ctl| ctl.config = Arc::new(c));
+                            // Not awaited: the directory's other files need not wait.
+                            let _ = Self::change(e, |ctl| ctl.config = Arc::new(c));
                             e.properties = props;
                             e.kind = Some(kind);
                         }
@@ -1321,6 +1373,26 @@ impl ConnectRuntime {
     }
 }
 
+/// Waits (at most [`STOPPING_WAIT_MS`]) until the supervisor acknowledged a change, so
+/// a `202 Accepted` for pause means no more polls, and a config change means no record
+/// goes out under the old config. A supervisor that ended (shutdown) ends the wait.
+async fn wait_applied(wait: Option<(tokio_watch::Receiver<u64>, u64)>) {
+    let Some((mut rx, generation)) = wait else {
+        return;
+    };
+    let acked = tokio::time::timeout(
+        Duration::from_millis(STOPPING_WAIT_MS),
+        rx.wait_for(|g| *g >= generation),
+    )
+    .await;
+    if acked.is_err() {
+        tracing::warn!(
+            generation,
+            "a connector change is not in effect after {STOPPING_WAIT_MS} ms"
+        );
+    }
+}
+
 /// How the wait for a control change ended.
 enum Wake {
     /// The control changed.
@@ -1351,6 +1423,7 @@ async fn supervise(
     name: String,
     deps: Arc<Deps>,
     mut ctl: tokio_watch::Receiver<Control>,
+    applied: tokio_watch::Sender<u64>,
     mut shutdown: tokio_watch::Receiver<bool>,
 ) {
     let mut backoff_ms = FIRST_BACKOFF_MS;
@@ -1367,6 +1440,7 @@ async fn supervise(
         };
         if let Some(state) = idle {
             deps.set_status(&name, state, None);
+            applied.send_replace(control.generation);
             failing_since = None;
             backoff_ms = FIRST_BACKOFF_MS;
             match wake(&mut ctl, &mut shutdown).await {
@@ -1374,6 +1448,8 @@ async fn supervise(
                 Wake::Exit => return,
             }
         }
+        // The previous attempt has ended: the change is in effect.
+        applied.send_replace(control.generation);
         let c = control.config.clone();
         let (stop_tx, mut stop_rx) = tokio_watch::channel(false);
         let mut progress = Progress::default();

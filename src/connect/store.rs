@@ -288,6 +288,10 @@ impl SourceOffsets {
     }
 }
 
+/// One change of KIP-875's `PATCH /connectors/{name}/offsets`: a source partition and
+/// its new offset (`None`: forget the partition).
+pub type OffsetChange = (Vec<(String, String)>, Option<Vec<(String, String)>>);
+
 impl SourceOffsets {
     /// KIP-875 `DELETE /connectors/{name}/offsets`: writes a tombstone for every stored
     /// source partition of `connector` and forgets them; returns how many there were.
@@ -315,11 +319,7 @@ impl SourceOffsets {
     /// offset of each given source partition of `connector`.
     ///
     /// Errors: the append fails, as a message (nothing is changed).
-    pub fn alter(
-        &self,
-        connector: &str,
-        changes: &[(Vec<(String, String)>, Option<Vec<(String, String)>>)],
-    ) -> Result<(), String> {
+    pub fn alter(&self, connector: &str, changes: &[OffsetChange]) -> Result<(), String> {
         let records: Vec<(Bytes, Option<Bytes>)> = changes
             .iter()
             .map(|(partition, offset)| {
