@@ -214,14 +214,19 @@ fn missing(key: &str) -> String {
 }
 
 /// `PUT /connector-plugins/{class}/config/validate`: Kafka Connect's `ConfigInfos`
-/// (`{name, error_count, groups, configs: [{definition, value}]}`) for `props`, or
-/// `None` when `class` is not a built-in.
+/// (`{name, error_count, groups, configs: [{definition, value}]}`) for `props` (with
+/// `connector.class` set to `class`, as Kafka Connect does), or `None` when `class` is
+/// not a built-in.
 ///
 /// Errors are per key: a required key missing, and the error
 /// [`ConnectorConfig::from_map`] reports (on the key it names, or on `connector.class`
 /// when it names none).
 pub fn validate(class: &str, props: &BTreeMap<String, String>) -> Option<Value> {
     let defs = keys_of(class)?;
+    // Kafka Connect's ConnectorPluginsResource sets `connector.class` from the path.
+    let mut props = props.clone();
+    props.insert("connector.class".into(), class.to_string());
+    let props = &props;
     let mut errors: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for d in &defs {
         let present = props.get(d.name).is_some_and(|v| !v.trim().is_empty());
@@ -230,7 +235,6 @@ pub fn validate(class: &str, props: &BTreeMap<String, String>) -> Option<Value> 
         }
     }
     let mut checked = props.clone();
-    checked.insert("connector.class".into(), class.to_string());
     checked
         .entry("name".into())
         .or_insert_with(|| "validate".into());

@@ -808,15 +808,16 @@ impl ConnectRuntime {
             connector: !only_failed || failed,
             task: include_tasks && (!only_failed || failed),
         };
-        if e.control.is_none() {
-            // A refused file config: nothing to restart until the file changes.
+        if e.control.is_none() || e.target != TargetState::Started {
+            // A refused file config (nothing to restart until the file changes), or a
+            // paused or stopped connector (no instance to restart; resume starts one).
             return Ok(Restarted {
                 connector: false,
                 task: false,
             });
         }
         let mut wait = None;
-        if (restarted.connector || restarted.task) && e.target == TargetState::Started {
+        if restarted.connector || restarted.task {
             self.inner
                 .deps
                 .set_status(name, TaskState::Restarting, None);
