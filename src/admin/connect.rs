@@ -9,7 +9,8 @@
 //! | `GET /connectors/{name}/config` | the properties |
 //! | `PUT /connectors/{name}/config` | 201 created / 200 updated + info; 409 file-defined |
 //! | `GET /connectors/{name}/status` | `{name, connector: {state, worker_id}, tasks: [{id, state, worker_id, trace?}], type}` |
-//! | `PUT /connectors/{name}/pause`, `/resume`, `/stop` | 202 |
+//! | `PUT /connectors/{name}/pause`, `/resume` | 202 |
+//! | `PUT /connectors/{name}/stop` | 204 (Kafka Connect's answer; KIP-875) |
 //! | `POST /connectors/{name}/restart` | 204; with `includeTasks`/`onlyFailed`: 202 + status showing RESTARTING |
 //! | `GET /connectors/{name}/tasks` | `[{"id": {connector, task}, "config"}]` |
 //! | `GET /connectors/{name}/tasks/{id}/status` | the task's status |
@@ -212,11 +213,14 @@ async fn resume(
     target(&state, &name, TargetState::Started).await
 }
 
+/// KIP-875's stop answers 204, not pause's 202: Kafka Connect's `stopConnector` completes
+/// once the target state is written and returns no body.
 async fn stop(
     State(state): State<Arc<AdminState>>,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    target(&state, &name, TargetState::Stopped).await
+    target(&state, &name, TargetState::Stopped).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 async fn restart(

@@ -205,7 +205,10 @@ fn rest_create_pause_resume_reconfigure_restart_offsets_and_delete() {
         "{err}"
     );
     let (code, _) = curl("PUT", &format!("{admin}/connectors/{name}/stop"), None);
-    assert_eq!(code, 202);
+    assert_eq!(
+        code, 204,
+        "Kafka Connect's stopConnector returns no content"
+    );
     let status = wait_for_state(&admin, name, "STOPPED");
     assert_eq!(status["tasks"], json!([]));
     let (code, info) = curl("GET", &format!("{admin}/connectors/{name}"), None);
