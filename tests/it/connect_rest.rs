@@ -422,6 +422,23 @@ fn rest_connectors_survive_a_restart_and_the_config_dir_is_watched() {
     );
     curl("PUT", &format!("{admin}/connectors/kept/pause"), None);
     wait_for_state(&admin, "kept", "PAUSED");
+    // Kafka Connect's record shapes in __connect_configs.
+    let configs = read_topic_for(
+        &broker.bootstrap,
+        "__connect_configs",
+        2,
+        Duration::from_secs(10),
+    );
+    let latest = |key: &str| -> Value {
+        let v = configs
+            .iter()
+            .rev()
+            .find(|(k, _)| k.as_deref() == Some(key))
+            .unwrap_or_else(|| panic!("no {key} in {configs:?}"));
+        serde_json::from_str(&v.1).unwrap()
+    };
+    assert_eq!(latest("connector-kept")["properties"]["topic"], "kept");
+    assert_eq!(latest("target-state-kept"), json!({"state": "PAUSED"}));
     broker.stop();
 
     // Restarted: still there, still paused; resumed, it carries on without repeats.
