@@ -338,6 +338,39 @@ fn rest_failed_connector_restarts_validate_plugins_and_sink_offsets() {
         assert!(Instant::now() < deadline, "{offsets}");
         std::thread::sleep(Duration::from_millis(50));
     }
+    // KIP-875 on a sink: stop, move the group back to offset 5, resume: 5..10 again.
+    let (code, _) = curl(
+        "PUT",
+        &format!("{admin}/connectors/local-file-sink/stop"),
+        None,
+    );
+    assert_eq!(code, 204);
+    wait_for_state(&admin, "local-file-sink", "STOPPED");
+    let (code, msg) = curl(
+        "PATCH",
+        &format!("{admin}/connectors/local-file-sink/offsets"),
+        Some(
+            &json!({"offsets": [{"partition": {"kafka_topic": "flaky", "kafka_partition": 0}, "offset": {"kafka_offset": 5}}]}),
+        ),
+    );
+    assert_eq!(code, 200, "{msg}");
+    let (_, offsets) = curl(
+        "GET",
+        &format!("{admin}/connectors/local-file-sink/offsets"),
+        None,
+    );
+    assert_eq!(
+        offsets["offsets"][0]["offset"]["kafka_offset"], 5,
+        "{offsets}"
+    );
+    curl(
+        "PUT",
+        &format!("{admin}/connectors/local-file-sink/resume"),
+        None,
+    );
+    let mut twice = lines(0, 10);
+    twice.push_str(&lines(5, 10));
+    wait_for_file(&d.output, &twice);
     let (code, all) = curl(
         "GET",
         &format!("{admin}/connectors?expand=status&expand=info"),
