@@ -472,6 +472,29 @@ fn rest_connectors_survive_a_restart_and_the_config_dir_is_watched() {
     };
     assert_eq!(latest("connector-kept")["properties"]["topic"], "kept");
     assert_eq!(latest("target-state-kept"), json!({"state": "PAUSED"}));
+    // Only the broker writes them: reported internal, like __consumer_offsets.
+    let mut conn = crate::harness::RawConn::connect(&broker.bootstrap);
+    let req = kafka_protocol::messages::MetadataRequest::default().with_topics(None);
+    let resp: kafka_protocol::messages::MetadataResponse =
+        crate::harness::decode(conn.request(&req, 12, 1).expect("a response"), 12);
+    let internal: Vec<(String, bool)> = resp
+        .topics
+        .iter()
+        .map(|t| {
+            let name = t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default();
+            (name, t.is_internal)
+        })
+        .collect();
+    for topic in ["__connect_configs", "__connect_offsets", "__connect_status"] {
+        assert!(
+            internal.contains(&(topic.to_string(), true)),
+            "{internal:?}"
+        );
+    }
+    assert!(
+        internal.contains(&("kept".to_string(), false)),
+        "{internal:?}"
+    );
     broker.stop();
 
     // Restarted: still there, still paused; resumed, it carries on without repeats.
