@@ -183,6 +183,19 @@ fn rest_create_pause_resume_reconfigure_restart_offsets_and_delete() {
         None,
     );
     assert_eq!(code, 404);
+    let (code, _) = curl(
+        "POST",
+        &format!("{admin}/connectors/{name}/tasks/0/restart"),
+        None,
+    );
+    assert_eq!(code, 204);
+    let (code, _) = curl(
+        "POST",
+        &format!("{admin}/connectors/{name}/tasks/7/restart"),
+        None,
+    );
+    assert_eq!(code, 404);
+    wait_for_state(&admin, name, "RUNNING");
 
     // Offsets: the byte position after the last line.
     let file = d.input.display().to_string();
