@@ -198,6 +198,20 @@ pub async fn run(
             shutdown.clone(),
         ));
     }
+    // Connectors: always on (REST-created ones need no directory); the files of
+    // `connect.config.dir` are loaded and watched when it is set.
+    let (connect, connect_run) = crate::connect::ConnectRuntime::start(
+        crate::connect::ConnectSettings {
+            config_dir: config.connect_config_dir.clone(),
+            plugin_path: config.connect_plugin_path.clone(),
+        },
+        ctx.clone(),
+        ingest.clone(),
+        plugins.clone(),
+        shutdown.clone(),
+    )
+    .await?;
+    tasks.spawn(connect_run);
     if let Some(listener) = admin_listener {
         let addr = listener
             .local_addr()
@@ -209,6 +223,7 @@ pub async fn run(
             inline: inline.clone(),
             plugins: plugins.clone(),
             transforms: transforms.clone(),
+            connect: connect.clone(),
         });
         let shutdown = shutdown.clone();
         tasks.spawn(async move {
@@ -216,19 +231,6 @@ pub async fn run(
                 tracing::error!(error = %e, "admin API stopped");
             }
         });
-    }
-    if let Some(dir) = &config.connect_config_dir {
-        let (_connect, run) = crate::connect::ConnectRuntime::start(
-            crate::connect::ConnectSettings {
-                config_dir: dir.clone(),
-                plugin_path: config.connect_plugin_path.clone(),
-            },
-            ctx.clone(),
-            ingest.clone(),
-            plugins.clone(),
-            shutdown.clone(),
-        )?;
-        tasks.spawn(run);
     }
     tasks.spawn(groups.clone().run_timers(shutdown.clone()));
     // Hot reload; on shutdown it stops every transform runner (each finishes its chunk).

@@ -5,11 +5,12 @@
 //! adds its routes in its own file: the HTTP produce endpoint (`records.rs`:
 //! `POST /topics/{topic}/records` and REST Proxy v3's
 //! `POST /v3/clusters/{cluster_id}/topics/{topic}/records`), transforms (`/transforms`),
-//! and the Connect REST API.
+//! and the Connect REST API (`connect.rs`: `/connectors`, `/connector-plugins`).
 //!
 //! Errors are JSON bodies `{"error_code": <HTTP status>, "message": "..."}`, the shape
 //! Kafka Connect and Confluent's REST Proxy use.
 
+pub mod connect;
 pub mod records;
 pub mod transforms;
 
@@ -41,6 +42,8 @@ pub struct AdminState {
     pub plugins: Arc<PluginHost>,
     /// Transform deployments (`/transforms`).
     pub transforms: Arc<TransformManager>,
+    /// The connectors (`/connectors`, `/connector-plugins`).
+    pub connect: crate::connect::ConnectRuntime,
 }
 
 /// An error answer: HTTP status and a message, as `{"error_code": status, "message": ...}`.
@@ -82,6 +85,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
             post(records::produce_v3),
         )
         .merge(transforms::routes())
+        .merge(connect::routes())
         .with_state(state)
 }
 

@@ -2,14 +2,18 @@
 //! for people, in the spirit of Kafka's `kafka-*.sh` tools and rpk, built on librdkafka
 //! (the `rdkafka` crate) so it behaves like any other client.
 //!
-//! Never does: reach into broker internals, except `serve`, which starts one.
+//! Never does: reach into broker internals, except `serve`, which starts one (and
+//! `connector create`, which reads a connector TOML file with the broker's pure parser,
+//! `connect::config::file_properties`, so the CLI and the watched directory agree).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+mod admin_http;
 mod client;
+mod connector;
 mod consume;
 mod group;
 mod produce;
@@ -46,6 +50,10 @@ enum Command {
     /// Deploy, list and delete transforms (a client of the admin HTTP API).
     #[command(subcommand)]
     Transform(transform::TransformCommand),
+    /// Create, list, pause, resume, stop, restart and delete connectors (a client of the
+    /// Kafka Connect REST API on the admin listener).
+    #[command(subcommand)]
+    Connector(connector::ConnectorCommand),
 }
 
 /// `weir serve` options.
@@ -83,6 +91,7 @@ pub fn run() -> ExitCode {
         Command::Consume(args) => consume::run(args),
         Command::Group(cmd) => group::run(cmd),
         Command::Transform(cmd) => transform::run(cmd),
+        Command::Connector(cmd) => connector::run(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

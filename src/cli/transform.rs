@@ -5,11 +5,12 @@
 //!
 //! Errors print the server's message (`{"message": ...}`) and exit non-zero.
 
-use std::path::PathBuf;
-use std::time::Duration;
-
 use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
+use std::path::PathBuf;
+
+pub use super::admin_http::AdminArgs;
+use super::admin_http::{agent, base, call, print_table};
 use serde_json::{json, Map, Value};
 
 /// `weir transform` subcommands.
@@ -22,14 +23,6 @@ pub enum TransformCommand {
     List(AdminArgs),
     /// Delete a deployment (stops it and forgets its progress).
     Delete(DeleteArgs),
-}
-
-/// Where the admin API is.
-#[derive(Debug, Args, Clone)]
-pub struct AdminArgs {
-    /// The broker's admin HTTP API (admin.listeners).
-    #[arg(long, env = "WEIR_ADMIN_URL", default_value = "http://127.0.0.1:8083")]
-    pub admin_url: String,
 }
 
 /// `weir transform deploy`.
@@ -86,42 +79,6 @@ pub fn run(cmd: TransformCommand) -> anyhow::Result<()> {
             call(agent().delete(&url).call())?;
             println!("deleted transform {}", args.name);
             Ok(())
-        }
-    }
-}
-
-fn base(admin: &AdminArgs) -> &str {
-    admin.admin_url.trim_end_matches('/')
-}
-
-fn agent() -> ureq::Agent {
-    ureq::AgentBuilder::new()
-        .timeout_connect(Duration::from_secs(10))
-        // A deploy compiles the component (~0.1-1 s) and may wait for a running chunk.
-        .timeout(Duration::from_secs(120))
-        .build()
-}
-
-/// The answer's JSON, or an error with the server's message.
-fn call(result: Result<ureq::Response, ureq::Error>) -> anyhow::Result<Value> {
-    match result {
-        Ok(resp) => {
-            if resp.status() == 204 {
-                return Ok(Value::Null);
-            }
-            resp.into_json()
-                .context("the admin API answered something that is not JSON")
-        }
-        Err(ureq::Error::Status(code, resp)) => {
-            let text = resp.into_string().unwrap_or_default();
-            let message = serde_json::from_str::<Value>(&text)
-                .ok()
-                .and_then(|v| v.get("message").and_then(|m| m.as_str()).map(String::from))
-                .unwrap_or(text);
-            bail!("{message} (HTTP {code})")
-        }
-        Err(e) => {
-            Err(e).context("cannot reach the admin API (is admin.listeners set? see --admin-url)")
         }
     }
 }
@@ -183,31 +140,13 @@ fn list(admin: &AdminArgs) -> anyhow::Result<()> {
         .as_array()
         .map(|a| a.iter().map(row).collect())
         .unwrap_or_default();
-    let header: Vec<String> = [
-        "NAME", "STATE", "MODE", "VERSION", "INPUT", "OUTPUTS", "LAG", "IN", "OUT", "ERRORS",
-        "NS/REC",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let mut widths: Vec<usize> = header.iter().map(String::len).collect();
-    for r in &rows {
-        for (w, c) in widths.iter_mut().zip(r) {
-            *w = (*w).max(c.len());
-        }
-    }
-    let print = |r: &[String]| {
-        let line: Vec<String> = r
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        println!("{}", line.join("  ").trim_end());
-    };
-    print(&header);
-    for r in &rows {
-        print(r);
-    }
+    print_table(
+        &[
+            "NAME", "STATE", "MODE", "VERSION", "INPUT", "OUTPUTS", "LAG", "IN", "OUT", "ERRORS",
+            "NS/REC",
+        ],
+        &rows,
+    );
     // Errors under the table, one line each: the table stays readable.
     if let Some(a) = all.as_array() {
         for t in a {

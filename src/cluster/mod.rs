@@ -57,9 +57,20 @@ pub fn validate_topic_name(name: &str) -> Result<(), TopicNameError> {
     Ok(())
 }
 
-/// Kafka's internal topics (reported with `is_internal` in Metadata).
+/// Kafka's internal topics (reported with `is_internal` in Metadata), and the connect
+/// runtime's `__connect_configs`, `__connect_offsets` and `__connect_status`: only the
+/// broker writes them (a client's produce would bypass the runtime's in-memory state),
+/// so they are refused to Produce and DeleteTopics like `__consumer_offsets`. Kafka
+/// itself treats Connect's topics as ordinary topics because its workers are clients.
 pub fn is_internal_topic(name: &str) -> bool {
-    name == "__consumer_offsets" || name == "__transaction_state"
+    matches!(
+        name,
+        "__consumer_offsets"
+            | "__transaction_state"
+            | "__connect_configs"
+            | "__connect_offsets"
+            | "__connect_status"
+    )
 }
 
 /// One topic as the metadata image knows it.

@@ -131,7 +131,7 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("partitioner.file", KeyType::String, Some(""), None, "Partitioner component (.wasm path on the broker host) for records the broker routes itself (HTTP produce, transform outputs) on topics that set no `partitioner`; empty: Kafka's default (murmur2 of the key; keyless records spread)."),
     key("partitioner.config", KeyType::String, Some(""), None, "Config passed to that partitioner's open: comma-separated key=value pairs (e.g. field=user_id); values cannot contain commas."),
     key("transform.config.dir", KeyType::String, None, None, "Directory of transform deployment TOML files (*.toml), loaded at start and watched; unset: none."),
-    key("connect.config.dir", KeyType::String, None, None, "Directory of connector config TOML files (*.toml, Kafka Connect keys), started with the broker; unset: no connectors."),
+    key("connect.config.dir", KeyType::String, None, None, "Directory of connector config TOML files (*.toml, Kafka Connect keys), started with the broker and watched (a new, changed or removed file creates, updates or deletes its connector); unset: only connectors created through the REST API."),
     key("connect.plugin.path", KeyType::String, Some("connectors/target/wasm32-wasip2/release"), None, "Directory holding the built-in connector components (file_source.wasm, file_sink.wasm); relative to the working directory."),
 ];
 
@@ -615,7 +615,7 @@ pub struct BrokerConfig {
     pub plugin: PluginSettings,
     /// `transform.config.dir`: transform deployment files (`None`: none).
     pub transform_config_dir: Option<PathBuf>,
-    /// `connect.config.dir`: connector config files (`None`: no connectors).
+    /// `connect.config.dir`: connector config files (`None`: REST-created connectors only).
     pub connect_config_dir: Option<PathBuf>,
     /// `connect.plugin.path`: where built-in connector components are.
     pub connect_plugin_path: PathBuf,

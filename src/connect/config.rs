@@ -1,4 +1,7 @@
-//! Connector configs: one TOML file per connector, Kafka Connect's keys.
+//! Connector configs, Kafka Connect's keys: from a TOML file per connector
+//! ([`ConnectorConfig::parse`], a thin front) or a REST body
+//! ([`ConnectorConfig::properties_from_json`]), both checked by
+//! [`ConnectorConfig::from_map`] over the same string map.
 //!
 //! Keys read by the runtime (every key, these included, is also passed to the component's
 //! `open` as a string):
@@ -160,6 +163,29 @@ fn flatten(
     Ok(())
 }
 
+/// The properties of connector TOML `text` (read from `path`, which names it in errors),
+/// flattened to dotted keys with string values, unchecked.
+///
+/// Errors: [`ConfigError`] for bad TOML or an array holding tables.
+pub fn file_properties(path: &Path, text: &str) -> Result<BTreeMap<String, String>, ConfigError> {
+    let fail = |message: String| ConfigError {
+        path: path.to_path_buf(),
+        key: None,
+        message,
+    };
+    let value: toml::Value = toml::from_str(text).map_err(|e| {
+        let hint = if e.to_string().contains("cannot extend") {
+            " (a key that is also the prefix of another key, like `transforms` and `transforms.x.type`, needs the longer one quoted: `\"transforms.x.type\" = ...`)"
+        } else {
+            ""
+        };
+        fail(format!("not TOML: {e}{hint}"))
+    })?;
+    let mut keys = BTreeMap::new();
+    flatten("", &value, &mut keys).map_err(fail)?;
+    Ok(keys)
+}
+
 impl ConnectorConfig {
     /// What a file connector may open: the directory of its `file` (read-only for a
     /// source, read-write for a sink), and nothing else. No `file`: no directory.
@@ -195,22 +221,62 @@ impl ConnectorConfig {
     ///
     /// Errors: as [`ConnectorConfig::from_file`].
     pub fn parse(path: &Path, text: &str) -> Result<ConnectorConfig, ConfigError> {
+        Self::from_map(path, file_properties(path, text)?)
+    }
+
+    /// Reads a JSON object of connector properties (a REST body's `config`): string
+    /// values as they are, numbers and booleans as text (Kafka Connect's REST API takes
+    /// `Map<String, String>` and Jackson coerces scalars the same way); `origin` names
+    /// the source in errors (`REST`).
+    ///
+    /// Errors: [`ConfigError`] when `value` is not an object or holds an array, object
+    /// or null.
+    pub fn properties_from_json(
+        origin: &Path,
+        value: &serde_json::Value,
+    ) -> Result<BTreeMap<String, String>, ConfigError> {
+        let fail = |key: Option<&str>, message: String| ConfigError {
+            path: origin.to_path_buf(),
+            key: key.map(str::to_string),
+            message,
+        };
+        let obj = value
+            .as_object()
+            .ok_or_else(|| fail(None, "the config must be a JSON object".into()))?;
+        let mut keys = BTreeMap::new();
+        for (k, v) in obj {
+            let text = match v {
+                serde_json::Value::String(s) => s.clone(),
+                serde_json::Value::Number(n) => n.to_string(),
+                serde_json::Value::Bool(b) => b.to_string(),
+                serde_json::Value::Null
+                | serde_json::Value::Array(_)
+                | serde_json::Value::Object(_) => {
+                    return Err(fail(
+                        Some(k),
+                        "values must be strings, numbers or booleans".into(),
+                    ))
+                }
+            };
+            keys.insert(k.clone(), text);
+        }
+        Ok(keys)
+    }
+
+    /// Checks connector properties `keys` (from a TOML file, a REST body or
+    /// `__connect_configs`); `origin` (the file, or `REST`) names the source in errors.
+    ///
+    /// Errors: [`ConfigError`] for a key missing or invalid (naming it).
+    pub fn from_map(
+        origin: &Path,
+        mut keys: BTreeMap<String, String>,
+    ) -> Result<ConnectorConfig, ConfigError> {
+        let path = origin;
         let fail = |key: Option<&str>, message: String| ConfigError {
             path: path.to_path_buf(),
             key: key.map(str::to_string),
             message,
         };
-        let value: toml::Value =
-            toml::from_str(text).map_err(|e| {
-                let hint = if e.to_string().contains("cannot extend") {
-                    " (a key that is also the prefix of another key, like `transforms` and `transforms.x.type`, needs the longer one quoted: `\"transforms.x.type\" = ...`)"
-                } else {
-                    ""
-                };
-                fail(None, format!("not TOML: {e}{hint}"))
-            })?;
-        let mut keys = BTreeMap::new();
-        flatten("", &value, &mut keys).map_err(|m| fail(None, m))?;
         let get = |k: &str| {
             keys.get(k)
                 .map(String::as_str)

@@ -1,42 +1,60 @@
 //! Kafka Connect-style connectors run inside the broker as sandboxed components.
 //!
-//! Owns: connector configs (TOML files in `connect.config.dir`, [`config`]), the task of
-//! each connector (one per connector: `tasks.max` above 1 is accepted and runs one),
-//! the source task loop ([`source`]: poll → append through [`Ingest`] → store offsets
-//! in `__connect_offsets` → `commit`), the sink task loop ([`sink`]: read from the
-//! committed offsets of group `connect-<name>` → `put` → `flush` → commit through the
-//! group coordinator), restarts with backoff and the FAILED state, and the status of
-//! every connector (in memory, [`ConnectRuntime::statuses`], and in `__connect_status`).
+//! Owns: connector configs (TOML files in `connect.config.dir`, watched with notify,
+//! [`config`], [`watch`]; and REST-created ones, stored in `__connect_configs`,
+//! [`configs`]), the task of each connector (one per connector: `tasks.max` above 1 is
+//! accepted and runs one), the source task loop ([`source`]: poll → append through
+//! [`Ingest`] → store offsets in `__connect_offsets` → `commit`), the sink task loop
+//! ([`sink`]: read from the committed offsets of group `connect-<name>` → `put` → `flush`
+//! → commit through the group coordinator), the control plane ([`ConnectRuntime`]:
+//! create, update, delete, pause, resume, stop, restart, offsets — what the REST API in
+//! `admin::connect` calls), restarts with backoff and the FAILED state, and the status of
+//! every connector (in memory and in `__connect_status`).
 //!
 //! Never does: import wasmtime (components are loaded and called through
 //! [`crate::plugin`]); give a connector more than its config grants (the directory of
 //! its `file`, and the `log` interface).
+//!
+//! Lifecycle: each connector has one supervisor task following a `watch` of its
+//! [`Control`] (config, target state, restart count). Any change ends the running attempt
+//! gracefully (a source finishes the poll in hand and stores its offsets; a sink flushes
+//! and commits), then the supervisor acts on the new control: run again (new config,
+//! restart), or stay PAUSED / STOPPED without an instance. Pause therefore closes the
+//! instance where Kafka Connect keeps it open and idle; the visible behaviour (no polls,
+//! no puts, state PAUSED, resume continues from the stored offsets) is the same. Deleting
+//! a connector drops its control, which ends the supervisor; its offsets are kept, as
+//! Kafka Connect keeps them.
 //!
 //! Failure: every failure of a task — a trap, a timeout, a connector error, an append or
 //! commit that fails — ends that attempt; the instance is dropped and a new one is
 //! loaded and opened from the stored offsets after a backoff (100 ms doubling up to
 //! `errors.retry.delay.max.ms`). A task failing without progress for
 //! `errors.retry.timeout` ms is FAILED with its error (logged and in `__connect_status`)
-//! and stays so until the broker restarts. Each connector is its own Tokio task: one
-//! failing never touches another or the broker.
+//! until a restart (REST `POST /connectors/{name}/restart`), a config change, or a broker
+//! restart. Each connector is its own Tokio task: one failing never touches another or
+//! the broker.
 //!
-//! Not yet: the REST API, pause/resume/restart, watching the directory, `transforms`,
-//! converters, the DLQ, more than one task per connector.
+//! Not yet: the dead-letter queue, more than one task per connector.
 
+pub mod catalog;
 pub mod config;
+pub mod configs;
 pub mod convert;
 mod sink;
 pub mod smt;
 mod source;
 pub mod store;
+mod watch;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::sync::watch;
+use serde_json::{json, Value};
+use tokio::sync::watch as tokio_watch;
+use tokio::task::JoinHandle;
 
 use crate::ingest::Ingest;
 use crate::plugin::{PluginError, PluginHost};
@@ -49,6 +67,13 @@ pub use sink::group_id;
 /// First wait before restarting a failed task.
 const FIRST_BACKOFF_MS: u64 = 100;
 
+/// Most connectors created through REST on one broker (each is a task and an instance).
+const MAX_CONNECTORS: usize = 1_000;
+
+/// How long an offsets request waits for a connector told to stop to finish stopping,
+/// and a control request for the change to be in effect.
+const STOPPING_WAIT_MS: u64 = 30_000;
+
 /// The state of a connector's task, Kafka Connect's names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TaskState {
@@ -56,7 +81,14 @@ pub enum TaskState {
     Unassigned,
     /// Running.
     Running,
-    /// Stopped for good after failures (`trace` says why).
+    /// Paused: no instance, no polls or puts (`PUT /connectors/{name}/pause`).
+    Paused,
+    /// Stopped: no instance (KIP-875 `PUT /connectors/{name}/stop`); offsets may be
+    /// changed.
+    Stopped,
+    /// A restart was asked and has not taken effect yet.
+    Restarting,
+    /// Stopped for good after failures (`trace` says why), until restarted.
     Failed,
 }
 
@@ -66,7 +98,72 @@ impl TaskState {
         match self {
             TaskState::Unassigned => "UNASSIGNED",
             TaskState::Running => "RUNNING",
+            TaskState::Paused => "PAUSED",
+            TaskState::Stopped => "STOPPED",
+            TaskState::Restarting => "RESTARTING",
             TaskState::Failed => "FAILED",
+        }
+    }
+
+    /// The connector's state given its one task's: weir's connector is its task (there
+    /// is no separate `Connector` instance), so a FAILED task is a FAILED connector, and
+    /// a task waiting to be (re)started belongs to a RUNNING connector.
+    pub fn connector_state(self) -> TaskState {
+        match self {
+            TaskState::Unassigned => TaskState::Running,
+            other => other,
+        }
+    }
+}
+
+/// What the user asked a connector to be (Kafka Connect's `TargetState`, KIP-875).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetState {
+    /// Running (the default).
+    Started,
+    /// Paused.
+    Paused,
+    /// Stopped (KIP-875).
+    Stopped,
+}
+
+impl TargetState {
+    /// Kafka Connect's spelling in `__connect_configs`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TargetState::Started => "STARTED",
+            TargetState::Paused => "PAUSED",
+            TargetState::Stopped => "STOPPED",
+        }
+    }
+
+    /// The state named `s`, if any.
+    pub fn parse(s: &str) -> Option<TargetState> {
+        match s {
+            "STARTED" => Some(TargetState::Started),
+            "PAUSED" => Some(TargetState::Paused),
+            "STOPPED" => Some(TargetState::Stopped),
+            _ => None,
+        }
+    }
+}
+
+/// Where a connector's config comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// A TOML file in `connect.config.dir` (the file is its store; REST may not change
+    /// or delete it).
+    File(PathBuf),
+    /// The REST API (stored in `__connect_configs`).
+    Rest,
+}
+
+impl Origin {
+    /// The path used in config errors: the file, or `REST`.
+    pub fn path(&self) -> &Path {
+        match self {
+            Origin::File(p) => p,
+            Origin::Rest => Path::new("REST"),
         }
     }
 }
@@ -78,17 +175,38 @@ pub struct ConnectorStatus {
     pub state: TaskState,
     /// The last error, if any.
     pub trace: Option<String>,
-    /// The config file it came from.
-    pub file: PathBuf,
+    /// Where its config comes from.
+    pub origin: Origin,
 }
 
 /// Where the runtime finds its connectors.
 #[derive(Debug, Clone)]
 pub struct ConnectSettings {
-    /// `connect.config.dir`.
-    pub config_dir: PathBuf,
+    /// `connect.config.dir` (`None`: REST-created connectors only).
+    pub config_dir: Option<PathBuf>,
     /// `connect.plugin.path`.
     pub plugin_path: PathBuf,
+}
+
+/// A control-plane request refused, with Kafka Connect's HTTP status.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ConnectError {
+    /// 400: a bad config or request.
+    #[error("{0}")]
+    Invalid(String),
+    /// 404: no such connector (or task).
+    #[error("{0}")]
+    NotFound(String),
+    /// 409: the name exists, the connector is file-defined, or it is still stopping.
+    #[error("{0}")]
+    Conflict(String),
+    /// 500: the config store or offsets store cannot be written.
+    #[error("{0}")]
+    Store(String),
+}
+
+fn not_found(name: &str) -> ConnectError {
+    ConnectError::NotFound(format!("Connector {name} not found"))
 }
 
 /// Why one attempt of a task ended.
@@ -133,7 +251,8 @@ impl Deps {
     }
 
     /// Records `state` in memory and in `__connect_status` (a write failure is logged:
-    /// status is informational).
+    /// status is informational). A STOPPED connector has no task: its task key gets a
+    /// tombstone.
     fn set_status(&self, name: &str, state: TaskState, trace: Option<String>) {
         {
             let mut s = self.statuses.lock().unwrap_or_else(|p| p.into_inner());
@@ -142,80 +261,140 @@ impl Deps {
                 st.trace = trace.clone();
             }
         }
-        let value = serde_json::json!({
-            "state": state.name(),
-            "trace": trace,
-            "worker_id": self.worker_id,
-            "generation": 0,
-        })
-        .to_string();
+        let value = |state: TaskState| {
+            json!({
+                "state": state.name(),
+                "trace": trace,
+                "worker_id": self.worker_id,
+                "generation": 0,
+            })
+            .to_string()
+        };
+        let task = match state {
+            TaskState::Stopped => None,
+            other => Some(Bytes::from(value(other))),
+        };
         let records = [
             (
                 Bytes::from(format!("status-connector-{name}")),
-                Some(Bytes::from(value.clone())),
+                Some(Bytes::from(value(state.connector_state()))),
             ),
-            (
-                Bytes::from(format!("status-task-{name}-0")),
-                Some(Bytes::from(value)),
-            ),
+            (Bytes::from(format!("status-task-{name}-0")), task),
         ];
         if let Err(e) = self.status_topic.append(&records) {
             tracing::warn!(connector = name, error = %e, "cannot write {STATUS_TOPIC}");
         }
     }
-}
 
-/// The connectors of this broker and their status.
-#[derive(Debug, Clone, Default)]
-pub struct ConnectRuntime {
-    statuses: Arc<Mutex<BTreeMap<String, ConnectorStatus>>>,
-}
-
-impl ConnectRuntime {
-    /// Every connector by name, with its state.
-    pub fn statuses(&self) -> BTreeMap<String, ConnectorStatus> {
+    fn status(&self, name: &str) -> Option<ConnectorStatus> {
         self.statuses
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .get(name)
+            .cloned()
     }
+}
 
-    /// Loads every `*.toml` of `settings.config_dir` (sorted by file name), replays
-    /// `__connect_offsets`, and returns the runtime and the future that runs every
-    /// connector until `shutdown` (spawn it; it ends when every task has stopped).
+/// What a connector's supervisor follows; every change ends the running attempt.
+#[derive(Debug, Clone)]
+struct Control {
+    config: Arc<ConnectorConfig>,
+    target: TargetState,
+    /// Bumped by each restart request.
+    restarts: u64,
+    /// Bumped by every change; the supervisor acknowledges it once the previous attempt
+    /// has ended (see [`Entry::applied`]).
+    generation: u64,
+}
+
+/// One connector known to the runtime.
+struct Entry {
+    origin: Origin,
+    /// The properties as given (REST `config`, the file's keys).
+    properties: BTreeMap<String, String>,
+    /// `None` for a file whose config is refused (shown FAILED, nothing runs).
+    kind: Option<ConnectorKind>,
+    target: TargetState,
+    control: Option<tokio_watch::Sender<Control>>,
+    /// The last [`Control::generation`] the supervisor acted on: a change is in effect
+    /// (the old attempt has ended; no more polls or puts under the old control) once
+    /// this reaches its generation.
+    applied: Option<tokio_watch::Receiver<u64>>,
+    task: Option<JoinHandle<()>>,
+}
+
+/// Shared state of the runtime.
+struct Inner {
+    deps: Arc<Deps>,
+    configs_topic: InternalTopic,
+    settings: ConnectSettings,
+    /// By name. An async mutex: deleting a connector awaits its task while holding it,
+    /// so two requests on one name cannot interleave.
+    entries: tokio::sync::Mutex<BTreeMap<String, Entry>>,
+    /// File → the connector name it defines (or its stem when refused).
+    files: Mutex<BTreeMap<PathBuf, String>>,
+    shutdown: tokio_watch::Receiver<bool>,
+}
+
+/// The connectors of this broker: their status and the control plane the REST API
+/// drives. Cheap to clone.
+#[derive(Clone)]
+pub struct ConnectRuntime {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for ConnectRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectRuntime")
+            .field("settings", &self.inner.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a restart request restarted (Kafka Connect's `RestartRequest` outcome).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Restarted {
+    /// The connector was restarted.
+    pub connector: bool,
+    /// Its task was restarted.
+    pub task: bool,
+}
+
+impl ConnectRuntime {
+    /// Loads every `*.toml` of `settings.config_dir` (sorted by file name) and the
+    /// REST-created connectors of `__connect_configs`, replays `__connect_offsets`,
+    /// starts every connector in its stored target state, and returns the runtime and
+    /// the future that watches the directory and, at `shutdown`, waits for every task to
+    /// stop (spawn it).
     ///
     /// A config file that is refused (bad TOML, missing key, a name used twice) is
     /// logged and shown as FAILED under its file name; it never stops the broker.
     ///
-    /// Errors: the directory cannot be listed, or `__connect_offsets` cannot be read.
-    pub fn start(
+    /// Errors: `__connect_offsets` or `__connect_configs` cannot be read.
+    pub async fn start(
         settings: ConnectSettings,
         ctx: Context,
         ingest: Arc<Ingest>,
         plugins: Arc<PluginHost>,
-        shutdown: watch::Receiver<bool>,
+        shutdown: tokio_watch::Receiver<bool>,
     ) -> anyhow::Result<(
         ConnectRuntime,
         impl std::future::Future<Output = ()> + Send + 'static,
     )> {
         use anyhow::Context as _;
-        let mut files: Vec<PathBuf> = std::fs::read_dir(&settings.config_dir)
-            .with_context(|| {
-                format!(
-                    "cannot list connect.config.dir {}",
-                    settings.config_dir.display()
-                )
-            })?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
-            .collect();
-        files.sort();
         let offsets_topic =
             InternalTopic::new(OFFSETS_TOPIC, ctx.metadata.clone(), ctx.replicas.clone());
         let offsets = SourceOffsets::load(offsets_topic)
             .map_err(|e| anyhow::anyhow!(e))
             .context("cannot replay __connect_offsets")?;
-        let runtime = ConnectRuntime::default();
+        let configs_topic = InternalTopic::new(
+            configs::CONFIGS_TOPIC,
+            ctx.metadata.clone(),
+            ctx.replicas.clone(),
+        );
+        let replayed = configs::replay(&configs_topic)
+            .map_err(|e| anyhow::anyhow!(e))
+            .context("cannot replay __connect_configs")?;
         let deps = Arc::new(Deps {
             worker_id: format!("{}:{}", ctx.advertised.host, ctx.advertised.port),
             status_topic: InternalTopic::new(
@@ -226,123 +405,1140 @@ impl ConnectRuntime {
             ctx,
             ingest,
             plugins,
-            plugin_path: settings.plugin_path,
+            plugin_path: settings.plugin_path.clone(),
             offsets,
-            statuses: runtime.statuses.clone(),
+            statuses: Arc::new(Mutex::new(BTreeMap::new())),
         });
-        let mut configs = Vec::new();
-        for file in files {
-            let parsed = ConnectorConfig::from_file(&file);
-            let taken = |name: &str| {
-                deps.statuses
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .contains_key(name)
-            };
-            let (name, result) = match parsed {
-                Ok(c) if taken(&c.name) => {
-                    let name = c.name.clone();
-                    (
-                        name.clone(),
-                        Err(format!(
-                            "connector {name} in {}: the name is already used by another file",
-                            file.display()
-                        )),
-                    )
+        let runtime = ConnectRuntime {
+            inner: Arc::new(Inner {
+                deps,
+                configs_topic,
+                settings: settings.clone(),
+                entries: tokio::sync::Mutex::new(BTreeMap::new()),
+                files: Mutex::new(BTreeMap::new()),
+                shutdown: shutdown.clone(),
+            }),
+        };
+        let watcher = match &settings.config_dir {
+            Some(dir) => {
+                let w = watch::DirWatch::new(dir);
+                runtime.rescan(&replayed.targets).await;
+                Some(w)
+            }
+            None => None,
+        };
+        {
+            let mut entries = runtime.inner.entries.lock().await;
+            for (name, props) in replayed.connectors {
+                if entries.contains_key(&name) {
+                    tracing::error!(connector = %name, "a REST-created connector has the name of a file-defined one; the file wins (delete one of them)");
+                    continue;
                 }
-                Ok(c) => (c.name.clone(), Ok(c)),
-                Err(e) => (
-                    file.file_stem()
-                        .map(|s| s.to_string_lossy().into_owned())
-                        .unwrap_or_default(),
-                    Err(e.to_string()),
-                ),
-            };
-            let state = if result.is_ok() {
-                TaskState::Unassigned
-            } else {
-                TaskState::Failed
-            };
-            deps.statuses
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(
-                    name.clone(),
-                    ConnectorStatus {
-                        state,
-                        trace: result.as_ref().err().cloned(),
-                        file: file.clone(),
-                    },
-                );
-            match result {
-                Ok(c) => {
-                    if c.tasks_max > 1 {
-                        tracing::info!(connector = %c.name, tasks_max = c.tasks_max, "running 1 task (more than one task per connector is not supported yet)");
+                let target = replayed
+                    .targets
+                    .get(&name)
+                    .copied()
+                    .unwrap_or(TargetState::Started);
+                match ConnectorConfig::from_map(Origin::Rest.path(), props.clone()) {
+                    Ok(c) => {
+                        runtime.spawn_entry(&mut entries, c, props, Origin::Rest, target);
                     }
-                    configs.push(c);
-                }
-                Err(e) => {
-                    tracing::error!(connector = %name, "{e}");
-                    deps.set_status(&name, TaskState::Failed, Some(e));
+                    Err(e) => {
+                        tracing::error!(connector = %name, error = %e, "stored connector config refused");
+                        runtime.failed_entry(
+                            &mut entries,
+                            &name,
+                            props,
+                            Origin::Rest,
+                            e.to_string(),
+                        );
+                    }
                 }
             }
         }
+        let rt = runtime.clone();
+        let mut shutdown = shutdown;
         let run = async move {
-            let mut tasks = tokio::task::JoinSet::new();
-            for c in configs {
-                tracing::info!(connector = %c.name, kind = ?c.kind, "starting connector");
-                tasks.spawn(supervise(c, deps.clone(), shutdown.clone()));
+            if let Some(mut w) = watcher {
+                loop {
+                    tokio::select! {
+                        changed = w.changed() => {
+                            if !changed {
+                                break;
+                            }
+                            rt.rescan(&BTreeMap::new()).await;
+                        }
+                        r = shutdown.changed() => {
+                            if r.is_err() || *shutdown.borrow() {
+                                break;
+                            }
+                        }
+                    }
+                }
             }
-            while let Some(r) = tasks.join_next().await {
-                if let Err(e) = r {
+            while !*shutdown.borrow_and_update() {
+                if shutdown.changed().await.is_err() {
+                    break;
+                }
+            }
+            let tasks: Vec<JoinHandle<()>> = {
+                let mut entries = rt.inner.entries.lock().await;
+                entries.values_mut().filter_map(|e| e.task.take()).collect()
+            };
+            for t in tasks {
+                if let Err(e) = t.await {
                     tracing::error!(error = %e, "a connector task panicked");
                 }
             }
         };
         Ok((runtime, run))
     }
+
+    /// Every connector by name, with its state.
+    pub fn statuses(&self) -> BTreeMap<String, ConnectorStatus> {
+        self.inner
+            .deps
+            .statuses
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Starts the supervisor of `c` and records it (replacing nothing: the caller checked
+    /// the name is free).
+    fn spawn_entry(
+        &self,
+        entries: &mut BTreeMap<String, Entry>,
+        c: ConnectorConfig,
+        properties: BTreeMap<String, String>,
+        origin: Origin,
+        target: TargetState,
+    ) {
+        let name = c.name.clone();
+        if c.tasks_max > 1 {
+            tracing::info!(connector = %name, tasks_max = c.tasks_max, "running 1 task (more than one task per connector is not supported yet)");
+        }
+        tracing::info!(connector = %name, kind = ?c.kind, ?origin, "starting connector");
+        let kind = c.kind;
+        self.inner
+            .deps
+            .statuses
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                name.clone(),
+                ConnectorStatus {
+                    state: TaskState::Unassigned,
+                    trace: None,
+                    origin: origin.clone(),
+                },
+            );
+        let (tx, rx) = tokio_watch::channel(Control {
+            config: Arc::new(c),
+            target,
+            restarts: 0,
+            generation: 0,
+        });
+        let (applied_tx, applied) = tokio_watch::channel(0);
+        let task = tokio::spawn(supervise(
+            name.clone(),
+            self.inner.deps.clone(),
+            rx,
+            applied_tx,
+            self.inner.shutdown.clone(),
+        ));
+        entries.insert(
+            name,
+            Entry {
+                origin,
+                properties,
+                kind: Some(kind),
+                target,
+                control: Some(tx),
+                applied: Some(applied),
+                task: Some(task),
+            },
+        );
+    }
+
+    /// Records a connector whose config is refused: FAILED with `error`, nothing runs.
+    fn failed_entry(
+        &self,
+        entries: &mut BTreeMap<String, Entry>,
+        name: &str,
+        properties: BTreeMap<String, String>,
+        origin: Origin,
+        error: String,
+    ) {
+        self.inner
+            .deps
+            .statuses
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                name.to_string(),
+                ConnectorStatus {
+                    state: TaskState::Failed,
+                    trace: Some(error.clone()),
+                    origin: origin.clone(),
+                },
+            );
+        self.inner
+            .deps
+            .set_status(name, TaskState::Failed, Some(error));
+        entries.insert(
+            name.to_string(),
+            Entry {
+                origin,
+                properties,
+                kind: None,
+                target: TargetState::Started,
+                control: None,
+                applied: None,
+                task: None,
+            },
+        );
+    }
+
+    /// Stops and forgets connector `name` (its offsets stay), awaiting its task.
+    async fn remove_entry(&self, entries: &mut BTreeMap<String, Entry>, name: &str) {
+        if let Some(mut e) = entries.remove(name) {
+            drop(e.control.take());
+            if let Some(t) = e.task.take() {
+                if let Err(err) = t.await {
+                    tracing::error!(connector = name, error = %err, "a connector task panicked");
+                }
+            }
+        }
+        self.inner
+            .deps
+            .statuses
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name);
+        let records = [
+            (Bytes::from(format!("status-connector-{name}")), None),
+            (Bytes::from(format!("status-task-{name}-0")), None),
+        ];
+        if let Err(e) = self.inner.deps.status_topic.append(&records) {
+            tracing::warn!(connector = name, error = %e, "cannot write {STATUS_TOPIC}");
+        }
+    }
+
+    /// Changes connector `e`'s control with `f` and returns what to await for the change
+    /// to be in effect ([`wait_applied`]).
+    fn change(
+        e: &Entry,
+        f: impl FnOnce(&mut Control),
+    ) -> Option<(tokio_watch::Receiver<u64>, u64)> {
+        let tx = e.control.as_ref()?;
+        let mut generation = 0;
+        tx.send_modify(|ctl| {
+            f(ctl);
+            ctl.generation += 1;
+            generation = ctl.generation;
+        });
+        e.applied.clone().map(|rx| (rx, generation))
+    }
+
+    fn store(&self, records: &[(Bytes, Option<Bytes>)]) -> Result<(), ConnectError> {
+        self.inner.configs_topic.append(records).map_err(|e| {
+            ConnectError::Store(format!("cannot write {}: {e}", configs::CONFIGS_TOPIC))
+        })
+    }
+
+    /// Refuses a new REST-created connector beyond [`MAX_CONNECTORS`].
+    fn check_room(entries: &BTreeMap<String, Entry>) -> Result<(), ConnectError> {
+        if entries.len() >= MAX_CONNECTORS {
+            return Err(ConnectError::Invalid(format!(
+                "at most {MAX_CONNECTORS} connectors per broker; delete one first"
+            )));
+        }
+        Ok(())
+    }
+
+    fn refuse_file(name: &str, origin: &Origin) -> Result<(), ConnectError> {
+        match origin {
+            Origin::File(p) => Err(ConnectError::Conflict(format!(
+                "Connector {name} is defined by the file {}; change or remove the file instead (it would overwrite a change made here)",
+                p.display()
+            ))),
+            Origin::Rest => Ok(()),
+        }
+    }
+
+    fn check(
+        name: &str,
+        props: BTreeMap<String, String>,
+    ) -> Result<(ConnectorConfig, BTreeMap<String, String>), ConnectError> {
+        let mut props = props;
+        match props.get("name") {
+            None => {
+                props.insert("name".into(), name.to_string());
+            }
+            Some(n) if n == name => {}
+            Some(n) => {
+                return Err(ConnectError::Invalid(format!(
+                    "Connector name configuration ({n}) doesn't match connector name in the URL ({name})"
+                )))
+            }
+        }
+        let c = ConnectorConfig::from_map(Origin::Rest.path(), props.clone())
+            .map_err(|e| ConnectError::Invalid(e.to_string()))?;
+        Ok((c, props))
+    }
+
+    /// `POST /connectors`: creates connector `name` with `props`.
+    ///
+    /// Errors: [`ConnectError::Conflict`] when the name exists, `Invalid` for a refused
+    /// config, `Store` when `__connect_configs` cannot be written.
+    pub async fn create(
+        &self,
+        name: &str,
+        props: BTreeMap<String, String>,
+    ) -> Result<Value, ConnectError> {
+        let (c, props) = Self::check(name, props)?;
+        let mut entries = self.inner.entries.lock().await;
+        if entries.contains_key(name) {
+            return Err(ConnectError::Conflict(format!(
+                "Connector {name} already exists"
+            )));
+        }
+        Self::check_room(&entries)?;
+        self.store(&[configs::connector_record(name, &props)])?;
+        self.spawn_entry(&mut entries, c, props, Origin::Rest, TargetState::Started);
+        Ok(self.info_of(name, &entries))
+    }
+
+    /// `PUT /connectors/{name}/config`: creates (`true`) or updates (`false`) connector
+    /// `name`; an update restarts its task with the new config.
+    ///
+    /// Errors: `Conflict` for a file-defined connector, `Invalid`, `Store`.
+    pub async fn put_config(
+        &self,
+        name: &str,
+        props: BTreeMap<String, String>,
+    ) -> Result<(Value, bool), ConnectError> {
+        let (c, props) = Self::check(name, props)?;
+        let mut entries = self.inner.entries.lock().await;
+        let Some(e) = entries.get_mut(name) else {
+            Self::check_room(&entries)?;
+            self.store(&[configs::connector_record(name, &props)])?;
+            self.spawn_entry(&mut entries, c, props, Origin::Rest, TargetState::Started);
+            return Ok((self.info_of(name, &entries), true));
+        };
+        Self::refuse_file(name, &e.origin)?;
+        self.store(&[configs::connector_record(name, &props)])?;
+        let kind = c.kind;
+        let mut wait = None;
+        if e.control.is_some() {
+            wait = Self::change(e, |ctl| ctl.config = Arc::new(c));
+            e.properties = props;
+            e.kind = Some(kind);
+        } else {
+            let target = e.target;
+            entries.remove(name);
+            self.spawn_entry(&mut entries, c, props, Origin::Rest, target);
+        }
+        let info = self.info_of(name, &entries);
+        drop(entries);
+        wait_applied(wait).await;
+        Ok((info, false))
+    }
+
+    /// `DELETE /connectors/{name}`: stops the connector and forgets its config (its
+    /// offsets stay, as in Kafka Connect).
+    ///
+    /// Errors: `NotFound`, `Conflict` for a file-defined connector, `Store`.
+    pub async fn delete(&self, name: &str) -> Result<(), ConnectError> {
+        let mut entries = self.inner.entries.lock().await;
+        let e = entries.get(name).ok_or_else(|| not_found(name))?;
+        Self::refuse_file(name, &e.origin)?;
+        self.store(&configs::delete_records(name))?;
+        self.remove_entry(&mut entries, name).await;
+        tracing::info!(connector = name, "connector deleted");
+        Ok(())
+    }
+
+    /// `PUT /connectors/{name}/pause`, `/resume`, `/stop`: sets and stores the target
+    /// state (also for file-defined connectors: it is runtime state, not config).
+    ///
+    /// Errors: `NotFound`, `Store`.
+    pub async fn set_target(&self, name: &str, target: TargetState) -> Result<(), ConnectError> {
+        let mut entries = self.inner.entries.lock().await;
+        let e = entries.get_mut(name).ok_or_else(|| not_found(name))?;
+        if e.target == target {
+            return Ok(());
+        }
+        self.store(&[configs::target_record(name, target)])?;
+        e.target = target;
+        let wait = Self::change(e, |ctl| ctl.target = target);
+        drop(entries);
+        tracing::info!(
+            connector = name,
+            target = target.name(),
+            "connector target state changed"
+        );
+        wait_applied(wait).await;
+        Ok(())
+    }
+
+    /// `POST /connectors/{name}/restart[?includeTasks&onlyFailed]`: restarts what Kafka
+    /// Connect's `RestartRequest` selects — the connector unless `only_failed` and it is
+    /// not FAILED; its task when `include_tasks`, unless `only_failed` and it is not
+    /// FAILED. weir's connector is its one task, so restarting either restarts the one
+    /// attempt (a running one stops gracefully first); what was restarted shows as
+    /// RESTARTING until it runs again.
+    ///
+    /// Errors: `NotFound`.
+    pub async fn restart(
+        &self,
+        name: &str,
+        include_tasks: bool,
+        only_failed: bool,
+    ) -> Result<Restarted, ConnectError> {
+        let entries = self.inner.entries.lock().await;
+        let e = entries.get(name).ok_or_else(|| not_found(name))?;
+        let state = self
+            .inner
+            .deps
+            .status(name)
+            .map(|s| s.state)
+            .unwrap_or(TaskState::Unassigned);
+        let failed = state == TaskState::Failed;
+        let restarted = Restarted {
+            connector: !only_failed || failed,
+            task: include_tasks && (!only_failed || failed),
+        };
+        if e.control.is_none() || e.target != TargetState::Started {
+            // A refused file config (nothing to restart until the file changes), or a
+            // paused or stopped connector (no instance to restart; resume starts one).
+            return Ok(Restarted {
+                connector: false,
+                task: false,
+            });
+        }
+        let mut wait = None;
+        if restarted.connector || restarted.task {
+            self.inner
+                .deps
+                .set_status(name, TaskState::Restarting, None);
+            wait = Self::change(e, |ctl| ctl.restarts += 1);
+        }
+        drop(entries);
+        wait_applied(wait).await;
+        Ok(restarted)
+    }
+
+    /// `POST /connectors/{name}/tasks/{task}/restart`: restarts task 0 (the only one).
+    ///
+    /// Errors: `NotFound` for another task id or an unknown connector.
+    pub async fn restart_task(&self, name: &str, task: u32) -> Result<(), ConnectError> {
+        if task != 0 {
+            let entries = self.inner.entries.lock().await;
+            if !entries.contains_key(name) {
+                return Err(not_found(name));
+            }
+            return Err(ConnectError::NotFound(format!(
+                "Task {name}-{task} not found"
+            )));
+        }
+        self.restart(name, true, false).await.map(|_| ())
+    }
+
+    /// Connector names, sorted.
+    pub async fn names(&self) -> Vec<String> {
+        self.inner.entries.lock().await.keys().cloned().collect()
+    }
+
+    fn info_of(&self, name: &str, entries: &BTreeMap<String, Entry>) -> Value {
+        let Some(e) = entries.get(name) else {
+            return Value::Null;
+        };
+        let tasks: Vec<Value> = if e.target == TargetState::Stopped || e.kind.is_none() {
+            Vec::new()
+        } else {
+            vec![json!({"connector": name, "task": 0})]
+        };
+        json!({
+            "name": name,
+            "config": e.properties,
+            "tasks": tasks,
+            "type": e.kind.map(catalog::kind_name).unwrap_or("unknown"),
+        })
+    }
+
+    /// `GET /connectors/{name}`: `{name, config, tasks: [{connector, task}], type}`.
+    ///
+    /// Errors: `NotFound`.
+    pub async fn info(&self, name: &str) -> Result<Value, ConnectError> {
+        let entries = self.inner.entries.lock().await;
+        if !entries.contains_key(name) {
+            return Err(not_found(name));
+        }
+        Ok(self.info_of(name, &entries))
+    }
+
+    /// `GET /connectors/{name}/config`: the properties as given.
+    ///
+    /// Errors: `NotFound`.
+    pub async fn config(&self, name: &str) -> Result<BTreeMap<String, String>, ConnectError> {
+        let entries = self.inner.entries.lock().await;
+        entries
+            .get(name)
+            .map(|e| e.properties.clone())
+            .ok_or_else(|| not_found(name))
+    }
+
+    /// `GET /connectors/{name}/tasks`: `[{"id": {connector, task}, "config": {...}}]`.
+    ///
+    /// Errors: `NotFound`.
+    pub async fn tasks(&self, name: &str) -> Result<Value, ConnectError> {
+        let entries = self.inner.entries.lock().await;
+        let e = entries.get(name).ok_or_else(|| not_found(name))?;
+        if e.target == TargetState::Stopped || e.kind.is_none() {
+            return Ok(json!([]));
+        }
+        Ok(json!([{
+            "id": {"connector": name, "task": 0},
+            "config": e.properties,
+        }]))
+    }
+
+    fn task_json(&self, state: TaskState, trace: &Option<String>) -> Value {
+        let mut t = json!({
+            "id": 0,
+            "state": state.name(),
+            "worker_id": self.inner.deps.worker_id,
+        });
+        if let (Some(trace), Some(obj)) = (trace, t.as_object_mut()) {
+            obj.insert("trace".into(), Value::String(trace.clone()));
+        }
+        t
+    }
+
+    fn status_of(
+        &self,
+        name: &str,
+        entries: &BTreeMap<String, Entry>,
+        restarted: Option<Restarted>,
+    ) -> Option<Value> {
+        let e = entries.get(name)?;
+        let s = self.inner.deps.status(name)?;
+        let mut connector_state = s.state.connector_state();
+        let mut task_state = s.state;
+        if let Some(r) = restarted {
+            if r.connector {
+                connector_state = TaskState::Restarting;
+            }
+            if r.task {
+                task_state = TaskState::Restarting;
+            }
+        }
+        let mut connector = json!({
+            "state": connector_state.name(),
+            "worker_id": self.inner.deps.worker_id,
+        });
+        if connector_state == TaskState::Failed {
+            if let (Some(trace), Some(obj)) = (&s.trace, connector.as_object_mut()) {
+                obj.insert("trace".into(), Value::String(trace.clone()));
+            }
+        }
+        let tasks: Vec<Value> = if s.state == TaskState::Stopped || e.kind.is_none() {
+            Vec::new()
+        } else {
+            vec![self.task_json(task_state, &s.trace)]
+        };
+        Some(json!({
+            "name": name,
+            "connector": connector,
+            "tasks": tasks,
+            "type": e.kind.map(catalog::kind_name).unwrap_or("unknown"),
+        }))
+    }
+
+    /// `GET /connectors/{name}/status` (Kafka Connect's `ConnectorStateInfo`); with
+    /// `restarted`, what a restart restarted shows as RESTARTING.
+    ///
+    /// Errors: `NotFound`.
+    pub async fn status(
+        &self,
+        name: &str,
+        restarted: Option<Restarted>,
+    ) -> Result<Value, ConnectError> {
+        let entries = self.inner.entries.lock().await;
+        self.status_of(name, &entries, restarted)
+            .ok_or_else(|| not_found(name))
+    }
+
+    /// `GET /connectors/{name}/tasks/{task}/status`.
+    ///
+    /// Errors: `NotFound` (unknown connector, or a task other than 0, or a stopped
+    /// connector, which has no task).
+    pub async fn task_status(&self, name: &str, task: u32) -> Result<Value, ConnectError> {
+        let status = self.status(name, None).await?;
+        status["tasks"]
+            .as_array()
+            .and_then(|t| t.iter().find(|t| t["id"] == task))
+            .cloned()
+            .ok_or_else(|| ConnectError::NotFound(format!("Task {name}-{task} not found")))
+    }
+
+    /// `GET /connectors?expand=...`: `{name: {"status": ..., "info": ...}}` with the
+    /// parts asked.
+    pub async fn expanded(&self, status: bool, info: bool) -> Value {
+        let entries = self.inner.entries.lock().await;
+        let mut out = serde_json::Map::new();
+        for name in entries.keys() {
+            let mut v = serde_json::Map::new();
+            if status {
+                if let Some(s) = self.status_of(name, &entries, None) {
+                    v.insert("status".into(), s);
+                }
+            }
+            if info {
+                v.insert("info".into(), self.info_of(name, &entries));
+            }
+            out.insert(name.clone(), Value::Object(v));
+        }
+        Value::Object(out)
+    }
+
+    /// `GET /connectors/{name}/offsets` (KIP-875): sources
+    /// `{"offsets": [{"partition": {...}, "offset": {...}}]}` from `__connect_offsets`;
+    /// sinks the committed offsets of group `connect-<name>` as
+    /// `{"partition": {"kafka_topic", "kafka_partition"}, "offset": {"kafka_offset"}}`.
+    ///
+    /// Errors: `NotFound`.
+    pub async fn offsets(&self, name: &str) -> Result<Value, ConnectError> {
+        let kind = {
+            let entries = self.inner.entries.lock().await;
+            entries.get(name).ok_or_else(|| not_found(name))?.kind
+        };
+        let deps = &self.inner.deps;
+        let offsets: Vec<Value> = match kind {
+            Some(ConnectorKind::Source) => deps
+                .offsets
+                .positions(name)
+                .into_iter()
+                .map(|p| {
+                    let m = |pairs: Vec<(String, String)>| -> serde_json::Map<String, Value> {
+                        pairs
+                            .into_iter()
+                            .map(|(k, v)| (k, Value::String(v)))
+                            .collect()
+                    };
+                    json!({"partition": m(p.source_partition), "offset": m(p.source_offset)})
+                })
+                .collect(),
+            Some(ConnectorKind::Sink) => deps
+                .ctx
+                .groups
+                .fetch_offsets(&group_id(name), None)
+                .into_iter()
+                .flat_map(|(topic, parts)| {
+                    parts.into_iter().filter_map(move |(p, c)| {
+                        c.map(|c| {
+                            json!({
+                                "partition": {"kafka_topic": topic, "kafka_partition": p},
+                                "offset": {"kafka_offset": c.offset},
+                            })
+                        })
+                    })
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        Ok(json!({ "offsets": offsets }))
+    }
+
+    /// Waits until connector `name` is STOPPED (target and task), for an offsets change.
+    ///
+    /// Errors: `NotFound`; `Invalid` (400, Kafka Connect's answer) when its target state
+    /// is not STOPPED; `Conflict` when it is still stopping after 30 s.
+    async fn stopped_kind(&self, name: &str) -> Result<ConnectorKind, ConnectError> {
+        let deadline = Instant::now() + Duration::from_millis(STOPPING_WAIT_MS);
+        loop {
+            {
+                let entries = self.inner.entries.lock().await;
+                let e = entries.get(name).ok_or_else(|| not_found(name))?;
+                if e.target != TargetState::Stopped {
+                    return Err(ConnectError::Invalid(
+                        "Connectors must be in the STOPPED state before their offsets can be modified. This can be done for the specified connector by issuing a 'PUT' request to the '/connectors/".to_string()
+                            + name + "/stop' endpoint",
+                    ));
+                }
+                let Some(kind) = e.kind else {
+                    return Err(ConnectError::Invalid(format!(
+                        "Connector {name} has a refused config: no offsets to change"
+                    )));
+                };
+                if self.inner.deps.status(name).map(|s| s.state) == Some(TaskState::Stopped) {
+                    return Ok(kind);
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(ConnectError::Conflict(format!(
+                    "Connector {name} is still stopping; try again"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// `DELETE /connectors/{name}/offsets` (KIP-875): forgets every offset of a STOPPED
+    /// connector (tombstones in `__connect_offsets`; a sink's group offsets deleted), so
+    /// it starts from the beginning when resumed.
+    ///
+    /// Errors: as [`ConnectRuntime::stopped_kind`], or `Store`.
+    pub async fn reset_offsets(&self, name: &str) -> Result<Value, ConnectError> {
+        let kind = self.stopped_kind(name).await?;
+        let deps = &self.inner.deps;
+        match kind {
+            ConnectorKind::Source => {
+                deps.offsets.reset(name).map_err(ConnectError::Store)?;
+            }
+            ConnectorKind::Sink => {
+                let group = group_id(name);
+                let partitions: Vec<(String, i32)> = deps
+                    .ctx
+                    .groups
+                    .fetch_offsets(&group, None)
+                    .into_iter()
+                    .flat_map(|(t, parts)| parts.into_iter().map(move |(p, _)| (t.clone(), p)))
+                    .collect();
+                if !partitions.is_empty() {
+                    deps.ctx
+                        .groups
+                        .delete_offsets(&group, &partitions)
+                        .map_err(|e| {
+                            ConnectError::Store(format!(
+                                "cannot delete the offsets of {group}: {e:?}"
+                            ))
+                        })?;
+                }
+            }
+        }
+        tracing::info!(connector = name, "connector offsets reset");
+        Ok(json!({"message": "The offsets for this connector have been reset successfully"}))
+    }
+
+    /// `PATCH /connectors/{name}/offsets` (KIP-875) with body
+    /// `{"offsets": [{"partition": {...}, "offset": {...} | null}]}`: sets (or, with a
+    /// null offset, forgets) each partition's offset of a STOPPED connector. Sinks take
+    /// Kafka Connect's `{"kafka_topic", "kafka_partition"}` / `{"kafka_offset"}`.
+    ///
+    /// Errors: as [`ConnectRuntime::stopped_kind`]; `Invalid` for a malformed body;
+    /// `Store`.
+    pub async fn alter_offsets(&self, name: &str, body: &Value) -> Result<Value, ConnectError> {
+        let list = body
+            .get("offsets")
+            .and_then(Value::as_array)
+            .ok_or_else(|| {
+                ConnectError::Invalid("Offsets must be specified as {\"offsets\": [...]}".into())
+            })?;
+        if list.is_empty() {
+            return Err(ConnectError::Invalid(
+                "Partitions / offsets need to be provided for an alter offsets request".into(),
+            ));
+        }
+        let kind = self.stopped_kind(name).await?;
+        let deps = &self.inner.deps;
+        match kind {
+            ConnectorKind::Source => {
+                let mut changes = Vec::with_capacity(list.len());
+                for item in list {
+                    let partition = item
+                        .get("partition")
+                        .and_then(store::json_string_map)
+                        .ok_or_else(|| {
+                            ConnectError::Invalid("each entry needs a \"partition\" object".into())
+                        })?;
+                    let offset = match item.get("offset") {
+                        None | Some(Value::Null) => None,
+                        Some(v) => Some(store::json_string_map(v).ok_or_else(|| {
+                            ConnectError::Invalid("an \"offset\" must be an object or null".into())
+                        })?),
+                    };
+                    changes.push((partition, offset));
+                }
+                deps.offsets
+                    .alter(name, &changes)
+                    .map_err(ConnectError::Store)?;
+            }
+            ConnectorKind::Sink => {
+                let group = group_id(name);
+                let mut set = Vec::new();
+                let mut forget = Vec::new();
+                for item in list {
+                    let p = item.get("partition");
+                    let topic = p.and_then(|p| p.get("kafka_topic")).and_then(Value::as_str);
+                    let part = p
+                        .and_then(|p| p.get("kafka_partition"))
+                        .and_then(Value::as_i64)
+                        .and_then(|n| i32::try_from(n).ok());
+                    let (Some(topic), Some(part)) = (topic, part) else {
+                        return Err(ConnectError::Invalid("a sink partition is {\"kafka_topic\": <string>, \"kafka_partition\": <int>}".into()));
+                    };
+                    match item.get("offset") {
+                        None | Some(Value::Null) => forget.push((topic.to_string(), part)),
+                        Some(o) => {
+                            let offset = o
+                                .get("kafka_offset")
+                                .and_then(Value::as_i64)
+                                .filter(|n| *n >= 0)
+                                .ok_or_else(|| {
+                                    ConnectError::Invalid(
+                                        "a sink offset is {\"kafka_offset\": <non-negative int>}"
+                                            .into(),
+                                    )
+                                })?;
+                            set.push(crate::group::OffsetToCommit {
+                                topic: topic.to_string(),
+                                partition: part,
+                                offset,
+                                leader_epoch: -1,
+                                metadata: None,
+                            });
+                        }
+                    }
+                }
+                if !set.is_empty() {
+                    let request = crate::group::CommitRequest {
+                        group_id: group.clone(),
+                        generation_id: -1,
+                        member_id: String::new(),
+                        group_instance_id: None,
+                        offsets: set,
+                    };
+                    if let Some(e) = deps
+                        .ctx
+                        .groups
+                        .commit(&request)
+                        .into_iter()
+                        .flatten()
+                        .next()
+                    {
+                        return Err(ConnectError::Store(format!(
+                            "cannot commit the offsets of {group}: {e:?}"
+                        )));
+                    }
+                }
+                if !forget.is_empty() {
+                    if let Err(e) = deps.ctx.groups.delete_offsets(&group, &forget) {
+                        tracing::debug!(group = %group, error = ?e, "no offsets to forget");
+                    }
+                }
+            }
+        }
+        tracing::info!(connector = name, "connector offsets altered");
+        Ok(json!({"message": "The offsets for this connector have been altered successfully"}))
+    }
+
+    /// Re-reads `connect.config.dir`: a new file creates its connector, a changed one
+    /// updates it (restarting its task), a removed one deletes it. `targets` are the
+    /// stored target states (at start). A file naming a connector that another file or
+    /// the REST API defines is refused with an error log.
+    async fn rescan(&self, targets: &BTreeMap<String, TargetState>) {
+        let Some(dir) = self.inner.settings.config_dir.clone() else {
+            return;
+        };
+        let mut files: Vec<PathBuf> = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+                .collect(),
+            Err(e) => {
+                tracing::error!(dir = %dir.display(), error = %e, "cannot list connect.config.dir");
+                return;
+            }
+        };
+        files.sort();
+        let mut entries = self.inner.entries.lock().await;
+        // Removed files first, so a connector moved to another file is recreated there.
+        let known: Vec<(PathBuf, String)> = self
+            .inner
+            .files
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(p, n)| (p.clone(), n.clone()))
+            .collect();
+        for (path, name) in &known {
+            if !files.contains(path) {
+                self.inner
+                    .files
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(path);
+                if entries
+                    .get(name)
+                    .is_some_and(|e| e.origin == Origin::File(path.clone()))
+                {
+                    tracing::info!(connector = %name, file = %path.display(), "connector file removed; deleting the connector");
+                    if let Err(e) = self.store(&configs::delete_records(name)) {
+                        tracing::warn!(connector = %name, error = %e, "target state not forgotten");
+                    }
+                    self.remove_entry(&mut entries, name).await;
+                }
+            }
+        }
+        for path in files {
+            let origin = Origin::File(path.clone());
+            let parsed = std::fs::read_to_string(&path)
+                .map_err(|e| format!("connector config {}: cannot read: {e}", path.display()))
+                .and_then(|text| config::file_properties(&path, &text).map_err(|e| e.to_string()));
+            let stem = path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let (name, props, checked) = match parsed {
+                Ok(props) => {
+                    let checked = ConnectorConfig::from_map(&path, props.clone());
+                    let name = match &checked {
+                        Ok(c) => c.name.clone(),
+                        Err(_) => props
+                            .get("name")
+                            .map(|n| n.trim().to_string())
+                            .filter(|n| !n.is_empty() && !n.contains('/'))
+                            .unwrap_or_else(|| stem.clone()),
+                    };
+                    (name, props, checked.map_err(|e| e.to_string()))
+                }
+                Err(e) => (stem.clone(), BTreeMap::new(), Err(e)),
+            };
+            let previous = self
+                .inner
+                .files
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&path)
+                .cloned();
+            if let Some(prev) = &previous {
+                if *prev != name && entries.get(prev).is_some_and(|e| e.origin == origin) {
+                    self.remove_entry(&mut entries, prev).await;
+                }
+            }
+            match entries.get_mut(&name) {
+                Some(e) if e.origin != origin => {
+                    if previous.as_deref() != Some(name.as_str()) {
+                        tracing::error!(connector = %name, file = %path.display(), "connector {name} in {}: the name is already used by {}; file ignored", path.display(), e.origin.path().display());
+                    }
+                    self.inner
+                        .files
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(path.clone(), name.clone());
+                    continue;
+                }
+                Some(e) if e.properties == props && (e.kind.is_some() == checked.is_ok()) => {
+                    continue;
+                }
+                Some(e) => {
+                    let target = e.target;
+                    match (checked, &e.control) {
+                        (Ok(c), Some(_)) => {
+                            tracing::info!(connector = %name, file = %path.display(), "connector file changed; restarting with the new config");
+                            let kind = c.kind;
+                            // Not awaited: the directory's other files need not wait.
+                            let _ = Self::change(e, |ctl| ctl.config = Arc::new(c));
+                            e.properties = props;
+                            e.kind = Some(kind);
+                        }
+                        (Ok(c), None) => {
+                            entries.remove(&name);
+                            self.spawn_entry(&mut entries, c, props, origin, target);
+                        }
+                        (Err(err), _) => {
+                            tracing::error!(connector = %name, "{err}");
+                            self.remove_entry(&mut entries, &name).await;
+                            self.failed_entry(&mut entries, &name, props, origin, err);
+                        }
+                    }
+                }
+                None => {
+                    let target = targets.get(&name).copied().unwrap_or(TargetState::Started);
+                    match checked {
+                        Ok(c) => self.spawn_entry(&mut entries, c, props, origin, target),
+                        Err(err) => {
+                            tracing::error!(connector = %name, "{err}");
+                            self.failed_entry(&mut entries, &name, props, origin, err);
+                        }
+                    }
+                }
+            }
+            self.inner
+                .files
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(path, name);
+        }
+    }
 }
 
-/// Runs a connector's task, restarting it with backoff, until shutdown or FAILED.
-async fn supervise(c: ConnectorConfig, deps: Arc<Deps>, mut shutdown: watch::Receiver<bool>) {
+/// Waits (at most [`STOPPING_WAIT_MS`]) until the supervisor acknowledged a change, so
+/// a `202 Accepted` for pause means no more polls, and a config change means no record
+/// goes out under the old config. A supervisor that ended (shutdown) ends the wait.
+async fn wait_applied(wait: Option<(tokio_watch::Receiver<u64>, u64)>) {
+    let Some((mut rx, generation)) = wait else {
+        return;
+    };
+    let acked = tokio::time::timeout(
+        Duration::from_millis(STOPPING_WAIT_MS),
+        rx.wait_for(|g| *g >= generation),
+    )
+    .await;
+    if acked.is_err() {
+        tracing::warn!(
+            generation,
+            "a connector change is not in effect after {STOPPING_WAIT_MS} ms"
+        );
+    }
+}
+
+/// How the wait for a control change ended.
+enum Wake {
+    /// The control changed.
+    Changed,
+    /// The broker is stopping, or the connector was deleted.
+    Exit,
+}
+
+async fn wake(
+    ctl: &mut tokio_watch::Receiver<Control>,
+    shutdown: &mut tokio_watch::Receiver<bool>,
+) -> Wake {
+    loop {
+        tokio::select! {
+            r = ctl.changed() => return if r.is_ok() { Wake::Changed } else { Wake::Exit },
+            r = shutdown.changed() => {
+                if r.is_err() || *shutdown.borrow() {
+                    return Wake::Exit;
+                }
+            }
+        }
+    }
+}
+
+/// Runs a connector's task as its [`Control`] says, restarting it with backoff, until
+/// shutdown or deletion.
+async fn supervise(
+    name: String,
+    deps: Arc<Deps>,
+    mut ctl: tokio_watch::Receiver<Control>,
+    applied: tokio_watch::Sender<u64>,
+    mut shutdown: tokio_watch::Receiver<bool>,
+) {
     let mut backoff_ms = FIRST_BACKOFF_MS;
     let mut failing_since: Option<Instant> = None;
     loop {
-        let mut progress = Progress::default();
-        let result = match c.kind {
-            ConnectorKind::Source => source::run(&c, &deps, &mut progress, &mut shutdown).await,
-            ConnectorKind::Sink => sink::run(&c, &deps, &mut progress, &mut shutdown).await,
-        };
-        let error = match result {
-            Ok(()) => {
-                tracing::info!(connector = %c.name, "connector stopped");
-                return;
-            }
-            Err(e) => e.to_string(),
-        };
         if *shutdown.borrow() {
-            tracing::warn!(connector = %c.name, error = %error, "connector failed while stopping");
             return;
         }
-        if progress.made {
+        let control = ctl.borrow_and_update().clone();
+        let idle = match control.target {
+            TargetState::Started => None,
+            TargetState::Paused => Some(TaskState::Paused),
+            TargetState::Stopped => Some(TaskState::Stopped),
+        };
+        if let Some(state) = idle {
+            deps.set_status(&name, state, None);
+            applied.send_replace(control.generation);
             failing_since = None;
             backoff_ms = FIRST_BACKOFF_MS;
+            match wake(&mut ctl, &mut shutdown).await {
+                Wake::Changed => continue,
+                Wake::Exit => return,
+            }
         }
-        let since = *failing_since.get_or_insert_with(Instant::now);
-        let out_of_time = c
-            .retry_timeout_ms
-            .is_some_and(|t| since.elapsed() >= Duration::from_millis(t));
-        if out_of_time {
-            tracing::error!(connector = %c.name, error = %error, "connector FAILED (errors.retry.timeout reached)");
-            deps.set_status(&c.name, TaskState::Failed, Some(error));
-            return;
+        // The previous attempt has ended: the change is in effect.
+        applied.send_replace(control.generation);
+        let c = control.config.clone();
+        let (stop_tx, mut stop_rx) = tokio_watch::channel(false);
+        let mut progress = Progress::default();
+        let mut woken: Option<Wake> = None;
+        let result = {
+            let attempt = async {
+                match c.kind {
+                    ConnectorKind::Source => {
+                        source::run(&c, &deps, &mut progress, &mut stop_rx).await
+                    }
+                    ConnectorKind::Sink => sink::run(&c, &deps, &mut progress, &mut stop_rx).await,
+                }
+            };
+            tokio::pin!(attempt);
+            tokio::select! {
+                r = &mut attempt => r,
+                w = wake(&mut ctl, &mut shutdown) => {
+                    woken = Some(w);
+                    let _ = stop_tx.send(true);
+                    attempt.await
+                }
+            }
+        };
+        match (woken, result) {
+            (Some(Wake::Exit), Ok(())) => {
+                tracing::info!(connector = %name, "connector stopped");
+                return;
+            }
+            (Some(Wake::Exit), Err(e)) => {
+                tracing::warn!(connector = %name, error = %e, "connector failed while stopping");
+                return;
+            }
+            (Some(Wake::Changed), r) => {
+                if let Err(e) = r {
+                    tracing::warn!(connector = %name, error = %e, "connector failed while stopping for a change");
+                }
+                failing_since = None;
+                backoff_ms = FIRST_BACKOFF_MS;
+                // The top of the loop reads the changed control.
+                continue;
+            }
+            (None, Ok(())) => {
+                // The attempt ended by itself (a task only does when told to stop).
+                tracing::info!(connector = %name, "connector stopped");
+                match wake(&mut ctl, &mut shutdown).await {
+                    Wake::Changed => continue,
+                    Wake::Exit => return,
+                }
+            }
+            (None, Err(e)) => {
+                let error = e.to_string();
+                if progress.made {
+                    failing_since = None;
+                    backoff_ms = FIRST_BACKOFF_MS;
+                }
+                let since = *failing_since.get_or_insert_with(Instant::now);
+                let out_of_time = c
+                    .retry_timeout_ms
+                    .is_some_and(|t| since.elapsed() >= Duration::from_millis(t));
+                if out_of_time {
+                    tracing::error!(connector = %name, error = %error, "connector FAILED (errors.retry.timeout reached)");
+                    deps.set_status(&name, TaskState::Failed, Some(error));
+                    match wake(&mut ctl, &mut shutdown).await {
+                        Wake::Changed => {
+                            failing_since = None;
+                            backoff_ms = FIRST_BACKOFF_MS;
+                            continue;
+                        }
+                        Wake::Exit => return,
+                    }
+                }
+                tracing::warn!(connector = %name, error = %error, retry_in_ms = backoff_ms, "connector task failed; restarting");
+                deps.set_status(&name, TaskState::Unassigned, Some(error));
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(backoff_ms)) => {}
+                    w = wake(&mut ctl, &mut shutdown) => match w {
+                        Wake::Changed => {
+                            failing_since = None;
+                            backoff_ms = FIRST_BACKOFF_MS;
+                            continue;
+                        }
+                        Wake::Exit => return,
+                    },
+                }
+                backoff_ms = (backoff_ms * 2).min(c.retry_delay_max_ms.max(FIRST_BACKOFF_MS));
+            }
         }
-        tracing::warn!(connector = %c.name, error = %error, retry_in_ms = backoff_ms, "connector task failed; restarting");
-        deps.set_status(&c.name, TaskState::Unassigned, Some(error));
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(backoff_ms)) => {}
-            _ = shutdown.changed() => return,
-        }
-        backoff_ms = (backoff_ms * 2).min(c.retry_delay_max_ms.max(FIRST_BACKOFF_MS));
     }
 }

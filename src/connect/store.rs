@@ -288,6 +288,82 @@ impl SourceOffsets {
     }
 }
 
+/// One change of KIP-875's `PATCH /connectors/{name}/offsets`: a source partition and
+/// its new offset (`None`: forget the partition).
+pub type OffsetChange = (Vec<(String, String)>, Option<Vec<(String, String)>>);
+
+impl SourceOffsets {
+    /// KIP-875 `DELETE /connectors/{name}/offsets`: writes a tombstone for every stored
+    /// source partition of `connector` and forgets them; returns how many there were.
+    ///
+    /// Errors: the append fails, as a message (nothing is forgotten).
+    pub fn reset(&self, connector: &str) -> Result<usize, String> {
+        let keys: Vec<String> = {
+            let latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
+            latest
+                .get(connector)
+                .map(|m| m.keys().cloned().collect())
+                .unwrap_or_default()
+        };
+        let records: Vec<(Bytes, Option<Bytes>)> = keys
+            .iter()
+            .map(|k| (Bytes::from(k.clone()), None))
+            .collect();
+        self.topic.append(&records)?;
+        let mut latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
+        latest.remove(connector);
+        Ok(keys.len())
+    }
+
+    /// KIP-875 `PATCH /connectors/{name}/offsets`: sets (`Some`) or forgets (`None`) the
+    /// offset of each given source partition of `connector`.
+    ///
+    /// Errors: the append fails, as a message (nothing is changed).
+    pub fn alter(&self, connector: &str, changes: &[OffsetChange]) -> Result<(), String> {
+        let records: Vec<(Bytes, Option<Bytes>)> = changes
+            .iter()
+            .map(|(partition, offset)| {
+                let key = Bytes::from(offset_key(connector, partition));
+                let value = offset.as_ref().map(|o| {
+                    let map: serde_json::Map<String, serde_json::Value> = o
+                        .iter()
+                        .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+                        .collect();
+                    Bytes::from(serde_json::Value::Object(map).to_string())
+                });
+                (key, value)
+            })
+            .collect();
+        self.topic.append(&records)?;
+        let mut latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = latest.entry(connector.to_string()).or_default();
+        for (partition, offset) in changes {
+            let key = offset_key(connector, partition);
+            match offset {
+                Some(o) => {
+                    entry.insert(
+                        key,
+                        SourcePosition {
+                            source_partition: partition.clone(),
+                            source_offset: o.clone(),
+                        },
+                    );
+                }
+                None => {
+                    entry.remove(&key);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A JSON object's values as strings (strings as they are, other values as JSON text):
+/// the shape the WIT maps carry. `None` for a value that is not an object.
+pub fn json_string_map(v: &serde_json::Value) -> Option<Vec<(String, String)>> {
+    string_map(v)
+}
+
 #[cfg(test)]
 mod tests {
     use super::offset_key;

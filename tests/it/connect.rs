@@ -15,7 +15,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use crate::harness::TestBroker;
 
 /// The built `connectors/` components (built once per test process).
-fn plugin_path() -> PathBuf {
+pub(crate) fn plugin_path() -> PathBuf {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     BUILT
         .get_or_init(|| {
@@ -26,7 +26,7 @@ fn plugin_path() -> PathBuf {
         .clone()
 }
 
-fn append(path: &Path, text: &str) {
+pub(crate) fn append(path: &Path, text: &str) {
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -35,14 +35,14 @@ fn append(path: &Path, text: &str) {
     f.write_all(text.as_bytes()).unwrap();
 }
 
-fn lines(from: usize, to: usize) -> String {
+pub(crate) fn lines(from: usize, to: usize) -> String {
     (from..to)
         .map(|i| format!("line {i} ✓ {}\n", "x".repeat(i % 50)))
         .collect()
 }
 
 /// Waits until `path` holds exactly `want` (panics after 60 s, showing the difference).
-fn wait_for_file(path: &Path, want: &str) {
+pub(crate) fn wait_for_file(path: &Path, want: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let got = std::fs::read_to_string(path).unwrap_or_default();
@@ -65,12 +65,16 @@ fn wait_for_file(path: &Path, want: &str) {
 
 /// Every record of partition 0 of `topic` from the beginning, as (key, value) strings,
 /// reading until `expected` records arrived or 30 s passed.
-fn read_topic(bootstrap: &str, topic: &str, expected: usize) -> Vec<(Option<String>, String)> {
+pub(crate) fn read_topic(
+    bootstrap: &str,
+    topic: &str,
+    expected: usize,
+) -> Vec<(Option<String>, String)> {
     read_topic_for(bootstrap, topic, expected, Duration::from_secs(30))
 }
 
 /// As [`read_topic`], giving up after `wait`.
-fn read_topic_for(
+pub(crate) fn read_topic_for(
     bootstrap: &str,
     topic: &str,
     expected: usize,
@@ -111,15 +115,17 @@ fn read_topic_for(
     out
 }
 
-struct Dirs {
+/// A temp dir with `data/` (log.dirs), `configs/` (connect.config.dir), `in/source.txt`
+/// and `out/sink.txt`.
+pub(crate) struct Dirs {
     _tmp: tempfile::TempDir,
-    data: PathBuf,
-    configs: PathBuf,
-    input: PathBuf,
-    output: PathBuf,
+    pub(crate) data: PathBuf,
+    pub(crate) configs: PathBuf,
+    pub(crate) input: PathBuf,
+    pub(crate) output: PathBuf,
 }
 
-fn dirs() -> Dirs {
+pub(crate) fn dirs() -> Dirs {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().to_path_buf();
     for d in ["data", "configs", "in", "out"] {
@@ -134,7 +140,7 @@ fn dirs() -> Dirs {
     }
 }
 
-fn start(d: &Dirs) -> TestBroker {
+pub(crate) fn start(d: &Dirs) -> TestBroker {
     let dir = format!("connect.config.dir={}", d.configs.display());
     let plugins = format!("connect.plugin.path={}", plugin_path().display());
     TestBroker::start_in(&d.data, &[&dir, &plugins])

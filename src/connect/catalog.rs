@@ -1,0 +1,320 @@
+//! The keys each connector class takes: ONE table, read by `GET /connector-plugins` (the
+//! classes) and `PUT /connector-plugins/{plugin}/config/validate` (Kafka Connect's
+//! `ConfigInfos`: one definition and one value per key, errors per key).
+//!
+//! Owns: the key definitions (name, type, required, default, importance, documentation,
+//! group) of the common keys and of each built-in class. Never does: decide whether a
+//! config is valid beyond "a required key is missing" — the checks live in
+//! [`super::config::ConnectorConfig::from_map`], and validate reports its error on the key
+//! it names, so the two cannot disagree.
+//!
+//! Adding a connector: add its `(class, kind)` to [`super::config::BUILT_INS`] and its
+//! keys to [`CLASS_KEYS`].
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use super::config::{ConnectorConfig, ConnectorKind, BUILT_INS};
+
+/// A key's type, Kafka's `ConfigDef.Type` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyType {
+    /// `STRING`.
+    String,
+    /// `INT`.
+    Int,
+    /// `LONG`.
+    Long,
+    /// `LIST` (comma-separated).
+    List,
+    /// `CLASS` (here: a built-in name or a `.wasm` path).
+    Class,
+}
+
+impl KeyType {
+    /// Kafka's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            KeyType::String => "STRING",
+            KeyType::Int => "INT",
+            KeyType::Long => "LONG",
+            KeyType::List => "LIST",
+            KeyType::Class => "CLASS",
+        }
+    }
+}
+
+/// One key's definition (Kafka Connect's `ConfigKeyInfo`).
+#[derive(Debug, Clone, Copy)]
+pub struct KeyDef {
+    /// The key, Kafka Connect's name.
+    pub name: &'static str,
+    /// Its type.
+    pub kind: KeyType,
+    /// Whether a config without it is refused.
+    pub required: bool,
+    /// Default as text (`None`: no default).
+    pub default: Option<&'static str>,
+    /// `HIGH`, `MEDIUM` or `LOW`.
+    pub importance: &'static str,
+    /// What it does.
+    pub documentation: &'static str,
+    /// Kafka Connect's group (`Common`, `Error Handling`, ...).
+    pub group: &'static str,
+}
+
+const fn key(
+    name: &'static str,
+    kind: KeyType,
+    required: bool,
+    default: Option<&'static str>,
+    importance: &'static str,
+    group: &'static str,
+    documentation: &'static str,
+) -> KeyDef {
+    KeyDef {
+        name,
+        kind,
+        required,
+        default,
+        importance,
+        documentation,
+        group,
+    }
+}
+
+use KeyType::{Class, Int, List, Long, String as Str};
+
+/// Keys every connector takes (Kafka Connect's `ConnectorConfig`, `SourceConnectorConfig`
+/// and `SinkConnectorConfig`); `topics` is listed for sinks only, `topic` for sources.
+pub const COMMON_KEYS: &[KeyDef] = &[
+    key("name", Str, true, None, "HIGH", "Common", "Globally unique name to use for this connector."),
+    key("connector.class", Class, true, None, "HIGH", "Common", "The connector: a built-in name (see GET /connector-plugins) or the path of a .wasm component."),
+    key("tasks.max", Int, false, Some("1"), "HIGH", "Common", "Maximum number of tasks to use for this connector (weir runs one)."),
+    key("key.converter", Class, false, None, "LOW", "Common", "Converter for record keys (bytes, string, json)."),
+    key("value.converter", Class, false, None, "LOW", "Common", "Converter for record values (bytes, string, json)."),
+    key("transforms", List, false, Some(""), "LOW", "Transforms", "Aliases for the transformations to be applied to records."),
+    key("errors.retry.timeout", Long, false, Some("60000"), "MEDIUM", "Error Handling", "Maximum duration in milliseconds that a failed task is restarted for before it is FAILED; -1 retries forever, 0 never."),
+    key("errors.retry.delay.max.ms", Long, false, Some("60000"), "MEDIUM", "Error Handling", "Maximum duration in milliseconds between consecutive restarts of a failing task (they start at 100 ms and double)."),
+    key("errors.tolerance", Str, false, Some("none"), "MEDIUM", "Error Handling", "Behavior for tolerating errors: none fails the task on the first error."),
+    key("errors.deadletterqueue.topic.name", Str, false, Some(""), "MEDIUM", "Error Handling", "Topic for records that failed (sinks), when errors.tolerance is all."),
+];
+
+/// Keys of source connectors.
+pub const SOURCE_KEYS: &[KeyDef] = &[
+    key(
+        "topic",
+        Str,
+        false,
+        None,
+        "HIGH",
+        "Common",
+        "The topic for records that name none.",
+    ),
+    key(
+        "poll.interval.ms",
+        Long,
+        false,
+        Some("200"),
+        "LOW",
+        "Common",
+        "Wait after a poll that returned nothing (ms).",
+    ),
+];
+
+/// Keys of sink connectors.
+pub const SINK_KEYS: &[KeyDef] = &[
+    key(
+        "topics",
+        List,
+        true,
+        None,
+        "HIGH",
+        "Common",
+        "List of topics to consume, separated by commas.",
+    ),
+    key(
+        "offset.flush.interval.ms",
+        Long,
+        false,
+        Some("10000"),
+        "LOW",
+        "Common",
+        "How often flush and the offset commit run (ms), and always at stop.",
+    ),
+];
+
+/// Keys of each built-in class, beyond the common, source and sink ones.
+pub const CLASS_KEYS: &[(&str, &[KeyDef])] = &[
+    (
+        "file-source",
+        &[
+            key("file", Str, true, None, "HIGH", "Common", "Source filename (its directory is the only one the connector may read)."),
+            key("batch.size", Int, false, Some("2000"), "LOW", "Common", "The maximum number of records the source task can read from the file each time it is polled."),
+        ],
+    ),
+    (
+        "file-sink",
+        &[
+            key("file", Str, true, None, "HIGH", "Common", "Destination filename (its directory is the only one the connector may write)."),
+            key("batch.size", Int, false, Some("2000"), "LOW", "Common", "Most records per put."),
+        ],
+    ),
+];
+
+/// Version reported for the built-ins (they ship with the broker).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Every key `class` takes, common ones first; `None` for an unknown class.
+pub fn keys_of(class: &str) -> Option<Vec<KeyDef>> {
+    let kind = BUILT_INS
+        .iter()
+        .find(|(n, _)| *n == class)
+        .map(|(_, k)| *k)?;
+    let mut out: Vec<KeyDef> = COMMON_KEYS.to_vec();
+    out.extend_from_slice(match kind {
+        ConnectorKind::Source => SOURCE_KEYS,
+        ConnectorKind::Sink => SINK_KEYS,
+    });
+    if let Some((_, keys)) = CLASS_KEYS.iter().find(|(n, _)| *n == class) {
+        out.extend_from_slice(keys);
+    }
+    Some(out)
+}
+
+/// `GET /connector-plugins`: `[{"class", "type", "version"}]` for every built-in.
+pub fn plugins_json() -> Value {
+    Value::Array(
+        BUILT_INS
+            .iter()
+            .map(|(name, kind)| {
+                json!({
+                    "class": name,
+                    "type": kind_name(*kind),
+                    "version": VERSION,
+                })
+            })
+            .collect(),
+    )
+}
+
+/// `source` or `sink`, Kafka Connect's spelling.
+pub fn kind_name(kind: ConnectorKind) -> &'static str {
+    match kind {
+        ConnectorKind::Source => "source",
+        ConnectorKind::Sink => "sink",
+    }
+}
+
+/// Kafka Connect's message for a required key that is missing.
+fn missing(key: &str) -> String {
+    format!("Missing required configuration \"{key}\" which has no default value.")
+}
+
+/// `PUT /connector-plugins/{class}/config/validate`: Kafka Connect's `ConfigInfos`
+/// (`{name, error_count, groups, configs: [{definition, value}]}`) for `props` (with
+/// `connector.class` set to `class`, as Kafka Connect does), or `None` when `class` is
+/// not a built-in.
+///
+/// Errors are per key: a required key missing, and the error
+/// [`ConnectorConfig::from_map`] reports (on the key it names, or on `connector.class`
+/// when it names none).
+pub fn validate(class: &str, props: &BTreeMap<String, String>) -> Option<Value> {
+    let defs = keys_of(class)?;
+    // Kafka Connect's ConnectorPluginsResource sets `connector.class` from the path.
+    let mut props = props.clone();
+    props.insert("connector.class".into(), class.to_string());
+    let props = &props;
+    let mut errors: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for d in &defs {
+        let present = props.get(d.name).is_some_and(|v| !v.trim().is_empty());
+        if d.required && !present {
+            errors.entry(d.name).or_default().push(missing(d.name));
+        }
+    }
+    let mut checked = props.clone();
+    checked
+        .entry("name".into())
+        .or_insert_with(|| "validate".into());
+    if let Err(e) = ConnectorConfig::from_map(Path::new("REST"), checked) {
+        let key = e
+            .key
+            .as_deref()
+            .and_then(|k| defs.iter().find(|d| d.name == k))
+            .map(|d| d.name)
+            .unwrap_or("connector.class");
+        let list = errors.entry(key).or_default();
+        if list.is_empty() {
+            list.push(e.message.clone());
+        }
+    }
+    let mut groups: Vec<&str> = Vec::new();
+    for d in &defs {
+        if !groups.contains(&d.group) {
+            groups.push(d.group);
+        }
+    }
+    let configs: Vec<Value> = defs
+        .iter()
+        .map(|d| {
+            json!({
+                "definition": {
+                    "name": d.name,
+                    "type": d.kind.name(),
+                    "required": d.required,
+                    "default_value": d.default,
+                    "importance": d.importance,
+                    "documentation": d.documentation,
+                    "group": d.group,
+                    "width": "NONE",
+                    "display_name": d.name,
+                    "dependents": [],
+                    "order": -1,
+                },
+                "value": {
+                    "name": d.name,
+                    "value": props.get(d.name),
+                    "recommended_values": [],
+                    "errors": errors.get(d.name).cloned().unwrap_or_default(),
+                    "visible": true,
+                },
+            })
+        })
+        .collect();
+    let error_count: usize = errors.values().map(Vec::len).sum();
+    Some(json!({
+        "name": class,
+        "error_count": error_count,
+        "groups": groups,
+        "configs": configs,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_file_is_one_error_on_file() {
+        let props = BTreeMap::from([
+            ("name".to_string(), "x".to_string()),
+            ("topic".to_string(), "t".to_string()),
+        ]);
+        let v = validate("file-source", &props).unwrap();
+        assert_eq!(v["error_count"], 1, "{v}");
+        let file = v["configs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["definition"]["name"] == "file")
+            .unwrap();
+        assert_eq!(
+            file["value"]["errors"][0],
+            "Missing required configuration \"file\" which has no default value."
+        );
+        assert!(validate("nope", &props).is_none());
+        assert_eq!(plugins_json().as_array().unwrap().len(), BUILT_INS.len());
+    }
+}
