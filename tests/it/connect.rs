@@ -15,7 +15,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use crate::harness::TestBroker;
 
 /// The built `connectors/` components (built once per test process).
-fn plugin_path() -> PathBuf {
+pub fn plugin_path() -> PathBuf {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     BUILT
         .get_or_init(|| {

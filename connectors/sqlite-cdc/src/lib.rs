@@ -620,6 +620,9 @@ impl Guest for SqliteCdc {
             ),
             &[],
         )?;
+        // Where `snapshot.mode=never` starts: read before the triggers exist, so a change
+        // committed right after they do is never skipped.
+        let start_id = last_change_id(db)?;
         let tables = install(db, &table_names, &[])?;
         let schema_version = schema_version(db)?;
         let stored = offsets
@@ -676,7 +679,7 @@ impl Guest for SqliteCdc {
                 });
             }
             _ => {
-                state.last_id = last_change_id(db)?;
+                state.last_id = start_id;
                 log(
                     Level::Info,
                     &format!(
