@@ -315,12 +315,13 @@ impl ConnectorConfig {
                 }
             }
         }
-        let database = match get("database") {
-            Some(f) => Some(std::path::absolute(f.trim()).map_err(|e| {
-                fail(Some("database"), format!("cannot make `{f}` absolute: {e}"))
-            })?),
-            None => None,
-        };
+        let database =
+            match get("database") {
+                Some(f) => Some(std::path::absolute(f.trim()).map_err(|e| {
+                    fail(Some("database"), format!("cannot make `{f}` absolute: {e}"))
+                })?),
+                None => None,
+            };
         if let Some(f) = &file {
             if f.file_name().is_none() || f.parent().is_none() {
                 return Err(fail(
@@ -425,7 +426,8 @@ mod tests {
         assert!(c.file_grants(false).dirs.is_empty());
         let s = parse("name = \"s\"\nconnector.class = \"sqlite-sink\"\ndatabase = \"/tmp/b.db\"\ntopics = \"t\"\n").unwrap();
         assert_eq!(s.kind, ConnectorKind::Sink);
-        let e = parse("name = \"s\"\nconnector.class = \"sqlite-sink\"\ntopics = \"t\"\n").unwrap_err();
+        let e =
+            parse("name = \"s\"\nconnector.class = \"sqlite-sink\"\ntopics = \"t\"\n").unwrap_err();
         assert_eq!(e.key.as_deref(), Some("database"));
     }
 }

@@ -132,7 +132,8 @@ impl SqliteConns {
         blocking(move || {
             let conn = conn.lock().unwrap_or_else(|p| p.into_inner());
             if params.is_empty() {
-                conn.execute_batch(&sql).map_err(|e| format!("sqlite: {e}"))?;
+                conn.execute_batch(&sql)
+                    .map_err(|e| format!("sqlite: {e}"))?;
                 Ok(conn.changes())
             } else {
                 let n = conn
@@ -257,9 +258,13 @@ mod tests {
         let sneaky = dir.path().join("x/../a.db");
         assert!(c.open(sneaky.to_str().unwrap()).await.is_err());
         let db = c.open(granted.to_str().unwrap()).await.unwrap();
-        c.execute(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, v)".into(), vec![])
-            .await
-            .unwrap();
+        c.execute(
+            db,
+            "CREATE TABLE t(id INTEGER PRIMARY KEY, v)".into(),
+            vec![],
+        )
+        .await
+        .unwrap();
         let n = c
             .execute(
                 db,
