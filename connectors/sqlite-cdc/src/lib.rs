@@ -256,7 +256,10 @@ impl Table {
         let tl = literal(&self.name);
         let mut s = String::new();
         for suffix in ["bi", "ai", "au", "auk", "ad"] {
-            s.push_str(&format!("DROP TRIGGER IF EXISTS {};\n", self.trigger(suffix)));
+            s.push_str(&format!(
+                "DROP TRIGGER IF EXISTS {};\n",
+                self.trigger(suffix)
+            ));
         }
         let log_cols = format!("{LOG_TABLE}(tbl, op, key, before, after, ts_ms)");
         // Rows an insert would conflict with (REPLACE removes them without a trigger).

@@ -95,7 +95,14 @@ fn fields(db: u32, json: &str, what: &str) -> Result<Vec<(String, String)>, Stri
         "SELECT CASE WHEN json_valid(?1) THEN json_type(?1) END",
         &[Value::Text(json.into())],
     )?;
-    if ty.rows.first().and_then(|r| r.first()).and_then(text).as_deref() != Some("object") {
+    if ty
+        .rows
+        .first()
+        .and_then(|r| r.first())
+        .and_then(text)
+        .as_deref()
+        != Some("object")
+    {
         return Err(format!("the record {what} is not a JSON object"));
     }
     let rows = sql::query(
@@ -221,7 +228,13 @@ impl State {
         }
         let key_match: Vec<String> = key_fields
             .iter()
-            .map(|(n, _)| format!("{} = json_extract(?1, '{}')", ident(n), json_path(n).replace('\'', "''")))
+            .map(|(n, _)| {
+                format!(
+                    "{} = json_extract(?1, '{}')",
+                    ident(n),
+                    json_path(n).replace('\'', "''")
+                )
+            })
             .collect();
         let Some(value) = &r.record.value else {
             if !self.delete_enabled {
@@ -352,10 +365,7 @@ impl Guest for SqliteSink {
                     let _ = sql::execute(s.db, "ROLLBACK", &[]);
                     s.columns.clear();
                     return Err(error(
-                        format!(
-                            "{}[{}]@{}: {e}",
-                            r.topic, r.partition, r.offset
-                        ),
+                        format!("{}[{}]@{}: {e}", r.topic, r.partition, r.offset),
                         Some(i as u32),
                     ));
                 }
