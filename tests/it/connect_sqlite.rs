@@ -581,3 +581,53 @@ fn cdc_of_10000_rows_in_two_tables_survives_two_broker_restarts() {
     assert!(left < 10_000, "{left} log rows left");
     broker.stop();
 }
+
+#[test]
+fn the_db_streaming_pipeline_runs_as_shipped() {
+    let d = dirs();
+    let pipeline = crate::harness::repo_root().join("config/pipelines/db-streaming");
+    let make_db = |extra: &[&str]| {
+        let out = Command::new("python3")
+            .arg(pipeline.join("make_db.py"))
+            .arg(&d.db)
+            .args(extra)
+            .output()
+            .expect("python3 runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    make_db(&[]);
+    // The connector file as shipped, its `database` pointed at this test's copy.
+    let shipped = std::fs::read_to_string(pipeline.join("connectors/shop-cdc.toml")).unwrap();
+    let line = "database = \"config/pipelines/db-streaming/shop.db\"";
+    assert!(shipped.contains(line), "{shipped}");
+    let adjusted = shipped.replace(line, &format!("database = \"{}\"", d.db.display()));
+    std::fs::write(d.configs.join("shop-cdc.toml"), adjusted).unwrap();
+    let broker = start(&d);
+    let snap = read_all(&broker.bootstrap, &["shop.customers", "shop.orders"], 5);
+    assert_eq!(
+        ops(&snap, "shop.customers"),
+        vec![
+            kv("{\"id\":1}", "r"),
+            kv("{\"id\":2}", "r"),
+            kv("{\"id\":3}", "r")
+        ]
+    );
+    assert_eq!(ops(&snap, "shop.orders").len(), 2);
+    make_db(&["--change"]);
+    let all = read_all(&broker.bootstrap, &["shop.customers", "shop.orders"], 5 + 5);
+    assert_eq!(
+        ops(&all, "shop.customers")[3..],
+        [
+            kv("{\"id\":1}", "u"),
+            kv("{\"id\":2}", "d"),
+            kv("{\"id\":2}", "tombstone"),
+            kv("{\"id\":3}", "u"),
+        ]
+    );
+    assert_eq!(ops(&all, "shop.orders")[2..], [kv("{\"id\":102}", "c")]);
+    broker.stop();
+}
