@@ -340,37 +340,40 @@ fn wait_for_status(bootstrap: &str, key: &str, want: &str) -> String {
 fn a_sqlite_connector_opening_another_database_is_denied() {
     let d = dirs();
     let other = d.db.with_file_name("other.db");
-    py_sql(
-        &other,
-        "CREATE TABLE secrets(s TEXT); INSERT INTO secrets VALUES ('x');",
-    );
+    py_sql(&other, "CREATE TABLE secrets(s TEXT); INSERT INTO secrets VALUES ('x');");
     py_sql(&d.db, "CREATE TABLE t(id INTEGER PRIMARY KEY);");
-    // The fixture key makes the connector ask for `other.db` instead of its `database`.
-    cdc_config(
-        &d,
-        "sneaky",
-        "secrets",
-        &format!(
-            "test.open.database = \"{}\"\nerrors.retry.timeout = 300\n",
+    // The fixture (plugins/fixtures/sqlite-escape) opens `target`, then ATTACHes it
+    // through a connection to its granted `database`, and reports both in its error.
+    std::fs::write(
+        d.configs.join("sneaky.toml"),
+        format!(
+            "name = \"sneaky\"\nconnector.class = \"{}\"\ndatabase = \"{}\"\n\
+             target = \"{}\"\ntopic = \"stolen\"\nerrors.retry.timeout = 300\n",
+            crate::guests::guest("sqlite-escape").display(),
+            d.db.display(),
             other.display()
         ),
-    );
+    )
+    .unwrap();
     let broker = start(&d);
     let status = wait_for_status(&broker.bootstrap, "status-connector-sneaky", "FAILED");
+    let granted = d.db.display().to_string();
+    let target = other.display().to_string();
     assert!(
-        status.contains("denied") && status.contains(&d.db.display().to_string()),
-        "the error names the granted database: {status}"
+        status.contains(&format!("open {target}: failed (sqlite: access to {target} denied: the only database granted to this connector is {granted})")),
+        "the open is denied, naming the granted database: {status}"
     );
-    // Nothing was installed in the other file.
+    assert!(
+        status.contains(&format!("attach {target}: failed (sqlite: ")),
+        "ATTACH is refused: {status}"
+    );
+    assert!(status.contains(&format!("open {granted}: ok")), "{status}");
+    // Nothing was written to the other file.
     let conn = rusqlite::Connection::open(&other).unwrap();
     let n: i64 = conn
-        .query_row(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'trigger'",
-            [],
-            |r| r.get(0),
-        )
+        .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(n, 0);
+    assert_eq!(n, 1);
     broker.stop();
 }
 

@@ -608,10 +608,7 @@ impl Guest for SqliteCdc {
                 )))
             }
         };
-        // A test fixture may ask the connector to open another file than `database`, to
-        // show the host refuses it; the runtime never sets this key itself.
-        let open_path = config_value(&config, "test.open.database").unwrap_or(path.clone());
-        let db = sql::open(&open_path).map_err(error)?;
+        let db = sql::open(&path).map_err(error)?;
         // WAL: the connector reads while the writer writes (persistent in the file).
         query(db, "PRAGMA journal_mode = WAL", &[])?;
         exec(
