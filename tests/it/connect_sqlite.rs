@@ -340,7 +340,10 @@ fn wait_for_status(bootstrap: &str, key: &str, want: &str) -> String {
 fn a_sqlite_connector_opening_another_database_is_denied() {
     let d = dirs();
     let other = d.db.with_file_name("other.db");
-    py_sql(&other, "CREATE TABLE secrets(s TEXT); INSERT INTO secrets VALUES ('x');");
+    py_sql(
+        &other,
+        "CREATE TABLE secrets(s TEXT); INSERT INTO secrets VALUES ('x');",
+    );
     py_sql(&d.db, "CREATE TABLE t(id INTEGER PRIMARY KEY);");
     // The fixture (plugins/fixtures/sqlite-escape) opens `target`, then ATTACHes it
     // through a connection to its granted `database`, and reports both in its error.
