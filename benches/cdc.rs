@@ -15,6 +15,8 @@
 //!
 //! Run: `cargo bench --bench cdc` (builds the connectors first).
 
+// Only `build_workspace` is used here (the connectors' workspace).
+#[allow(dead_code)]
 #[path = "../tests/it/guests.rs"]
 mod guests;
 
