@@ -637,3 +637,55 @@ fn the_db_streaming_pipeline_runs_as_shipped() {
     assert_eq!(ops(&all, "shop.orders")[2..], [kv("{\"id\":102}", "c")]);
     broker.stop();
 }
+
+#[test]
+fn a_writer_holding_the_lock_makes_the_connector_wait_not_fail() {
+    use std::io::BufRead;
+    let d = dirs();
+    py_sql(
+        &d.db,
+        "PRAGMA journal_mode=WAL; CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT); INSERT INTO t VALUES (1, 'before');",
+    );
+    // Holds the write lock for 2.5 s, longer than a plugin call's deadline (1 s): the
+    // connector's trigger install waits on the busy timeout, and that wait does not count
+    // against the deadline.
+    let mut writer = Command::new("python3")
+        .args([
+            "-c",
+            "import sqlite3,sys,time\nc=sqlite3.connect(sys.argv[1], isolation_level=None)\nc.execute('BEGIN IMMEDIATE')\nc.execute(\"INSERT INTO t VALUES (2, 'held')\")\nprint('locked', flush=True)\ntime.sleep(2.5)\nc.execute('COMMIT')",
+        ])
+        .arg(&d.db)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let mut line = String::new();
+    std::io::BufReader::new(writer.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "locked");
+    cdc_config(&d, "patient", "t", "");
+    let broker = start(&d);
+    let got = read_all(&broker.bootstrap, &["shop.t"], 2);
+    assert_eq!(
+        ops(&got, "shop.t"),
+        vec![kv("{\"id\":1}", "r"), kv("{\"id\":2}", "r")]
+    );
+    assert!(writer.wait().unwrap().success());
+    // The task never failed: every status it wrote has no error.
+    let statuses = read_all_for(
+        &broker.bootstrap,
+        &["__connect_status"],
+        usize::MAX,
+        Duration::from_secs(1),
+    );
+    let mine: Vec<Value> = statuses
+        .iter()
+        .filter(|(_, k, _)| k.as_deref() == Some("status-connector-patient"))
+        .map(|(_, _, v)| serde_json::from_str(v.as_deref().unwrap()).unwrap())
+        .collect();
+    assert!(!mine.is_empty());
+    for s in &mine {
+        assert_eq!(s["trace"], Value::Null, "{mine:?}");
+    }
+    broker.stop();
+}
