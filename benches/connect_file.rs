@@ -69,8 +69,13 @@ fn start_broker(dir: &Path, configs: &Path, plugins: &Path) -> Broker {
     Broker { bootstrap, child }
 }
 
-/// The log end offset of partition 0 of `topic` (0 while it does not exist).
-fn log_end_offset(c: &BaseConsumer, topic: &str) -> i64 {
+/// The log end offset of partition 0 of `topic` (0 while it does not exist). A new
+/// client each time: one created before the topic existed keeps answering "unknown topic".
+fn log_end_offset(bootstrap: &str, topic: &str) -> i64 {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .unwrap();
     c.fetch_watermarks(topic, 0, Duration::from_secs(5))
         .map(|(_, high)| high)
         .unwrap_or(0)
@@ -108,10 +113,6 @@ fn main() {
     )
     .unwrap();
     let broker = start_broker(&tmp.path().join("data"), &configs, &plugins);
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &broker.bootstrap)
-        .create()
-        .unwrap();
 
     // Baseline: weir produce of the same file.
     let t0 = Instant::now();
@@ -128,12 +129,12 @@ fn main() {
         .expect("run weir produce");
     let produce_s = t0.elapsed().as_secs_f64();
     assert!(status.success(), "weir produce failed");
-    assert_eq!(log_end_offset(&c, "produced"), n as i64);
+    assert_eq!(log_end_offset(&broker.bootstrap, "produced"), n as i64);
 
     // The connector: the file appears at once.
     let t0 = Instant::now();
     std::fs::rename(&staged, &input).unwrap();
-    while log_end_offset(&c, "sourced") < n as i64 {
+    while log_end_offset(&broker.bootstrap, "sourced") < n as i64 {
         std::thread::sleep(Duration::from_millis(10));
     }
     let source_s = t0.elapsed().as_secs_f64();

@@ -98,7 +98,7 @@ pub const COMMON_KEYS: &[KeyDef] = &[
     key("transforms", List, false, Some(""), "LOW", "Transforms", "Aliases for the transformations to be applied to records."),
     key("errors.retry.timeout", Long, false, Some("60000"), "MEDIUM", "Error Handling", "Maximum duration in milliseconds that a failed task is restarted for before it is FAILED; -1 retries forever, 0 never."),
     key("errors.retry.delay.max.ms", Long, false, Some("60000"), "MEDIUM", "Error Handling", "Maximum duration in milliseconds between consecutive restarts of a failing task (they start at 100 ms and double)."),
-    key("errors.tolerance", Str, false, Some("none"), "MEDIUM", "Error Handling", "Behavior for tolerating errors: none fails the task on the first error."),
+    key("errors.tolerance", Str, false, Some("none"), "MEDIUM", "Error Handling", "Behavior for tolerating errors: none fails the task on the first error; all skips records that fail conversion or a transform (logged)."),
     key("errors.deadletterqueue.topic.name", Str, false, Some(""), "MEDIUM", "Error Handling", "Topic for records that failed (sinks), when errors.tolerance is all."),
 ];
 
@@ -159,6 +159,30 @@ pub const CLASS_KEYS: &[(&str, &[KeyDef])] = &[
         "file-sink",
         &[
             key("file", Str, true, None, "HIGH", "Common", "Destination filename (its directory is the only one the connector may write)."),
+            key("batch.size", Int, false, Some("2000"), "LOW", "Common", "Most records per put."),
+        ],
+    ),
+    (
+        "sqlite-cdc",
+        &[
+            key("database", Str, true, None, "HIGH", "Common", "The SQLite database file to capture (the only file the connector may open)."),
+            key("tables", List, true, None, "HIGH", "Common", "Tables to capture, separated by commas."),
+            key("topic.prefix", Str, true, None, "HIGH", "Common", "Topic prefix: changes of table T go to <topic.prefix>.T."),
+            key("snapshot.mode", Str, false, Some("initial"), "MEDIUM", "Common", "initial: emit every existing row (op=r) first; never: only changes from now on."),
+            key("tombstones.on.delete", Str, false, Some("true"), "MEDIUM", "Common", "Whether a delete is followed by a tombstone (null value) for its key."),
+            key("batch.size", Int, false, Some("2000"), "LOW", "Common", "Most change events per poll."),
+        ],
+    ),
+    (
+        "sqlite-sink",
+        &[
+            key("database", Str, true, None, "HIGH", "Common", "The SQLite database file to write (the only file the connector may open)."),
+            key("table.name.format", Str, false, Some("${topic}"), "MEDIUM", "Common", "Destination table; ${topic} is replaced by the topic name (characters other than letters, digits and _ become _)."),
+            key("pk.mode", Str, false, Some("record_key"), "HIGH", "Common", "Where the primary key comes from: record_key (the key's JSON object fields)."),
+            key("insert.mode", Str, false, Some("upsert"), "HIGH", "Common", "upsert (insert or update by key) or insert."),
+            key("delete.enabled", Str, false, Some("true"), "MEDIUM", "Common", "Whether a tombstone deletes the row with its key."),
+            key("auto.create", Str, false, Some("false"), "MEDIUM", "Common", "Create the table from the first record when it does not exist."),
+            key("auto.evolve", Str, false, Some("false"), "MEDIUM", "Common", "Add columns for fields the table lacks."),
             key("batch.size", Int, false, Some("2000"), "LOW", "Common", "Most records per put."),
         ],
     ),
@@ -316,5 +340,22 @@ mod tests {
         );
         assert!(validate("nope", &props).is_none());
         assert_eq!(plugins_json().as_array().unwrap().len(), BUILT_INS.len());
+    }
+
+    #[test]
+    fn every_built_in_lists_its_keys_and_marks_the_required_ones() {
+        for (class, _) in BUILT_INS {
+            let own = CLASS_KEYS
+                .iter()
+                .find(|(c, _)| c == class)
+                .unwrap_or_else(|| panic!("{class} has no entry in CLASS_KEYS"))
+                .1;
+            for required in super::super::config::required_keys(class) {
+                assert!(
+                    own.iter().any(|k| k.name == *required && k.required),
+                    "{class}: `{required}` is required by the config check but not in the catalog as required"
+                );
+            }
+        }
     }
 }

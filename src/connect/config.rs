@@ -9,11 +9,12 @@
 //! | key | meaning |
 //! |---|---|
 //! | `name` | connector name (required; also the sink's group `connect-<name>`) |
-//! | `connector.class` | `file-source`, `file-sink`, or a path to a `.wasm` component |
+//! | `connector.class` | `file-source`, `file-sink`, `sqlite-cdc`, `sqlite-sink`, or a path to a `.wasm` component |
 //! | `tasks.max` | default 1; only 1 task runs (more is accepted and logged, as Kafka Connect lets a connector run fewer tasks than asked) |
 //! | `topic` | source: topic for records that name none |
 //! | `topics` | sink: comma-separated topics (its presence makes the connector a sink) |
 //! | `file` | file connectors: the file; its directory is the one path the component may open (read-only for a source, read-write for a sink) |
+//! | `database` | SQLite connectors: the database file, the one file the component's `sqlite` interface may open |
 //! | `batch.size` | most records per `poll` / `put` (default 2000, FileStreamSource's) |
 //! | `errors.tolerance` | `none` (default): a record that fails conversion or a transform fails the task; `all`: it is skipped (logged, counted, dead-lettered where configured) |
 //! | `key.converter`, `value.converter` (+ `.schemas.enable`) | how keys and values are written to / read from topics: `bytes` (default), `string`, `json` ([`super::convert`]) |
@@ -55,7 +56,20 @@ pub enum ConnectorClass {
 pub const BUILT_INS: &[(&str, ConnectorKind)] = &[
     ("file-source", ConnectorKind::Source),
     ("file-sink", ConnectorKind::Sink),
+    ("sqlite-cdc", ConnectorKind::Source),
+    ("sqlite-sink", ConnectorKind::Sink),
 ];
+
+/// The keys a built-in connector cannot run without (checked at load, each refusal
+/// naming its key).
+pub fn required_keys(built_in: &str) -> &'static [&'static str] {
+    match built_in {
+        "file-source" | "file-sink" => &["file"],
+        "sqlite-cdc" => &["database", "tables", "topic.prefix"],
+        "sqlite-sink" => &["database"],
+        _ => &[],
+    }
+}
 
 /// `errors.tolerance`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +97,9 @@ pub struct ConnectorConfig {
     pub topics: Vec<String>,
     /// `file`, made absolute.
     pub file: Option<PathBuf>,
+    /// `database` (SQLite connectors), made absolute: the one database file the
+    /// connector's `sqlite` interface may open.
+    pub database: Option<PathBuf>,
     /// `batch.size`.
     pub batch_size: u32,
     /// `errors.tolerance`.
@@ -187,8 +204,9 @@ pub fn file_properties(path: &Path, text: &str) -> Result<BTreeMap<String, Strin
 }
 
 impl ConnectorConfig {
-    /// What a file connector may open: the directory of its `file` (read-only for a
-    /// source, read-write for a sink), and nothing else. No `file`: no directory.
+    /// What a connector may open: the directory of its `file` (read-only for a source,
+    /// read-write for a sink) and the SQLite file of its `database`, and nothing else. No
+    /// `file`: no directory; no `database`: no SQLite file.
     pub fn file_grants(&self, writable: bool) -> crate::plugin::ConnectorGrants {
         let dirs = self
             .file
@@ -201,7 +219,10 @@ impl ConnectorConfig {
             })
             .into_iter()
             .collect();
-        crate::plugin::ConnectorGrants { dirs }
+        crate::plugin::ConnectorGrants {
+            dirs,
+            sqlite_database: self.database.clone(),
+        }
     }
 
     /// Reads and checks the connector file at `path`.
@@ -367,9 +388,20 @@ impl ConnectorConfig {
             ),
             None => None,
         };
-        if matches!(class, ConnectorClass::BuiltIn(_)) && file.is_none() {
-            return Err(fail(Some("file"), "required by the file connectors".into()));
+        if let ConnectorClass::BuiltIn(n) = &class {
+            for key in required_keys(n) {
+                if get(key).is_none() {
+                    return Err(fail(Some(key), format!("required by {n}")));
+                }
+            }
         }
+        let database =
+            match get("database") {
+                Some(f) => Some(std::path::absolute(f.trim()).map_err(|e| {
+                    fail(Some("database"), format!("cannot make `{f}` absolute: {e}"))
+                })?),
+                None => None,
+            };
         if let Some(f) = &file {
             if f.file_name().is_none() || f.parent().is_none() {
                 return Err(fail(
@@ -393,6 +425,9 @@ impl ConnectorConfig {
             // The guest sees the absolute path the runtime grants.
             keys.insert("file".into(), f.display().to_string());
         }
+        if let Some(d) = &database {
+            keys.insert("database".into(), d.display().to_string());
+        }
         Ok(ConnectorConfig {
             name,
             class,
@@ -401,6 +436,7 @@ impl ConnectorConfig {
             topic,
             topics,
             file,
+            database,
             batch_size: u32::try_from(batch_size.min(1_000_000)).unwrap_or(1_000_000),
             errors_tolerance,
             retry_timeout_ms: u64::try_from(retry_timeout).ok(),
@@ -473,5 +509,23 @@ mod tests {
         let s = parse("name = \"s\"\nconnector.class = \"file-sink\"\nfile = \"/tmp/x\"\ntopics = [\"a\", \"b\"]\n").unwrap();
         assert_eq!(s.topics, vec!["a", "b"]);
         assert_eq!(s.kind, ConnectorKind::Sink);
+    }
+
+    #[test]
+    fn required_keys_are_per_class_and_database_is_granted() {
+        let e = parse("name = \"c\"\nconnector.class = \"sqlite-cdc\"\ndatabase = \"/tmp/a.db\"\ntopic.prefix = \"p\"\n").unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("tables"));
+        let c = parse("name = \"c\"\nconnector.class = \"sqlite-cdc\"\ndatabase = \"/tmp/a.db\"\ntables = \"t\"\ntopic.prefix = \"p\"\n").unwrap();
+        assert_eq!(c.kind, ConnectorKind::Source);
+        assert_eq!(
+            c.file_grants(false).sqlite_database,
+            Some(PathBuf::from("/tmp/a.db"))
+        );
+        assert!(c.file_grants(false).dirs.is_empty());
+        let s = parse("name = \"s\"\nconnector.class = \"sqlite-sink\"\ndatabase = \"/tmp/b.db\"\ntopics = \"t\"\n").unwrap();
+        assert_eq!(s.kind, ConnectorKind::Sink);
+        let e =
+            parse("name = \"s\"\nconnector.class = \"sqlite-sink\"\ntopics = \"t\"\n").unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("database"));
     }
 }

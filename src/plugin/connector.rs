@@ -10,7 +10,8 @@
 //! from the config alone.
 //!
 //! Capabilities: the preopened directories of [`ConnectorGrants`] (each read-only or
-//! read-write) and the `log` interface; clocks and random as every plugin. No sockets, no
+//! read-write), the `sqlite` interface limited to its one granted database file
+//! (`super::sqlite`), and the `log` interface; clocks and random as every plugin. No sockets, no
 //! environment, no other path.
 
 use std::path::{Path, PathBuf};
@@ -21,12 +22,14 @@ use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::Store;
 
 use super::sandbox::StoreState;
+use super::sqlite::{SqlValue, SqliteConns, DEFAULT_BUSY_TIMEOUT_MS};
 use super::{call_error, Header, PluginError, PluginHost, Record, Shared};
 
 mod source_bindings {
     wasmtime::component::bindgen!({
         path: "wit",
         world: "source-connector",
+        imports: { "weir:plugin/sqlite": async },
         exports: { default: async },
     });
 }
@@ -36,6 +39,8 @@ mod sink_bindings {
         path: "wit",
         world: "sink-connector",
         exports: { default: async },
+        // One Rust type and one `Host` impl for `sqlite` in both worlds.
+        with: { "weir:plugin/sqlite": super::source_bindings::weir::plugin::sqlite },
     });
 }
 
@@ -59,6 +64,9 @@ pub struct DirGrant {
 pub struct ConnectorGrants {
     /// Preopened directories.
     pub dirs: Vec<DirGrant>,
+    /// The one SQLite database file the `sqlite` interface may open (absolute; none:
+    /// every `open` is refused).
+    pub sqlite_database: Option<PathBuf>,
 }
 
 /// A source partition or source offset map (Kafka Connect's, with string values).
@@ -114,6 +122,7 @@ pub struct TopicOffset {
 struct ConnectorState {
     base: StoreState,
     name: Arc<str>,
+    sqlite: SqliteConns,
 }
 
 impl wasmtime_wasi::WasiView for ConnectorState {
@@ -152,6 +161,76 @@ macro_rules! impl_log {
 impl_log!(source_bindings);
 impl_log!(sink_bindings);
 
+use source_bindings::weir::plugin::sqlite as wit_sqlite;
+
+fn from_wit_value(v: wit_sqlite::Value) -> SqlValue {
+    match v {
+        wit_sqlite::Value::Null => SqlValue::Null,
+        wit_sqlite::Value::Integer(i) => SqlValue::Integer(i),
+        wit_sqlite::Value::Real(f) => SqlValue::Real(f),
+        wit_sqlite::Value::Text(s) => SqlValue::Text(s),
+        wit_sqlite::Value::Blob(b) => SqlValue::Blob(b),
+    }
+}
+
+fn to_wit_value(v: SqlValue) -> wit_sqlite::Value {
+    match v {
+        SqlValue::Null => wit_sqlite::Value::Null,
+        SqlValue::Integer(i) => wit_sqlite::Value::Integer(i),
+        SqlValue::Real(f) => wit_sqlite::Value::Real(f),
+        SqlValue::Text(s) => wit_sqlite::Value::Text(s),
+        SqlValue::Blob(b) => wit_sqlite::Value::Blob(b),
+    }
+}
+
+/// The `sqlite` capability: [`SqliteConns`] does the work off the runtime's worker
+/// threads; the time a call waits is given back to the guest's call deadline.
+impl wit_sqlite::Host for ConnectorState {
+    async fn open(&mut self, path: String) -> Result<u32, String> {
+        let started = std::time::Instant::now();
+        let r = self.sqlite.open(&path).await;
+        self.base.deadline().extend(started.elapsed());
+        r
+    }
+
+    async fn execute(
+        &mut self,
+        db: u32,
+        sql: String,
+        params: Vec<wit_sqlite::Value>,
+    ) -> Result<u64, String> {
+        let started = std::time::Instant::now();
+        let params = params.into_iter().map(from_wit_value).collect();
+        let r = self.sqlite.execute(db, sql, params).await;
+        self.base.deadline().extend(started.elapsed());
+        r
+    }
+
+    async fn query(
+        &mut self,
+        db: u32,
+        sql: String,
+        params: Vec<wit_sqlite::Value>,
+    ) -> Result<wit_sqlite::Rows, String> {
+        let started = std::time::Instant::now();
+        let params = params.into_iter().map(from_wit_value).collect();
+        let r = self.sqlite.query(db, sql, params).await;
+        self.base.deadline().extend(started.elapsed());
+        r.map(|rows| wit_sqlite::Rows {
+            columns: rows.columns,
+            rows: rows
+                .rows
+                .into_iter()
+                .map(|row| row.into_iter().map(to_wit_value).collect())
+                .collect(),
+        })
+    }
+
+    async fn close(&mut self, db: u32) {
+        self.sqlite.close(db)
+    }
+}
+
 /// A store with limits, deadline and grants, and a linker with WASI and `log`.
 fn new_store(
     shared: &Shared,
@@ -168,6 +247,11 @@ fn new_store(
         ConnectorState {
             base,
             name: name.clone(),
+            sqlite: SqliteConns::new(
+                name.clone(),
+                grants.sqlite_database.clone(),
+                DEFAULT_BUSY_TIMEOUT_MS,
+            ),
         },
     );
     store.limiter(|s| s.base.limiter());
@@ -246,6 +330,11 @@ impl PluginHost {
         .map_err(|e| PluginError::Host {
             message: format!("linking log: {e:#}"),
         })?;
+        wit_sqlite::add_to_linker::<_, HasSelf<ConnectorState>>(&mut linker, |s| s).map_err(
+            |e| PluginError::Host {
+                message: format!("linking sqlite: {e:#}"),
+            },
+        )?;
         let pre = instantiate_pre(&linker, &component, &name, "source-connector")?;
         let pre = source_bindings::SourceConnectorPre::new(pre)
             .map_err(|e| wrong_world(&name, "source-connector", e))?;
@@ -280,6 +369,11 @@ impl PluginHost {
         .map_err(|e| PluginError::Host {
             message: format!("linking log: {e:#}"),
         })?;
+        wit_sqlite::add_to_linker::<_, HasSelf<ConnectorState>>(&mut linker, |s| s).map_err(
+            |e| PluginError::Host {
+                message: format!("linking sqlite: {e:#}"),
+            },
+        )?;
         let pre = instantiate_pre(&linker, &component, &name, "sink-connector")?;
         let pre = sink_bindings::SinkConnectorPre::new(pre)
             .map_err(|e| wrong_world(&name, "sink-connector", e))?;

@@ -40,6 +40,7 @@ mod connector;
 mod instance;
 mod partitioner;
 mod sandbox;
+mod sqlite;
 mod transform;
 
 use std::path::{Path, PathBuf};
@@ -53,6 +54,7 @@ pub use connector::{
     SourceRecord, StringMap, TopicOffset,
 };
 pub use partitioner::Partitioner;
+pub use sqlite::{SqlRows, SqlValue, DEFAULT_BUSY_TIMEOUT_MS, MAX_CONNECTIONS, MAX_QUERY_ROWS};
 pub use transform::{BatchContext, Header, Output, OutputBatch, OutputRecord, Record, Transform};
 
 /// How often the engine's epoch advances, in milliseconds: the granularity of call

@@ -104,6 +104,18 @@ impl CallDeadline {
         self.0.store(at, std::sync::atomic::Ordering::Relaxed);
         store.set_epoch_deadline(1);
     }
+
+    /// Moves the deadline `by` later: a host call that waited (for a SQLite lock, say)
+    /// gives the guest that time back, so the deadline bounds the guest's own running
+    /// time and the host call's wait is bounded by its own timeout.
+    pub(crate) fn extend(&self, by: std::time::Duration) {
+        let nanos = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
+        let _ = self.0.fetch_update(
+            std::sync::atomic::Ordering::Relaxed,
+            std::sync::atomic::Ordering::Relaxed,
+            |at| Some(at.saturating_add(nanos)),
+        );
+    }
 }
 
 impl StoreState {

@@ -11,6 +11,7 @@ mod clients;
 mod config;
 mod connect;
 mod connect_rest;
+mod connect_sqlite;
 mod crash;
 mod fetch;
 mod group_protocol;

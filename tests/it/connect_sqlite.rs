@@ -1,0 +1,691 @@
+//! SQLite connectors (issue 5): `sqlite-cdc` captures what another process (python3's
+//! stdlib sqlite3, its own SQLite library) commits, read back with a real rdkafka
+//! consumer; `sqlite-sink` upserts and deletes what rdkafka produced; a connector opening
+//! another database than its `database` is denied.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use serde_json::Value;
+
+use crate::harness::TestBroker;
+
+/// The built `connectors/` components (built once per test process).
+fn plugin_path() -> PathBuf {
+    crate::connect::plugin_path()
+}
+
+/// Runs `script` (SQL, several statements) against `db` in a python3 process, committed.
+fn py_sql(db: &Path, script: &str) {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import sqlite3,sys\nc=sqlite3.connect(sys.argv[1], timeout=30, isolation_level=None)\nc.executescript(sys.argv[2])\nc.close()",
+        ])
+        .arg(db)
+        .arg(script)
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "python3 failed on {script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// One record read: topic, key, value (None = tombstone).
+type Rec = (String, Option<String>, Option<String>);
+
+/// Reads `topics` (partition 0) from the beginning until `expected` records arrived or
+/// 60 s passed, then half a second more to catch anything extra.
+fn read_all(bootstrap: &str, topics: &[&str], expected: usize) -> Vec<Rec> {
+    read_all_for(bootstrap, topics, expected, Duration::from_secs(60))
+}
+
+/// As [`read_all`], giving up after `wait`.
+fn read_all_for(bootstrap: &str, topics: &[&str], expected: usize, wait: Duration) -> Vec<Rec> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "sqlite-test-reader")
+        .set("enable.auto.commit", "false")
+        .set("topic.metadata.refresh.interval.ms", "500")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for t in topics {
+        tpl.add_partition_offset(t, 0, Offset::Beginning).unwrap();
+    }
+    c.assign(&tpl).unwrap();
+    let mut out = Vec::new();
+    let deadline = Instant::now() + wait;
+    let mut settle: Option<Instant> = None;
+    loop {
+        if out.len() >= expected && settle.is_none() {
+            settle = Some(Instant::now() + Duration::from_millis(500));
+        }
+        if settle.is_some_and(|s| Instant::now() > s) || Instant::now() > deadline {
+            return out;
+        }
+        if let Some(m) = c.poll(Duration::from_millis(100)) {
+            let Ok(m) = m else { continue };
+            out.push((
+                m.topic().to_string(),
+                m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
+                m.payload().map(|v| String::from_utf8_lossy(v).into_owned()),
+            ));
+        }
+    }
+}
+
+/// `(key, op)` of each record of `topic`, `op` = "tombstone" for a null value.
+fn ops(records: &[Rec], topic: &str) -> Vec<(String, String)> {
+    records
+        .iter()
+        .filter(|(t, _, _)| t == topic)
+        .map(|(_, k, v)| {
+            let op = match v {
+                None => "tombstone".to_string(),
+                Some(v) => {
+                    let j: Value = serde_json::from_str(v).unwrap();
+                    j["op"].as_str().unwrap().to_string()
+                }
+            };
+            (k.clone().unwrap_or_default(), op)
+        })
+        .collect()
+}
+
+fn kv(key: &str, op: &str) -> (String, String) {
+    (key.to_string(), op.to_string())
+}
+
+struct Dirs {
+    _tmp: tempfile::TempDir,
+    data: PathBuf,
+    configs: PathBuf,
+    db: PathBuf,
+}
+
+fn dirs() -> Dirs {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_path_buf();
+    for d in ["data", "configs", "db"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    Dirs {
+        data: root.join("data"),
+        configs: root.join("configs"),
+        db: root.join("db/shop.db"),
+        _tmp: tmp,
+    }
+}
+
+fn start(d: &Dirs) -> TestBroker {
+    let dir = format!("connect.config.dir={}", d.configs.display());
+    let plugins = format!("connect.plugin.path={}", plugin_path().display());
+    TestBroker::start_in(&d.data, &[&dir, &plugins])
+}
+
+fn cdc_config(d: &Dirs, name: &str, tables: &str, extra: &str) {
+    std::fs::write(
+        d.configs.join(format!("{name}.toml")),
+        format!(
+            "name = \"{name}\"\nconnector.class = \"sqlite-cdc\"\ndatabase = \"{}\"\n\
+             tables = \"{tables}\"\ntopic.prefix = \"shop\"\npoll.interval.ms = 20\n{extra}",
+            d.db.display()
+        ),
+    )
+    .unwrap();
+}
+
+/// Waits until the connector re-created `table`'s triggers with `column` in them.
+fn wait_for_trigger_with(db: &Path, table: &str, column: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let conn = rusqlite::Connection::open(db).unwrap();
+        let n: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?1 AND sql LIKE ?2",
+                rusqlite::params![table, format!("%{column}%")],
+                |r| r.get(0),
+            )
+            .unwrap();
+        if n > 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "triggers of {table} never got {column}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn cdc_snapshot_then_replace_pk_change_and_schema_change() {
+    let d = dirs();
+    py_sql(
+        &d.db,
+        "PRAGMA journal_mode=WAL;
+         CREATE TABLE items(id INTEGER PRIMARY KEY, sku TEXT UNIQUE, qty INTEGER, pic BLOB);
+         CREATE TABLE pairs(a TEXT, b INTEGER, v TEXT, PRIMARY KEY (a, b)) WITHOUT ROWID;
+         INSERT INTO items(id, sku, qty, pic) VALUES (1, 'a', 1, x'00ff'), (2, 'b', 2, NULL);
+         INSERT INTO pairs VALUES ('x', 1, 'p');",
+    );
+    cdc_config(&d, "shop-cdc", "items, pairs", "");
+    let broker = start(&d);
+    // The snapshot is taken before anything else is written.
+    let snap = read_all(&broker.bootstrap, &["shop.items", "shop.pairs"], 3);
+    assert_eq!(
+        ops(&snap, "shop.items"),
+        vec![kv("{\"id\":1}", "r"), kv("{\"id\":2}", "r")]
+    );
+    let first = snap.iter().find(|(t, _, _)| t == "shop.items").unwrap();
+    let first: Value = serde_json::from_str(first.2.as_deref().unwrap()).unwrap();
+    assert_eq!(first["after"]["pic"], "00FF", "a BLOB is hex text: {first}");
+    assert_eq!(first["before"], Value::Null);
+    assert_eq!(first["source"]["connector"], "sqlite");
+    assert_eq!(first["source"]["table"], "items");
+    assert_eq!(first["source"]["snapshot"], "true");
+    assert_eq!(first["source"]["db"], d.db.display().to_string());
+
+    // The same key replaced: an update with the old row as `before`.
+    py_sql(
+        &d.db,
+        "INSERT OR REPLACE INTO items(id, sku, qty) VALUES (1, 'a', 10);",
+    );
+    // A new key replacing a row through the UNIQUE sku: delete of 2, create of 3.
+    py_sql(
+        &d.db,
+        "REPLACE INTO items(id, sku, qty) VALUES (3, 'b', 30);",
+    );
+    // Conflicts on the key (1) and on sku (row 3): delete of 3, update of 1.
+    py_sql(
+        &d.db,
+        "INSERT OR REPLACE INTO items(id, sku, qty) VALUES (1, 'b', 5);",
+    );
+    // Ignored: nothing.
+    py_sql(
+        &d.db,
+        "INSERT OR IGNORE INTO items(id, sku, qty) VALUES (1, 'zz', 0);",
+    );
+    // Primary key changes, rowid and WITHOUT ROWID tables: delete then create.
+    py_sql(&d.db, "UPDATE items SET id = 7 WHERE id = 1;");
+    py_sql(&d.db, "UPDATE pairs SET b = 2 WHERE a = 'x';");
+    // A new column shows up in later events.
+    py_sql(&d.db, "ALTER TABLE items ADD COLUMN note TEXT;");
+    wait_for_trigger_with(&d.db, "items", "note");
+    py_sql(
+        &d.db,
+        "INSERT INTO items(id, sku, qty, note) VALUES (8, 'h', 8, 'hello'); DELETE FROM items WHERE id = 8;",
+    );
+
+    let all = read_all(&broker.bootstrap, &["shop.items", "shop.pairs"], 3 + 16);
+    assert_eq!(
+        ops(&all, "shop.items"),
+        vec![
+            kv("{\"id\":1}", "r"),
+            kv("{\"id\":2}", "r"),
+            kv("{\"id\":1}", "u"),
+            kv("{\"id\":2}", "d"),
+            kv("{\"id\":2}", "tombstone"),
+            kv("{\"id\":3}", "c"),
+            kv("{\"id\":3}", "d"),
+            kv("{\"id\":3}", "tombstone"),
+            kv("{\"id\":1}", "u"),
+            kv("{\"id\":1}", "d"),
+            kv("{\"id\":1}", "tombstone"),
+            kv("{\"id\":7}", "c"),
+            kv("{\"id\":8}", "c"),
+            kv("{\"id\":8}", "d"),
+            kv("{\"id\":8}", "tombstone"),
+        ]
+    );
+    assert_eq!(
+        ops(&all, "shop.pairs"),
+        vec![
+            kv("{\"a\":\"x\",\"b\":1}", "r"),
+            kv("{\"a\":\"x\",\"b\":1}", "d"),
+            kv("{\"a\":\"x\",\"b\":1}", "tombstone"),
+            kv("{\"a\":\"x\",\"b\":2}", "c"),
+        ]
+    );
+    let values: Vec<Value> = all
+        .iter()
+        .filter(|(t, _, _)| t == "shop.items")
+        .filter_map(|(_, _, v)| v.as_deref().map(|v| serde_json::from_str(v).unwrap()))
+        .collect();
+    // The update of 1 by key: before qty 1, after qty 10.
+    assert_eq!(values[2]["before"]["qty"], 1);
+    assert_eq!(values[2]["after"]["qty"], 10);
+    assert_eq!(values[2]["source"]["snapshot"], "false");
+    // The delete of 2 carries the row REPLACE removed.
+    assert_eq!(values[3]["before"]["sku"], "b");
+    assert_eq!(values[3]["after"], Value::Null);
+    let change_ids: Vec<i64> = values[2..]
+        .iter()
+        .map(|v| v["source"]["change_id"].as_i64().unwrap())
+        .collect();
+    assert!(
+        change_ids.windows(2).all(|w| w[0] < w[1]),
+        "commit order: {change_ids:?}"
+    );
+    // The insert after ALTER TABLE carries the new column.
+    assert_eq!(values[9]["after"]["note"], "hello", "{}", values[9]);
+    broker.stop();
+}
+
+#[test]
+fn cdc_snapshot_never_streams_only_new_changes_and_tombstones_can_be_off() {
+    let d = dirs();
+    py_sql(
+        &d.db,
+        "CREATE TABLE logs(msg TEXT); INSERT INTO logs VALUES ('old 1'), ('old 2');",
+    );
+    cdc_config(
+        &d,
+        "logs-cdc",
+        "logs",
+        "snapshot.mode = \"never\"\ntombstones.on.delete = false\n",
+    );
+    let broker = start(&d);
+    // Wait for the connector to install its triggers, then write.
+    wait_for_trigger_with(&d.db, "logs", "msg");
+    py_sql(
+        &d.db,
+        "INSERT INTO logs VALUES ('new'); DELETE FROM logs WHERE msg = 'old 1';",
+    );
+    let got = read_all(&broker.bootstrap, &["shop.logs"], 2);
+    // No table has a primary key: the key is the rowid.
+    assert_eq!(
+        ops(&got, "shop.logs"),
+        vec![kv("{\"rowid\":3}", "c"), kv("{\"rowid\":1}", "d")]
+    );
+    broker.stop();
+}
+
+/// The latest value of `key` in `__connect_status`, waiting until it contains `want`.
+fn wait_for_status(bootstrap: &str, key: &str, want: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let records = read_all_for(
+            bootstrap,
+            &["__connect_status"],
+            usize::MAX,
+            Duration::from_secs(1),
+        );
+        let latest = records
+            .iter()
+            .rev()
+            .find(|(_, k, _)| k.as_deref() == Some(key))
+            .and_then(|(_, _, v)| v.clone());
+        if let Some(v) = &latest {
+            if v.contains(want) {
+                return v.clone();
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{key} is {latest:?}, never {want}"
+        );
+    }
+}
+
+#[test]
+fn a_sqlite_connector_opening_another_database_is_denied() {
+    let d = dirs();
+    let other = d.db.with_file_name("other.db");
+    py_sql(
+        &other,
+        "CREATE TABLE secrets(s TEXT); INSERT INTO secrets VALUES ('x');",
+    );
+    py_sql(&d.db, "CREATE TABLE t(id INTEGER PRIMARY KEY);");
+    // The fixture (plugins/fixtures/sqlite-escape) opens `target`, then ATTACHes it
+    // through a connection to its granted `database`, and reports both in its error.
+    std::fs::write(
+        d.configs.join("sneaky.toml"),
+        format!(
+            "name = \"sneaky\"\nconnector.class = \"{}\"\ndatabase = \"{}\"\n\
+             target = \"{}\"\ntopic = \"stolen\"\nerrors.retry.timeout = 300\n",
+            crate::guests::guest("sqlite-escape").display(),
+            d.db.display(),
+            other.display()
+        ),
+    )
+    .unwrap();
+    let broker = start(&d);
+    let status = wait_for_status(&broker.bootstrap, "status-connector-sneaky", "FAILED");
+    let granted = d.db.display().to_string();
+    let target = other.display().to_string();
+    assert!(
+        status.contains(&format!("open {target}: failed (sqlite: access to {target} denied: the only database granted to this connector is {granted})")),
+        "the open is denied, naming the granted database: {status}"
+    );
+    assert!(
+        status.contains(&format!("attach {target}: failed (sqlite: ")),
+        "ATTACH is refused: {status}"
+    );
+    assert!(status.contains(&format!("open {granted}: ok")), "{status}");
+    // Nothing was written to the other file.
+    let conn = rusqlite::Connection::open(&other).unwrap();
+    let n: i64 = conn
+        .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 1);
+    broker.stop();
+}
+
+#[test]
+fn sqlite_sink_upserts_by_key_and_deletes_on_tombstone() {
+    let d = dirs();
+    std::fs::write(
+        d.configs.join("sink.toml"),
+        format!(
+            "name = \"orders-sink\"\nconnector.class = \"sqlite-sink\"\ndatabase = \"{}\"\n\
+             topics = \"orders.v1\"\nauto.create = true\nauto.evolve = true\n\
+             offset.flush.interval.ms = 100\n",
+            d.db.display()
+        ),
+    )
+    .unwrap();
+    let broker = start(&d);
+    let producer: rdkafka::producer::BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &broker.bootstrap)
+        .create()
+        .unwrap();
+    let send = |key: &str, value: Option<&str>| {
+        let mut r = rdkafka::producer::BaseRecord::<str, str>::to("orders.v1").key(key);
+        if let Some(v) = value {
+            r = r.payload(v);
+        }
+        producer.send(r).map_err(|(e, _)| e).unwrap();
+    };
+    send("{\"id\":1}", Some("{\"item\":\"apple\",\"qty\":2}"));
+    send("{\"id\":2}", Some("{\"item\":\"pear\",\"qty\":1}"));
+    send("{\"id\":1}", Some("{\"item\":\"apple\",\"qty\":5}"));
+    send(
+        "{\"id\":3}",
+        Some("{\"item\":\"fig\",\"qty\":9,\"note\":\"new column\"}"),
+    );
+    send("{\"id\":2}", None);
+    rdkafka::producer::Producer::flush(&producer, Duration::from_secs(10)).unwrap();
+    // Table name: the topic with `.` as `_`.
+    let want = vec![
+        (1, "apple".to_string(), 5, None),
+        (3, "fig".to_string(), 9, Some("new column".to_string())),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let conn = rusqlite::Connection::open(&d.db).unwrap();
+        let got: Vec<(i64, String, i64, Option<String>)> = conn
+            .prepare("SELECT id, item, qty, note FROM orders_v1 ORDER BY id")
+            .and_then(|mut s| {
+                s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+                    .collect()
+            })
+            .unwrap_or_default();
+        if got == want {
+            break;
+        }
+        assert!(Instant::now() < deadline, "table is {got:?}, want {want:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    broker.stop();
+}
+
+/// The writer of the stress test: `n` inserts across tables `a` and `b`, with updates and
+/// deletes of earlier rows, in transactions of 1..40 statements, a short pause between.
+const WRITER: &str = r#"
+import random, sqlite3, sys, time
+db, n = sys.argv[1], int(sys.argv[2])
+rnd = random.Random(5)
+c = sqlite3.connect(db, timeout=60, isolation_level=None)
+live = {"a": [], "b": []}
+i = 0
+while i < n:
+    c.execute("BEGIN")
+    for _ in range(rnd.randint(1, 40)):
+        if i >= n:
+            break
+        t = "a" if i % 2 == 0 else "b"
+        c.execute(f"INSERT INTO {t}(id, v) VALUES (?, ?)", (i, f"v{i}"))
+        live[t].append(i)
+        i += 1
+        r = rnd.random()
+        t2 = rnd.choice("ab")
+        if live[t2] and r < 0.3:
+            k = rnd.choice(live[t2])
+            c.execute(f"UPDATE {t2} SET v = ? WHERE id = ?", (f"u{i}", k))
+        elif live[t2] and r < 0.4:
+            k = live[t2].pop(rnd.randrange(len(live[t2])))
+            c.execute(f"DELETE FROM {t2} WHERE id = ?", (k,))
+    c.execute("COMMIT")
+    time.sleep(0.01)
+c.close()
+"#;
+
+/// The rows of table `t` as `id -> v`.
+fn table(db: &Path, t: &str) -> BTreeMap<i64, String> {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let mut s = conn.prepare(&format!("SELECT id, v FROM {t}")).unwrap();
+    s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+/// Applies change events to a model of the tables: c/u/r put `after`, d and tombstones
+/// remove the key.
+fn apply(model: &mut BTreeMap<String, BTreeMap<i64, String>>, r: &Rec) {
+    let table = r.0.trim_start_matches("shop.").to_string();
+    let key: Value = serde_json::from_str(r.1.as_deref().unwrap()).unwrap();
+    let id = key["id"].as_i64().unwrap();
+    let rows = model.entry(table).or_default();
+    match &r.2 {
+        None => {
+            rows.remove(&id);
+        }
+        Some(v) => {
+            let v: Value = serde_json::from_str(v).unwrap();
+            match v["op"].as_str().unwrap() {
+                "d" => {
+                    rows.remove(&id);
+                }
+                _ => {
+                    rows.insert(id, v["after"]["v"].as_str().unwrap().to_string());
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn cdc_of_10000_rows_in_two_tables_survives_two_broker_restarts() {
+    let d = dirs();
+    py_sql(
+        &d.db,
+        "PRAGMA journal_mode=WAL;
+         CREATE TABLE a(id INTEGER PRIMARY KEY, v TEXT);
+         CREATE TABLE b(id INTEGER PRIMARY KEY, v TEXT);
+         INSERT INTO a VALUES (-1, 'before the connector');",
+    );
+    cdc_config(&d, "stress", "a,b", "batch.size = 500\n");
+    let mut broker = start(&d);
+    wait_for_trigger_with(&d.db, "b", "\"v\"");
+    let mut writer = Command::new("python3")
+        .args(["-c", WRITER])
+        .arg(&d.db)
+        .arg("10000")
+        .spawn()
+        .expect("python3 runs");
+    // Two restarts while the writer writes: what it commits meanwhile waits in the log.
+    for _ in 0..2 {
+        std::thread::sleep(Duration::from_millis(1500));
+        assert!(
+            writer.try_wait().unwrap().is_none(),
+            "the writer is still writing when the broker stops"
+        );
+        broker.stop();
+        std::thread::sleep(Duration::from_millis(500));
+        broker = start(&d);
+    }
+    let status = writer.wait().unwrap();
+    assert!(status.success());
+    let want_a = table(&d.db, "a");
+    let want_b = table(&d.db, "b");
+    assert!(want_a.len() + want_b.len() > 5_000);
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &broker.bootstrap)
+        .set("group.id", "sqlite-stress-reader")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for t in ["shop.a", "shop.b"] {
+        tpl.add_partition_offset(t, 0, Offset::Beginning).unwrap();
+    }
+    c.assign(&tpl).unwrap();
+    let mut model: BTreeMap<String, BTreeMap<i64, String>> = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut read = 0usize;
+    loop {
+        if let Some(m) = c.poll(Duration::from_millis(100)) {
+            let Ok(m) = m else { continue };
+            let r: Rec = (
+                m.topic().to_string(),
+                m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
+                m.payload().map(|v| String::from_utf8_lossy(v).into_owned()),
+            );
+            apply(&mut model, &r);
+            read += 1;
+            continue;
+        }
+        let got_a = model.get("a").cloned().unwrap_or_default();
+        let got_b = model.get("b").cloned().unwrap_or_default();
+        if got_a == want_a && got_b == want_b {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "after {read} records the topics give {} + {} rows, the database has {} + {}",
+            got_a.len(),
+            got_b.len(),
+            want_a.len(),
+            want_b.len()
+        );
+    }
+    // The committed part of the log was trimmed.
+    let conn = rusqlite::Connection::open(&d.db).unwrap();
+    let left: i64 = conn
+        .query_row("SELECT count(*) FROM _weir_cdc_log", [], |r| r.get(0))
+        .unwrap();
+    assert!(left < 10_000, "{left} log rows left");
+    broker.stop();
+}
+
+#[test]
+fn the_db_streaming_pipeline_runs_as_shipped() {
+    let d = dirs();
+    let pipeline = crate::harness::repo_root().join("config/pipelines/db-streaming");
+    let make_db = |extra: &[&str]| {
+        let out = Command::new("python3")
+            .arg(pipeline.join("make_db.py"))
+            .arg(&d.db)
+            .args(extra)
+            .output()
+            .expect("python3 runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    make_db(&[]);
+    // The connector file as shipped, its `database` pointed at this test's copy.
+    let shipped = std::fs::read_to_string(pipeline.join("connectors/shop-cdc.toml")).unwrap();
+    let line = "database = \"config/pipelines/db-streaming/shop.db\"";
+    assert!(shipped.contains(line), "{shipped}");
+    let adjusted = shipped.replace(line, &format!("database = \"{}\"", d.db.display()));
+    std::fs::write(d.configs.join("shop-cdc.toml"), adjusted).unwrap();
+    let broker = start(&d);
+    let snap = read_all(&broker.bootstrap, &["shop.customers", "shop.orders"], 5);
+    assert_eq!(
+        ops(&snap, "shop.customers"),
+        vec![
+            kv("{\"id\":1}", "r"),
+            kv("{\"id\":2}", "r"),
+            kv("{\"id\":3}", "r")
+        ]
+    );
+    assert_eq!(ops(&snap, "shop.orders").len(), 2);
+    make_db(&["--change"]);
+    let all = read_all(&broker.bootstrap, &["shop.customers", "shop.orders"], 5 + 5);
+    assert_eq!(
+        ops(&all, "shop.customers")[3..],
+        [
+            kv("{\"id\":1}", "u"),
+            kv("{\"id\":2}", "d"),
+            kv("{\"id\":2}", "tombstone"),
+            kv("{\"id\":3}", "u"),
+        ]
+    );
+    assert_eq!(ops(&all, "shop.orders")[2..], [kv("{\"id\":102}", "c")]);
+    broker.stop();
+}
+
+#[test]
+fn a_writer_holding_the_lock_makes_the_connector_wait_not_fail() {
+    use std::io::BufRead;
+    let d = dirs();
+    py_sql(
+        &d.db,
+        "PRAGMA journal_mode=WAL; CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT); INSERT INTO t VALUES (1, 'before');",
+    );
+    // Holds the write lock for 2.5 s, longer than a plugin call's deadline (1 s): the
+    // connector's trigger install waits on the busy timeout, and that wait does not count
+    // against the deadline.
+    let mut writer = Command::new("python3")
+        .args([
+            "-c",
+            "import sqlite3,sys,time\nc=sqlite3.connect(sys.argv[1], isolation_level=None)\nc.execute('BEGIN IMMEDIATE')\nc.execute(\"INSERT INTO t VALUES (2, 'held')\")\nprint('locked', flush=True)\ntime.sleep(2.5)\nc.execute('COMMIT')",
+        ])
+        .arg(&d.db)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let mut line = String::new();
+    std::io::BufReader::new(writer.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "locked");
+    cdc_config(&d, "patient", "t", "");
+    let broker = start(&d);
+    let got = read_all(&broker.bootstrap, &["shop.t"], 2);
+    assert_eq!(
+        ops(&got, "shop.t"),
+        vec![kv("{\"id\":1}", "r"), kv("{\"id\":2}", "r")]
+    );
+    assert!(writer.wait().unwrap().success());
+    // The task never failed: every status it wrote has no error.
+    let statuses = read_all_for(
+        &broker.bootstrap,
+        &["__connect_status"],
+        usize::MAX,
+        Duration::from_secs(1),
+    );
+    let mine: Vec<Value> = statuses
+        .iter()
+        .filter(|(_, k, _)| k.as_deref() == Some("status-connector-patient"))
+        .map(|(_, _, v)| serde_json::from_str(v.as_deref().unwrap()).unwrap())
+        .collect();
+    assert!(!mine.is_empty());
+    for s in &mine {
+        assert_eq!(s["trace"], Value::Null, "{mine:?}");
+    }
+    broker.stop();
+}
