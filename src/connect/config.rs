@@ -12,7 +12,11 @@
 //! | `topics` | sink: comma-separated topics (its presence makes the connector a sink) |
 //! | `file` | file connectors: the file; its directory is the one path the component may open (read-only for a source, read-write for a sink) |
 //! | `batch.size` | most records per `poll` / `put` (default 2000, FileStreamSource's) |
-//! | `errors.tolerance` | `none` only (default); `all` is refused until the DLQ exists |
+//! | `errors.tolerance` | `none` (default): an errant record fails the task; `all` (sinks only): it goes to the dead-letter topic, or is logged and skipped without one |
+//! | `errors.deadletterqueue.topic.name` | sinks under `errors.tolerance=all`: topic for errant records, with Kafka Connect's `__connect.errors.*` headers |
+//! | `http.url` | HTTP connectors: the URL polled (source) or posted to (sink) |
+//! | `http.allowed.hosts` | hosts (`host` = any port, `host:port`) the component may reach over HTTP, comma-separated; default: the host and port of `http.url`; neither key: no HTTP at all |
+//! | `retry.backoff.max.ms` | sink: cap on the wait a `put` asks for before its batch is put again (default 30000) |
 //! | `errors.retry.timeout` | ms a failing task is restarted for before it is FAILED (default 60000; -1 forever, 0 never) |
 //! | `errors.retry.delay.max.ms` | longest wait between restarts (default 60000; waits start at 100 ms and double) |
 //! | `poll.interval.ms` | source: wait after a poll that returned nothing (default 200) |
@@ -47,6 +51,8 @@ pub enum ConnectorClass {
 pub const BUILT_INS: &[(&str, ConnectorKind)] = &[
     ("file-source", ConnectorKind::Source),
     ("file-sink", ConnectorKind::Sink),
+    ("http-source", ConnectorKind::Source),
+    ("http-sink", ConnectorKind::Sink),
 ];
 
 /// `errors.tolerance`.
@@ -54,6 +60,9 @@ pub const BUILT_INS: &[(&str, ConnectorKind)] = &[
 pub enum ErrorTolerance {
     /// A failed record fails the task (Kafka Connect's default).
     None,
+    /// A failed record is skipped: sent to `errors.deadletterqueue.topic.name` when set,
+    /// else logged (sinks only; a source has no errant records yet).
+    All,
 }
 
 /// One connector's config, checked.
@@ -77,6 +86,14 @@ pub struct ConnectorConfig {
     pub batch_size: u32,
     /// `errors.tolerance`.
     pub errors_tolerance: ErrorTolerance,
+    /// `errors.deadletterqueue.topic.name` (sinks, with `errors.tolerance=all`).
+    pub dlq_topic: Option<String>,
+    /// Hosts the component may reach over HTTP: `http.allowed.hosts`, or by default the
+    /// host and port of `http.url`; empty without either.
+    pub http_hosts: Vec<crate::plugin::HttpHost>,
+    /// `retry.backoff.max.ms`: the longest a sink's asked-for wait before a retried
+    /// `put` is honoured (default 30000).
+    pub retry_backoff_max_ms: u64,
     /// `errors.retry.timeout` in ms; `None` = retry forever (-1).
     pub retry_timeout_ms: Option<u64>,
     /// `errors.retry.delay.max.ms`.
@@ -162,7 +179,10 @@ impl ConnectorConfig {
             })
             .into_iter()
             .collect();
-        crate::plugin::ConnectorGrants { dirs }
+        crate::plugin::ConnectorGrants {
+            dirs,
+            http_hosts: self.http_hosts.clone(),
+        }
     }
 
     /// Reads and checks the connector file at `path`.
@@ -266,10 +286,11 @@ impl ConnectorConfig {
             u32::try_from(tasks_max).map_err(|_| fail(Some("tasks.max"), "too large".into()))?;
         let errors_tolerance = match get("errors.tolerance").map(str::trim) {
             None | Some("none") => ErrorTolerance::None,
+            Some("all") if kind == ConnectorKind::Sink => ErrorTolerance::All,
             Some("all") => {
                 return Err(fail(
                     Some("errors.tolerance"),
-                    "`all` is not supported yet (it needs the dead-letter queue); use `none`"
+                    "`all` is supported for sinks only (a source reports no errant records yet); use `none`"
                         .into(),
                 ))
             }
@@ -287,9 +308,25 @@ impl ConnectorConfig {
             ),
             None => None,
         };
-        if matches!(class, ConnectorClass::BuiltIn(_)) && file.is_none() {
+        if matches!(class, ConnectorClass::BuiltIn(n) if n.starts_with("file-")) && file.is_none() {
             return Err(fail(Some("file"), "required by the file connectors".into()));
         }
+        let http_url = get("http.url").map(str::trim);
+        if matches!(class, ConnectorClass::BuiltIn(n) if n.starts_with("http-")) && http_url.is_none() {
+            return Err(fail(Some("http.url"), "required by the HTTP connectors".into()));
+        }
+        let http_hosts = match (get("http.allowed.hosts"), http_url) {
+            (Some(list), _) => list
+                .split(',')
+                .filter(|h| !h.trim().is_empty())
+                .map(crate::plugin::HttpHost::parse)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|m| fail(Some("http.allowed.hosts"), m))?,
+            (None, Some(url)) => vec![crate::plugin::HttpHost::of_url(url)
+                .map_err(|m| fail(Some("http.url"), m))?],
+            (None, None) => Vec::new(),
+        };
+        let dlq_topic = get("errors.deadletterqueue.topic.name").map(|t| t.trim().to_string());
         if let Some(f) = &file {
             if f.file_name().is_none() || f.parent().is_none() {
                 return Err(fail(
@@ -304,6 +341,7 @@ impl ConnectorConfig {
         let retry_delay_max_ms = number("errors.retry.delay.max.ms", 60_000, 0)? as u64;
         let poll_interval_ms = number("poll.interval.ms", 200, 1)? as u64;
         let offset_flush_interval_ms = number("offset.flush.interval.ms", 10_000, 1)? as u64;
+        let retry_backoff_max_ms = number("retry.backoff.max.ms", 30_000, 0)? as u64;
         if let Some(f) = &file {
             // The guest sees the absolute path the runtime grants.
             keys.insert("file".into(), f.display().to_string());
@@ -318,6 +356,9 @@ impl ConnectorConfig {
             file,
             batch_size: u32::try_from(batch_size.min(1_000_000)).unwrap_or(1_000_000),
             errors_tolerance,
+            dlq_topic,
+            http_hosts,
+            retry_backoff_max_ms,
             retry_timeout_ms: u64::try_from(retry_timeout).ok(),
             retry_delay_max_ms,
             poll_interval_ms,
@@ -371,9 +412,26 @@ mod tests {
         assert_eq!(e.key.as_deref(), Some("batch.size"));
         let e = parse("name = \"s\"\nconnector.class = \"file-source\"\nfile = \"/tmp/x\"\nerrors.tolerance = \"all\"\n").unwrap_err();
         assert_eq!(e.key.as_deref(), Some("errors.tolerance"));
+        let e = parse("name = \"h\"\nconnector.class = \"http-source\"\ntopic = \"t\"\n").unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("http.url"));
         assert!(parse("name = [").is_err());
         let s = parse("name = \"s\"\nconnector.class = \"file-sink\"\nfile = \"/tmp/x\"\ntopics = [\"a\", \"b\"]\n").unwrap();
         assert_eq!(s.topics, vec!["a", "b"]);
         assert_eq!(s.kind, ConnectorKind::Sink);
+    }
+
+    #[test]
+    fn http_hosts_default_to_the_url_and_tolerance_all_is_for_sinks() {
+        use crate::plugin::HttpHost;
+        let c = parse("name = \"h\"\nconnector.class = \"http-sink\"\ntopics = \"t\"\nhttp.url = \"http://127.0.0.1:9000/in\"\nerrors.tolerance = \"all\"\nerrors.deadletterqueue.topic.name = \"dlq\"\n").unwrap();
+        assert_eq!(c.kind, ConnectorKind::Sink);
+        assert_eq!(c.errors_tolerance, ErrorTolerance::All);
+        assert_eq!(c.dlq_topic.as_deref(), Some("dlq"));
+        assert_eq!(c.file_grants(true).http_hosts, vec![HttpHost::parse("127.0.0.1:9000").unwrap()]);
+        let c = parse("name = \"h\"\nconnector.class = \"http-source\"\ntopic = \"t\"\nhttp.url = \"http://a/\"\nhttp.allowed.hosts = \"b, c:81\"\n").unwrap();
+        assert_eq!(c.http_hosts.len(), 2);
+        assert!(c.file.is_none());
+        let f = parse("name = \"f\"\nconnector.class = \"file-source\"\nfile = \"/tmp/x\"\ntopic = \"t\"\n").unwrap();
+        assert!(f.http_hosts.is_empty());
     }
 }

@@ -10,7 +10,7 @@
 //!
 //! Never does: import wasmtime (components are loaded and called through
 //! [`crate::plugin`]); give a connector more than its config grants (the directory of
-//! its `file`, and the `log` interface).
+//! its `file`, HTTP to its `http.allowed.hosts`, and the `log` interface).
 //!
 //! Failure: every failure of a task — a trap, a timeout, a connector error, an append or
 //! commit that fails — ends that attempt; the instance is dropped and a new one is
@@ -21,7 +21,8 @@
 //! failing never touches another or the broker.
 //!
 //! Not yet: the REST API, pause/resume/restart, watching the directory, `transforms`,
-//! converters, the DLQ, more than one task per connector.
+//! converters, a DLQ for sources (sinks have one: [`sink`]), more than one task per
+//! connector.
 
 pub mod config;
 mod sink;

@@ -9,10 +9,11 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{Deps, Progress, TaskError};
-use crate::connect::config::ConnectorConfig;
+use crate::connect::config::{ConnectorConfig, ErrorTolerance};
 use crate::group::{CommitRequest, OffsetToCommit};
 use crate::log::LogError;
-use crate::plugin::{Header, Record, SinkConnector, SinkRecord, TopicOffset};
+use crate::plugin::{ErrantRecord, Header, Record, SinkConnector, SinkRecord, TopicOffset};
+use crate::transform::runner::{push_error_headers, ErrorOrigin};
 
 /// Most bytes read from one partition per read.
 const READ_BYTES: usize = 1 << 20;
@@ -88,8 +89,7 @@ pub(super) async fn run(
         let mut ticket = deps.ctx.replicas.purgatory().ticket();
         let batch = read_batch(deps, &mut positions, c.batch_size as usize)?;
         if !batch.is_empty() {
-            task.put(&batch).await?;
-            progress.made();
+            deliver(c, deps, &mut task, &batch, &mut positions, progress, shutdown).await?;
         }
         let stopping = *shutdown.borrow();
         if stopping || Instant::now() >= next_flush {
@@ -111,6 +111,126 @@ pub(super) async fn run(
         }
     }
     task.close().await?;
+    Ok(())
+}
+
+/// Puts `batch` until every record of it is settled (Kafka Connect's
+/// `RetriableException` loop, but the waiting is the host's: a sink never sleeps).
+///
+/// After each `put`: its errant records go to [`report_errant`]; if it asked for a
+/// retry, the host waits `after_ms` (capped by `retry.backoff.max.ms`, cut short by
+/// shutdown) and puts only the unsettled rest, so a record the sink accepted is never
+/// put twice by this loop. Stopped during a wait: `positions` go back to the first
+/// unsettled record of each partition, so the commit at stop covers only settled
+/// records and the rest is put again after the restart.
+///
+/// Errors: a `put` failure; an errant record under `errors.tolerance=none`; a DLQ
+/// append failure; retries still asked for after `errors.retry.timeout`.
+async fn deliver(
+    c: &ConnectorConfig,
+    deps: &Deps,
+    task: &mut SinkConnector,
+    batch: &[SinkRecord],
+    positions: &mut BTreeMap<(String, i32), i64>,
+    progress: &mut Progress,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<(), TaskError> {
+    let started = Instant::now();
+    let mut rest = batch;
+    loop {
+        let outcome = task.put(rest).await?;
+        report_errant(c, deps, rest, &outcome.errant).await?;
+        let Some(retry) = outcome.retry else {
+            progress.made();
+            return Ok(());
+        };
+        if retry.settled > 0 {
+            progress.made();
+        }
+        rest = &rest[(retry.settled as usize).min(rest.len())..];
+        let Some(first) = rest.first() else {
+            return Ok(());
+        };
+        let out_of_time = c
+            .retry_timeout_ms
+            .is_some_and(|t| started.elapsed() >= Duration::from_millis(t));
+        if out_of_time {
+            return Err(TaskError::Runtime(format!(
+                "the sink still asks to retry {}-{} offset {} after errors.retry.timeout ({} ms)",
+                first.topic,
+                first.partition,
+                first.offset,
+                c.retry_timeout_ms.unwrap_or(0)
+            )));
+        }
+        let wait_ms = retry.after_ms.min(c.retry_backoff_max_ms);
+        tracing::debug!(connector = %c.name, unsettled = rest.len(), wait_ms, "sink asked to retry");
+        if !*shutdown.borrow() {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(wait_ms)) => {}
+                _ = shutdown.changed() => {}
+            }
+        }
+        if *shutdown.borrow() {
+            for r in rest.iter().rev() {
+                positions.insert((r.topic.clone(), r.partition), r.offset);
+            }
+            return Ok(());
+        }
+    }
+}
+
+/// Applies `errors.tolerance` to the errant records of a `put` of `batch`: under `none`
+/// the first one fails the task; under `all` each goes to
+/// `errors.deadletterqueue.topic.name` with the `__connect.errors.*` headers (class name
+/// `ErrantRecord`, the sink's reason as message), or is logged and skipped without one.
+///
+/// Errors: as said, and a failed DLQ append.
+async fn report_errant(
+    c: &ConnectorConfig,
+    deps: &Deps,
+    batch: &[SinkRecord],
+    errant: &[ErrantRecord],
+) -> Result<(), TaskError> {
+    let mut dead: Vec<Record> = Vec::with_capacity(errant.len());
+    for e in errant {
+        let Some(r) = batch.get(e.index as usize) else {
+            continue;
+        };
+        let located = format!(
+            "{} (record {}-{} offset {})",
+            e.reason, r.topic, r.partition, r.offset
+        );
+        match (c.errors_tolerance, &c.dlq_topic) {
+            (ErrorTolerance::None, _) => return Err(TaskError::Runtime(located)),
+            (ErrorTolerance::All, None) => {
+                tracing::warn!(connector = %c.name, error = %located, "record skipped (errors.tolerance=all, no dead-letter topic)");
+            }
+            (ErrorTolerance::All, Some(_)) => {
+                let mut record = r.record.clone();
+                push_error_headers(
+                    &mut record,
+                    &ErrorOrigin {
+                        topic: &r.topic,
+                        partition: r.partition,
+                        offset: r.offset,
+                        kind: "ErrantRecord",
+                        message: &e.reason,
+                    },
+                );
+                record.headers.push(Header {
+                    key: "weir.errors.connector".into(),
+                    value: Some(c.name.clone().into()),
+                });
+                dead.push(record);
+            }
+        }
+    }
+    if let (Some(dlq), false) = (&c.dlq_topic, dead.is_empty()) {
+        deps.ingest.append(dlq, None, &dead).await.map_err(|e| {
+            TaskError::Runtime(format!("cannot write to the dead-letter topic {dlq}: {e}"))
+        })?;
+    }
     Ok(())
 }
 

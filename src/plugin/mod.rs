@@ -37,6 +37,7 @@
 
 mod cache;
 mod connector;
+mod http;
 mod instance;
 mod partitioner;
 mod sandbox;
@@ -49,9 +50,10 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 pub use connector::{
-    ConnectorGrants, DirGrant, SinkConnector, SinkRecord, SourceConnector, SourcePosition,
+    ConnectorGrants, DirGrant, ErrantRecord, PutOutcome, PutRetry, SinkConnector, SinkRecord, SourceConnector, SourcePosition,
     SourceRecord, StringMap, TopicOffset,
 };
+pub use http::HttpHost;
 pub use partitioner::Partitioner;
 pub use transform::{BatchContext, Header, Output, OutputBatch, OutputRecord, Record, Transform};
 

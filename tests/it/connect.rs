@@ -15,7 +15,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use crate::harness::TestBroker;
 
 /// The built `connectors/` components (built once per test process).
-fn plugin_path() -> PathBuf {
+pub(crate) fn plugin_path() -> PathBuf {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     BUILT
         .get_or_init(|| {
@@ -70,7 +70,7 @@ fn read_topic(bootstrap: &str, topic: &str, expected: usize) -> Vec<(Option<Stri
 }
 
 /// As [`read_topic`], giving up after `wait`.
-fn read_topic_for(
+pub(crate) fn read_topic_for(
     bootstrap: &str,
     topic: &str,
     expected: usize,
@@ -204,7 +204,7 @@ fn file_source_to_topic_to_file_sink_and_resume_after_restart() {
 
 /// The latest value of each key in `__connect_status`, waiting until `key` has a value
 /// containing `want`.
-fn wait_for_status(bootstrap: &str, key: &str, want: &str) -> String {
+pub(crate) fn wait_for_status(bootstrap: &str, key: &str, want: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let records = read_topic_for(

@@ -10,6 +10,7 @@ mod cli;
 mod clients;
 mod config;
 mod connect;
+mod connect_http;
 mod crash;
 mod fetch;
 mod group_protocol;

@@ -159,9 +159,18 @@ pub fn send(req: &Request<'_>) -> Result<Response, HttpError> {
             .write()
             .map_err(|_| HttpError::Invalid("request body stream taken twice".into()))?;
         for chunk in req.body.chunks(WRITE_CHUNK_BYTES) {
-            stream.blocking_write_and_flush(chunk).map_err(|e| {
-                HttpError::Transport(format!("{}: writing the body: {e:?}", req.url))
-            })?;
+            if let Err(e) = stream.blocking_write_and_flush(chunk) {
+                // The host may have refused the request (denied, bad URI) and closed the
+                // body: its answer says why.
+                future.subscribe().block();
+                if let Some(Ok(Err(code))) = future.get() {
+                    return Err(code_error(req.url, code));
+                }
+                return Err(HttpError::Transport(format!(
+                    "{}: writing the body: {e:?}",
+                    req.url
+                )));
+            }
         }
     }
     OutgoingBody::finish(body, None).map_err(|c| code_error(req.url, c))?;
