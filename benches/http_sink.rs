@@ -186,7 +186,10 @@ fn main() {
     producer.flush(Duration::from_secs(60)).unwrap();
     let deadline = Instant::now() + Duration::from_secs(600);
     while sink.records.load(Ordering::SeqCst) < n as u64 {
-        assert!(Instant::now() < deadline, "the sink did not deliver everything");
+        assert!(
+            Instant::now() < deadline,
+            "the sink did not deliver everything"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let (first, last) = sink.first_last.lock().unwrap().unwrap();

@@ -312,8 +312,13 @@ impl ConnectorConfig {
             return Err(fail(Some("file"), "required by the file connectors".into()));
         }
         let http_url = get("http.url").map(str::trim);
-        if matches!(class, ConnectorClass::BuiltIn(n) if n.starts_with("http-")) && http_url.is_none() {
-            return Err(fail(Some("http.url"), "required by the HTTP connectors".into()));
+        if matches!(class, ConnectorClass::BuiltIn(n) if n.starts_with("http-"))
+            && http_url.is_none()
+        {
+            return Err(fail(
+                Some("http.url"),
+                "required by the HTTP connectors".into(),
+            ));
         }
         let http_hosts = match (get("http.allowed.hosts"), http_url) {
             (Some(list), _) => list
@@ -322,8 +327,9 @@ impl ConnectorConfig {
                 .map(crate::plugin::HttpHost::parse)
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|m| fail(Some("http.allowed.hosts"), m))?,
-            (None, Some(url)) => vec![crate::plugin::HttpHost::of_url(url)
-                .map_err(|m| fail(Some("http.url"), m))?],
+            (None, Some(url)) => {
+                vec![crate::plugin::HttpHost::of_url(url).map_err(|m| fail(Some("http.url"), m))?]
+            }
             (None, None) => Vec::new(),
         };
         let dlq_topic = get("errors.deadletterqueue.topic.name").map(|t| t.trim().to_string());
@@ -412,7 +418,8 @@ mod tests {
         assert_eq!(e.key.as_deref(), Some("batch.size"));
         let e = parse("name = \"s\"\nconnector.class = \"file-source\"\nfile = \"/tmp/x\"\nerrors.tolerance = \"all\"\n").unwrap_err();
         assert_eq!(e.key.as_deref(), Some("errors.tolerance"));
-        let e = parse("name = \"h\"\nconnector.class = \"http-source\"\ntopic = \"t\"\n").unwrap_err();
+        let e =
+            parse("name = \"h\"\nconnector.class = \"http-source\"\ntopic = \"t\"\n").unwrap_err();
         assert_eq!(e.key.as_deref(), Some("http.url"));
         assert!(parse("name = [").is_err());
         let s = parse("name = \"s\"\nconnector.class = \"file-sink\"\nfile = \"/tmp/x\"\ntopics = [\"a\", \"b\"]\n").unwrap();
@@ -427,11 +434,17 @@ mod tests {
         assert_eq!(c.kind, ConnectorKind::Sink);
         assert_eq!(c.errors_tolerance, ErrorTolerance::All);
         assert_eq!(c.dlq_topic.as_deref(), Some("dlq"));
-        assert_eq!(c.file_grants(true).http_hosts, vec![HttpHost::parse("127.0.0.1:9000").unwrap()]);
+        assert_eq!(
+            c.file_grants(true).http_hosts,
+            vec![HttpHost::parse("127.0.0.1:9000").unwrap()]
+        );
         let c = parse("name = \"h\"\nconnector.class = \"http-source\"\ntopic = \"t\"\nhttp.url = \"http://a/\"\nhttp.allowed.hosts = \"b, c:81\"\n").unwrap();
         assert_eq!(c.http_hosts.len(), 2);
         assert!(c.file.is_none());
-        let f = parse("name = \"f\"\nconnector.class = \"file-source\"\nfile = \"/tmp/x\"\ntopic = \"t\"\n").unwrap();
+        let f = parse(
+            "name = \"f\"\nconnector.class = \"file-source\"\nfile = \"/tmp/x\"\ntopic = \"t\"\n",
+        )
+        .unwrap();
         assert!(f.http_hosts.is_empty());
     }
 }

@@ -89,7 +89,16 @@ pub(super) async fn run(
         let mut ticket = deps.ctx.replicas.purgatory().ticket();
         let batch = read_batch(deps, &mut positions, c.batch_size as usize)?;
         if !batch.is_empty() {
-            deliver(c, deps, &mut task, &batch, &mut positions, progress, shutdown).await?;
+            deliver(
+                c,
+                deps,
+                &mut task,
+                &batch,
+                &mut positions,
+                progress,
+                shutdown,
+            )
+            .await?;
         }
         let stopping = *shutdown.borrow();
         if stopping || Instant::now() >= next_flush {

@@ -140,10 +140,13 @@ impl HttpHooks {
 
 type SendFuture = Box<
     dyn Future<
-            Output = Result<(
-                http::Response<WasiBody>,
-                Box<dyn Future<Output = Result<(), Error>> + Send>,
-            ), Error>,
+            Output = Result<
+                (
+                    http::Response<WasiBody>,
+                    Box<dyn Future<Output = Result<(), Error>> + Send>,
+                ),
+                Error,
+            >,
         > + Send,
 >;
 
@@ -196,17 +199,19 @@ async fn send(
     let uri = request.uri().clone();
     let host = uri.host().ok_or(Error::HttpRequestUriInvalid)?;
     let port = uri.port_u16().unwrap_or(80);
-    let addr = format!("{}:{port}", host.trim_start_matches('[').trim_end_matches(']'));
-    let stream = match tokio::time::timeout(connect_timeout, tokio::net::TcpStream::connect(&addr))
-        .await
-    {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-            return Err(Error::ConnectionRefused)
-        }
-        Ok(Err(e)) => return Err(Error::Connect(e)),
-        Err(_) => return Err(Error::ConnectionTimeout),
-    };
+    let addr = format!(
+        "{}:{port}",
+        host.trim_start_matches('[').trim_end_matches(']')
+    );
+    let stream =
+        match tokio::time::timeout(connect_timeout, tokio::net::TcpStream::connect(&addr)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                return Err(Error::ConnectionRefused)
+            }
+            Ok(Err(e)) => return Err(Error::Connect(e)),
+            Err(_) => return Err(Error::ConnectionTimeout),
+        };
     let (mut sender, conn) = tokio::time::timeout(
         connect_timeout,
         hyper::client::conn::http1::handshake(TokioIo::new(stream)),

@@ -50,8 +50,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 pub use connector::{
-    ConnectorGrants, DirGrant, ErrantRecord, PutOutcome, PutRetry, SinkConnector, SinkRecord, SourceConnector, SourcePosition,
-    SourceRecord, StringMap, TopicOffset,
+    ConnectorGrants, DirGrant, ErrantRecord, PutOutcome, PutRetry, SinkConnector, SinkRecord,
+    SourceConnector, SourcePosition, SourceRecord, StringMap, TopicOffset,
 };
 pub use http::HttpHost;
 pub use partitioner::Partitioner;

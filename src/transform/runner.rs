@@ -442,8 +442,14 @@ pub(crate) fn push_error_headers(record: &mut Record, origin: &ErrorOrigin<'_>) 
     add("__connect.errors.topic", origin.topic.to_string());
     add("__connect.errors.partition", origin.partition.to_string());
     add("__connect.errors.offset", origin.offset.to_string());
-    add("__connect.errors.exception.class.name", origin.kind.to_string());
-    add("__connect.errors.exception.message", origin.message.to_string());
+    add(
+        "__connect.errors.exception.class.name",
+        origin.kind.to_string(),
+    );
+    add(
+        "__connect.errors.exception.message",
+        origin.message.to_string(),
+    );
 }
 
 /// The first 12 hex digits of a version.

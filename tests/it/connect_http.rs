@@ -88,11 +88,7 @@ impl Drop for Server {
     }
 }
 
-fn serve_one(
-    conn: TcpStream,
-    seen: &Mutex<Vec<Seen>>,
-    handler: &Handler,
-) -> std::io::Result<()> {
+fn serve_one(conn: TcpStream, seen: &Mutex<Vec<Seen>>, handler: &Handler) -> std::io::Result<()> {
     conn.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut line = String::new();
@@ -300,7 +296,10 @@ fn http_sink_delivers_each_record_once_or_to_the_dlq_despite_503s_and_400s() {
         for (value, h) in &dead {
             let id = ids(value.as_bytes())[0];
             assert!(bad(id), "{mode}: a good record in the DLQ: {value}");
-            assert_eq!(h.get("__connect.errors.topic").map(String::as_str), Some("orders"));
+            assert_eq!(
+                h.get("__connect.errors.topic").map(String::as_str),
+                Some("orders")
+            );
             assert_eq!(
                 h.get("__connect.errors.offset").map(String::as_str),
                 Some(id.to_string().as_str())
@@ -436,12 +435,19 @@ fn http_sink_honours_retry_after_without_busy_looping_or_blocking_stop() {
     }
     let broker = start(&d);
     for name in ["seconds", "date", "zero", "huge-capped", "huge"] {
-        produce(&broker.bootstrap, &format!("t-{name}"), &[format!("{{\"id\":1,\"n\":\"{name}\"}}")]);
+        produce(
+            &broker.bootstrap,
+            &format!("t-{name}"),
+            &[format!("{{\"id\":1,\"n\":\"{name}\"}}")],
+        );
     }
     wait_until("the retried requests", || {
         server.seen_on("/seconds").len() >= 2
             && server.seen_on("/date").len() >= 2
-            && server.seen_on("/zero").iter().any(|r| r.at.duration_since(first_at.lock().unwrap().unwrap_or(r.at)) >= Duration::from_millis(1500))
+            && server.seen_on("/zero").iter().any(|r| {
+                r.at.duration_since(first_at.lock().unwrap().unwrap_or(r.at))
+                    >= Duration::from_millis(1500)
+            })
             && server.seen_on("/huge-capped").len() >= 4
             && !server.seen_on("/huge").is_empty()
     });
@@ -449,13 +455,28 @@ fn http_sink_honours_retry_after_without_busy_looping_or_blocking_stop() {
         let s = server.seen_on(path);
         s[1].at.duration_since(s[0].at)
     };
-    assert!(gap("/seconds") >= Duration::from_millis(950), "Retry-After: 1 waited {:?}", gap("/seconds"));
-    assert!(gap("/date") >= Duration::from_millis(950), "Retry-After: <date> waited {:?}", gap("/date"));
-    assert_eq!(server.seen_on("/seconds").len(), 2, "accepted after one retry");
+    assert!(
+        gap("/seconds") >= Duration::from_millis(950),
+        "Retry-After: 1 waited {:?}",
+        gap("/seconds")
+    );
+    assert!(
+        gap("/date") >= Duration::from_millis(950),
+        "Retry-After: <date> waited {:?}",
+        gap("/date")
+    );
+    assert_eq!(
+        server.seen_on("/seconds").len(),
+        2,
+        "accepted after one retry"
+    );
     // 1.5 s of `Retry-After: 0` with a 100 ms backoff doubling to 400 ms: a handful of
     // requests, not a busy loop.
     let zeros = server.seen_on("/zero").len();
-    assert!((2..=15).contains(&zeros), "{zeros} requests during 1.5 s of Retry-After: 0");
+    assert!(
+        (2..=15).contains(&zeros),
+        "{zeros} requests during 1.5 s of Retry-After: 0"
+    );
     // The huge one is still waiting its (uncapped) day: stopping must not wait for it.
     assert_eq!(server.seen_on("/huge").len(), 1);
     let (tx, rx) = std::sync::mpsc::channel();
@@ -510,7 +531,10 @@ fn http_source_follows_the_cursor_and_resumes_from_it_after_a_restart() {
     }
     // Non-empty polls also keep to poll.interval.ms: the cursor moved by 7 per request.
     let queries: Vec<String> = server.seen().iter().map(|r| r.query.clone()).collect();
-    assert_eq!(&queries[..5], ["", "cursor=7", "cursor=14", "cursor=21", "cursor=28"]);
+    assert_eq!(
+        &queries[..5],
+        ["", "cursor=7", "cursor=14", "cursor=21", "cursor=28"]
+    );
     broker.stop();
 
     *total.lock().unwrap() = 40;
@@ -519,17 +543,27 @@ fn http_source_follows_the_cursor_and_resumes_from_it_after_a_restart() {
     let got = read_topic_for(&broker.bootstrap, "items", 40, Duration::from_secs(60));
     let values: Vec<u64> = got
         .iter()
-        .map(|(_, v)| serde_json::from_str::<serde_json::Value>(v).unwrap()["n"].as_u64().unwrap())
+        .map(|(_, v)| {
+            serde_json::from_str::<serde_json::Value>(v).unwrap()["n"]
+                .as_u64()
+                .unwrap()
+        })
         .collect();
-    assert_eq!(values, (0..40).collect::<Vec<_>>(), "resumed, nothing lost or repeated");
+    assert_eq!(
+        values,
+        (0..40).collect::<Vec<_>>(),
+        "resumed, nothing lost or repeated"
+    );
     let after = server.seen();
-    assert_eq!(after[before].query, "cursor=30", "the first request after the restart");
+    assert_eq!(
+        after[before].query, "cursor=30",
+        "the first request after the restart"
+    );
     broker.stop();
 }
 
 #[test]
 fn http_connectors_reach_only_their_allowed_hosts() {
-    let _ = tracing_subscriber::fmt().with_env_filter("weir=debug").with_test_writer().try_init();
     let server = Server::start(Box::new(|_| ok()));
     let d = dirs();
     // A source whose own URL is not allowed.
@@ -560,7 +594,11 @@ fn http_connectors_reach_only_their_allowed_hosts() {
     assert!(src.contains("HTTP request denied"), "{src}");
     let sink = wait_for_status(&broker.bootstrap, "status-connector-sink", "FAILED");
     assert!(sink.contains("HTTP request denied"), "{sink}");
-    assert!(server.seen().is_empty(), "the server saw {:?}", server.seen());
+    assert!(
+        server.seen().is_empty(),
+        "the server saw {:?}",
+        server.seen()
+    );
     broker.stop();
 }
 
@@ -598,12 +636,18 @@ fn edge_gateway_pipeline_redacts_and_posts() {
         .read_line(&mut line)
         .unwrap();
     let _endpoint = Child(endpoint);
-    let port: u16 = line.trim().strip_prefix("listening on ").unwrap().parse().unwrap();
+    let port: u16 = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap()
+        .parse()
+        .unwrap();
     // The shipped files with the paths and the port adjusted.
     let read = |p: &str| std::fs::read_to_string(shipped.join(p)).unwrap();
     let edge_in = read("connectors/edge-in.toml")
         .replace("\"work/app.log\"", &format!("\"{}\"", input.display()));
-    let edge_out = read("connectors/edge-out.toml").replace("127.0.0.1:8099", &format!("127.0.0.1:{port}"));
+    let edge_out =
+        read("connectors/edge-out.toml").replace("127.0.0.1:8099", &format!("127.0.0.1:{port}"));
     let redact = read("transforms/redact-edge.toml").replace(
         "\"../../../../plugins/target/wasm32-wasip2/release/redact.wasm\"",
         &format!("\"{}\"", crate::guests::guest("redact").display()),
@@ -627,7 +671,10 @@ fn edge_gateway_pipeline_redacts_and_posts() {
         r#"{"user":"bob","phone":"+1 555 0100","msg":"mail bob@example.org"}"#,
         r#"plain text from carl@example.net"#,
     ];
-    let mut f = std::fs::OpenOptions::new().append(true).open(&input).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&input)
+        .unwrap();
     for l in lines {
         writeln!(f, "{l}").unwrap();
     }
@@ -636,12 +683,12 @@ fn edge_gateway_pipeline_redacts_and_posts() {
         std::fs::read_to_string(&received)
             .unwrap_or_default()
             .lines()
-            .flat_map(|l| {
-                serde_json::from_str::<Vec<serde_json::Value>>(l).unwrap_or_default()
-            })
+            .flat_map(|l| serde_json::from_str::<Vec<serde_json::Value>>(l).unwrap_or_default())
             .collect()
     };
-    wait_until("the endpoint receives the three lines", || posted().len() >= 3);
+    wait_until("the endpoint receives the three lines", || {
+        posted().len() >= 3
+    });
     let got = posted();
     assert_eq!(got.len(), 3, "{got:?}");
     assert_eq!(got[0]["user"], "ann");
