@@ -5,15 +5,14 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../../.." && pwd)"
-(cd "$root/plugins" && cargo build --release --target wasm32-wasip2 -q)
-(cd "$root/connectors" && cargo build --release --target wasm32-wasip2 -q)
-(cd "$root" && cargo build --release -q --bin weir)
+(cd "$root/plugins" && env -u CARGO_TARGET_DIR cargo build --release --target wasm32-wasip2 -q)
+(cd "$root/connectors" && env -u CARGO_TARGET_DIR cargo build --release --target wasm32-wasip2 -q)
 mkdir -p "$here/work" && touch "$here/work/app.log"
 cd "$here"
 python3 endpoint.py 8099 work/received.jsonl &
 endpoint=$!
 trap 'kill $endpoint' EXIT
-"$root/target/release/weir" serve \
+cargo run --manifest-path "$root/Cargo.toml" --release -q --bin weir -- serve \
   --override log.dirs="$here/work/data" \
   --override connect.config.dir=connectors \
   --override transform.config.dir=transforms \
