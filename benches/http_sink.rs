@@ -16,6 +16,7 @@
 //! size (default 500).
 
 #[path = "../tests/it/guests.rs"]
+#[allow(dead_code)]
 mod guests;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -28,10 +29,11 @@ use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use weir::config::{BrokerConfig, RawConfig};
 
+/// A ~100-byte JSON value.
 fn value(i: usize) -> String {
-    let bare = format!(r#"{{"id":{i:07},"note":""}}"#);
+    let bare = format!(r#"{{"id":{i},"note":""}}"#);
     let pad = 100usize.saturating_sub(bare.len());
-    format!(r#"{{"id":{i:07},"note":"{}"}}"#, "x".repeat(pad))
+    format!(r#"{{"id":{i},"note":"{}"}}"#, "x".repeat(pad))
 }
 
 /// Counts records received (elements of each posted JSON array) and the times of the
