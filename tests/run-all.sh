@@ -47,6 +47,7 @@ step "connector guests (connectors/, wasm32-wasip2)"
     unset CARGO_TARGET_DIR
     cargo fmt --all -- --check
     cargo clippy --locked --target wasm32-wasip2 -- -D warnings
+    cargo test --locked -p http-client   # the HTTP client's parsing, on the host
     cargo build --locked --release --target wasm32-wasip2
 )
 

@@ -186,6 +186,35 @@ pub const CLASS_KEYS: &[(&str, &[KeyDef])] = &[
             key("batch.size", Int, false, Some("2000"), "LOW", "Common", "Most records per put."),
         ],
     ),
+    (
+        "http-source",
+        &[
+            key("http.url", Str, true, None, "HIGH", "Common", "The URL polled (GET)."),
+            key("http.allowed.hosts", List, false, None, "HIGH", "Common", "Hosts (host, or host:port) the connector may reach; default: the host and port of http.url."),
+            key("http.response.records.pointer", Str, false, Some(""), "MEDIUM", "Common", "JSON pointer to the array of records in a response (empty: the whole body is the array)."),
+            key("http.record.key.pointer", Str, false, None, "MEDIUM", "Common", "JSON pointer, within a record, to its key."),
+            key("http.response.cursor.pointer", Str, false, None, "MEDIUM", "Common", "JSON pointer to the cursor in a response; stored as the source offset."),
+            key("http.request.cursor.param", Str, false, Some("cursor"), "MEDIUM", "Common", "Query parameter that carries the stored cursor on the next request."),
+            key("http.headers", Str, false, None, "LOW", "Common", "Request headers, `Name: value` separated by |."),
+            key("http.timeout.ms", Long, false, Some("400"), "LOW", "Common", "Deadline of a connect and of the first response byte (ms)."),
+            key("http.response.max.bytes", Long, false, Some("8388608"), "LOW", "Common", "Largest response body accepted."),
+        ],
+    ),
+    (
+        "http-sink",
+        &[
+            key("http.url", Str, true, None, "HIGH", "Common", "The URL records are POSTed to."),
+            key("http.allowed.hosts", List, false, None, "HIGH", "Common", "Hosts (host, or host:port) the connector may reach; default: the host and port of http.url."),
+            key("http.request.mode", Str, false, Some("batch"), "MEDIUM", "Common", "batch: one JSON array per put; single: one request per record."),
+            key("http.headers", Str, false, None, "LOW", "Common", "Request headers, `Name: value` separated by |."),
+            key("http.auth.basic.username", Str, false, None, "MEDIUM", "Common", "Basic auth user name."),
+            key("http.auth.basic.password", Str, false, None, "MEDIUM", "Common", "Basic auth password."),
+            key("http.auth.bearer.token", Str, false, None, "MEDIUM", "Common", "Bearer token (Authorization header)."),
+            key("retry.backoff.ms", Long, false, Some("100"), "MEDIUM", "Common", "First wait before a retry of a 429, 5xx or connection error; doubles."),
+            key("retry.backoff.max.ms", Long, false, Some("30000"), "MEDIUM", "Common", "Longest wait between retries, Retry-After included."),
+            key("http.timeout.ms", Long, false, Some("400"), "LOW", "Common", "Deadline of a connect and of the first response byte (ms)."),
+        ],
+    ),
 ];
 
 /// Version reported for the built-ins (they ship with the broker).

@@ -16,9 +16,13 @@
 //! | `file` | file connectors: the file; its directory is the one path the component may open (read-only for a source, read-write for a sink) |
 //! | `database` | SQLite connectors: the database file, the one file the component's `sqlite` interface may open |
 //! | `batch.size` | most records per `poll` / `put` (default 2000, FileStreamSource's) |
-//! | `errors.tolerance` | `none` (default): a record that fails conversion or a transform fails the task; `all`: it is skipped (logged, counted, dead-lettered where configured) |
+//! | `errors.tolerance` | `none` (default): a record that fails conversion, a transform or the sink fails the task; `all`: it is skipped — a sink sends it to the dead-letter topic when one is set (as Kafka Connect, whose DLQ is for sinks only), otherwise it is logged |
+//! | `errors.deadletterqueue.topic.name` | sinks under `errors.tolerance=all`: topic for errant records, with Kafka Connect's `__connect.errors.*` headers |
 //! | `key.converter`, `value.converter` (+ `.schemas.enable`) | how keys and values are written to / read from topics: `bytes` (default), `string`, `json` ([`super::convert`]) |
 //! | `transforms` (+ `transforms.<alias>.*`) | a chain of transform components applied in the connector ([`super::smt`]) |
+//! | `http.url` | HTTP connectors: the URL polled (source) or posted to (sink) |
+//! | `http.allowed.hosts` | hosts (`host` = any port, `host:port`) the component may reach over HTTP, comma-separated; default: the host and port of `http.url`; neither key: no HTTP at all |
+//! | `retry.backoff.max.ms` | sink: cap on the wait a `put` asks for before its batch is put again (default 30000) |
 //! | `errors.retry.timeout` | ms a failing task is restarted for before it is FAILED (default 60000; -1 forever, 0 never) |
 //! | `errors.retry.delay.max.ms` | longest wait between restarts (default 60000; waits start at 100 ms and double) |
 //! | `poll.interval.ms` | source: wait after a poll that returned nothing (default 200) |
@@ -58,6 +62,8 @@ pub const BUILT_INS: &[(&str, ConnectorKind)] = &[
     ("file-sink", ConnectorKind::Sink),
     ("sqlite-cdc", ConnectorKind::Source),
     ("sqlite-sink", ConnectorKind::Sink),
+    ("http-source", ConnectorKind::Source),
+    ("http-sink", ConnectorKind::Sink),
 ];
 
 /// The keys a built-in connector cannot run without (checked at load, each refusal
@@ -67,6 +73,7 @@ pub fn required_keys(built_in: &str) -> &'static [&'static str] {
         "file-source" | "file-sink" => &["file"],
         "sqlite-cdc" => &["database", "tables", "topic.prefix"],
         "sqlite-sink" => &["database"],
+        "http-source" | "http-sink" => &["http.url"],
         _ => &[],
     }
 }
@@ -76,7 +83,8 @@ pub fn required_keys(built_in: &str) -> &'static [&'static str] {
 pub enum ErrorTolerance {
     /// A failed record fails the task (Kafka Connect's default).
     None,
-    /// A failed record is skipped (logged and counted; dead-lettered where configured).
+    /// A failed record is skipped: a sink sends it to `errors.deadletterqueue.topic.name`
+    /// when set; otherwise (and in a source, as Kafka Connect) it is logged.
     All,
 }
 
@@ -104,6 +112,14 @@ pub struct ConnectorConfig {
     pub batch_size: u32,
     /// `errors.tolerance`.
     pub errors_tolerance: ErrorTolerance,
+    /// `errors.deadletterqueue.topic.name` (sinks, with `errors.tolerance=all`).
+    pub dlq_topic: Option<String>,
+    /// Hosts the component may reach over HTTP: `http.allowed.hosts`, or by default the
+    /// host and port of `http.url`; empty without either.
+    pub http_hosts: Vec<crate::plugin::HttpHost>,
+    /// `retry.backoff.max.ms`: the longest a sink's asked-for wait before a retried
+    /// `put` is honoured (default 30000).
+    pub retry_backoff_max_ms: u64,
     /// `errors.retry.timeout` in ms; `None` = retry forever (-1).
     pub retry_timeout_ms: Option<u64>,
     /// `errors.retry.delay.max.ms`.
@@ -222,6 +238,7 @@ impl ConnectorConfig {
         crate::plugin::ConnectorGrants {
             dirs,
             sqlite_database: self.database.clone(),
+            http_hosts: self.http_hosts.clone(),
         }
     }
 
@@ -402,6 +419,20 @@ impl ConnectorConfig {
                 })?),
                 None => None,
             };
+        let http_url = get("http.url").map(str::trim);
+        let http_hosts = match (get("http.allowed.hosts"), http_url) {
+            (Some(list), _) => list
+                .split(',')
+                .filter(|h| !h.trim().is_empty())
+                .map(crate::plugin::HttpHost::parse)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|m| fail(Some("http.allowed.hosts"), m))?,
+            (None, Some(url)) => {
+                vec![crate::plugin::HttpHost::of_url(url).map_err(|m| fail(Some("http.url"), m))?]
+            }
+            (None, None) => Vec::new(),
+        };
+        let dlq_topic = get("errors.deadletterqueue.topic.name").map(|t| t.trim().to_string());
         if let Some(f) = &file {
             if f.file_name().is_none() || f.parent().is_none() {
                 return Err(fail(
@@ -421,6 +452,7 @@ impl ConnectorConfig {
         let value_converter = super::convert::Converter::from_keys(&keys, "value")
             .map_err(|(k, m)| fail(Some(&k), m))?;
         let transforms = super::smt::specs_from_keys(&keys).map_err(|(k, m)| fail(Some(&k), m))?;
+        let retry_backoff_max_ms = number("retry.backoff.max.ms", 30_000, 0)? as u64;
         if let Some(f) = &file {
             // The guest sees the absolute path the runtime grants.
             keys.insert("file".into(), f.display().to_string());
@@ -439,6 +471,9 @@ impl ConnectorConfig {
             database,
             batch_size: u32::try_from(batch_size.min(1_000_000)).unwrap_or(1_000_000),
             errors_tolerance,
+            dlq_topic,
+            http_hosts,
+            retry_backoff_max_ms,
             retry_timeout_ms: u64::try_from(retry_timeout).ok(),
             retry_delay_max_ms,
             poll_interval_ms,
@@ -505,6 +540,9 @@ mod tests {
             vec![("fields".to_string(), "ssn".to_string())]
         );
         assert_eq!(t.errors_tolerance, ErrorTolerance::All);
+        let e =
+            parse("name = \"h\"\nconnector.class = \"http-source\"\ntopic = \"t\"\n").unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("http.url"));
         assert!(parse("name = [").is_err());
         let s = parse("name = \"s\"\nconnector.class = \"file-sink\"\nfile = \"/tmp/x\"\ntopics = [\"a\", \"b\"]\n").unwrap();
         assert_eq!(s.topics, vec!["a", "b"]);
@@ -527,5 +565,26 @@ mod tests {
         let e =
             parse("name = \"s\"\nconnector.class = \"sqlite-sink\"\ntopics = \"t\"\n").unwrap_err();
         assert_eq!(e.key.as_deref(), Some("database"));
+    }
+
+    #[test]
+    fn http_hosts_default_to_the_url_and_a_sink_takes_a_dead_letter_topic() {
+        use crate::plugin::HttpHost;
+        let c = parse("name = \"h\"\nconnector.class = \"http-sink\"\ntopics = \"t\"\nhttp.url = \"http://127.0.0.1:9000/in\"\nerrors.tolerance = \"all\"\nerrors.deadletterqueue.topic.name = \"dlq\"\n").unwrap();
+        assert_eq!(c.kind, ConnectorKind::Sink);
+        assert_eq!(c.errors_tolerance, ErrorTolerance::All);
+        assert_eq!(c.dlq_topic.as_deref(), Some("dlq"));
+        assert_eq!(
+            c.file_grants(true).http_hosts,
+            vec![HttpHost::parse("127.0.0.1:9000").unwrap()]
+        );
+        let c = parse("name = \"h\"\nconnector.class = \"http-source\"\ntopic = \"t\"\nhttp.url = \"http://a/\"\nhttp.allowed.hosts = \"b, c:81\"\n").unwrap();
+        assert_eq!(c.http_hosts.len(), 2);
+        assert!(c.file.is_none());
+        let f = parse(
+            "name = \"f\"\nconnector.class = \"file-source\"\nfile = \"/tmp/x\"\ntopic = \"t\"\n",
+        )
+        .unwrap();
+        assert!(f.http_hosts.is_empty());
     }
 }

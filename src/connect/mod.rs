@@ -13,7 +13,7 @@
 //!
 //! Never does: import wasmtime (components are loaded and called through
 //! [`crate::plugin`]); give a connector more than its config grants (the directory of
-//! its `file`, and the `log` interface).
+//! its `file`, HTTP to its `http.allowed.hosts`, and the `log` interface).
 //!
 //! Lifecycle: each connector has one supervisor task following a `watch` of its
 //! [`Control`] (config, target state, restart count). Any change ends the running attempt
@@ -34,7 +34,8 @@
 //! restart. Each connector is its own Tokio task: one failing never touches another or
 //! the broker.
 //!
-//! Not yet: the dead-letter queue, more than one task per connector.
+//! Not yet: a dead-letter topic for sources (sinks have one: [`sink`]), more than one
+//! task per connector.
 
 pub mod catalog;
 pub mod config;

@@ -13,7 +13,8 @@ use crate::connect::config::{ConnectorConfig, ErrorTolerance};
 use crate::connect::smt::{Chain, ChainRecord};
 use crate::group::{CommitRequest, OffsetToCommit};
 use crate::log::LogError;
-use crate::plugin::{Header, Record, SinkConnector, SinkRecord, TopicOffset};
+use crate::plugin::{ErrantRecord, Header, Record, SinkConnector, SinkRecord, TopicOffset};
+use crate::transform::runner::{push_error_headers, ErrorOrigin};
 
 /// Most bytes read from one partition per read.
 const READ_BYTES: usize = 1 << 20;
@@ -90,12 +91,24 @@ pub(super) async fn run(
         let mut ticket = deps.ctx.replicas.purgatory().ticket();
         let batch = read_batch(deps, &mut positions, c.batch_size as usize)?;
         let read_some = !batch.is_empty();
-        let batch = prepare(c, &mut chain, batch).await?;
-        if !batch.is_empty() {
-            task.put(&batch).await?;
-        }
-        if read_some {
-            progress.made();
+        let (batch, failed) = prepare(c, &mut chain, batch).await?;
+        dead_letter(c, deps, failed).await?;
+        if batch.is_empty() {
+            // Everything read was skipped or dead-lettered: handled.
+            if read_some {
+                progress.made();
+            }
+        } else {
+            deliver(
+                c,
+                deps,
+                &mut task,
+                &batch,
+                &mut positions,
+                progress,
+                shutdown,
+            )
+            .await?;
         }
         let stopping = *shutdown.borrow();
         if stopping || Instant::now() >= next_flush {
@@ -117,6 +130,153 @@ pub(super) async fn run(
         }
     }
     task.close().await?;
+    Ok(())
+}
+
+/// Puts `batch` until every record of it is settled (Kafka Connect's
+/// `RetriableException` loop, but the waiting is the host's: a sink never sleeps).
+///
+/// After each `put`: its errant records go to [`report_errant`]; if it asked for a
+/// retry, the host waits `after_ms` (capped by `retry.backoff.max.ms`, cut short by
+/// shutdown) and puts only the unsettled rest, so a record the sink accepted is never
+/// put twice by this loop. Stopped during a wait: `positions` go back to the first
+/// unsettled record of each partition, so the commit at stop covers only settled
+/// records and the rest is put again after the restart.
+///
+/// Errors: a `put` failure; an errant record under `errors.tolerance=none`; a DLQ
+/// append failure; retries still asked for after `errors.retry.timeout`.
+async fn deliver(
+    c: &ConnectorConfig,
+    deps: &Deps,
+    task: &mut SinkConnector,
+    batch: &[SinkRecord],
+    positions: &mut BTreeMap<(String, i32), i64>,
+    progress: &mut Progress,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<(), TaskError> {
+    let started = Instant::now();
+    let mut rest = batch;
+    loop {
+        let outcome = task.put(rest).await?;
+        report_errant(c, deps, rest, &outcome.errant).await?;
+        let Some(retry) = outcome.retry else {
+            progress.made();
+            return Ok(());
+        };
+        if retry.settled > 0 {
+            progress.made();
+        }
+        rest = &rest[(retry.settled as usize).min(rest.len())..];
+        let Some(first) = rest.first() else {
+            return Ok(());
+        };
+        let out_of_time = c
+            .retry_timeout_ms
+            .is_some_and(|t| started.elapsed() >= Duration::from_millis(t));
+        if out_of_time {
+            return Err(TaskError::Runtime(format!(
+                "the sink still asks to retry {}-{} offset {} after errors.retry.timeout ({} ms)",
+                first.topic,
+                first.partition,
+                first.offset,
+                c.retry_timeout_ms.unwrap_or(0)
+            )));
+        }
+        let wait_ms = retry.after_ms.min(c.retry_backoff_max_ms);
+        tracing::debug!(connector = %c.name, unsettled = rest.len(), wait_ms, "sink asked to retry");
+        if !*shutdown.borrow() {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(wait_ms)) => {}
+                _ = shutdown.changed() => {}
+            }
+        }
+        if *shutdown.borrow() {
+            for r in rest.iter().rev() {
+                positions.insert((r.topic.clone(), r.partition), r.offset);
+            }
+            return Ok(());
+        }
+    }
+}
+
+/// The errant records of a `put` of `batch` (KIP-610), as [`dead_letter`] takes them.
+async fn report_errant(
+    c: &ConnectorConfig,
+    deps: &Deps,
+    batch: &[SinkRecord],
+    errant: &[ErrantRecord],
+) -> Result<(), TaskError> {
+    let failed = errant
+        .iter()
+        .filter_map(|e| {
+            let r = batch.get(e.index as usize)?;
+            Some(Failed {
+                record: r.clone(),
+                kind: "ErrantRecord",
+                reason: e.reason.clone(),
+            })
+        })
+        .collect();
+    dead_letter(c, deps, failed).await
+}
+
+/// A record that failed on its way to the connector: as read from the topic, the stage
+/// that failed it (the DLQ's exception class name) and why.
+struct Failed {
+    record: SinkRecord,
+    kind: &'static str,
+    reason: String,
+}
+
+/// Applies `errors.tolerance` to failed records: under `none` the first one fails the
+/// task; under `all` each goes to `errors.deadletterqueue.topic.name` as it was read from
+/// the topic, with Kafka Connect's `__connect.errors.*` headers (class name
+/// `ErrantRecord` for a sink's report, `DataException` for a converter, `Transform` for
+/// the chain) and `weir.errors.connector`, or is logged and skipped without one.
+///
+/// Errors: as said, and a failed DLQ append.
+async fn dead_letter(
+    c: &ConnectorConfig,
+    deps: &Deps,
+    failed: Vec<Failed>,
+) -> Result<(), TaskError> {
+    let mut dead: Vec<Record> = Vec::with_capacity(failed.len());
+    for f in failed {
+        let r = &f.record;
+        let located = format!(
+            "{} (record {}-{} offset {})",
+            f.reason, r.topic, r.partition, r.offset
+        );
+        match (c.errors_tolerance, &c.dlq_topic) {
+            (ErrorTolerance::None, _) => return Err(TaskError::Runtime(located)),
+            (ErrorTolerance::All, None) => {
+                tracing::warn!(connector = %c.name, error = %located, "record skipped (errors.tolerance=all, no dead-letter topic)");
+            }
+            (ErrorTolerance::All, Some(_)) => {
+                let mut record = r.record.clone();
+                push_error_headers(
+                    &mut record,
+                    &ErrorOrigin {
+                        topic: &r.topic,
+                        partition: r.partition,
+                        offset: r.offset,
+                        kind: f.kind,
+                        message: &f.reason,
+                    },
+                );
+                record.headers.push(Header {
+                    key: "weir.errors.connector".into(),
+                    value: Some(c.name.clone().into()),
+                });
+                dead.push(record);
+            }
+        }
+    }
+    if let (Some(dlq), false) = (&c.dlq_topic, dead.is_empty()) {
+        deps.ingest.append(dlq, None, &dead).await.map_err(|e| {
+            TaskError::Runtime(format!("cannot write to the dead-letter topic {dlq}: {e}"))
+        })?;
+    }
     Ok(())
 }
 
@@ -161,52 +321,61 @@ async fn flush_and_commit(
 }
 
 /// Converts each record's key and value for the connector (`key.converter`,
-/// `value.converter`), then runs the `transforms` chain. A record that fails either
-/// fails the task under `errors.tolerance=none`; under `all` it is skipped with a log
-/// line (its offset is still committed: it was handled).
+/// `value.converter`), then runs the `transforms` chain. Returns the records to put and
+/// those that failed either stage (as read, for [`dead_letter`]; their offsets are still
+/// committed: they were handled). Under `errors.tolerance=none` the chain's first
+/// failure fails the task here; a conversion failure does through [`dead_letter`].
 async fn prepare(
     c: &ConnectorConfig,
     chain: &mut Chain,
     batch: Vec<SinkRecord>,
-) -> Result<Vec<SinkRecord>, TaskError> {
+) -> Result<(Vec<SinkRecord>, Vec<Failed>), TaskError> {
     let skip = c.errors_tolerance == ErrorTolerance::All;
+    let mut failed = Vec::new();
+    let mut originals = Vec::with_capacity(batch.len());
     let mut converted = Vec::with_capacity(batch.len());
-    for mut r in batch {
-        let result = c
-            .key_converter
-            .from_topic("key", r.record.key.take())
-            .and_then(|k| {
-                r.record.key = k;
-                c.value_converter.from_topic("value", r.record.value.take())
-            });
-        match result {
-            Ok(v) => {
-                r.record.value = v;
-                converted.push(r);
+    for r in batch {
+        let key = c.key_converter.from_topic("key", r.record.key.clone());
+        let value = c
+            .value_converter
+            .from_topic("value", r.record.value.clone());
+        match key.and_then(|k| value.map(|v| (k, v))) {
+            Ok((key, value)) => {
+                let mut out = r.clone();
+                out.record.key = key;
+                out.record.value = value;
+                converted.push(out);
+                originals.push(r);
             }
             Err(e) => {
-                let located = format!("{}-{} at offset {}: {e}", r.topic, r.partition, r.offset);
+                failed.push(Failed {
+                    record: r,
+                    kind: "DataException",
+                    reason: e.to_string(),
+                });
                 if !skip {
-                    return Err(TaskError::Runtime(located));
+                    return Ok((Vec::new(), failed));
                 }
-                tracing::warn!(connector = %c.name, error = %located, "record skipped (errors.tolerance=all)");
             }
         }
     }
     if chain.is_empty() || converted.is_empty() {
-        return Ok(converted);
+        return Ok((converted, failed));
     }
     let items: Vec<ChainRecord> = converted
         .iter()
         .enumerate()
         .map(|(i, r)| (i, r.topic.clone(), r.record.clone()))
         .collect();
-    let (out, failed) = chain.apply(-1, items, skip).await?;
-    for (i, reason) in failed {
-        let r = &converted[i];
-        tracing::warn!(connector = %c.name, topic = %r.topic, partition = r.partition, offset = r.offset, error = %reason, "record skipped (errors.tolerance=all)");
+    let (out, chain_failed) = chain.apply(-1, items, skip).await?;
+    for (i, reason) in chain_failed {
+        failed.push(Failed {
+            record: originals[i].clone(),
+            kind: "Transform",
+            reason,
+        });
     }
-    Ok(out
+    let out = out
         .into_iter()
         .map(|(i, topic, record)| SinkRecord {
             record,
@@ -214,7 +383,8 @@ async fn prepare(
             partition: converted[i].partition,
             offset: converted[i].offset,
         })
-        .collect())
+        .collect();
+    Ok((out, failed))
 }
 
 /// Up to `max` records from the partitions, each from its position, advancing them.

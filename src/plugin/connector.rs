@@ -11,8 +11,10 @@
 //!
 //! Capabilities: the preopened directories of [`ConnectorGrants`] (each read-only or
 //! read-write), the `sqlite` interface limited to its one granted database file
-//! (`super::sqlite`), and the `log` interface; clocks and random as every plugin. No sockets, no
-//! environment, no other path.
+//! (`super::sqlite`), outgoing HTTP to the hosts of [`ConnectorGrants::http_hosts`]
+//! (`wasi:http`, always linked, every other authority denied: [`super::http`]) and the
+//! `log` interface; clocks and random as every plugin. No sockets, no environment, no
+//! other path.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -67,6 +69,9 @@ pub struct ConnectorGrants {
     /// The one SQLite database file the `sqlite` interface may open (absolute; none:
     /// every `open` is refused).
     pub sqlite_database: Option<PathBuf>,
+    /// Hosts the connector may send HTTP requests to (`http.allowed.hosts`); empty: none
+    /// (every `wasi:http` request fails with `HTTP-request-denied`).
+    pub http_hosts: Vec<super::HttpHost>,
 }
 
 /// A source partition or source offset map (Kafka Connect's, with string values).
@@ -107,6 +112,35 @@ pub struct SinkRecord {
     pub offset: i64,
 }
 
+/// A record of a `put` batch the sink gave up on (KIP-610's errant record).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrantRecord {
+    /// Index of the record in the batch passed to that `put`.
+    pub index: u32,
+    /// Why, in the connector's words.
+    pub reason: String,
+}
+
+/// A sink's request to put the rest of a batch again later (Kafka Connect's
+/// `RetriableException` + `SinkTaskContext.timeout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PutRetry {
+    /// Records at the start of the batch that are settled (never to be put again).
+    pub settled: u32,
+    /// Wait before putting `settled..` again, in ms, as the connector asked (uncapped).
+    pub after_ms: u64,
+}
+
+/// What a sink's `put` did with a batch (checked: indices in range, errant records
+/// among the settled ones).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PutOutcome {
+    /// Records failed for good, in index order.
+    pub errant: Vec<ErrantRecord>,
+    /// `None`: the whole batch is settled.
+    pub retry: Option<PutRetry>,
+}
+
 /// A topic partition and an offset (the next one to read).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicOffset {
@@ -123,6 +157,18 @@ struct ConnectorState {
     base: StoreState,
     name: Arc<str>,
     sqlite: SqliteConns,
+    http: wasmtime_wasi_http::WasiHttpCtx,
+    http_hooks: super::http::HttpHooks,
+}
+
+impl wasmtime_wasi_http::WasiHttpView for ConnectorState {
+    fn http(&mut self) -> wasmtime_wasi_http::WasiHttpCtxView<'_> {
+        wasmtime_wasi_http::WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: wasmtime_wasi::WasiView::ctx(&mut self.base).table,
+            hooks: &mut self.http_hooks,
+        }
+    }
 }
 
 impl wasmtime_wasi::WasiView for ConnectorState {
@@ -252,6 +298,8 @@ fn new_store(
                 grants.sqlite_database.clone(),
                 DEFAULT_BUSY_TIMEOUT_MS,
             ),
+            http: wasmtime_wasi_http::WasiHttpCtx::new(),
+            http_hooks: super::http::HttpHooks::new(name.clone(), &grants.http_hosts),
         },
     );
     store.limiter(|s| s.base.limiter());
@@ -265,6 +313,11 @@ fn linker(shared: &Shared) -> Result<Linker<ConnectorState>, PluginError> {
     let mut linker = Linker::new(&shared.engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| PluginError::Host {
         message: format!("linking WASI: {e:#}"),
+    })?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(|e| {
+        PluginError::Host {
+            message: format!("linking wasi:http: {e:#}"),
+        }
     })?;
     Ok(linker)
 }
@@ -582,11 +635,12 @@ impl SinkConnector {
         })
     }
 
-    /// `put(records)`.
+    /// `put(records)`: which records are errant, and whether to put the rest again.
     ///
-    /// Errors: [`PluginError::Failed`] with the connector's message; a trap, timeout or
-    /// memory limit (the instance is then dead).
-    pub async fn put(&mut self, records: &[SinkRecord]) -> Result<(), PluginError> {
+    /// Errors: [`PluginError::Failed`] with the connector's message;
+    /// [`PluginError::BadOutput`] for an errant index or `settled` count outside the
+    /// batch; a trap, timeout or memory limit (the instance is then dead).
+    pub async fn put(&mut self, records: &[SinkRecord]) -> Result<PutOutcome, PluginError> {
         let records: Vec<sink_types::SinkRecord> = records
             .iter()
             .map(|r| sink_types::SinkRecord {
@@ -609,10 +663,44 @@ impl SinkConnector {
                 offset: r.offset,
             })
             .collect();
+        let len = records.len();
         let r = call!(self, |store, world| world
             .weir_plugin_sink()
             .call_put(store, &records))?;
-        r.map_err(|e| plugin_failed(&self.name, e.message, e.record_index))
+        let r = r.map_err(|e| plugin_failed(&self.name, e.message, e.record_index))?;
+        let settled = r.retry.as_ref().map_or(len, |t| t.settled as usize);
+        let bad = |message: String| PluginError::BadOutput {
+            plugin: self.name.to_string(),
+            message,
+        };
+        if settled > len {
+            return Err(bad(format!(
+                "put settled {settled} records of a batch of {len}"
+            )));
+        }
+        let mut errant: Vec<ErrantRecord> = r
+            .errant
+            .into_iter()
+            .map(|e| ErrantRecord {
+                index: e.index,
+                reason: e.reason,
+            })
+            .collect();
+        if let Some(e) = errant.iter().find(|e| e.index as usize >= settled) {
+            return Err(bad(format!(
+                "put reported record {} as errant, outside the {settled} settled records",
+                e.index
+            )));
+        }
+        errant.sort_by_key(|e| e.index);
+        errant.dedup_by_key(|e| e.index);
+        Ok(PutOutcome {
+            errant,
+            retry: r.retry.map(|t| PutRetry {
+                settled: t.settled,
+                after_ms: t.after_ms,
+            }),
+        })
     }
 
     /// `flush(offsets)`: ok means everything put is durable and `offsets` may be

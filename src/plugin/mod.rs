@@ -37,6 +37,7 @@
 
 mod cache;
 mod connector;
+mod http;
 mod instance;
 mod partitioner;
 mod sandbox;
@@ -50,9 +51,10 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 pub use connector::{
-    ConnectorGrants, DirGrant, SinkConnector, SinkRecord, SourceConnector, SourcePosition,
-    SourceRecord, StringMap, TopicOffset,
+    ConnectorGrants, DirGrant, ErrantRecord, PutOutcome, PutRetry, SinkConnector, SinkRecord,
+    SourceConnector, SourcePosition, SourceRecord, StringMap, TopicOffset,
 };
+pub use http::HttpHost;
 pub use partitioner::Partitioner;
 pub use sqlite::{SqlRows, SqlValue, DEFAULT_BUSY_TIMEOUT_MS, MAX_CONNECTIONS, MAX_QUERY_ROWS};
 pub use transform::{BatchContext, Header, Output, OutputBatch, OutputRecord, Record, Transform};

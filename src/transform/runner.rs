@@ -361,17 +361,22 @@ impl Runner {
                 };
                 let plugin = format!("{}@{}", self.transform.name(), self.version);
                 let mut r = record.clone();
+                push_error_headers(
+                    &mut r,
+                    &ErrorOrigin {
+                        topic: &spec.input,
+                        partition: p,
+                        offset,
+                        kind,
+                        message,
+                    },
+                );
                 let mut add = |k: &str, v: String| {
                     r.headers.push(Header {
                         key: k.to_string(),
                         value: Some(Bytes::from(v)),
                     })
                 };
-                add("__connect.errors.topic", spec.input.clone());
-                add("__connect.errors.partition", p.to_string());
-                add("__connect.errors.offset", offset.to_string());
-                add("__connect.errors.exception.class.name", kind.to_string());
-                add("__connect.errors.exception.message", message.to_string());
                 add("weir.errors.transform", spec.name.clone());
                 add("weir.errors.plugin", plugin);
                 self.ingest
@@ -407,6 +412,44 @@ impl Runner {
             tracing::warn!(transform = %self.d.spec.name, partition = p, offset, error = ?e, "progress not committed (it will be retried with the next chunk)");
         }
     }
+}
+
+/// Where a record sent to a dead-letter topic was read, and why it failed.
+pub(crate) struct ErrorOrigin<'a> {
+    /// Topic it was read from.
+    pub topic: &'a str,
+    /// Partition.
+    pub partition: i32,
+    /// Its offset.
+    pub offset: i64,
+    /// Kind of failure (`__connect.errors.exception.class.name`).
+    pub kind: &'a str,
+    /// The failure's message.
+    pub message: &'a str,
+}
+
+/// Appends Kafka Connect's dead-letter headers (`__connect.errors.topic`, `.partition`,
+/// `.offset`, `.exception.class.name`, `.exception.message`; KIP-298 with
+/// `errors.deadletterqueue.context.headers.enable=true`) to `record`. Shared by the
+/// transform runner and the sink connectors' DLQ.
+pub(crate) fn push_error_headers(record: &mut Record, origin: &ErrorOrigin<'_>) {
+    let mut add = |k: &str, v: String| {
+        record.headers.push(Header {
+            key: k.to_string(),
+            value: Some(Bytes::from(v)),
+        })
+    };
+    add("__connect.errors.topic", origin.topic.to_string());
+    add("__connect.errors.partition", origin.partition.to_string());
+    add("__connect.errors.offset", origin.offset.to_string());
+    add(
+        "__connect.errors.exception.class.name",
+        origin.kind.to_string(),
+    );
+    add(
+        "__connect.errors.exception.message",
+        origin.message.to_string(),
+    );
 }
 
 /// The first 12 hex digits of a version.

@@ -10,6 +10,7 @@ mod cli;
 mod clients;
 mod config;
 mod connect;
+mod connect_http;
 mod connect_rest;
 mod connect_sqlite;
 mod crash;

@@ -24,7 +24,7 @@ wit_bindgen::generate!({
 });
 
 use exports::weir::plugin::sink::Guest;
-use weir::plugin::connector_types::{SinkRecord, TopicOffset, TopicPartition};
+use weir::plugin::connector_types::{PutResult, SinkRecord, TopicOffset, TopicPartition};
 use weir::plugin::log::{log, Level};
 use weir::plugin::types::PluginError;
 
@@ -119,7 +119,7 @@ impl Guest for FileSink {
         Ok(())
     }
 
-    fn put(records: Vec<SinkRecord>) -> Result<(), PluginError> {
+    fn put(records: Vec<SinkRecord>) -> Result<PutResult, PluginError> {
         with_state(|s| {
             s.buf.clear();
             for r in &records {
@@ -131,7 +131,11 @@ impl Guest for FileSink {
             }
             s.file
                 .write_all(&s.buf)
-                .map_err(|e| error(format!("cannot write {}: {e}", s.path)))
+                .map_err(|e| error(format!("cannot write {}: {e}", s.path)))?;
+            Ok(PutResult {
+                errant: Vec::new(),
+                retry: None,
+            })
         })
     }
 

@@ -24,7 +24,7 @@ wit_bindgen::generate!({
 });
 
 use exports::weir::plugin::sink::Guest;
-use weir::plugin::connector_types::{SinkRecord, TopicOffset, TopicPartition};
+use weir::plugin::connector_types::{PutResult, SinkRecord, TopicOffset, TopicPartition};
 use weir::plugin::log::{log, Level};
 use weir::plugin::sqlite::{self as sql, Value};
 use weir::plugin::types::PluginError;
@@ -357,7 +357,7 @@ impl Guest for SqliteSink {
         Ok(())
     }
 
-    fn put(records: Vec<SinkRecord>) -> Result<(), PluginError> {
+    fn put(records: Vec<SinkRecord>) -> Result<PutResult, PluginError> {
         with_state(|s| {
             sql::execute(s.db, "BEGIN IMMEDIATE", &[]).map_err(|e| error(e, None))?;
             for (i, r) in records.iter().enumerate() {
@@ -371,7 +371,10 @@ impl Guest for SqliteSink {
                 }
             }
             sql::execute(s.db, "COMMIT", &[]).map_err(|e| error(e, None))?;
-            Ok(())
+            Ok(PutResult {
+                errant: Vec::new(),
+                retry: None,
+            })
         })
     }
 
