@@ -336,6 +336,28 @@ pub fn encode_query_value(v: &str) -> String {
     out
 }
 
+/// The last value of `key` in a connector's config, trimmed; `None` when absent or blank.
+pub fn config_get<'a>(config: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    config
+        .iter()
+        .rev()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.trim())
+        .filter(|v| !v.is_empty())
+}
+
+/// `key` as a non-negative integer, `default` when absent.
+///
+/// Errors: the value is not a non-negative integer, as a message naming the key.
+pub fn config_number(config: &[(String, String)], key: &str, default: u64) -> Result<u64, String> {
+    match config_get(config, key) {
+        None => Ok(default),
+        Some(v) => v
+            .parse()
+            .map_err(|_| format!("`{key}`: `{v}` is not a non-negative integer")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -77,22 +77,10 @@ fn error(message: String) -> PluginError {
     }
 }
 
-fn get<'a>(config: &'a [(String, String)], key: &str) -> Option<&'a str> {
-    config
-        .iter()
-        .rev()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v.trim())
-        .filter(|v| !v.is_empty())
-}
+use http_client::config_get as get;
 
 fn number(config: &[(String, String)], key: &str, default: u64) -> Result<u64, PluginError> {
-    match get(config, key) {
-        None => Ok(default),
-        Some(v) => v
-            .parse()
-            .map_err(|_| error(format!("`{key}`: `{v}` is not a non-negative integer"))),
-    }
+    http_client::config_number(config, key, default).map_err(error)
 }
 
 fn base64(input: &[u8]) -> String {
