@@ -12,7 +12,12 @@
 //!   <error or null>, "worker_id": "<host:port>", "generation": 0}`, as Kafka Connect's
 //!   status backing store. Written on every state change; readable by any consumer.
 //!
-//! Both are written with acks=1 semantics (appended to the log, not fsynced), like every
+//! - `__connect_state` (compacted, 1 partition): connectors' stored state (the WIT
+//!   `state` interface), key JSON `["<connector name>", "<key>"]`, value the bytes as
+//!   the connector stored them, a tombstone for a deleted key. Written through on every
+//!   `set`, replayed at start ([`ConnectorStates`]).
+//!
+//! All are written with acks=1 semantics (appended to the log, not fsynced), like every
 //! other append on this single node.
 
 use std::collections::BTreeMap;
@@ -30,6 +35,15 @@ use crate::replica::{now_ms, ReplicaManager};
 pub const OFFSETS_TOPIC: &str = "__connect_offsets";
 /// Connector and task status topic.
 pub const STATUS_TOPIC: &str = "__connect_status";
+/// Connectors' stored state topic.
+pub const STATE_TOPIC: &str = "__connect_state";
+
+/// Longest state key, in UTF-8 bytes.
+pub const STATE_MAX_KEY_BYTES: usize = 1024;
+/// Largest state value, in bytes.
+pub const STATE_MAX_VALUE_BYTES: usize = 1 << 20;
+/// Most state keys one connector may hold.
+pub const STATE_MAX_KEYS: usize = 10_000;
 
 /// Most bytes read per log read while replaying.
 const REPLAY_READ_BYTES: usize = 1 << 20;
@@ -355,6 +369,128 @@ impl SourceOffsets {
             }
         }
         Ok(())
+    }
+}
+
+/// The JSON key of a state entry: `["connector", "key"]`.
+pub fn state_key(connector: &str, key: &str) -> String {
+    serde_json::Value::Array(vec![
+        serde_json::Value::String(connector.to_string()),
+        serde_json::Value::String(key.to_string()),
+    ])
+    .to_string()
+}
+
+/// Every connector's stored state (the WIT `state` interface): replayed from
+/// `__connect_state` at start, kept in memory, written through on every `set`.
+///
+/// Kept after a connector is deleted, as its offsets are (a connector created again
+/// under the same name finds it).
+#[derive(Debug)]
+pub struct ConnectorStates {
+    topic: InternalTopic,
+    /// connector name → key → value. Each append and its map update happen under this
+    /// lock, so the log order and the map agree.
+    entries: Mutex<BTreeMap<String, BTreeMap<String, Bytes>>>,
+}
+
+impl ConnectorStates {
+    /// Replays `__connect_state`. A record whose key is not `["name", "key"]` is
+    /// skipped with a warning.
+    ///
+    /// Errors: the topic cannot be read, as a message.
+    pub fn load(topic: InternalTopic) -> Result<ConnectorStates, String> {
+        let mut entries: BTreeMap<String, BTreeMap<String, Bytes>> = BTreeMap::new();
+        for (key, value) in topic.replay()? {
+            let parsed = serde_json::from_slice::<(String, String)>(&key).ok();
+            let Some((name, k)) = parsed else {
+                tracing::warn!(key = %String::from_utf8_lossy(&key), "not a [connector, key] pair in {STATE_TOPIC}; skipped");
+                continue;
+            };
+            let entry = entries.entry(name).or_default();
+            match value {
+                Some(v) => {
+                    entry.insert(k, v);
+                }
+                None => {
+                    entry.remove(&k);
+                }
+            }
+        }
+        entries.retain(|_, m| !m.is_empty());
+        Ok(ConnectorStates {
+            topic,
+            entries: Mutex::new(entries),
+        })
+    }
+}
+
+impl crate::plugin::StateStore for ConnectorStates {
+    fn get(&self, connector: &str, key: &str) -> Option<Vec<u8>> {
+        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries.get(connector)?.get(key).map(|v| v.to_vec())
+    }
+
+    /// Checks the limits ([`STATE_MAX_KEY_BYTES`], [`STATE_MAX_VALUE_BYTES`],
+    /// [`STATE_MAX_KEYS`]), appends the record (a tombstone for `None`), then updates
+    /// the map. Deleting a missing key is ok and writes nothing.
+    fn set(&self, connector: &str, key: &str, value: Option<Vec<u8>>) -> Result<(), String> {
+        if key.len() > STATE_MAX_KEY_BYTES {
+            return Err(format!(
+                "state: key of {} bytes, more than the {STATE_MAX_KEY_BYTES} allowed",
+                key.len()
+            ));
+        }
+        if let Some(v) = &value {
+            if v.len() > STATE_MAX_VALUE_BYTES {
+                return Err(format!(
+                    "state: value of {} bytes, more than the {STATE_MAX_VALUE_BYTES} allowed",
+                    v.len()
+                ));
+            }
+        }
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let (exists, count) = entries
+            .get(connector)
+            .map_or((false, 0), |m| (m.contains_key(key), m.len()));
+        match &value {
+            None if !exists => return Ok(()),
+            Some(_) if !exists && count >= STATE_MAX_KEYS => {
+                return Err(format!(
+                    "state: {count} keys stored, the most a connector may hold ({STATE_MAX_KEYS}); delete some first"
+                ))
+            }
+            _ => {}
+        }
+        let value = value.map(Bytes::from);
+        self.topic
+            .append(&[(Bytes::from(state_key(connector, key)), value.clone())])
+            .map_err(|e| format!("state: cannot store {key}: {e}"))?;
+        match value {
+            Some(v) => {
+                entries
+                    .entry(connector.to_string())
+                    .or_default()
+                    .insert(key.to_string(), v);
+            }
+            None => {
+                if let Some(m) = entries.get_mut(connector) {
+                    m.remove(key);
+                    if m.is_empty() {
+                        entries.remove(connector);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn keys(&self, connector: &str) -> Vec<String> {
+        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries
+            .get(connector)
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
     }
 }
 
