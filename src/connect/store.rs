@@ -502,7 +502,69 @@ pub fn json_string_map(v: &serde_json::Value) -> Option<Vec<(String, String)>> {
 
 #[cfg(test)]
 mod tests {
-    use super::offset_key;
+    use super::*;
+    use crate::plugin::StateStore;
+
+    /// The connector states over a broker's state in `dir`, as a (re)started broker
+    /// builds them.
+    fn states_in(dir: &std::path::Path) -> ConnectorStates {
+        let mut config = crate::config::BrokerConfig::defaults();
+        config.log_dir = dir.to_path_buf();
+        let metadata = Arc::new(Metadata::open(dir, 1).unwrap());
+        let replicas = Arc::new(
+            ReplicaManager::open(
+                Arc::new(config),
+                &metadata.topics(),
+                Arc::new(crate::purgatory::Purgatory::new(10)),
+            )
+            .unwrap(),
+        );
+        ConnectorStates::load(InternalTopic::new(STATE_TOPIC, metadata, replicas)).unwrap()
+    }
+
+    #[test]
+    fn state_is_per_connector_bounded_and_replayed() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = states_in(dir.path());
+        assert_eq!(s.get("a", "k"), None);
+        s.set("a", "k", Some(b"1".to_vec())).unwrap();
+        s.set("a", "gone", Some(b"x".to_vec())).unwrap();
+        s.set("a", "gone", None).unwrap();
+        s.set("b", "k", Some(b"2".to_vec())).unwrap();
+        assert_eq!(s.get("a", "k"), Some(b"1".to_vec()));
+        assert_eq!(s.get("b", "k"), Some(b"2".to_vec()));
+        assert_eq!(s.keys("a"), vec!["k"]);
+        // Limits are errors, and nothing is stored.
+        let long = "k".repeat(STATE_MAX_KEY_BYTES + 1);
+        assert!(s.set("a", &long, Some(vec![])).unwrap_err().contains("key"));
+        let big = vec![0u8; STATE_MAX_VALUE_BYTES + 1];
+        assert!(s.set("a", "big", Some(big)).unwrap_err().contains("value"));
+        s.set("a", "max", Some(vec![7u8; STATE_MAX_VALUE_BYTES]))
+            .unwrap();
+        for i in 2..STATE_MAX_KEYS {
+            s.set("c", &format!("k{i}"), Some(vec![])).unwrap();
+        }
+        s.set("c", "k0", Some(vec![])).unwrap();
+        s.set("c", "k1", Some(vec![])).unwrap();
+        let e = s.set("c", "one-more", Some(vec![])).unwrap_err();
+        assert!(e.contains("10000"), "{e}");
+        // Overwriting and deleting still work at the limit.
+        s.set("c", "k1", Some(b"v".to_vec())).unwrap();
+        s.set("c", "k0", None).unwrap();
+        s.set("c", "one-more", Some(vec![])).unwrap();
+        drop(s);
+
+        // A restarted broker replays the same state.
+        let s = states_in(dir.path());
+        assert_eq!(s.get("a", "k"), Some(b"1".to_vec()));
+        assert_eq!(s.get("a", "gone"), None);
+        assert_eq!(s.get("a", "max").map(|v| v.len()), Some(STATE_MAX_VALUE_BYTES));
+        assert_eq!(s.keys("a"), vec!["k", "max"]);
+        assert_eq!(s.get("b", "k"), Some(b"2".to_vec()));
+        assert_eq!(s.keys("c").len(), STATE_MAX_KEYS);
+        assert_eq!(s.get("c", "k1"), Some(b"v".to_vec()));
+        assert_eq!(s.get("c", "k0"), None);
+    }
 
     #[test]
     fn offset_keys_are_kafka_connects_with_sorted_maps() {
