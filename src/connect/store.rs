@@ -558,7 +558,10 @@ mod tests {
         let s = states_in(dir.path());
         assert_eq!(s.get("a", "k"), Some(b"1".to_vec()));
         assert_eq!(s.get("a", "gone"), None);
-        assert_eq!(s.get("a", "max").map(|v| v.len()), Some(STATE_MAX_VALUE_BYTES));
+        assert_eq!(
+            s.get("a", "max").map(|v| v.len()),
+            Some(STATE_MAX_VALUE_BYTES)
+        );
         assert_eq!(s.keys("a"), vec!["k", "max"]);
         assert_eq!(s.get("b", "k"), Some(b"2".to_vec()));
         assert_eq!(s.keys("c").len(), STATE_MAX_KEYS);

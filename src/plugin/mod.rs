@@ -57,8 +57,8 @@ pub use connector::{
 };
 pub use http::HttpHost;
 pub use partitioner::Partitioner;
-pub use state::{StateGrant, StateStore};
 pub use sqlite::{SqlRows, SqlValue, DEFAULT_BUSY_TIMEOUT_MS, MAX_CONNECTIONS, MAX_QUERY_ROWS};
+pub use state::{StateGrant, StateStore};
 pub use transform::{BatchContext, Header, Output, OutputBatch, OutputRecord, Record, Transform};
 
 /// How often the engine's epoch advances, in milliseconds: the granularity of call

@@ -51,7 +51,10 @@ fn wait_for_lines(path: &Path, want: &[String]) {
             path.display(),
             got.len(),
             want.len(),
-            got.iter().filter(|l| !want.contains(l)).take(5).collect::<Vec<_>>()
+            got.iter()
+                .filter(|l| !want.contains(l))
+                .take(5)
+                .collect::<Vec<_>>()
         );
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -89,6 +92,9 @@ fn a_topics_regex_sink_consumes_matching_topics_including_new_ones() {
     want.extend(more);
     wait_for_lines(&d.output, &want);
     let text = std::fs::read_to_string(&d.output).unwrap();
-    assert!(!text.contains("other"), "a topic that does not match is not consumed");
+    assert!(
+        !text.contains("other"),
+        "a topic that does not match is not consumed"
+    );
     broker.stop();
 }
