@@ -58,9 +58,9 @@ pub fn validate_topic_name(name: &str) -> Result<(), TopicNameError> {
 }
 
 /// Kafka's internal topics (reported with `is_internal` in Metadata), and the connect
-/// runtime's `__connect_configs`, `__connect_offsets` and `__connect_status`: only the
-/// broker writes them (a client's produce would bypass the runtime's in-memory state),
-/// so they are refused to Produce and DeleteTopics like `__consumer_offsets`. Kafka
+/// runtime's `__connect_configs`, `__connect_offsets`, `__connect_status` and
+/// `__connect_state`: only the broker writes them (a client's produce would bypass the
+/// runtime's in-memory state), so they are refused to Produce and DeleteTopics like `__consumer_offsets`. Kafka
 /// itself treats Connect's topics as ordinary topics because its workers are clients.
 pub fn is_internal_topic(name: &str) -> bool {
     matches!(
@@ -70,6 +70,7 @@ pub fn is_internal_topic(name: &str) -> bool {
             | "__connect_configs"
             | "__connect_offsets"
             | "__connect_status"
+            | "__connect_state"
     )
 }
 

@@ -129,11 +129,20 @@ pub const SINK_KEYS: &[KeyDef] = &[
     key(
         "topics",
         List,
-        true,
-        None,
+        false,
+        Some(""),
         "HIGH",
         "Common",
-        "List of topics to consume, separated by commas.",
+        "List of topics to consume, separated by commas. Set this or topics.regex, not both.",
+    ),
+    key(
+        "topics.regex",
+        Str,
+        false,
+        Some(""),
+        "HIGH",
+        "Common",
+        "Regular expression giving topics to consume: every topic whose whole name matches (internal __ topics excepted), also topics created later (looked for every few seconds). Set this or topics, not both.",
     ),
     key(
         "offset.flush.interval.ms",

@@ -13,6 +13,7 @@
 //! | `tasks.max` | default 1; only 1 task runs (more is accepted and logged, as Kafka Connect lets a connector run fewer tasks than asked) |
 //! | `topic` | source: topic for records that name none |
 //! | `topics` | sink: comma-separated topics (its presence makes the connector a sink) |
+//! | `topics.regex` | sink, instead of `topics`: every topic whose whole name matches (internal `__*` topics excepted), including topics created later ([`TopicsRegex`]) |
 //! | `file` | file connectors: the file; its directory is the one path the component may open (read-only for a source, read-write for a sink) |
 //! | `database` | SQLite connectors: the database file, the one file the component's `sqlite` interface may open |
 //! | `batch.size` | most records per `poll` / `put` (default 2000, FileStreamSource's) |
@@ -88,6 +89,50 @@ pub enum ErrorTolerance {
     All,
 }
 
+/// A sink's `topics.regex`: Kafka Connect's pattern subscription, a Java regex matched
+/// against the whole topic name (`Pattern.matcher(topic).matches()`), here compiled with
+/// the `regex` crate, whose syntax is Java's for everything but look-around and
+/// back-references (refused as a config error). Internal topics (`__` prefix) never
+/// match, as the Java consumer excludes them by default (`exclude.internal.topics`).
+#[derive(Debug, Clone)]
+pub struct TopicsRegex {
+    pattern: String,
+    anchored: regex::Regex,
+}
+
+impl TopicsRegex {
+    /// Compiles `pattern`, anchored at both ends.
+    ///
+    /// Errors: the `regex` crate's message for a pattern it cannot compile.
+    pub fn new(pattern: &str) -> Result<TopicsRegex, String> {
+        let anchored = regex::RegexBuilder::new(&format!("^(?:{pattern})$"))
+            .size_limit(1 << 20)
+            .build()
+            .map_err(|e| format!("`{pattern}` is not a valid regex: {e}"))?;
+        Ok(TopicsRegex {
+            pattern: pattern.to_string(),
+            anchored,
+        })
+    }
+
+    /// The pattern as given.
+    pub fn as_str(&self) -> &str {
+        &self.pattern
+    }
+
+    /// Whether the sink consumes `topic`: the whole name matches and it is not internal.
+    pub fn matches(&self, topic: &str) -> bool {
+        !topic.starts_with("__") && self.anchored.is_match(topic)
+    }
+}
+
+/// Equal when the patterns are the same text.
+impl PartialEq for TopicsRegex {
+    fn eq(&self, other: &Self) -> bool {
+        self.pattern == other.pattern
+    }
+}
+
 /// One connector's config, checked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConnectorConfig {
@@ -103,6 +148,8 @@ pub struct ConnectorConfig {
     pub topic: Option<String>,
     /// `topics` (sinks).
     pub topics: Vec<String>,
+    /// `topics.regex` (sinks; exactly one of it and `topics` is set).
+    pub topics_regex: Option<TopicsRegex>,
     /// `file`, made absolute.
     pub file: Option<PathBuf>,
     /// `database` (SQLite connectors), made absolute: the one database file the
@@ -239,6 +286,8 @@ impl ConnectorConfig {
             dirs,
             sqlite_database: self.database.clone(),
             http_hosts: self.http_hosts.clone(),
+            // Granted by the runtime, which owns the store (`Deps::grants`).
+            state: None,
         }
     }
 
@@ -370,19 +419,28 @@ impl ConnectorConfig {
                 .find(|(b, _)| b == n)
                 .map(|(_, k)| *k)
                 .unwrap_or(ConnectorKind::Source),
-            ConnectorClass::Path(_) if keys.contains_key("topics") => ConnectorKind::Sink,
+            ConnectorClass::Path(_)
+                if keys.contains_key("topics") || keys.contains_key("topics.regex") =>
+            {
+                ConnectorKind::Sink
+            }
             ConnectorClass::Path(_) => ConnectorKind::Source,
         };
-        if kind == ConnectorKind::Sink && topics.is_empty() {
+        let topics_regex = match get("topics.regex") {
+            Some(p) => Some(TopicsRegex::new(p).map_err(|e| fail(Some("topics.regex"), e))?),
+            None => None,
+        };
+        // Kafka Connect's SinkConnectorConfig.validate: exactly one of the two.
+        if kind == ConnectorKind::Sink && topics.is_empty() && topics_regex.is_none() {
             return Err(fail(
                 Some("topics"),
-                "a sink needs at least one topic".into(),
+                "a sink needs `topics` (at least one topic) or `topics.regex`".into(),
             ));
         }
-        if keys.contains_key("topics.regex") {
+        if !topics.is_empty() && topics_regex.is_some() {
             return Err(fail(
                 Some("topics.regex"),
-                "not supported yet; list the topics in `topics`".into(),
+                "set either `topics` or `topics.regex`, not both".into(),
             ));
         }
         let tasks_max = number("tasks.max", 1, 1)?;
@@ -467,6 +525,7 @@ impl ConnectorConfig {
             tasks_max,
             topic,
             topics,
+            topics_regex,
             file,
             database,
             batch_size: u32::try_from(batch_size.min(1_000_000)).unwrap_or(1_000_000),
@@ -586,5 +645,33 @@ mod tests {
         )
         .unwrap();
         assert!(f.http_hosts.is_empty());
+    }
+
+    #[test]
+    fn a_sink_takes_topics_or_topics_regex_not_both() {
+        let sink = |extra: &str| {
+            parse(&format!(
+                "name = \"s\"\nconnector.class = \"file-sink\"\nfile = \"/tmp/x\"\n{extra}"
+            ))
+        };
+        let s = sink("topics.regex = \"logs-.*\"\n").unwrap();
+        let r = s.topics_regex.as_ref().unwrap();
+        assert!(r.matches("logs-a") && r.matches("logs-"));
+        assert!(!r.matches("other") && !r.matches("my-logs-a") && !r.matches("__logs-a"));
+        // Anchored: a match inside the name is not enough.
+        let s = sink("topics.regex = \"a|b\"\n").unwrap();
+        let r = s.topics_regex.as_ref().unwrap();
+        assert!(r.matches("a") && !r.matches("ab"));
+        // (TOML needs the longer key quoted when both are set.)
+        let e = sink("topics = \"a\"\n\"topics.regex\" = \"a.*\"\n").unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("topics.regex"));
+        let e = sink("topics.regex = \"(\"\n").unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("topics.regex"));
+        let e = sink("").unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("topics"));
+        // A `.wasm` component with `topics.regex` is a sink.
+        let s = parse("name = \"s\"\nconnector.class = \"/x/c.wasm\"\ntopics.regex = \"t.*\"\n")
+            .unwrap();
+        assert_eq!(s.kind, ConnectorKind::Sink);
     }
 }

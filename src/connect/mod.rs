@@ -13,7 +13,8 @@
 //!
 //! Never does: import wasmtime (components are loaded and called through
 //! [`crate::plugin`]); give a connector more than its config grants (the directory of
-//! its `file`, HTTP to its `http.allowed.hosts`, and the `log` interface).
+//! its `file`, HTTP to its `http.allowed.hosts`, and the `log` interface) plus its own
+//! stored state (`__connect_state`, [`store::ConnectorStates`]).
 //!
 //! Lifecycle: each connector has one supervisor task following a `watch` of its
 //! [`Control`] (config, target state, restart count). Any change ends the running attempt
@@ -61,7 +62,9 @@ use crate::ingest::Ingest;
 use crate::plugin::{PluginError, PluginHost};
 use crate::protocol::Context;
 use config::{ConnectorConfig, ConnectorKind};
-use store::{InternalTopic, SourceOffsets, OFFSETS_TOPIC, STATUS_TOPIC};
+use store::{
+    ConnectorStates, InternalTopic, SourceOffsets, OFFSETS_TOPIC, STATE_TOPIC, STATUS_TOPIC,
+};
 
 pub use sink::group_id;
 
@@ -241,12 +244,23 @@ struct Deps {
     plugins: Arc<PluginHost>,
     plugin_path: PathBuf,
     offsets: SourceOffsets,
+    /// Connectors' stored state (`__connect_state`), granted to each as its own.
+    state: Arc<ConnectorStates>,
     status_topic: InternalTopic,
     statuses: Arc<Mutex<BTreeMap<String, ConnectorStatus>>>,
     worker_id: String,
 }
 
 impl Deps {
+    /// What `c` may use: its config's grants ([`ConnectorConfig::file_grants`]) and its
+    /// own stored state.
+    fn grants(&self, c: &ConnectorConfig, writable: bool) -> crate::plugin::ConnectorGrants {
+        let mut grants = c.file_grants(writable);
+        let store: Arc<dyn crate::plugin::StateStore> = self.state.clone();
+        grants.state = Some(crate::plugin::StateGrant::new(&c.name, store));
+        grants
+    }
+
     fn set_running(&self, c: &ConnectorConfig) {
         self.set_status(&c.name, TaskState::Running, None);
     }
@@ -363,15 +377,16 @@ pub struct Restarted {
 
 impl ConnectRuntime {
     /// Loads every `*.toml` of `settings.config_dir` (sorted by file name) and the
-    /// REST-created connectors of `__connect_configs`, replays `__connect_offsets`,
-    /// starts every connector in its stored target state, and returns the runtime and
-    /// the future that watches the directory and, at `shutdown`, waits for every task to
-    /// stop (spawn it).
+    /// REST-created connectors of `__connect_configs`, replays `__connect_offsets` and
+    /// `__connect_state`, starts every connector in its stored target state, and returns
+    /// the runtime and the future that watches the directory and, at `shutdown`, waits
+    /// for every task to stop (spawn it).
     ///
     /// A config file that is refused (bad TOML, missing key, a name used twice) is
     /// logged and shown as FAILED under its file name; it never stops the broker.
     ///
-    /// Errors: `__connect_offsets` or `__connect_configs` cannot be read.
+    /// Errors: `__connect_offsets`, `__connect_state` or `__connect_configs` cannot be
+    /// read.
     pub async fn start(
         settings: ConnectSettings,
         ctx: Context,
@@ -388,6 +403,11 @@ impl ConnectRuntime {
         let offsets = SourceOffsets::load(offsets_topic)
             .map_err(|e| anyhow::anyhow!(e))
             .context("cannot replay __connect_offsets")?;
+        let state_topic =
+            InternalTopic::new(STATE_TOPIC, ctx.metadata.clone(), ctx.replicas.clone());
+        let state = ConnectorStates::load(state_topic)
+            .map_err(|e| anyhow::anyhow!(e))
+            .context("cannot replay __connect_state")?;
         let configs_topic = InternalTopic::new(
             configs::CONFIGS_TOPIC,
             ctx.metadata.clone(),
@@ -408,6 +428,7 @@ impl ConnectRuntime {
             plugins,
             plugin_path: settings.plugin_path.clone(),
             offsets,
+            state: Arc::new(state),
             statuses: Arc::new(Mutex::new(BTreeMap::new())),
         });
         let runtime = ConnectRuntime {

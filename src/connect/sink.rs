@@ -1,5 +1,11 @@
 //! A sink task: read the subscribed topics from the group `connect-<name>`'s committed
 //! offsets → `put` → every `offset.flush.interval.ms` (and at stop) `flush` → commit.
+//!
+//! With `topics.regex` the task consumes every partition of every matching topic, and
+//! looks at the metadata every [`REGEX_RESCAN_MS`]: when the matching partitions changed
+//! (a topic created or deleted, partitions added), it flushes, commits and closes as at
+//! a stop, then opens a new instance with the new partition list — Kafka Connect's
+//! consumer rebalance (close + open of `SinkTask`), without losing or repeating a record.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -9,7 +15,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{Deps, Progress, TaskError};
-use crate::connect::config::{ConnectorConfig, ErrorTolerance};
+use crate::connect::config::{ConnectorConfig, ErrorTolerance, TopicsRegex};
 use crate::connect::smt::{Chain, ChainRecord};
 use crate::group::{CommitRequest, OffsetToCommit};
 use crate::log::LogError;
@@ -22,6 +28,10 @@ const READ_BYTES: usize = 1 << 20;
 /// How often a sink whose topics do not exist yet looks again.
 const TOPIC_WAIT_MS: u64 = 500;
 
+/// How often a `topics.regex` sink looks for a change in its matching partitions (the
+/// Java consumer's `metadata.max.age.ms` is 5 minutes; a broker-local look is cheap).
+pub const REGEX_RESCAN_MS: u64 = 3_000;
+
 /// The consumer group holding a sink's progress.
 pub fn group_id(connector: &str) -> String {
     format!("connect-{connector}")
@@ -31,29 +41,100 @@ pub fn group_id(connector: &str) -> String {
 ///
 /// The at-least-once window: offsets are committed only after `flush`, so a crash puts
 /// again what was put since the last flush (at most `offset.flush.interval.ms` of
-/// records). A graceful stop flushes and commits first: no duplicates.
+/// records). A graceful stop flushes and commits first: no duplicates; so does a
+/// `topics.regex` reassignment.
 pub(super) async fn run(
     c: &ConnectorConfig,
     deps: &Deps,
     progress: &mut Progress,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<(), TaskError> {
+    loop {
+        match run_assigned(c, deps, progress, shutdown).await? {
+            Ended::Stopped => return Ok(()),
+            Ended::Reassigned => {
+                tracing::info!(connector = %c.name, "topics.regex: the matching partitions changed; reopening the sink");
+            }
+        }
+    }
+}
+
+/// How [`run_assigned`] ended without a failure.
+enum Ended {
+    /// Told to stop.
+    Stopped,
+    /// Its `topics.regex` matches other partitions now (flushed, committed, closed).
+    Reassigned,
+}
+
+/// Every partition of the topics `regex` matches now, sorted.
+fn matching(deps: &Deps, regex: &TopicsRegex) -> Vec<(String, i32)> {
+    let mut partitions: Vec<(String, i32)> = deps
+        .ctx
+        .metadata
+        .topics()
+        .into_iter()
+        .filter(|t| regex.matches(&t.name))
+        .flat_map(|t| (0..t.partitions).map(move |p| (t.name.clone(), p)))
+        .collect();
+    partitions.sort();
+    partitions
+}
+
+/// The partitions to consume: every partition of each of `topics`, waiting for each to
+/// exist; with `topics.regex`, those of the matching topics, waiting for one to exist.
+/// `None` when told to stop while waiting.
+async fn assignment(
+    c: &ConnectorConfig,
+    deps: &Deps,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<Vec<(String, i32)>> {
+    let wait = Duration::from_millis(TOPIC_WAIT_MS);
+    if let Some(regex) = &c.topics_regex {
+        loop {
+            if *shutdown.borrow() {
+                return None;
+            }
+            let partitions = matching(deps, regex);
+            if !partitions.is_empty() {
+                return Some(partitions);
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = shutdown.changed() => {}
+            }
+        }
+    }
     let mut partitions: Vec<(String, i32)> = Vec::new();
     for topic in &c.topics {
         loop {
             if *shutdown.borrow() {
-                return Ok(());
+                return None;
             }
             if let Some(meta) = deps.ctx.metadata.topic(topic) {
                 partitions.extend((0..meta.partitions).map(|p| (topic.clone(), p)));
                 break;
             }
             tokio::select! {
-                _ = tokio::time::sleep(Duration::from_millis(TOPIC_WAIT_MS)) => {}
+                _ = tokio::time::sleep(wait) => {}
                 _ = shutdown.changed() => {}
             }
         }
     }
+    Some(partitions)
+}
+
+/// One instance over one partition list: until `shutdown`, a failure, or (with
+/// `topics.regex`) a change in the matching partitions.
+async fn run_assigned(
+    c: &ConnectorConfig,
+    deps: &Deps,
+    progress: &mut Progress,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<Ended, TaskError> {
+    let Some(partitions) = assignment(c, deps, shutdown).await else {
+        return Ok(Ended::Stopped);
+    };
     let group = group_id(&c.name);
     let mut positions: BTreeMap<(String, i32), i64> = BTreeMap::new();
     for (topic, p) in &partitions {
@@ -79,7 +160,7 @@ pub(super) async fn run(
     let path = c.component_path(&deps.plugin_path);
     let mut task = deps
         .plugins
-        .load_sink_connector(&path, &c.file_grants(true))
+        .load_sink_connector(&path, &deps.grants(c, true))
         .await?;
     let mut chain = Chain::load(&deps.plugins, &c.transforms).await?;
     task.open(&c.pairs, &partitions).await?;
@@ -87,7 +168,16 @@ pub(super) async fn run(
     let flush_every = Duration::from_millis(c.offset_flush_interval_ms);
     let mut next_flush = Instant::now() + flush_every;
     let mut committed = positions.clone();
+    let rescan_every = Duration::from_millis(REGEX_RESCAN_MS);
+    let mut next_rescan = Instant::now() + rescan_every;
+    let mut reassigned = false;
     loop {
+        if let Some(regex) = &c.topics_regex {
+            if Instant::now() >= next_rescan {
+                reassigned = matching(deps, regex) != partitions;
+                next_rescan = Instant::now() + rescan_every;
+            }
+        }
         let mut ticket = deps.ctx.replicas.purgatory().ticket();
         let batch = read_batch(deps, &mut positions, c.batch_size as usize)?;
         let read_some = !batch.is_empty();
@@ -110,7 +200,7 @@ pub(super) async fn run(
             )
             .await?;
         }
-        let stopping = *shutdown.borrow();
+        let stopping = *shutdown.borrow() || reassigned;
         if stopping || Instant::now() >= next_flush {
             if positions != committed {
                 flush_and_commit(&mut task, deps, &group, &positions).await?;
@@ -125,12 +215,16 @@ pub(super) async fn run(
             tokio::select! {
                 _ = ticket.changed() => {}
                 _ = tokio::time::sleep_until(next_flush) => {}
+                _ = tokio::time::sleep_until(next_rescan), if c.topics_regex.is_some() => {}
                 _ = shutdown.changed() => {}
             }
         }
     }
     task.close().await?;
-    Ok(())
+    if reassigned && !*shutdown.borrow() {
+        return Ok(Ended::Reassigned);
+    }
+    Ok(Ended::Stopped)
 }
 
 /// Puts `batch` until every record of it is settled (Kafka Connect's

@@ -33,7 +33,7 @@ pub(super) async fn run(
     let path = c.component_path(&deps.plugin_path);
     let mut task = deps
         .plugins
-        .load_source_connector(&path, &c.file_grants(false))
+        .load_source_connector(&path, &deps.grants(c, false))
         .await?;
     let mut chain = Chain::load(&deps.plugins, &c.transforms).await?;
     let stored = deps.offsets.positions(&c.name);

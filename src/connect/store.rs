@@ -12,7 +12,12 @@
 //!   <error or null>, "worker_id": "<host:port>", "generation": 0}`, as Kafka Connect's
 //!   status backing store. Written on every state change; readable by any consumer.
 //!
-//! Both are written with acks=1 semantics (appended to the log, not fsynced), like every
+//! - `__connect_state` (compacted, 1 partition): connectors' stored state (the WIT
+//!   `state` interface), key JSON `["<connector name>", "<key>"]`, value the bytes as
+//!   the connector stored them, a tombstone for a deleted key. Written through on every
+//!   `set`, replayed at start ([`ConnectorStates`]).
+//!
+//! All are written with acks=1 semantics (appended to the log, not fsynced), like every
 //! other append on this single node.
 
 use std::collections::BTreeMap;
@@ -30,6 +35,18 @@ use crate::replica::{now_ms, ReplicaManager};
 pub const OFFSETS_TOPIC: &str = "__connect_offsets";
 /// Connector and task status topic.
 pub const STATUS_TOPIC: &str = "__connect_status";
+/// Connectors' stored state topic.
+pub const STATE_TOPIC: &str = "__connect_state";
+
+/// Longest state key, in UTF-8 bytes.
+pub const STATE_MAX_KEY_BYTES: usize = 1024;
+/// Largest state value, in bytes.
+pub const STATE_MAX_VALUE_BYTES: usize = 1 << 20;
+/// Most state keys one connector may hold.
+pub const STATE_MAX_KEYS: usize = 10_000;
+/// Most bytes (keys and values) one connector's state may hold: the state is kept in
+/// memory, so a plugin must not be able to make the broker hold more than this.
+pub const STATE_MAX_BYTES: usize = 16 << 20;
 
 /// Most bytes read per log read while replaying.
 const REPLAY_READ_BYTES: usize = 1 << 20;
@@ -358,6 +375,142 @@ impl SourceOffsets {
     }
 }
 
+/// The JSON key of a state entry: `["connector", "key"]`.
+pub fn state_key(connector: &str, key: &str) -> String {
+    serde_json::Value::Array(vec![
+        serde_json::Value::String(connector.to_string()),
+        serde_json::Value::String(key.to_string()),
+    ])
+    .to_string()
+}
+
+/// Every connector's stored state (the WIT `state` interface): replayed from
+/// `__connect_state` at start, kept in memory, written through on every `set`.
+///
+/// Kept after a connector is deleted, as its offsets are (a connector created again
+/// under the same name finds it).
+#[derive(Debug)]
+pub struct ConnectorStates {
+    topic: InternalTopic,
+    /// connector name → key → value. Each append and its map update happen under this
+    /// lock, so the log order and the map agree.
+    entries: Mutex<BTreeMap<String, BTreeMap<String, Bytes>>>,
+}
+
+impl ConnectorStates {
+    /// Replays `__connect_state`. A record whose key is not `["name", "key"]` is
+    /// skipped with a warning.
+    ///
+    /// Errors: the topic cannot be read, as a message.
+    pub fn load(topic: InternalTopic) -> Result<ConnectorStates, String> {
+        let mut entries: BTreeMap<String, BTreeMap<String, Bytes>> = BTreeMap::new();
+        for (key, value) in topic.replay()? {
+            let parsed = serde_json::from_slice::<(String, String)>(&key).ok();
+            let Some((name, k)) = parsed else {
+                tracing::warn!(key = %String::from_utf8_lossy(&key), "not a [connector, key] pair in {STATE_TOPIC}; skipped");
+                continue;
+            };
+            let entry = entries.entry(name).or_default();
+            match value {
+                Some(v) => {
+                    entry.insert(k, v);
+                }
+                None => {
+                    entry.remove(&k);
+                }
+            }
+        }
+        entries.retain(|_, m| !m.is_empty());
+        Ok(ConnectorStates {
+            topic,
+            entries: Mutex::new(entries),
+        })
+    }
+}
+
+impl crate::plugin::StateStore for ConnectorStates {
+    fn get(&self, connector: &str, key: &str) -> Option<Vec<u8>> {
+        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries.get(connector)?.get(key).map(|v| v.to_vec())
+    }
+
+    /// Checks the limits ([`STATE_MAX_KEY_BYTES`], [`STATE_MAX_VALUE_BYTES`],
+    /// [`STATE_MAX_KEYS`], [`STATE_MAX_BYTES`]), appends the record (a tombstone for `None`), then updates
+    /// the map. Deleting a missing key is ok and writes nothing.
+    fn set(&self, connector: &str, key: &str, value: Option<Vec<u8>>) -> Result<(), String> {
+        if key.len() > STATE_MAX_KEY_BYTES {
+            return Err(format!(
+                "state: key of {} bytes, more than the {STATE_MAX_KEY_BYTES} allowed",
+                key.len()
+            ));
+        }
+        if let Some(v) = &value {
+            if v.len() > STATE_MAX_VALUE_BYTES {
+                return Err(format!(
+                    "state: value of {} bytes, more than the {STATE_MAX_VALUE_BYTES} allowed",
+                    v.len()
+                ));
+            }
+        }
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let (exists, count) = entries
+            .get(connector)
+            .map_or((false, 0), |m| (m.contains_key(key), m.len()));
+        match &value {
+            None if !exists => return Ok(()),
+            Some(_) if !exists && count >= STATE_MAX_KEYS => {
+                return Err(format!(
+                    "state: {count} keys stored, the most a connector may hold ({STATE_MAX_KEYS}); delete some first"
+                ))
+            }
+            Some(v) => {
+                let held: usize = entries.get(connector).map_or(0, |m| {
+                    m.iter()
+                        .filter(|(k, _)| k.as_str() != key)
+                        .map(|(k, v)| k.len() + v.len())
+                        .sum()
+                });
+                if held + key.len() + v.len() > STATE_MAX_BYTES {
+                    return Err(format!(
+                        "state: {held} bytes stored; {} more would pass the {STATE_MAX_BYTES} a connector may hold",
+                        key.len() + v.len()
+                    ));
+                }
+            }
+            _ => {}
+        }
+        let value = value.map(Bytes::from);
+        self.topic
+            .append(&[(Bytes::from(state_key(connector, key)), value.clone())])
+            .map_err(|e| format!("state: cannot store {key}: {e}"))?;
+        match value {
+            Some(v) => {
+                entries
+                    .entry(connector.to_string())
+                    .or_default()
+                    .insert(key.to_string(), v);
+            }
+            None => {
+                if let Some(m) = entries.get_mut(connector) {
+                    m.remove(key);
+                    if m.is_empty() {
+                        entries.remove(connector);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn keys(&self, connector: &str) -> Vec<String> {
+        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries
+            .get(connector)
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
 /// A JSON object's values as strings (strings as they are, other values as JSON text):
 /// the shape the WIT maps carry. `None` for a value that is not an object.
 pub fn json_string_map(v: &serde_json::Value) -> Option<Vec<(String, String)>> {
@@ -366,7 +519,88 @@ pub fn json_string_map(v: &serde_json::Value) -> Option<Vec<(String, String)>> {
 
 #[cfg(test)]
 mod tests {
-    use super::offset_key;
+    use super::*;
+    use crate::plugin::StateStore;
+
+    /// The connector states over a broker's state in `dir`, as a (re)started broker
+    /// builds them.
+    fn states_in(dir: &std::path::Path) -> ConnectorStates {
+        let mut config = crate::config::BrokerConfig::defaults();
+        config.log_dir = dir.to_path_buf();
+        let metadata = Arc::new(Metadata::open(dir, 1).unwrap());
+        let replicas = Arc::new(
+            ReplicaManager::open(
+                Arc::new(config),
+                &metadata.topics(),
+                Arc::new(crate::purgatory::Purgatory::new(10)),
+            )
+            .unwrap(),
+        );
+        ConnectorStates::load(InternalTopic::new(STATE_TOPIC, metadata, replicas)).unwrap()
+    }
+
+    #[test]
+    fn state_is_per_connector_bounded_and_replayed() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = states_in(dir.path());
+        assert_eq!(s.get("a", "k"), None);
+        s.set("a", "k", Some(b"1".to_vec())).unwrap();
+        s.set("a", "gone", Some(b"x".to_vec())).unwrap();
+        s.set("a", "gone", None).unwrap();
+        s.set("b", "k", Some(b"2".to_vec())).unwrap();
+        assert_eq!(s.get("a", "k"), Some(b"1".to_vec()));
+        assert_eq!(s.get("b", "k"), Some(b"2".to_vec()));
+        assert_eq!(s.keys("a"), vec!["k"]);
+        // Limits are errors, and nothing is stored.
+        let long = "k".repeat(STATE_MAX_KEY_BYTES + 1);
+        assert!(s.set("a", &long, Some(vec![])).unwrap_err().contains("key"));
+        let big = vec![0u8; STATE_MAX_VALUE_BYTES + 1];
+        assert!(s.set("a", "big", Some(big)).unwrap_err().contains("value"));
+        s.set("a", "max", Some(vec![7u8; STATE_MAX_VALUE_BYTES]))
+            .unwrap();
+        // The bytes one connector holds are bounded too (state lives in memory).
+        for i in 0..(STATE_MAX_BYTES / STATE_MAX_VALUE_BYTES) {
+            let r = s.set(
+                "d",
+                &format!("v{i}"),
+                Some(vec![1u8; STATE_MAX_VALUE_BYTES]),
+            );
+            if i + 1 < STATE_MAX_BYTES / STATE_MAX_VALUE_BYTES {
+                r.unwrap();
+            } else {
+                assert!(r.unwrap_err().contains("bytes"));
+            }
+        }
+        // Replacing a value counts its new size only.
+        s.set("d", "v0", Some(vec![2u8; STATE_MAX_VALUE_BYTES]))
+            .unwrap();
+        for i in 2..STATE_MAX_KEYS {
+            s.set("c", &format!("k{i}"), Some(vec![])).unwrap();
+        }
+        s.set("c", "k0", Some(vec![])).unwrap();
+        s.set("c", "k1", Some(vec![])).unwrap();
+        let e = s.set("c", "one-more", Some(vec![])).unwrap_err();
+        assert!(e.contains("10000"), "{e}");
+        // Overwriting and deleting still work at the limit.
+        s.set("c", "k1", Some(b"v".to_vec())).unwrap();
+        s.set("c", "k0", None).unwrap();
+        s.set("c", "one-more", Some(vec![])).unwrap();
+        drop(s);
+
+        // A restarted broker replays the same state.
+        let s = states_in(dir.path());
+        assert_eq!(s.get("a", "k"), Some(b"1".to_vec()));
+        assert_eq!(s.get("a", "gone"), None);
+        assert_eq!(
+            s.get("a", "max").map(|v| v.len()),
+            Some(STATE_MAX_VALUE_BYTES)
+        );
+        assert_eq!(s.keys("a"), vec!["k", "max"]);
+        assert_eq!(s.get("b", "k"), Some(b"2".to_vec()));
+        assert_eq!(s.keys("c").len(), STATE_MAX_KEYS);
+        assert_eq!(s.get("c", "k1"), Some(b"v".to_vec()));
+        assert_eq!(s.get("c", "k0"), None);
+    }
 
     #[test]
     fn offset_keys_are_kafka_connects_with_sorted_maps() {

@@ -12,7 +12,8 @@
 //! Capabilities: the preopened directories of [`ConnectorGrants`] (each read-only or
 //! read-write), the `sqlite` interface limited to its one granted database file
 //! (`super::sqlite`), outgoing HTTP to the hosts of [`ConnectorGrants::http_hosts`]
-//! (`wasi:http`, always linked, every other authority denied: [`super::http`]) and the
+//! (`wasi:http`, always linked, every other authority denied: [`super::http`]), the
+//! connector's own stored state ([`ConnectorGrants::state`], `super::state`) and the
 //! `log` interface; clocks and random as every plugin. No sockets, no environment, no
 //! other path.
 
@@ -41,8 +42,11 @@ mod sink_bindings {
         path: "wit",
         world: "sink-connector",
         exports: { default: async },
-        // One Rust type and one `Host` impl for `sqlite` in both worlds.
-        with: { "weir:plugin/sqlite": super::source_bindings::weir::plugin::sqlite },
+        // One Rust type and one `Host` impl for `sqlite` and `state` in both worlds.
+        with: {
+            "weir:plugin/sqlite": super::source_bindings::weir::plugin::sqlite,
+            "weir:plugin/state": super::source_bindings::weir::plugin::state,
+        },
     });
 }
 
@@ -72,6 +76,9 @@ pub struct ConnectorGrants {
     /// Hosts the connector may send HTTP requests to (`http.allowed.hosts`); empty: none
     /// (every `wasi:http` request fails with `HTTP-request-denied`).
     pub http_hosts: Vec<super::HttpHost>,
+    /// The connector's stored state (`state` interface); none: every `get` finds
+    /// nothing and every `set` fails (the runtime grants it to every connector).
+    pub state: Option<super::StateGrant>,
 }
 
 /// A source partition or source offset map (Kafka Connect's, with string values).
@@ -159,6 +166,7 @@ struct ConnectorState {
     sqlite: SqliteConns,
     http: wasmtime_wasi_http::WasiHttpCtx,
     http_hooks: super::http::HttpHooks,
+    state: Option<super::StateGrant>,
 }
 
 impl wasmtime_wasi_http::WasiHttpView for ConnectorState {
@@ -277,6 +285,31 @@ impl wit_sqlite::Host for ConnectorState {
     }
 }
 
+use source_bindings::weir::plugin::state as wit_state;
+
+/// The `state` capability: every call goes to the connector's own [`super::StateGrant`].
+/// A `set` appends to the log synchronously (a local write, like the offset commit of a
+/// source); its time is given back to the guest's call deadline.
+impl wit_state::Host for ConnectorState {
+    fn get(&mut self, key: String) -> Option<Vec<u8>> {
+        self.state.as_ref().and_then(|s| s.get(&key))
+    }
+
+    fn set(&mut self, key: String, value: Option<Vec<u8>>) -> Result<(), String> {
+        let Some(state) = &self.state else {
+            return Err("state: no stored state is granted to this connector".into());
+        };
+        let started = std::time::Instant::now();
+        let r = state.set(&key, value);
+        self.base.deadline().extend(started.elapsed());
+        r
+    }
+
+    fn keys(&mut self) -> Vec<String> {
+        self.state.as_ref().map(|s| s.keys()).unwrap_or_default()
+    }
+}
+
 /// A store with limits, deadline and grants, and a linker with WASI and `log`.
 fn new_store(
     shared: &Shared,
@@ -300,6 +333,7 @@ fn new_store(
             ),
             http: wasmtime_wasi_http::WasiHttpCtx::new(),
             http_hooks: super::http::HttpHooks::new(name.clone(), &grants.http_hosts),
+            state: grants.state.clone(),
         },
     );
     store.limiter(|s| s.base.limiter());
@@ -388,6 +422,11 @@ impl PluginHost {
                 message: format!("linking sqlite: {e:#}"),
             },
         )?;
+        wit_state::add_to_linker::<_, HasSelf<ConnectorState>>(&mut linker, |s| s).map_err(
+            |e| PluginError::Host {
+                message: format!("linking state: {e:#}"),
+            },
+        )?;
         let pre = instantiate_pre(&linker, &component, &name, "source-connector")?;
         let pre = source_bindings::SourceConnectorPre::new(pre)
             .map_err(|e| wrong_world(&name, "source-connector", e))?;
@@ -425,6 +464,11 @@ impl PluginHost {
         wit_sqlite::add_to_linker::<_, HasSelf<ConnectorState>>(&mut linker, |s| s).map_err(
             |e| PluginError::Host {
                 message: format!("linking sqlite: {e:#}"),
+            },
+        )?;
+        wit_state::add_to_linker::<_, HasSelf<ConnectorState>>(&mut linker, |s| s).map_err(
+            |e| PluginError::Host {
+                message: format!("linking state: {e:#}"),
             },
         )?;
         let pre = instantiate_pre(&linker, &component, &name, "sink-connector")?;

@@ -42,6 +42,7 @@ mod instance;
 mod partitioner;
 mod sandbox;
 mod sqlite;
+mod state;
 mod transform;
 
 use std::path::{Path, PathBuf};
@@ -57,6 +58,7 @@ pub use connector::{
 pub use http::HttpHost;
 pub use partitioner::Partitioner;
 pub use sqlite::{SqlRows, SqlValue, DEFAULT_BUSY_TIMEOUT_MS, MAX_CONNECTIONS, MAX_QUERY_ROWS};
+pub use state::{StateGrant, StateStore};
 pub use transform::{BatchContext, Header, Output, OutputBatch, OutputRecord, Record, Transform};
 
 /// How often the engine's epoch advances, in milliseconds: the granularity of call
