@@ -85,6 +85,11 @@ impl Converter {
         }
     }
 
+    /// True when data passes unchanged both ways (`bytes`, `string`).
+    pub fn passes_through(self) -> bool {
+        matches!(self, Converter::Bytes | Converter::String)
+    }
+
     /// Source direction: what the connector's `data` becomes in the topic.
     pub fn to_topic(self, data: Option<Bytes>) -> Option<Bytes> {
         let data = data?;

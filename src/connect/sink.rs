@@ -424,6 +424,10 @@ async fn prepare(
     chain: &mut Chain,
     batch: Vec<SinkRecord>,
 ) -> Result<(Vec<SinkRecord>, Vec<Failed>), TaskError> {
+    if chain.is_empty() && c.key_converter.passes_through() && c.value_converter.passes_through() {
+        // The default: nothing to do per record.
+        return Ok((batch, Vec::new()));
+    }
     let skip = c.errors_tolerance == ErrorTolerance::All;
     let mut failed = Vec::new();
     let mut originals = Vec::with_capacity(batch.len());

@@ -42,8 +42,9 @@ mod sink_bindings {
         path: "wit",
         world: "sink-connector",
         exports: { default: async },
-        // One Rust type and one `Host` impl for `sqlite` and `state` in both worlds.
+        // One Rust type and one `Host` impl for `log`, `sqlite` and `state` in both worlds.
         with: {
+            "weir:plugin/log": super::source_bindings::weir::plugin::log,
             "weir:plugin/sqlite": super::source_bindings::weir::plugin::sqlite,
             "weir:plugin/state": super::source_bindings::weir::plugin::state,
         },
@@ -185,35 +186,29 @@ impl wasmtime_wasi::WasiView for ConnectorState {
     }
 }
 
-macro_rules! impl_log {
-    ($bindings:ident) => {
-        impl $bindings::weir::plugin::log::Host for ConnectorState {
-            fn log(&mut self, level: $bindings::weir::plugin::log::Level, message: String) {
-                use $bindings::weir::plugin::log::Level;
-                let name = &*self.name;
-                match level {
-                    Level::Trace => {
-                        tracing::trace!(target: "weir::connect::guest", connector = name, "{message}")
-                    }
-                    Level::Debug => {
-                        tracing::debug!(target: "weir::connect::guest", connector = name, "{message}")
-                    }
-                    Level::Info => {
-                        tracing::info!(target: "weir::connect::guest", connector = name, "{message}")
-                    }
-                    Level::Warn => {
-                        tracing::warn!(target: "weir::connect::guest", connector = name, "{message}")
-                    }
-                    Level::Error => {
-                        tracing::error!(target: "weir::connect::guest", connector = name, "{message}")
-                    }
-                }
+impl source_bindings::weir::plugin::log::Host for ConnectorState {
+    fn log(&mut self, level: source_bindings::weir::plugin::log::Level, message: String) {
+        use source_bindings::weir::plugin::log::Level;
+        let name = &*self.name;
+        match level {
+            Level::Trace => {
+                tracing::trace!(target: "weir::connect::guest", connector = name, "{message}")
+            }
+            Level::Debug => {
+                tracing::debug!(target: "weir::connect::guest", connector = name, "{message}")
+            }
+            Level::Info => {
+                tracing::info!(target: "weir::connect::guest", connector = name, "{message}")
+            }
+            Level::Warn => {
+                tracing::warn!(target: "weir::connect::guest", connector = name, "{message}")
+            }
+            Level::Error => {
+                tracing::error!(target: "weir::connect::guest", connector = name, "{message}")
             }
         }
-    };
+    }
 }
-impl_log!(source_bindings);
-impl_log!(sink_bindings);
 
 use source_bindings::weir::plugin::sqlite as wit_sqlite;
 
@@ -343,6 +338,9 @@ fn new_store(
     Ok(store)
 }
 
+/// The linker of both connector worlds: WASI, wasi:http, and weir's `log`, `sqlite` and
+/// `state` (one type per interface in both worlds, so one linker serves both; what a
+/// connector may reach through them is decided by its grants in the store).
 fn linker(shared: &Shared) -> Result<Linker<ConnectorState>, PluginError> {
     let mut linker = Linker::new(&shared.engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| PluginError::Host {
@@ -353,6 +351,18 @@ fn linker(shared: &Shared) -> Result<Linker<ConnectorState>, PluginError> {
             message: format!("linking wasi:http: {e:#}"),
         }
     })?;
+    let host = |what: &str, e: wasmtime::Error| PluginError::Host {
+        message: format!("linking {what}: {e:#}"),
+    };
+    source_bindings::weir::plugin::log::add_to_linker::<_, HasSelf<ConnectorState>>(
+        &mut linker,
+        |s| s,
+    )
+    .map_err(|e| host("log", e))?;
+    wit_sqlite::add_to_linker::<_, HasSelf<ConnectorState>>(&mut linker, |s| s)
+        .map_err(|e| host("sqlite", e))?;
+    wit_state::add_to_linker::<_, HasSelf<ConnectorState>>(&mut linker, |s| s)
+        .map_err(|e| host("state", e))?;
     Ok(linker)
 }
 
@@ -409,24 +419,7 @@ impl PluginHost {
     ) -> Result<SourceConnector, PluginError> {
         let (name, component) = self.component(path)?;
         let shared = self.shared.clone();
-        let mut linker = linker(&shared)?;
-        source_bindings::weir::plugin::log::add_to_linker::<_, HasSelf<ConnectorState>>(
-            &mut linker,
-            |s| s,
-        )
-        .map_err(|e| PluginError::Host {
-            message: format!("linking log: {e:#}"),
-        })?;
-        wit_sqlite::add_to_linker::<_, HasSelf<ConnectorState>>(&mut linker, |s| s).map_err(
-            |e| PluginError::Host {
-                message: format!("linking sqlite: {e:#}"),
-            },
-        )?;
-        wit_state::add_to_linker::<_, HasSelf<ConnectorState>>(&mut linker, |s| s).map_err(
-            |e| PluginError::Host {
-                message: format!("linking state: {e:#}"),
-            },
-        )?;
+        let linker = linker(&shared)?;
         let pre = instantiate_pre(&linker, &component, &name, "source-connector")?;
         let pre = source_bindings::SourceConnectorPre::new(pre)
             .map_err(|e| wrong_world(&name, "source-connector", e))?;
@@ -453,24 +446,7 @@ impl PluginHost {
     ) -> Result<SinkConnector, PluginError> {
         let (name, component) = self.component(path)?;
         let shared = self.shared.clone();
-        let mut linker = linker(&shared)?;
-        sink_bindings::weir::plugin::log::add_to_linker::<_, HasSelf<ConnectorState>>(
-            &mut linker,
-            |s| s,
-        )
-        .map_err(|e| PluginError::Host {
-            message: format!("linking log: {e:#}"),
-        })?;
-        wit_sqlite::add_to_linker::<_, HasSelf<ConnectorState>>(&mut linker, |s| s).map_err(
-            |e| PluginError::Host {
-                message: format!("linking sqlite: {e:#}"),
-            },
-        )?;
-        wit_state::add_to_linker::<_, HasSelf<ConnectorState>>(&mut linker, |s| s).map_err(
-            |e| PluginError::Host {
-                message: format!("linking state: {e:#}"),
-            },
-        )?;
+        let linker = linker(&shared)?;
         let pre = instantiate_pre(&linker, &component, &name, "sink-connector")?;
         let pre = sink_bindings::SinkConnectorPre::new(pre)
             .map_err(|e| wrong_world(&name, "sink-connector", e))?;
