@@ -3,8 +3,8 @@
 //! `run(config, listeners, shutdown)` takes already-bound listeners, so tests bind port 0
 //! and read the port back (mini-redis style). Start-up order: metadata (topics, ids) →
 //! replica manager (opens and recovers every partition log) → purgatory → protocol
-//! handler → server; background tasks: retention. Shutdown: stop accepting, let
-//! connections end, stop background tasks, flush every log.
+//! handler → server; background tasks: retention, the metrics upkeep. Shutdown: stop
+//! accepting, let connections end, stop background tasks, flush every log.
 
 use std::sync::Arc;
 
@@ -17,8 +17,9 @@ use crate::cluster::Metadata;
 use crate::config::BrokerConfig;
 use crate::group::GroupCoordinator;
 use crate::ingest::Ingest;
+use crate::metrics::{Metrics, UPKEEP_INTERVAL_MS};
 use crate::plugin::{PluginHost, PluginHostConfig, PluginLimits};
-use crate::protocol::{Context, Endpoint, Handler};
+use crate::protocol::{Context, Endpoint, Handler, SUPPORTED_APIS};
 use crate::purgatory::Purgatory;
 use crate::replica::ReplicaManager;
 use crate::server::{self, ServerLimits};
@@ -151,6 +152,8 @@ pub async fn run(
             .context("cannot load consumer groups")?,
     );
     let inline = Arc::new(InlineRegistry::new());
+    // This broker's own recorder (not the process' global one: see `metrics`).
+    let metrics = Metrics::new(SUPPORTED_APIS.iter().map(|a| a.key));
     let ctx = Context {
         config: config.clone(),
         metadata,
@@ -158,6 +161,7 @@ pub async fn run(
         groups: groups.clone(),
         advertised,
         inline: inline.clone(),
+        metrics: metrics.clone(),
     };
     let plugins = Arc::new(
         PluginHost::new(PluginHostConfig {
@@ -166,6 +170,7 @@ pub async fn run(
                 memory_bytes: config.plugin.memory_max_bytes,
                 call_timeout_ms: config.plugin.call_timeout_ms,
             },
+            metrics: Some(metrics.clone()),
         })
         .context("cannot start the plugin host")?,
     );
@@ -249,6 +254,21 @@ pub async fn run(
                         // Retention deletes files: keep it off the async workers.
                         let _ = tokio::task::spawn_blocking(move || r.apply_retention()).await;
                     }
+                    _ = shutdown.changed() => break,
+                }
+            }
+        });
+    }
+    {
+        // Folds histogram samples into buckets so an unscraped broker's memory is bounded.
+        let mut shutdown = shutdown.clone();
+        let every = std::time::Duration::from_millis(UPKEEP_INTERVAL_MS);
+        tasks.spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => metrics.run_upkeep(),
                     _ = shutdown.changed() => break,
                 }
             }

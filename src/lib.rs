@@ -14,6 +14,7 @@ pub mod connect;
 pub mod group;
 pub mod ingest;
 pub mod log;
+pub mod metrics;
 pub mod plugin;
 pub mod protocol;
 pub mod purgatory;

@@ -438,6 +438,23 @@ impl ReplicaManager {
     pub fn broker_config(&self) -> &BrokerConfig {
         &self.broker
     }
+
+    /// Every hosted partition (a snapshot of the map, in no order): `/metrics` reads each
+    /// one's [`Partition::log_gauges`].
+    pub fn partitions(&self) -> Vec<Arc<Partition>> {
+        self.read().values().cloned().collect()
+    }
+}
+
+impl Partition {
+    /// Log start offset, log end offset and size of the log now, for `/metrics`.
+    pub fn log_gauges(&self) -> crate::metrics::PartitionGauges {
+        self.with_log(|l| crate::metrics::PartitionGauges {
+            log_start_offset: l.log_start_offset(),
+            log_end_offset: l.log_end_offset(),
+            size_bytes: l.size_bytes(),
+        })
+    }
 }
 
 #[cfg(test)]

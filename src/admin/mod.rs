@@ -5,12 +5,14 @@
 //! adds its routes in its own file: the HTTP produce endpoint (`records.rs`:
 //! `POST /topics/{topic}/records` and REST Proxy v3's
 //! `POST /v3/clusters/{cluster_id}/topics/{topic}/records`), transforms (`/transforms`),
-//! and the Connect REST API (`connect.rs`: `/connectors`, `/connector-plugins`).
+//! the Connect REST API (`connect.rs`: `/connectors`, `/connector-plugins`), and
+//! Prometheus metrics (`metrics.rs`: `GET /metrics`).
 //!
 //! Errors are JSON bodies `{"error_code": <HTTP status>, "message": "..."}`, the shape
 //! Kafka Connect and Confluent's REST Proxy use.
 
 pub mod connect;
+pub mod metrics;
 pub mod records;
 pub mod transforms;
 
@@ -86,6 +88,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         )
         .merge(transforms::routes())
         .merge(connect::routes())
+        .merge(metrics::routes())
         .with_state(state)
 }
 

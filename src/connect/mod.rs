@@ -97,6 +97,16 @@ pub enum TaskState {
 }
 
 impl TaskState {
+    /// Every state, in declaration order (`/metrics` lists each for every connector).
+    pub const ALL: [TaskState; 6] = [
+        TaskState::Unassigned,
+        TaskState::Running,
+        TaskState::Paused,
+        TaskState::Stopped,
+        TaskState::Restarting,
+        TaskState::Failed,
+    ];
+
     /// Kafka Connect's spelling (`RUNNING`, ...).
     pub fn name(self) -> &'static str {
         match self {

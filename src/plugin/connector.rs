@@ -19,6 +19,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use wasmtime::component::{Component, HasSelf, Linker};
@@ -27,6 +28,7 @@ use wasmtime::Store;
 use super::sandbox::StoreState;
 use super::sqlite::{SqlValue, SqliteConns, DEFAULT_BUSY_TIMEOUT_MS};
 use super::{call_error, Header, PluginError, PluginHost, Record, Shared};
+use crate::metrics::PluginCalls;
 
 mod source_bindings {
     wasmtime::component::bindgen!({
@@ -397,6 +399,10 @@ pub struct SourceConnector {
     shared: Arc<Shared>,
     name: Arc<str>,
     live: Option<(Store<ConnectorState>, source_bindings::SourceConnector)>,
+    /// `poll` durations and failures.
+    poll_calls: PluginCalls,
+    /// `commit` durations and failures.
+    commit_calls: PluginCalls,
 }
 
 /// A loaded sink connector task (world `sink-connector`): one instance.
@@ -404,6 +410,10 @@ pub struct SinkConnector {
     shared: Arc<Shared>,
     name: Arc<str>,
     live: Option<(Store<ConnectorState>, sink_bindings::SinkConnector)>,
+    /// `put` durations and failures.
+    put_calls: PluginCalls,
+    /// `flush` durations and failures.
+    flush_calls: PluginCalls,
 }
 
 impl PluginHost {
@@ -429,6 +439,8 @@ impl PluginHost {
             Err(e) => return Err(failed(&name, &shared, store.data(), &e)),
         };
         Ok(SourceConnector {
+            poll_calls: shared.calls(&name, "poll"),
+            commit_calls: shared.calls(&name, "commit"),
             shared,
             name,
             live: Some((store, world)),
@@ -456,6 +468,8 @@ impl PluginHost {
             Err(e) => return Err(failed(&name, &shared, store.data(), &e)),
         };
         Ok(SinkConnector {
+            put_calls: shared.calls(&name, "put"),
+            flush_calls: shared.calls(&name, "flush"),
             shared,
             name,
             live: Some((store, world)),
@@ -556,6 +570,14 @@ impl SourceConnector {
     /// Errors: [`PluginError::Failed`] with the connector's message; a trap, timeout or
     /// memory limit (the instance is then dead).
     pub async fn poll(&mut self, max_records: u32) -> Result<Vec<SourceRecord>, PluginError> {
+        let started = Instant::now();
+        let result = self.poll_once(max_records).await;
+        self.poll_calls.record(started.elapsed(), result.is_err());
+        result
+    }
+
+    /// [`SourceConnector::poll`], untimed.
+    async fn poll_once(&mut self, max_records: u32) -> Result<Vec<SourceRecord>, PluginError> {
         let r = call!(self, |store, world| world
             .weir_plugin_source()
             .call_poll(store, max_records))?;
@@ -597,6 +619,14 @@ impl SourceConnector {
     ///
     /// Errors: a trap, timeout or memory limit (the instance is then dead).
     pub async fn commit(&mut self, offsets: &[SourcePosition]) -> Result<(), PluginError> {
+        let started = Instant::now();
+        let result = self.commit_once(offsets).await;
+        self.commit_calls.record(started.elapsed(), result.is_err());
+        result
+    }
+
+    /// [`SourceConnector::commit`], untimed.
+    async fn commit_once(&mut self, offsets: &[SourcePosition]) -> Result<(), PluginError> {
         let offsets: Vec<src_types::SourcePosition> = offsets
             .iter()
             .map(|p| src_types::SourcePosition {
@@ -661,6 +691,14 @@ impl SinkConnector {
     /// [`PluginError::BadOutput`] for an errant index or `settled` count outside the
     /// batch; a trap, timeout or memory limit (the instance is then dead).
     pub async fn put(&mut self, records: &[SinkRecord]) -> Result<PutOutcome, PluginError> {
+        let started = Instant::now();
+        let result = self.put_once(records).await;
+        self.put_calls.record(started.elapsed(), result.is_err());
+        result
+    }
+
+    /// [`SinkConnector::put`], untimed.
+    async fn put_once(&mut self, records: &[SinkRecord]) -> Result<PutOutcome, PluginError> {
         let records: Vec<sink_types::SinkRecord> = records
             .iter()
             .map(|r| sink_types::SinkRecord {
@@ -728,6 +766,14 @@ impl SinkConnector {
     ///
     /// Errors: as [`SinkConnector::put`].
     pub async fn flush(&mut self, offsets: &[TopicOffset]) -> Result<(), PluginError> {
+        let started = Instant::now();
+        let result = self.flush_once(offsets).await;
+        self.flush_calls.record(started.elapsed(), result.is_err());
+        result
+    }
+
+    /// [`SinkConnector::flush`], untimed.
+    async fn flush_once(&mut self, offsets: &[TopicOffset]) -> Result<(), PluginError> {
         let offsets: Vec<sink_types::TopicOffset> = offsets
             .iter()
             .map(|o| sink_types::TopicOffset {

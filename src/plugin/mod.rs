@@ -95,6 +95,10 @@ pub struct PluginHostConfig {
     pub cache_dir: Option<PathBuf>,
     /// Limits for every plugin this host loads.
     pub limits: PluginLimits,
+    /// Where call durations and failures are counted
+    /// (`weir_plugin_call_duration_seconds`, `weir_plugin_call_failures_total`, per
+    /// plugin and call); `None` counts nothing.
+    pub metrics: Option<crate::metrics::Metrics>,
 }
 
 /// Why a plugin could not be loaded or a call failed. Every variant names the plugin (its
@@ -242,7 +246,19 @@ impl Drop for Ticker {
 pub(crate) struct Shared {
     pub(crate) engine: wasmtime::Engine,
     pub(crate) limits: PluginLimits,
+    metrics: Option<crate::metrics::Metrics>,
     _ticker: Ticker,
+}
+
+impl Shared {
+    /// The metric handles of calls named `call` into plugin `name` (no-ops when the host
+    /// has no metrics). Taken once per loaded plugin.
+    pub(crate) fn calls(&self, name: &str, call: &'static str) -> crate::metrics::PluginCalls {
+        match &self.metrics {
+            Some(m) => m.plugin_calls(name, call),
+            None => crate::metrics::PluginCalls::noop(),
+        }
+    }
 }
 
 /// Loads plugins: one wasmtime engine, one compiled-component cache, shared limits.
@@ -295,6 +311,7 @@ impl PluginHost {
             shared: Arc::new(Shared {
                 engine,
                 limits: config.limits,
+                metrics: config.metrics,
                 _ticker: Ticker {
                     stop,
                     thread: Some(thread),

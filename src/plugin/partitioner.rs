@@ -2,6 +2,7 @@
 //! record.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use wasmtime::component::{Component, InstancePre};
 use wasmtime::Store;
@@ -9,6 +10,7 @@ use wasmtime::Store;
 use super::instance::{Instance, World};
 use super::sandbox::StoreState;
 use super::{PluginError, Shared};
+use crate::metrics::PluginCalls;
 
 mod bindings {
     wasmtime::component::bindgen!({
@@ -53,6 +55,8 @@ impl World for Bindings {
 /// Calls take `&mut self`: use one `Partitioner` per concurrent user.
 pub struct Partitioner {
     instance: Instance<Bindings>,
+    /// `partition` durations and failures.
+    calls: PluginCalls,
 }
 
 impl Partitioner {
@@ -62,8 +66,10 @@ impl Partitioner {
         component: &Component,
         config: Vec<(String, String)>,
     ) -> Result<Self, PluginError> {
+        let calls = shared.calls(&name, "partition");
         Ok(Partitioner {
             instance: Instance::load(shared, name, component, config).await?,
+            calls,
         })
     }
 
@@ -80,6 +86,19 @@ impl Partitioner {
     /// instance is then replaced; if that fails too, its error is logged and the next call
     /// tries again).
     pub async fn partition(
+        &mut self,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        partition_count: u32,
+    ) -> Result<u32, PluginError> {
+        let started = Instant::now();
+        let result = self.partition_once(key, value, partition_count).await;
+        self.calls.record(started.elapsed(), result.is_err());
+        result
+    }
+
+    /// [`Partitioner::partition`], untimed.
+    async fn partition_once(
         &mut self,
         key: Option<&[u8]>,
         value: Option<&[u8]>,

@@ -9,6 +9,7 @@
 //! atomic reference counts were a third of the host's cost per record).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use wasmtime::component::{Component, InstancePre};
@@ -17,6 +18,7 @@ use wasmtime::Store;
 use super::instance::{Instance, World};
 use super::sandbox::StoreState;
 use super::{PluginError, Shared};
+use crate::metrics::PluginCalls;
 
 mod bindings {
     wasmtime::component::bindgen!({
@@ -109,6 +111,8 @@ pub struct Transform {
     instance: Instance<Bindings>,
     /// Reused input buffer.
     input: Vec<u8>,
+    /// `apply` durations and failures.
+    calls: PluginCalls,
 }
 
 impl Transform {
@@ -118,9 +122,11 @@ impl Transform {
         component: &Component,
         config: Vec<(String, String)>,
     ) -> Result<Self, PluginError> {
+        let calls = shared.calls(&name, "apply");
         Ok(Transform {
             instance: Instance::load(shared, name, component, config).await?,
             input: Vec::new(),
+            calls,
         })
     }
 
@@ -137,6 +143,18 @@ impl Transform {
     /// the guest fails (the instance is then replaced). [`PluginError::InvalidCall`] for a
     /// batch of more than `u32::MAX` records or a field over `i32::MAX` bytes.
     pub async fn apply(
+        &mut self,
+        context: &BatchContext,
+        batch: &[Record],
+    ) -> Result<OutputBatch, PluginError> {
+        let started = Instant::now();
+        let result = self.apply_once(context, batch).await;
+        self.calls.record(started.elapsed(), result.is_err());
+        result
+    }
+
+    /// [`Transform::apply`], untimed.
+    async fn apply_once(
         &mut self,
         context: &BatchContext,
         batch: &[Record],

@@ -170,3 +170,24 @@ pub async fn handle(ctx: &Context, request: FetchRequest, version: i16) -> Fetch
         }
     }
 }
+
+/// Counts the record bytes `response` returns per topic (`weir_bytes_out_total`). From v13
+/// the response names topics by id only, so the name comes from the metadata (a topic
+/// deleted meanwhile is not counted).
+pub(super) fn count_bytes_out(ctx: &Context, response: &FetchResponse) {
+    for topic in &response.responses {
+        let bytes: usize = topic
+            .partitions
+            .iter()
+            .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
+            .sum();
+        if bytes == 0 {
+            continue;
+        }
+        if !topic.topic.0.is_empty() {
+            ctx.metrics.fetched(topic.topic.0.as_str(), bytes as u64);
+        } else if let Some(meta) = ctx.metadata.topic_by_id(topic.topic_id) {
+            ctx.metrics.fetched(&meta.name, bytes as u64);
+        }
+    }
+}

@@ -127,6 +127,8 @@ pub struct Context {
     pub advertised: Endpoint,
     /// Inline transforms, applied to produced batches of their input topic.
     pub inline: Arc<crate::transform::inline::InlineRegistry>,
+    /// The broker's metrics (request counts, bytes in and out per topic).
+    pub metrics: crate::metrics::Metrics,
 }
 
 /// The protocol layer as the server sees it.
@@ -147,7 +149,13 @@ const HEADER_PREFIX_BYTES: usize = 8;
 
 impl RequestHandler for Handler {
     async fn handle(self: Arc<Self>, frame: Bytes, peer: SocketAddr) -> Outcome {
-        handle_frame(&self.ctx, frame, peer).await
+        let started = std::time::Instant::now();
+        let key = frame.first_chunk::<2>().map(|k| i16::from_be_bytes(*k));
+        let outcome = handle_frame(&self.ctx, frame, peer).await;
+        if let Some(key) = key {
+            self.ctx.metrics.request(key, started.elapsed());
+        }
+        outcome
     }
 }
 
@@ -247,7 +255,11 @@ async fn dispatch(
                 .await
                 .map(ResponseKind::Produce)
         }
-        RequestKind::Fetch(r) => ResponseKind::Fetch(fetch::handle(ctx, r, version).await),
+        RequestKind::Fetch(r) => {
+            let response = fetch::handle(ctx, r, version).await;
+            fetch::count_bytes_out(ctx, &response);
+            ResponseKind::Fetch(response)
+        }
         RequestKind::ListOffsets(r) => {
             ResponseKind::ListOffsets(list_offsets::handle(ctx, r, version))
         }

@@ -228,8 +228,10 @@ pub async fn handle(
                     .map(|b| i64::from(b.last_offset_delta()) + 1)
                     .collect()
             };
+            let appended = crate::metrics::Appended::of(&batches);
             match ctx.replicas.append(&partition, batches) {
                 Ok(info) => {
+                    ctx.metrics.produced(&name, appended);
                     // A duplicate (a retry) wrote nothing: its dead letters were written
                     // the first time.
                     let dlq = !dead_letters.is_empty() && !info.duplicate;

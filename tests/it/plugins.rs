@@ -33,6 +33,7 @@ fn strict_host() -> PluginHost {
             memory_bytes: 32 << 20,
             call_timeout_ms: 200,
         },
+        metrics: None,
     })
     .expect("plugin host")
 }
@@ -382,6 +383,7 @@ async fn compiled_components_are_cached_on_disk() {
     let config = PluginHostConfig {
         cache_dir: Some(dir.path().to_path_buf()),
         limits: PluginLimits::default(),
+        metrics: None,
     };
     let first = PluginHost::new(config.clone()).expect("host");
     let started = Instant::now();
@@ -417,6 +419,7 @@ async fn compiled_components_are_cached_on_disk() {
     let third = PluginHost::new(PluginHostConfig {
         cache_dir: Some(dir.path().to_path_buf()),
         limits: PluginLimits::default(),
+        metrics: None,
     })
     .expect("host");
     third
