@@ -116,7 +116,7 @@ struct ApiMetrics {
 }
 
 /// Produce/Fetch byte counters of one topic.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct TopicMetrics {
     bytes_in: Counter,
     messages_in: Counter,
@@ -241,42 +241,38 @@ impl Metrics {
 
     /// Counts what a Produce appended to `topic`: `batch` bytes and records.
     pub fn produced(&self, topic: &str, batch: Appended) {
-        let t = self.topic(topic);
-        t.bytes_in.increment(batch.bytes);
-        t.messages_in.increment(batch.records);
+        self.with_topic(topic, |t| {
+            t.bytes_in.increment(batch.bytes);
+            t.messages_in.increment(batch.records);
+        });
     }
 
     /// Counts `bytes` of record batches a Fetch response returns from `topic`.
     pub fn fetched(&self, topic: &str, bytes: u64) {
         if bytes > 0 {
-            self.topic(topic).bytes_out.increment(bytes);
+            self.with_topic(topic, |t| t.bytes_out.increment(bytes));
         }
     }
 
-    fn topic(&self, topic: &str) -> TopicMetrics {
-        if let Some(t) = self
-            .inner
-            .topics
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(topic)
-        {
-            return t.clone();
+    /// Runs `f` on `topic`'s counters, registering them on its first use (the map grows
+    /// with the topics that had data appended or fetched; a deleted topic's counters stay
+    /// until restart, as the module doc says).
+    fn with_topic(&self, topic: &str, f: impl FnOnce(&TopicMetrics)) {
+        let topics = &self.inner.topics;
+        if let Some(t) = topics.read().unwrap_or_else(|p| p.into_inner()).get(topic) {
+            return f(t);
         }
         let recorder = &self.inner.recorder;
         let key = |name: &'static str| Key::from_parts(name, vec![label("topic", topic)]);
-        let t = TopicMetrics {
-            bytes_in: recorder.register_counter(&key(BYTES_IN_TOTAL), &METADATA),
-            messages_in: recorder.register_counter(&key(MESSAGES_IN_TOTAL), &METADATA),
-            bytes_out: recorder.register_counter(&key(BYTES_OUT_TOTAL), &METADATA),
-        };
-        self.inner
-            .topics
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
+        let mut topics = topics.write().unwrap_or_else(|p| p.into_inner());
+        let t = topics
             .entry(topic.to_string())
-            .or_insert(t)
-            .clone()
+            .or_insert_with(|| TopicMetrics {
+                bytes_in: recorder.register_counter(&key(BYTES_IN_TOTAL), &METADATA),
+                messages_in: recorder.register_counter(&key(MESSAGES_IN_TOTAL), &METADATA),
+                bytes_out: recorder.register_counter(&key(BYTES_OUT_TOTAL), &METADATA),
+            });
+        f(t)
     }
 
     /// The handles of calls named `call` (`partition`, `apply`, ...) into plugin `plugin`

@@ -138,7 +138,7 @@ fn parse(text: &str) -> Result<Exposition, String> {
                     if types.insert(name.to_string(), kind.to_string()).is_some() {
                         return Err(at("second TYPE for a family".into()));
                     }
-                    if finished_families.contains(*name) || current_family.as_deref() == Some(name)
+                    if finished_families.contains(*name) || current_family.as_deref() == Some(*name)
                     {
                         return Err(at("TYPE after the family's samples".into()));
                     }
@@ -284,7 +284,7 @@ async fn metrics_move_with_a_real_clients_produce_and_consume() {
                 FutureRecord::to(topic)
                     .partition(0)
                     .key("k")
-                    .payload(&value),
+                    .payload(value.as_str()),
                 Duration::from_secs(30),
             )
             .await
