@@ -1,14 +1,18 @@
 //! The replica manager: the partitions this broker hosts and the entry points that append
-//! to and read from them (Kafka's `ReplicaManager`).
+//! to and read from them (Kafka's `ReplicaManager` and `Partition`).
 //!
-//! Owns: the map topic-partition → [`Partition`] (a [`PartitionLog`] behind a mutex plus the
-//! topic settings the produce path needs), opening every log at start-up, creating and
-//! deleting partition logs when topics change, the background retention task, and waking
-//! the purgatory after each append. On a single node the high watermark equals the log end
-//! offset (every acknowledged write is in the only replica); replication will pass a real
-//! high watermark in.
+//! Owns: the map topic-partition → [`Partition`]; each `Partition` is the one owner of its
+//! [`PartitionLog`], its high watermark (computed only in [`high_watermark_for`]) and its
+//! replica role ([`ReplicaRole`]: leader with ISR and follower state, or follower). Callers
+//! get [`Partition::offsets`], [`Partition::read`] bounded by a [`FetchIsolation`] and
+//! [`Partition::append_as_leader`], never the log. Also: opening every log at start-up,
+//! creating and deleting partition logs when topics change, the background retention task.
+//! A high watermark advance is published on the partition's own watch channel, which
+//! parked fetches and acks=all produces wait on (keyed per partition, see `purgatory`).
+//! On a single node the ISR is this broker alone, so the high watermark is the log end
+//! offset after every append.
 //!
-//! Never does: decode requests or decide leadership.
+//! Never does: decode requests or decide leadership (the role is set from the metadata).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -16,9 +20,12 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use crate::cluster::TopicMeta;
 use crate::config::{BrokerConfig, TOPIC_KEYS};
+use bytes::Bytes;
+use tokio::sync::watch;
+
 use crate::log::{
-    AppendInfo, AppendOptions, CleanupPolicy, Compression, LogConfig, LogError, PartitionLog,
-    ValidatedBatch,
+    AppendInfo, AppendOptions, CleanupPolicy, CompactionStats, Compression, LogConfig, LogError,
+    PartitionLog, ValidatedBatch,
 };
 use crate::purgatory::Purgatory;
 
@@ -168,19 +175,151 @@ fn resolve(
     (log, settings)
 }
 
-/// One hosted partition: its log and its topic's produce settings.
+/// A partition's offsets: log start, high watermark, log end (the three a Fetch and a
+/// ListOffsets response carry). Invariant: `log_start_offset <= high_watermark <=
+/// log_end_offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionOffsets {
+    /// First offset still in the log (earliest, ListOffsets -2).
+    pub log_start_offset: i64,
+    /// The high watermark: the offset below which every record is on every in-sync
+    /// replica. Consumers never read at or past it (latest, ListOffsets -1).
+    pub high_watermark: i64,
+    /// The log end offset (LEO): the offset the next appended record gets.
+    pub log_end_offset: i64,
+}
+
+/// How far a read may go (Kafka's `FetchIsolation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetchIsolation {
+    /// Up to the log end offset: follower replicas, and the coordinators' own replay of
+    /// their internal topics (Kafka's coordinator loader reads to the log end too).
+    LogEnd,
+    /// Up to the high watermark: consumers (read_uncommitted), sinks, transforms.
+    HighWatermark,
+}
+
+/// What one read returns: the stored batches and the offsets they were read against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionRead {
+    /// The partition's offsets when the read was made.
+    pub offsets: PartitionOffsets,
+    /// Whole stored batches from the one containing the fetch offset, as on disk.
+    pub bytes: Bytes,
+}
+
+/// What the leader knows of one follower (Kafka's `Replica` state on the leader).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FollowerState {
+    /// The follower's log end offset, from its last Fetch.
+    pub log_end_offset: i64,
+    /// Wall-clock time (ms) the follower was last caught up to the leader's LEO; ISR
+    /// shrinking compares it with `replica.lag.time.max.ms`.
+    pub last_caught_up_ms: i64,
+}
+
+/// A replica's role for its partition: its one home (Kafka's `Partition` leader state).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplicaRole {
+    /// This broker leads the partition.
+    Leader {
+        /// The leader epoch stamped into every batch this leader appends.
+        leader_epoch: i32,
+        /// The in-sync replicas' broker ids, this broker included.
+        isr: Vec<i32>,
+        /// Every other replica's fetch state, by broker id.
+        followers: BTreeMap<i32, FollowerState>,
+    },
+    /// Another broker leads; this one copies its log.
+    Follower {
+        /// The leader's broker id.
+        leader_id: i32,
+        /// The epoch of that leadership.
+        leader_epoch: i32,
+    },
+}
+
+impl ReplicaRole {
+    /// The leader epoch this role is in.
+    pub fn leader_epoch(&self) -> i32 {
+        match self {
+            ReplicaRole::Leader { leader_epoch, .. }
+            | ReplicaRole::Follower { leader_epoch, .. } => *leader_epoch,
+        }
+    }
+}
+
+/// The high watermark a leader may expose: the smallest log end offset over the ISR
+/// (its own `leader_log_end_offset` included; a member with no fetch state yet holds
+/// it at `current`). Never moves back: the result is at least `current`. A follower's
+/// high watermark is the leader's, so this returns `current` for [`ReplicaRole::Follower`].
+/// Sans-IO (STYLE rule 5): the one place the high watermark is computed.
+pub fn high_watermark_for(
+    role: &ReplicaRole,
+    self_id: i32,
+    leader_log_end_offset: i64,
+    current: i64,
+) -> i64 {
+    match role {
+        ReplicaRole::Leader { isr, followers, .. } => {
+            let min_isr_leo = isr
+                .iter()
+                .filter(|id| **id != self_id)
+                .map(|id| followers.get(id).map_or(current, |f| f.log_end_offset))
+                .fold(leader_log_end_offset, i64::min);
+            min_isr_leo.max(current)
+        }
+        ReplicaRole::Follower { .. } => current,
+    }
+}
+
+/// One hosted partition: the single owner of its log, its high watermark and its replica
+/// role. Callers get offsets, reads bounded by the high watermark and appends; never the
+/// log itself.
 #[derive(Debug)]
 pub struct Partition {
     /// Topic name.
     pub topic: String,
     /// Partition index.
     pub index: i32,
+    /// This broker's id (`node.id`).
+    node_id: i32,
     /// Settings from the topic config; swapped by [`ReplicaManager::reconfigure_topic`].
     settings: RwLock<ProduceSettings>,
     log: Mutex<PartitionLog>,
+    /// The role; locked after `log` when both are held.
+    role: Mutex<ReplicaRole>,
+    /// The high watermark, published: parked fetches and acks=all produces wait on it.
+    high_watermark: watch::Sender<i64>,
 }
 
 impl Partition {
+    /// A partition over an opened log, led by this broker alone (a single node: ISR =
+    /// itself, leader epoch 0). The high watermark starts at the log end offset: every
+    /// record on the only replica is committed.
+    fn new_leader(
+        topic: String,
+        index: i32,
+        node_id: i32,
+        settings: ProduceSettings,
+        log: PartitionLog,
+    ) -> Partition {
+        let (high_watermark, _) = watch::channel(log.log_end_offset());
+        Partition {
+            topic,
+            index,
+            node_id,
+            settings: RwLock::new(settings),
+            log: Mutex::new(log),
+            role: Mutex::new(ReplicaRole::Leader {
+                leader_epoch: 0,
+                isr: vec![node_id],
+                followers: BTreeMap::new(),
+            }),
+            high_watermark,
+        }
+    }
+
     /// The topic settings in force now (a copy: the lock is held only to read them).
     pub fn settings(&self) -> ProduceSettings {
         *self
@@ -189,15 +328,183 @@ impl Partition {
             .expect("partition settings lock poisoned")
     }
 
-    /// Runs `f` with the log locked. The lock is a `std` mutex: never held across `.await`.
-    pub fn with_log<T>(&self, f: impl FnOnce(&mut PartitionLog) -> T) -> T {
-        let mut log = self.log.lock().expect("partition log lock poisoned");
-        f(&mut log)
+    /// The log, locked. A `std` mutex: never held across `.await`. Private: the
+    /// partition offers operations, not its insides.
+    fn log(&self) -> std::sync::MutexGuard<'_, PartitionLog> {
+        self.log.lock().expect("partition log lock poisoned")
     }
 
-    /// The high watermark: on a single node, the log end offset.
+    fn role(&self) -> std::sync::MutexGuard<'_, ReplicaRole> {
+        self.role.lock().expect("partition role lock poisoned")
+    }
+
+    /// The replica role now (a copy).
+    pub fn replica_role(&self) -> ReplicaRole {
+        self.role().clone()
+    }
+
+    fn offsets_of(&self, log: &PartitionLog) -> PartitionOffsets {
+        let log_start_offset = log.log_start_offset();
+        let log_end_offset = log.log_end_offset();
+        PartitionOffsets {
+            log_start_offset,
+            high_watermark: (*self.high_watermark.borrow()).clamp(log_start_offset, log_end_offset),
+            log_end_offset,
+        }
+    }
+
+    /// Log start, high watermark and log end, read together.
+    pub fn offsets(&self) -> PartitionOffsets {
+        self.offsets_of(&self.log())
+    }
+
+    /// The high watermark.
     pub fn high_watermark(&self) -> i64 {
-        self.with_log(|l| l.log_end_offset())
+        self.offsets().high_watermark
+    }
+
+    /// A receiver that sees every high watermark advance of this partition, marked seen
+    /// at the current value. Take it *before* checking a condition, so an advance between
+    /// the check and the wait is not missed; the purgatory parks on it.
+    pub fn watch_high_watermark(&self) -> watch::Receiver<i64> {
+        self.high_watermark.subscribe()
+    }
+
+    /// Recomputes the high watermark from the role and the log end offset and publishes
+    /// it when it advanced. Called with the log locked, after anything that moves the
+    /// log end offset or the ISR.
+    fn update_high_watermark(&self, log: &PartitionLog) {
+        let leo = log.log_end_offset();
+        let role = self.role();
+        self.high_watermark.send_if_modified(|hw| {
+            let new = high_watermark_for(&role, self.node_id, leo, *hw).min(leo);
+            let changed = new != *hw;
+            *hw = new;
+            changed
+        });
+    }
+
+    /// Whole stored batches from the one containing `fetch_offset`, up to `max_bytes`
+    /// (the first batch whole even when larger: KIP-74), bounded by `isolation` (the high
+    /// watermark for consumers). `fetch_offset` equal to the bound gives no bytes.
+    ///
+    /// Errors: [`LogError::OffsetOutOfRange`] (OFFSET_OUT_OF_RANGE, 1) below the log
+    /// start or above the log end; [`LogError::Io`] / [`LogError::Corrupt`]
+    /// (KAFKA_STORAGE_ERROR, 56).
+    pub fn read(
+        &self,
+        fetch_offset: i64,
+        max_bytes: usize,
+        isolation: FetchIsolation,
+    ) -> Result<PartitionRead, LogError> {
+        let log = self.log();
+        let offsets = self.offsets_of(&log);
+        let bound = match isolation {
+            FetchIsolation::LogEnd => offsets.log_end_offset,
+            FetchIsolation::HighWatermark => offsets.high_watermark,
+        };
+        let read = log.read(fetch_offset, max_bytes, bound)?;
+        Ok(PartitionRead {
+            offsets,
+            bytes: read.bytes,
+        })
+    }
+
+    /// ListOffsets by timestamp (KIP-79): the first record whose timestamp is at or
+    /// after `ts_ms`, as `(offset, timestamp_ms)`, below the high watermark.
+    ///
+    /// Errors: [`LogError`] from the index or a batch read (KAFKA_STORAGE_ERROR, 56).
+    pub fn offset_for_timestamp(&self, ts_ms: i64) -> Result<Option<(i64, i64)>, LogError> {
+        let log = self.log();
+        let hw = self.offsets_of(&log).high_watermark;
+        Ok(log
+            .offset_for_timestamp(ts_ms)?
+            .filter(|(offset, _)| *offset < hw))
+    }
+
+    /// ListOffsets -3 (KIP-734): the record with the largest timestamp, as
+    /// `(offset, timestamp_ms)`, if it is below the high watermark.
+    ///
+    /// Errors: [`LogError`] from a batch read (KAFKA_STORAGE_ERROR, 56).
+    pub fn max_timestamp(&self) -> Result<Option<(i64, i64)>, LogError> {
+        let log = self.log();
+        let hw = self.offsets_of(&log).high_watermark;
+        Ok(log.max_timestamp()?.filter(|(offset, _)| *offset < hw))
+    }
+
+    /// Appends validated batches in order as the partition's leader, stamping the leader
+    /// epoch into each; returns the first batch's append info with the last batch's last
+    /// offset. Advances the high watermark as far as the ISR allows (on a single node: to
+    /// the new log end offset) and wakes what waits on it.
+    ///
+    /// The caller checked leadership against the metadata image (a produce to a follower
+    /// is answered NOT_LEADER_OR_FOLLOWER, 6, before it gets here); followers will append
+    /// with their own entry point that keeps the leader's offsets and epochs. Errors: [`LogError`] from the log (sequence
+    /// errors of idempotent producers 45/47, I/O 56); batches before the failing one stay
+    /// appended, as in Kafka.
+    pub fn append_as_leader(
+        &self,
+        batches: Vec<ValidatedBatch>,
+        now_ms: i64,
+    ) -> Result<AppendInfo, LogError> {
+        let leader_epoch = self.role().leader_epoch();
+        let opts = AppendOptions {
+            log_append_time_ms: self.settings().log_append_time.then_some(now_ms),
+            leader_epoch,
+        };
+        let mut log = self.log();
+        let mut first: Option<AppendInfo> = None;
+        let mut result = Ok(());
+        for batch in batches {
+            match log.append(batch, opts, now_ms) {
+                Ok(info) => match &mut first {
+                    None => first = Some(info),
+                    Some(f) => f.last_offset = info.last_offset,
+                },
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        self.update_high_watermark(&log);
+        drop(log);
+        result?;
+        // `split_batches` never yields an empty list for non-empty input, and the produce
+        // path refuses empty input before calling: an empty list here is our bug.
+        Ok(first.expect("append called with no batches"))
+    }
+
+    /// Waits until the high watermark passes `offset` (acks=all: the batch whose last
+    /// offset is `offset` is on every in-sync replica), or `timeout_ms` passes. Parks on
+    /// the partition's high watermark, never blocking a thread. Returns whether it passed.
+    pub async fn wait_for_high_watermark(&self, offset: i64, timeout_ms: u64) -> bool {
+        let mut rx = self.watch_high_watermark();
+        let wait = async { rx.wait_for(|hw| *hw > offset).await.is_ok() };
+        tokio::time::timeout(std::time::Duration::from_millis(timeout_ms), wait)
+            .await
+            .unwrap_or(false)
+    }
+
+    /// Retention (then compaction) on this partition's log; returns the segments deleted
+    /// by retention. See [`PartitionLog::apply_retention`] and [`PartitionLog::compact`].
+    fn apply_retention(&self, now_ms: i64) -> Result<usize, LogError> {
+        let mut log = self.log();
+        let deleted = log.apply_retention(now_ms)?;
+        self.update_high_watermark(&log);
+        Ok(deleted)
+    }
+
+    fn compact(&self, now_ms: i64) -> Result<CompactionStats, LogError> {
+        self.log().compact(now_ms)
+    }
+
+    fn flush(&self) -> Result<(), LogError> {
+        self.log().flush()
+    }
+
+    fn set_log_config(&self, config: LogConfig) -> Result<(), LogError> {
+        self.log().set_config(config)
     }
 }
 
@@ -258,12 +565,13 @@ impl ReplicaManager {
         for index in from..meta.partitions {
             let dir = partition_dir(&self.log_dir, &meta.name, index);
             let log = PartitionLog::open(&dir, log_config.clone(), now)?;
-            let p = Arc::new(Partition {
-                topic: meta.name.clone(),
+            let p = Arc::new(Partition::new_leader(
+                meta.name.clone(),
                 index,
-                settings: RwLock::new(settings),
-                log: Mutex::new(log),
-            });
+                self.broker.node_id,
+                settings,
+                log,
+            ));
             self.write().insert((meta.name.clone(), index), p);
         }
         Ok(())
@@ -284,6 +592,16 @@ impl ReplicaManager {
         self.read().get(&(topic.to_string(), index)).cloned()
     }
 
+    /// The high watermark watches of every hosted partition of `topic` (see
+    /// [`Partition::watch_high_watermark`]): what a reader of the whole topic parks on.
+    pub fn watch_high_watermarks(&self, topic: &str) -> Vec<watch::Receiver<i64>> {
+        self.read()
+            .values()
+            .filter(|p| p.topic == topic)
+            .map(|p| p.watch_high_watermark())
+            .collect()
+    }
+
     /// Applies a topic's (changed) configs to its hosted partitions: recomputes the log
     /// config and produce settings and swaps them in. Batches already written stay as
     /// they are; later appends, rolls, retention runs and flushes follow the new values.
@@ -299,7 +617,7 @@ impl ReplicaManager {
             .cloned()
             .collect();
         for p in parts {
-            p.with_log(|l| l.set_config(log_config.clone()))?;
+            p.set_log_config(log_config.clone())?;
             *p.settings
                 .write()
                 .expect("partition settings lock poisoned") = settings;
@@ -342,8 +660,9 @@ impl ReplicaManager {
         Ok(())
     }
 
-    /// Appends validated batches to one partition, in order; returns the first batch's
-    /// append info and the last offset. Wakes parked fetches.
+    /// Appends validated batches to one partition as its leader
+    /// ([`Partition::append_as_leader`]): the high watermark advances and wakes what
+    /// waits on it.
     ///
     /// Errors: [`LogError`] from the log (sequence errors of idempotent producers, I/O).
     pub fn append(
@@ -351,26 +670,7 @@ impl ReplicaManager {
         partition: &Partition,
         batches: Vec<ValidatedBatch>,
     ) -> Result<AppendInfo, LogError> {
-        let now = now_ms();
-        let opts = AppendOptions {
-            log_append_time_ms: partition.settings().log_append_time.then_some(now),
-            leader_epoch: 0,
-        };
-        let result = partition.with_log(|log| {
-            let mut first: Option<AppendInfo> = None;
-            for batch in batches {
-                let info = log.append(batch, opts, now)?;
-                match &mut first {
-                    None => first = Some(info),
-                    Some(f) => f.last_offset = info.last_offset,
-                }
-            }
-            Ok(first)
-        });
-        self.purgatory.notify_appended();
-        // `split_batches` never yields an empty list for non-empty input, and the produce
-        // path refuses empty input before calling: an empty list here is our bug.
-        result.map(|first| first.expect("append called with no batches"))
+        partition.append_as_leader(batches, now_ms())
     }
 
     /// Runs retention, then compaction, on every partition once (the background task in
@@ -384,7 +684,7 @@ impl ReplicaManager {
         let now = now_ms();
         let mut deleted = 0;
         for p in parts {
-            match p.with_log(|l| l.apply_retention(now)) {
+            match p.apply_retention(now) {
                 Ok(n) => {
                     if n > 0 {
                         tracing::info!(topic = %p.topic, partition = p.index, segments = n, "retention deleted segments");
@@ -395,7 +695,7 @@ impl ReplicaManager {
                     tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "retention failed")
                 }
             }
-            match p.with_log(|l| l.compact(now)) {
+            match p.compact(now) {
                 Ok(stats) if stats.cleaned => tracing::info!(
                     topic = %p.topic,
                     partition = p.index,
@@ -423,7 +723,7 @@ impl ReplicaManager {
     pub fn flush_all(&self) {
         let parts: Vec<Arc<Partition>> = self.read().values().cloned().collect();
         for p in parts {
-            if let Err(e) = p.with_log(|l| l.flush()) {
+            if let Err(e) = p.flush() {
                 tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "flush failed");
             }
         }
@@ -443,6 +743,105 @@ impl ReplicaManager {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn leader(isr: &[i32], followers: &[(i32, i64)]) -> ReplicaRole {
+        ReplicaRole::Leader {
+            leader_epoch: 3,
+            isr: isr.to_vec(),
+            followers: followers
+                .iter()
+                .map(|&(id, leo)| {
+                    (
+                        id,
+                        FollowerState {
+                            log_end_offset: leo,
+                            last_caught_up_ms: 0,
+                        },
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn high_watermark_is_the_smallest_log_end_offset_of_the_isr() {
+        // A single node: the ISR is itself, so the high watermark follows its LEO.
+        assert_eq!(high_watermark_for(&leader(&[1], &[]), 1, 10, 4), 10);
+        // Followers in the ISR hold it back to the slowest of them.
+        let role = leader(&[1, 2, 3], &[(2, 7), (3, 9)]);
+        assert_eq!(high_watermark_for(&role, 1, 10, 4), 7);
+        // A replica outside the ISR does not count, however far behind.
+        let role = leader(&[1, 3], &[(2, 0), (3, 9)]);
+        assert_eq!(high_watermark_for(&role, 1, 10, 4), 9);
+        // An ISR member with no fetch state yet holds it where it is; it never moves back.
+        assert_eq!(high_watermark_for(&leader(&[1, 2], &[]), 1, 10, 4), 4);
+        assert_eq!(high_watermark_for(&leader(&[1, 2], &[(2, 2)]), 1, 10, 4), 4);
+        // A follower's high watermark is the leader's: unchanged here.
+        let follower = ReplicaRole::Follower {
+            leader_id: 2,
+            leader_epoch: 3,
+        };
+        assert_eq!(high_watermark_for(&follower, 1, 10, 4), 4);
+    }
+
+    #[tokio::test]
+    async fn reads_stop_at_the_high_watermark_and_appends_advance_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = PartitionLog::open(dir.path(), LogConfig::default(), 0).unwrap();
+        let (_, settings) = resolve(&BrokerConfig::defaults(), &BTreeMap::new());
+        let p = Partition::new_leader("t".into(), 0, 1, settings, log);
+        let mut hw = p.watch_high_watermark();
+        assert_eq!(
+            p.offsets(),
+            PartitionOffsets {
+                log_start_offset: 0,
+                high_watermark: 0,
+                log_end_offset: 0
+            }
+        );
+        let records: Vec<_> = (0..3)
+            .map(|i| {
+                crate::log::plain::record(
+                    i,
+                    1000 + i,
+                    None,
+                    Some(Bytes::from_static(b"v")),
+                    Default::default(),
+                )
+            })
+            .collect();
+        let batch = crate::log::plain::encode(&records).unwrap();
+        let info = p
+            .append_as_leader(crate::log::split_batches(batch).unwrap(), 0)
+            .unwrap();
+        assert_eq!((info.base_offset, info.last_offset), (0, 2));
+        assert!(hw.has_changed().unwrap());
+        assert_eq!(*hw.borrow_and_update(), 3);
+        assert_eq!(p.offsets().high_watermark, 3);
+        assert!(p.wait_for_high_watermark(2, 10).await);
+        assert!(!p.wait_for_high_watermark(3, 10).await);
+        let read = p.read(0, 1 << 20, FetchIsolation::HighWatermark).unwrap();
+        assert!(!read.bytes.is_empty());
+        // With an ISR member that has fetched nothing, the high watermark stays and a
+        // consumer's read stops there, while a replica's read goes to the log end.
+        *p.role() = leader(&[1, 2], &[(2, 3)]);
+        let batch = crate::log::plain::encode(&records).unwrap();
+        p.append_as_leader(crate::log::split_batches(batch).unwrap(), 0)
+            .unwrap();
+        assert_eq!(p.offsets().high_watermark, 3);
+        assert_eq!(p.offsets().log_end_offset, 6);
+        assert!(p
+            .read(3, 1 << 20, FetchIsolation::HighWatermark)
+            .unwrap()
+            .bytes
+            .is_empty());
+        assert!(!p
+            .read(3, 1 << 20, FetchIsolation::LogEnd)
+            .unwrap()
+            .bytes
+            .is_empty());
+        assert_eq!(p.max_timestamp().unwrap().map(|(o, _)| o < 3), Some(true));
+    }
 
     #[test]
     fn resolve_reads_the_cleaner_keys() {

@@ -29,7 +29,7 @@ use kafka_protocol::records::{Record as KafkaRecord, RecordBatchDecoder};
 use crate::cluster::Metadata;
 use crate::log::{plain, split_batches};
 use crate::plugin::SourcePosition;
-use crate::replica::{now_ms, ReplicaManager};
+use crate::replica::{now_ms, FetchIsolation, ReplicaManager};
 
 /// Source offsets topic.
 pub const OFFSETS_TOPIC: &str = "__connect_offsets";
@@ -139,10 +139,11 @@ impl InternalTopic {
             return Ok(Vec::new());
         };
         let mut out = Vec::new();
-        let (mut offset, end) = partition.with_log(|l| (l.log_start_offset(), l.log_end_offset()));
+        let offsets = partition.offsets();
+        let (mut offset, end) = (offsets.log_start_offset, offsets.log_end_offset);
         while offset < end {
             let read = partition
-                .with_log(|l| l.read(offset, REPLAY_READ_BYTES, end))
+                .read(offset, REPLAY_READ_BYTES, FetchIsolation::LogEnd)
                 .map_err(|e| format!("{}-0 at {offset}: {e}", self.name))?;
             if read.bytes.is_empty() {
                 break;

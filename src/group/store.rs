@@ -19,7 +19,7 @@ use kafka_protocol::records::{Record, RecordBatchDecoder};
 use crate::cluster::{Metadata, TopicMeta};
 use crate::config::GroupSettings;
 use crate::log::{plain, split_batches};
-use crate::replica::{now_ms, ReplicaManager};
+use crate::replica::{now_ms, FetchIsolation, ReplicaManager};
 
 /// The internal topic holding committed offsets and group metadata.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
@@ -422,11 +422,11 @@ impl OffsetStore {
             let Some(partition) = self.replicas.partition(OFFSETS_TOPIC, index) else {
                 continue;
             };
-            let (mut offset, end) =
-                partition.with_log(|l| (l.log_start_offset(), l.log_end_offset()));
+            let offsets = partition.offsets();
+            let (mut offset, end) = (offsets.log_start_offset, offsets.log_end_offset);
             while offset < end {
                 let read = partition
-                    .with_log(|l| l.read(offset, 1 << 20, end))
+                    .read(offset, 1 << 20, FetchIsolation::LogEnd)
                     .map_err(|e| format!("{OFFSETS_TOPIC}-{index} at {offset}: {e}"))?;
                 if read.bytes.is_empty() {
                     break;

@@ -840,8 +840,8 @@ impl TransformManager {
             .iter()
             .filter_map(|&p| {
                 let partition = self.ctx.replicas.partition(&spec.input, p)?;
-                let (start, end) =
-                    partition.with_log(|l| (l.log_start_offset(), l.log_end_offset()));
+                let offsets = partition.offsets();
+                let (start, end) = (offsets.log_start_offset, offsets.high_watermark);
                 let at = committed.get(&p).copied().unwrap_or(start).max(start);
                 Some((end - at).max(0))
             })

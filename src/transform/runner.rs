@@ -37,6 +37,7 @@ use crate::ingest::Ingest;
 use crate::log::LogError;
 use crate::plugin::{BatchContext, Header, PluginError, Record, Transform};
 use crate::protocol::Context;
+use crate::replica::FetchIsolation;
 
 /// Most records given to the transform in one call.
 pub const CHUNK_MAX_RECORDS: usize = 1000;
@@ -99,7 +100,7 @@ impl Runner {
                 break;
             }
             // Taken before looking, so an append between the look and the wait is not missed.
-            let mut ticket = self.ctx.replicas.purgatory().ticket();
+            let mut watches = self.ctx.replicas.watch_high_watermarks(&self.d.spec.input);
             self.swap_pending();
             match self.pass().await {
                 Ok(true) => continue,
@@ -111,7 +112,7 @@ impl Runner {
                 }
             }
             tokio::select! {
-                _ = ticket.changed() => {}
+                _ = crate::purgatory::any_changed(&mut watches) => {}
                 _ = self.stop.changed() => {}
                 _ = self.d.wake.notified() => {}
                 _ = tokio::time::sleep(Duration::from_millis(IDLE_WAIT_MS)) => {}
@@ -183,7 +184,7 @@ impl Runner {
         let Some(partition) = self.ctx.replicas.partition(input, p) else {
             return Ok(None);
         };
-        let log_start = partition.with_log(|l| l.log_start_offset());
+        let log_start = partition.offsets().log_start_offset;
         let pos = match self.positions.get(&p) {
             Some(&pos) => pos,
             None => {
@@ -192,10 +193,7 @@ impl Runner {
                 pos
             }
         };
-        let read = partition.with_log(|l| {
-            let leo = l.log_end_offset();
-            l.read(pos, READ_MAX_BYTES, leo)
-        });
+        let read = partition.read(pos, READ_MAX_BYTES, FetchIsolation::HighWatermark);
         let bytes = match read {
             Ok(r) => r.bytes,
             Err(LogError::OffsetOutOfRange {
