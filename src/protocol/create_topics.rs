@@ -16,7 +16,7 @@ use kafka_protocol::ResponseError;
 
 use crate::replica::effective_topic_configs;
 
-use super::topics::{self, TopicError};
+use crate::topics::{self, TopicError};
 use super::Context;
 
 /// Handles a CreateTopics request.
@@ -123,8 +123,7 @@ fn create_one(
         }
         (t.assignments.len() as i32, 1)
     };
-    topics::create(
-        ctx,
+    topics::create(&ctx.topics,
         name,
         partitions,
         replication_factor,

@@ -28,7 +28,7 @@ use crate::config::{topic_key, BrokerConfig, KeyType};
 use crate::replica::effective_topic_configs;
 
 use super::alter_configs::{outcome, refused_resource};
-use super::topics::{self, TopicError};
+use crate::topics::{self, TopicError};
 use super::Context;
 
 /// One operation on one key (the wire's `config_operation`).
@@ -155,7 +155,7 @@ pub fn handle(
             let name = r.resource_name.as_str();
             let result = match refused_resource(r.resource_type, name, &mut seen) {
                 Some(e) => Err(e),
-                None => topics::alter_configs(ctx, name, request.validate_only, |current| {
+                None => topics::alter_configs(&ctx.topics, name, request.validate_only, |current| {
                     apply(&ctx.config, current, &r.configs)
                 }),
             };
