@@ -331,6 +331,9 @@ mod tidy {
                 }
             }
         }
-        assert!(offenders.is_empty(), "imports of the protocol layer: {offenders:#?}");
+        assert!(
+            offenders.is_empty(),
+            "imports of the protocol layer: {offenders:#?}"
+        );
     }
 }

@@ -59,9 +59,9 @@ use serde_json::{json, Value};
 use tokio::sync::watch as tokio_watch;
 use tokio::task::JoinHandle;
 
-use crate::ingest::Ingest;
 use crate::cluster::Metadata;
 use crate::group::GroupCoordinator;
+use crate::ingest::Ingest;
 use crate::plugin::{PluginError, PluginHost};
 use crate::replica::ReplicaManager;
 use config::{ConnectorConfig, ConnectorKind};

@@ -21,8 +21,8 @@ use kafka_protocol::messages::{AlterConfigsRequest, AlterConfigsResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::topics::{self, TopicError};
 use super::Context;
+use crate::topics::{self, TopicError};
 
 /// Resource type: topic.
 pub(super) const TOPIC: i8 = 2;

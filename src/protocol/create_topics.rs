@@ -16,8 +16,8 @@ use kafka_protocol::ResponseError;
 
 use crate::replica::effective_topic_configs;
 
-use crate::topics::{self, TopicError};
 use super::Context;
+use crate::topics::{self, TopicError};
 
 /// Handles a CreateTopics request.
 pub fn handle(ctx: &Context, request: CreateTopicsRequest, version: i16) -> CreateTopicsResponse {
@@ -123,7 +123,8 @@ fn create_one(
         }
         (t.assignments.len() as i32, 1)
     };
-    topics::create(&ctx.topics,
+    topics::create(
+        &ctx.topics,
         name,
         partitions,
         replication_factor,

@@ -36,9 +36,9 @@ use kafka_protocol::ResponseError;
 
 use super::inline::InlineSlot;
 use super::Tolerance;
+use crate::ingest::Ingest;
 use crate::log::rewrite::{decode_records, BatchBuilder, DecodedRecord};
 use crate::log::{Compression, ValidatedBatch};
-use crate::ingest::Ingest;
 use crate::plugin::{BatchContext, Header, OutputBatch, PluginError, Record, Transform};
 
 /// Named plugin errors handled by re-running the rest of the batch; past this many in one

@@ -49,7 +49,9 @@ fn read_values(consumer: &BaseConsumer, count: usize) -> BTreeMap<i32, Vec<(i64,
         match consumer.poll(Duration::from_millis(200)) {
             Some(Ok(m)) => {
                 let value = String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned();
-                out.entry(m.partition()).or_default().push((m.offset(), value));
+                out.entry(m.partition())
+                    .or_default()
+                    .push((m.offset(), value));
                 n += 1;
             }
             Some(Err(e)) => panic!("consumer error: {e}"),
@@ -69,8 +71,12 @@ async fn a_stopped_broker_releases_its_files_and_a_new_one_starts_on_its_dir() {
     for i in 0..RECORDS {
         let value = format!("record {i}");
         sent.push(
-            p.send_result(FutureRecord::to(TOPIC).key(&format!("k{i}")).payload(&value))
-                .unwrap(),
+            p.send_result(
+                FutureRecord::to(TOPIC)
+                    .key(&format!("k{i}"))
+                    .payload(&value),
+            )
+            .unwrap(),
         );
     }
     for f in sent {
@@ -110,13 +116,13 @@ async fn a_stopped_broker_releases_its_files_and_a_new_one_starts_on_its_dir() {
     let after = read_values(&c, RECORDS);
     assert_eq!(after, before, "the new broker serves what the first stored");
     let committed = c
-        .committed_offsets(
-            c.assignment().unwrap(),
-            Duration::from_secs(10),
-        )
+        .committed_offsets(c.assignment().unwrap(), Duration::from_secs(10))
         .expect("committed offsets");
     for p in 0..PARTITIONS {
-        let next = before.get(&p).and_then(|r| r.last()).map_or(0, |(o, _)| o + 1);
+        let next = before
+            .get(&p)
+            .and_then(|r| r.last())
+            .map_or(0, |(o, _)| o + 1);
         assert_eq!(
             committed.find_partition(TOPIC, p).map(|e| e.offset()),
             Some(Offset::Offset(next)),
