@@ -241,6 +241,23 @@ impl LogError {
             LogError::InvalidConfig { .. } => 40,
         }
     }
+
+    /// The Kafka error an append on a client's behalf answers with (Produce, and the
+    /// broker's own writes through `ingest`): OUT_OF_ORDER_SEQUENCE_NUMBER (45),
+    /// INVALID_PRODUCER_EPOCH (47), OFFSET_OUT_OF_RANGE (1), else KAFKA_STORAGE_ERROR
+    /// (56). Unlike [`LogError::kafka_error_code`] that includes `InvalidConfig`, which an
+    /// append cannot cause (issue 11 §4 makes the two one mapping).
+    pub fn append_error(&self) -> kafka_protocol::ResponseError {
+        use kafka_protocol::ResponseError;
+        match self {
+            LogError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
+            LogError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
+            LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+            LogError::Io { .. } | LogError::Corrupt { .. } | LogError::InvalidConfig { .. } => {
+                ResponseError::KafkaStorageError
+            }
+        }
+    }
 }
 
 /// One partition's log. See the module doc.

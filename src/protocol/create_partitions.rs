@@ -11,8 +11,8 @@ use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use super::topics::{TopicError, MAX_PARTITIONS_PER_TOPIC};
 use super::Context;
+use crate::topics::{TopicError, MAX_PARTITIONS_PER_TOPIC};
 
 fn grow(
     ctx: &Context,

@@ -19,7 +19,8 @@ use kafka_protocol::ResponseError;
 
 use crate::cluster::{is_internal_topic, TopicMeta};
 
-use super::{topics, Context};
+use super::Context;
+use crate::topics;
 
 fn topic_entry(ctx: &Context, t: &TopicMeta) -> MetadataResponseTopic {
     let me = BrokerId(ctx.metadata.node_id());
@@ -65,7 +66,7 @@ pub fn handle(ctx: &Context, request: MetadataRequest, version: i16) -> Metadata
             match req.name {
                 Some(name) => {
                     let name = name.0.as_str().to_string();
-                    match topics::get_or_auto_create(ctx, &name, allow_auto_create) {
+                    match topics::get_or_auto_create(&ctx.topics, &name, allow_auto_create) {
                         Ok(t) => out.push(topic_entry(ctx, &t)),
                         Err(e) => out.push(error_entry(Some(name), e.error)),
                     }

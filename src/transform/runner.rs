@@ -31,12 +31,11 @@ use bytes::{Buf, Bytes};
 use kafka_protocol::records::RecordBatchDecoder;
 use tokio::sync::watch;
 
-use super::{Deployment, RunState, Tolerance};
+use super::{Deployment, Owners, RunState, Tolerance};
 use crate::group::{CommitRequest, OffsetToCommit};
 use crate::ingest::Ingest;
 use crate::log::LogError;
 use crate::plugin::{BatchContext, Header, PluginError, Record, Transform};
-use crate::protocol::Context;
 use crate::replica::FetchIsolation;
 
 /// Most records given to the transform in one call.
@@ -61,7 +60,7 @@ enum Work {
 /// The task of one async deployment.
 pub(crate) struct Runner {
     pub(crate) d: Arc<Deployment>,
-    pub(crate) ctx: Context,
+    pub(crate) ctx: Owners,
     pub(crate) ingest: Arc<Ingest>,
     pub(crate) transform: Transform,
     pub(crate) version: String,
@@ -74,7 +73,7 @@ impl Runner {
     /// A runner for `d` with a loaded `transform` of `version`.
     pub(crate) fn new(
         d: Arc<Deployment>,
-        ctx: Context,
+        ctx: Owners,
         ingest: Arc<Ingest>,
         transform: Transform,
         version: String,

@@ -22,6 +22,7 @@ mod groups;
 mod guests;
 mod harness;
 mod inline;
+mod lifecycle;
 mod plugins;
 mod rdkafka_client;
 mod rest_produce;

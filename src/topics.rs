@@ -1,5 +1,7 @@
-//! Topic creation shared by CreateTopics, auto-creation on Metadata and on Produce; topic
-//! config changes shared by AlterConfigs and IncrementalAlterConfigs.
+//! Topic lifecycle changes asked for from outside: creation shared by CreateTopics,
+//! auto-creation on Metadata and on Produce and the ingest path (transform outputs,
+//! dead-letter topics, HTTP produce, connectors); topic config changes shared by
+//! AlterConfigs and IncrementalAlterConfigs.
 //!
 //! Validates like Kafka (`Topic.validate`, `.`/`_` collisions, partitions ≥ 1, replication
 //! factor ≤ live brokers, known topic-level config keys with valid values), then asks
@@ -8,15 +10,31 @@
 //! Errors returned: INVALID_TOPIC_EXCEPTION (17), TOPIC_ALREADY_EXISTS (36),
 //! INVALID_PARTITIONS (37), INVALID_REPLICATION_FACTOR (38), INVALID_CONFIG (40),
 //! UNKNOWN_SERVER_ERROR (-1) when the metadata or log cannot be written.
+//!
+//! Never does: hold state of its own (it calls the owners in [`Topics`], which the
+//! composition root hands to the protocol layer and to `ingest`), or speak the wire
+//! protocol (callers turn a [`TopicError`] into their response).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use kafka_protocol::ResponseError;
 
-use crate::cluster::{validate_topic_name, TopicMeta};
-use crate::config::{check_value, topic_key};
+use crate::cluster::{validate_topic_name, Metadata, TopicMeta};
+use crate::config::{check_value, topic_key, BrokerConfig};
+use crate::replica::ReplicaManager;
 
-use super::Context;
+/// The owners a topic change goes through: the broker defaults, the topic registry and
+/// the partition logs. Built once by `broker`; cheap to clone (three `Arc`s).
+#[derive(Debug, Clone)]
+pub struct Topics {
+    /// Broker configuration (`num.partitions`, `auto.create.topics.enable`, ...).
+    pub config: Arc<BrokerConfig>,
+    /// Cluster metadata: where topics are recorded.
+    pub metadata: Arc<Metadata>,
+    /// Hosted partitions: where a topic's logs are opened and reconfigured.
+    pub replicas: Arc<ReplicaManager>,
+}
 
 /// Most partitions one topic may have (a limit on everything; Kafka has none, but each
 /// partition here is a directory and open files).
@@ -32,7 +50,8 @@ pub struct TopicError {
 }
 
 impl TopicError {
-    pub(super) fn new(error: ResponseError, message: impl Into<String>) -> TopicError {
+    /// A refusal with `error` and `message`.
+    pub fn new(error: ResponseError, message: impl Into<String>) -> TopicError {
         TopicError {
             error,
             message: message.into(),
@@ -41,7 +60,7 @@ impl TopicError {
 }
 
 /// Checks a topic name, including the `.`/`_` collision with existing topics.
-pub fn check_name(ctx: &Context, name: &str) -> Result<(), TopicError> {
+pub fn check_name(ctx: &Topics, name: &str) -> Result<(), TopicError> {
     validate_topic_name(name)
         .map_err(|e| TopicError::new(ResponseError::InvalidTopicException, e.to_string()))?;
     if let Some(other) = ctx.metadata.colliding_topic(name) {
@@ -72,7 +91,7 @@ pub fn check_configs(configs: &BTreeMap<String, String>) -> Result<(), TopicErro
 /// Validates and (unless `validate_only`) creates a topic with its partition logs.
 /// `partitions` / `replication_factor` of -1 mean the broker defaults.
 pub fn create(
-    ctx: &Context,
+    ctx: &Topics,
     name: &str,
     partitions: i32,
     replication_factor: i16,
@@ -165,7 +184,7 @@ pub fn create(
 /// Errors: UNKNOWN_TOPIC_OR_PARTITION (3), INVALID_CONFIG (40), whatever `f` returns,
 /// UNKNOWN_SERVER_ERROR (-1) when the metadata cannot be written.
 pub fn alter_configs(
-    ctx: &Context,
+    ctx: &Topics,
     name: &str,
     validate_only: bool,
     f: impl FnOnce(&BTreeMap<String, String>) -> Result<BTreeMap<String, String>, TopicError>,
@@ -212,7 +231,7 @@ pub fn alter_configs(
 /// and `allowed` say so. `Err` carries the error for this topic (UNKNOWN_TOPIC_OR_PARTITION
 /// (3) when it does not exist and may not be created).
 pub fn get_or_auto_create(
-    ctx: &Context,
+    ctx: &Topics,
     name: &str,
     allowed: bool,
 ) -> Result<TopicMeta, TopicError> {
