@@ -17,11 +17,14 @@
 //! 3. `append` through the replica manager, then the transform's dead letters.
 //! 4. `respond`: the partition's answer from the append's outcome.
 //!
-//! acks=0 does the work and sends nothing; acks=1 and acks=-1 answer once the batch is in
-//! the log (on one node the log is the whole ISR).
+//! acks=0 does the work and sends nothing; acks=1 answers once the batch is in the
+//! leader's log; acks=-1 (all) then parks on the partition's high watermark until it
+//! passes the batch (`acks_all_replicated`; every in-sync replica has it), or answers
+//! REQUEST_TIMED_OUT (7) at `timeout_ms`. On one node the ISR is the broker itself, so
+//! the append already advanced the high watermark.
 //!
 //! Errors returned per partition: UNKNOWN_TOPIC_OR_PARTITION (3), CORRUPT_MESSAGE (2),
-//! MESSAGE_TOO_LARGE (10), INVALID_TOPIC_EXCEPTION (17; also for internal topics such as `__consumer_offsets`), INVALID_REQUIRED_ACKS (21),
+//! REQUEST_TIMED_OUT (7), MESSAGE_TOO_LARGE (10), INVALID_TOPIC_EXCEPTION (17; also for internal topics such as `__consumer_offsets`), INVALID_REQUIRED_ACKS (21),
 //! OUT_OF_ORDER_SEQUENCE_NUMBER (45), INVALID_PRODUCER_EPOCH (47),
 //! KAFKA_STORAGE_ERROR (56), UNSUPPORTED_COMPRESSION_TYPE (76), INVALID_RECORD (87; also
 //! when an inline transform fails under `errors.tolerance=none`, with KIP-467 record errors
@@ -46,6 +49,9 @@ use crate::transform::inline::InlineSlot;
 
 use super::records::{validate_records, RecordLimits, KEYLESS_RECORD};
 use super::Context;
+
+/// The longest acks=all wait honoured (a limit on every wait), 5 minutes.
+const MAX_TIMEOUT_MS: i32 = 5 * 60 * 1000;
 
 fn partition_error(
     index: i32,
@@ -100,6 +106,11 @@ pub async fn handle(
     version: i16,
 ) -> Option<ProduceResponse> {
     let acks = request.acks;
+    // acks=all: one deadline for the whole request, as Kafka's DelayedProduce.
+    let acks_all_deadline = (acks == -1).then(|| {
+        tokio::time::Instant::now()
+            + std::time::Duration::from_millis(request.timeout_ms.clamp(0, MAX_TIMEOUT_MS) as u64)
+    });
     let mut responses = Vec::with_capacity(request.topic_data.len());
     for topic in request.topic_data {
         let name = topic.name.0.as_str().to_string();
@@ -109,7 +120,17 @@ pub async fn handle(
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
         for data in topic.partition_data {
             partitions.push(match &meta {
-                Ok(meta) => produce_partition(ctx, meta, inline.as_deref(), data, version).await,
+                Ok(meta) => {
+                    produce_partition(
+                        ctx,
+                        meta,
+                        inline.as_deref(),
+                        data,
+                        version,
+                        acks_all_deadline,
+                    )
+                    .await
+                }
                 Err(e) => partition_error(data.index, *e, None),
             });
         }
@@ -146,6 +167,7 @@ async fn produce_partition(
     inline: Option<&InlineSlot>,
     data: PartitionProduceData,
     version: i16,
+    acks_all_deadline: Option<tokio::time::Instant>,
 ) -> PartitionProduceResponse {
     let index = data.index;
     let valid = match validate(ctx, topic, data, version) {
@@ -170,7 +192,34 @@ async fn produce_partition(
         },
     };
     let appended = append(ctx, &valid.partition, inline, target, applied).await;
+    if let (Ok(info), Some(deadline)) = (&appended, acks_all_deadline) {
+        if !acks_all_replicated(&valid.partition, info, deadline).await {
+            return partition_error(
+                index,
+                ResponseError::RequestTimedOut,
+                Some("the in-sync replicas did not acknowledge the batch within timeout_ms".into()),
+            );
+        }
+    }
     respond(&topic.name, index, appended)
+}
+
+/// Step 3b, acks=all: parks (never blocking a thread) until the partition's high
+/// watermark passes the batch's last offset, i.e. every in-sync replica has it, or until
+/// the request's `timeout_ms` deadline (then REQUEST_TIMED_OUT, 7, as Kafka's
+/// DelayedProduce). On a single node the ISR is this broker alone and the append itself
+/// advanced the high watermark, so this returns at once.
+async fn acks_all_replicated(
+    partition: &Partition,
+    info: &AppendInfo,
+    deadline: tokio::time::Instant,
+) -> bool {
+    let left_ms = deadline
+        .saturating_duration_since(tokio::time::Instant::now())
+        .as_millis() as u64;
+    partition
+        .wait_for_high_watermark(info.last_offset, left_ms)
+        .await
 }
 
 /// A partition's batches that passed `validate`, and the settings the later steps use
@@ -193,6 +242,9 @@ struct Validated {
 /// Errors, as the partition's response: UNKNOWN_TOPIC_OR_PARTITION (3), INVALID_RECORD
 /// (87; with KIP-467 record errors for keyless records on a compacted topic),
 /// CORRUPT_MESSAGE (2), MESSAGE_TOO_LARGE (10), UNSUPPORTED_COMPRESSION_TYPE (76).
+// The error is the partition's finished answer, built once per partition: boxing it
+// would cost an allocation on the refusal path to save a copy.
+#[allow(clippy::result_large_err)]
 fn validate(
     ctx: &Context,
     topic: &TopicMeta,
