@@ -1,7 +1,7 @@
 //! The replica manager: the partitions this broker hosts and the entry points that append
 //! to and read from them (Kafka's `ReplicaManager`).
 //!
-//! Owns: the map topic-partition → [`Partition`] (a [`PartitionLog`] behind a mutex plus the
+//! Owns: the map topic-partition → [`Partition`] (a [`PartitionLog`] behind a read-write lock plus the
 //! topic settings the produce path needs), opening every log at start-up, creating and
 //! deleting partition logs when topics change, the background retention task, and waking
 //! the purgatory after each append. On a single node the high watermark equals the log end
@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use crate::cluster::TopicMeta;
 use crate::config::{BrokerConfig, TOPIC_KEYS};
 use crate::log::{
-    AppendInfo, AppendOptions, CleanupPolicy, Compression, LogConfig, LogError, PartitionLog,
-    ValidatedBatch,
+    AppendInfo, AppendOptions, CleanerThrottle, CleanupPolicy, Compression, LogConfig, LogError,
+    PartitionLog, ValidatedBatch,
 };
 use crate::purgatory::Purgatory;
 
@@ -177,7 +177,9 @@ pub struct Partition {
     pub index: i32,
     /// Settings from the topic config; swapped by [`ReplicaManager::reconfigure_topic`].
     settings: RwLock<ProduceSettings>,
-    log: Mutex<PartitionLog>,
+    /// Reads (fetch, ListOffsets) share it; appends, retention, compaction's plan and
+    /// install steps, config changes and flushes take it exclusively.
+    log: RwLock<PartitionLog>,
 }
 
 impl Partition {
@@ -189,10 +191,19 @@ impl Partition {
             .expect("partition settings lock poisoned")
     }
 
-    /// Runs `f` with the log locked. The lock is a `std` mutex: never held across `.await`.
+    /// Runs `f` with the log locked exclusively (for changes: append, retention, config,
+    /// flush). The lock is a `std` `RwLock`: never held across `.await`.
     pub fn with_log<T>(&self, f: impl FnOnce(&mut PartitionLog) -> T) -> T {
-        let mut log = self.log.lock().expect("partition log lock poisoned");
+        let mut log = self.log.write().expect("partition log lock poisoned");
         f(&mut log)
+    }
+
+    /// Runs `f` with the log locked shared (reads: any number at once, and alongside a
+    /// compaction's prepare step, which holds no lock). A `std` `RwLock`: never held
+    /// across `.await`.
+    pub fn with_log_read<T>(&self, f: impl FnOnce(&PartitionLog) -> T) -> T {
+        let log = self.log.read().expect("partition log lock poisoned");
+        f(&log)
     }
 
     /// The high watermark: on a single node, the log end offset.
@@ -262,7 +273,7 @@ impl ReplicaManager {
                 topic: meta.name.clone(),
                 index,
                 settings: RwLock::new(settings),
-                log: Mutex::new(log),
+                log: RwLock::new(log),
             });
             self.write().insert((meta.name.clone(), index), p);
         }
@@ -374,14 +385,18 @@ impl ReplicaManager {
     }
 
     /// Runs retention, then compaction, on every partition once (the background task in
-    /// `broker.rs` calls it every `log.retention.check.interval.ms`): time/size retention
-    /// where `cleanup.policy` has `delete`, [`PartitionLog::compact`] where it has
-    /// `compact` (each logs a line when it removed something). A failure is logged and
-    /// leaves that partition as it was; the others go on. Returns the number of segments
-    /// deleted by retention.
+    /// `broker.rs` calls it every `log.retention.check.interval.ms`, on a blocking thread):
+    /// time/size retention where `cleanup.policy` has `delete`, compaction where it has
+    /// `compact` (each logs a line when it removed something). Compaction holds the
+    /// partition's lock only to plan and to install: its expensive step
+    /// ([`crate::log::CompactionPlan::prepare`], throttled by
+    /// `log.cleaner.io.max.bytes.per.second`) runs with no lock, so produce and fetch on a
+    /// compacting partition go on. A failure is logged and leaves that partition as it
+    /// was; the others go on. Returns the number of segments deleted by retention.
     pub fn apply_retention(&self) -> usize {
         let parts: Vec<Arc<Partition>> = self.read().values().cloned().collect();
         let now = now_ms();
+        let mut throttle = CleanerThrottle::new(self.broker.cleaner_io_max_bytes_per_second);
         let mut deleted = 0;
         for p in parts {
             match p.with_log(|l| l.apply_retention(now)) {
@@ -395,8 +410,29 @@ impl ReplicaManager {
                     tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "retention failed")
                 }
             }
-            match p.with_log(|l| l.compact(now)) {
-                Ok(stats) if stats.cleaned => tracing::info!(
+            let plan = p.with_log(|l| l.plan_compaction(now));
+            if !plan.is_due() {
+                continue;
+            }
+            tracing::info!(
+                topic = %p.topic,
+                partition = p.index,
+                dirty_ratio = plan.stats().dirty_ratio,
+                bytes = plan.stats().bytes_before,
+                "compacting partition"
+            );
+            let installed = plan.prepare(&mut throttle).and_then(|prepared| {
+                let hosted = self
+                    .partition(&p.topic, p.index)
+                    .is_some_and(|q| Arc::ptr_eq(&q, &p));
+                if !hosted {
+                    // Deleted (or recreated) meanwhile; dropping the copies removes them.
+                    return Ok(None);
+                }
+                p.with_log(|l| l.install_compaction(prepared)).map(Some)
+            });
+            match installed {
+                Ok(Some(stats)) if stats.cleaned => tracing::info!(
                     topic = %p.topic,
                     partition = p.index,
                     dirty_ratio = stats.dirty_ratio,
