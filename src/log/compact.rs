@@ -612,7 +612,7 @@ impl CompactionPlan {
                         copy: CleanedCopy {
                             dir: plan.dir.clone(),
                             base_offset: segment.base_offset,
-                            segment: Some(cleaned),
+                            segment: Some(Box::new(cleaned)),
                         },
                         records_removed,
                     }
@@ -632,13 +632,14 @@ impl CompactionPlan {
 struct CleanedCopy {
     dir: PathBuf,
     base_offset: i64,
-    /// `None` once installed.
-    segment: Option<Segment>,
+    /// `None` once installed. Boxed: a `Segment` is large beside the other outcomes.
+    segment: Option<Box<Segment>>,
 }
 
 impl CleanedCopy {
     fn into_segment(mut self) -> Segment {
-        self.segment
+        *self
+            .segment
             .take()
             .expect("a prepared copy is installed once")
     }
