@@ -18,14 +18,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
-use crate::cluster::TopicMeta;
-use crate::config::{BrokerConfig, TOPIC_KEYS};
 use bytes::Bytes;
 use tokio::sync::watch;
 
+use crate::cluster::TopicMeta;
+use crate::config::{BrokerConfig, TOPIC_KEYS};
 use crate::log::{
-    AppendInfo, AppendOptions, CleanupPolicy, CompactionStats, Compression, LogConfig, LogError,
-    PartitionLog, ValidatedBatch,
+    AppendInfo, AppendOptions, CleanerThrottle, CleanupPolicy, CompactionPlan, CompactionStats,
+    Compression, LogConfig, LogError, PartitionLog, PreparedCompaction, ValidatedBatch,
 };
 use crate::purgatory::Purgatory;
 
@@ -286,7 +286,9 @@ pub struct Partition {
     node_id: i32,
     /// Settings from the topic config; swapped by [`ReplicaManager::reconfigure_topic`].
     settings: RwLock<ProduceSettings>,
-    log: Mutex<PartitionLog>,
+    /// Reads (fetch, ListOffsets) share it; appends, retention, compaction's plan and
+    /// install steps, config changes and flushes take it exclusively.
+    log: RwLock<PartitionLog>,
     /// The role; locked after `log` when both are held.
     role: Mutex<ReplicaRole>,
     /// The high watermark, published: parked fetches and acks=all produces wait on it.
@@ -310,7 +312,7 @@ impl Partition {
             index,
             node_id,
             settings: RwLock::new(settings),
-            log: Mutex::new(log),
+            log: RwLock::new(log),
             role: Mutex::new(ReplicaRole::Leader {
                 leader_epoch: 0,
                 isr: vec![node_id],
@@ -328,10 +330,17 @@ impl Partition {
             .expect("partition settings lock poisoned")
     }
 
-    /// The log, locked. A `std` mutex: never held across `.await`. Private: the
-    /// partition offers operations, not its insides.
-    fn log(&self) -> std::sync::MutexGuard<'_, PartitionLog> {
-        self.log.lock().expect("partition log lock poisoned")
+    /// The log, locked shared: reads (any number at once, and alongside a compaction's
+    /// prepare step, which holds no lock). A `std` `RwLock`: never held across `.await`.
+    /// Private: the partition offers operations, not its insides.
+    fn log(&self) -> std::sync::RwLockReadGuard<'_, PartitionLog> {
+        self.log.read().expect("partition log lock poisoned")
+    }
+
+    /// The log, locked exclusively: appends, retention, compaction's plan and install
+    /// steps, config changes, flushes.
+    fn log_mut(&self) -> std::sync::RwLockWriteGuard<'_, PartitionLog> {
+        self.log.write().expect("partition log lock poisoned")
     }
 
     fn role(&self) -> std::sync::MutexGuard<'_, ReplicaRole> {
@@ -452,7 +461,7 @@ impl Partition {
             log_append_time_ms: self.settings().log_append_time.then_some(now_ms),
             leader_epoch,
         };
-        let mut log = self.log();
+        let mut log = self.log_mut();
         let mut first: Option<AppendInfo> = None;
         let mut result = Ok(());
         for batch in batches {
@@ -489,22 +498,37 @@ impl Partition {
     /// Retention (then compaction) on this partition's log; returns the segments deleted
     /// by retention. See [`PartitionLog::apply_retention`] and [`PartitionLog::compact`].
     fn apply_retention(&self, now_ms: i64) -> Result<usize, LogError> {
-        let mut log = self.log();
+        let mut log = self.log_mut();
         let deleted = log.apply_retention(now_ms)?;
         self.update_high_watermark(&log);
         Ok(deleted)
     }
 
-    fn compact(&self, now_ms: i64) -> Result<CompactionStats, LogError> {
-        self.log().compact(now_ms)
+    /// Compaction step 1, under the exclusive lock (cheap): what a run would clean. See
+    /// [`PartitionLog::plan_compaction`]; step 2, `CompactionPlan::prepare`, runs with no
+    /// lock held, so produce and fetch go on.
+    fn plan_compaction(&self, now_ms: i64) -> CompactionPlan {
+        self.log_mut().plan_compaction(now_ms)
+    }
+
+    /// Compaction step 3, under the exclusive lock: swaps the prepared segments in, or
+    /// discards them if the log changed meanwhile ([`PartitionLog::install_compaction`]).
+    fn install_compaction(
+        &self,
+        prepared: PreparedCompaction,
+    ) -> Result<CompactionStats, LogError> {
+        let mut log = self.log_mut();
+        let stats = log.install_compaction(prepared)?;
+        self.update_high_watermark(&log);
+        Ok(stats)
     }
 
     fn flush(&self) -> Result<(), LogError> {
-        self.log().flush()
+        self.log_mut().flush()
     }
 
     fn set_log_config(&self, config: LogConfig) -> Result<(), LogError> {
-        self.log().set_config(config)
+        self.log_mut().set_config(config)
     }
 }
 
@@ -674,14 +698,18 @@ impl ReplicaManager {
     }
 
     /// Runs retention, then compaction, on every partition once (the background task in
-    /// `broker.rs` calls it every `log.retention.check.interval.ms`): time/size retention
-    /// where `cleanup.policy` has `delete`, [`PartitionLog::compact`] where it has
-    /// `compact` (each logs a line when it removed something). A failure is logged and
-    /// leaves that partition as it was; the others go on. Returns the number of segments
-    /// deleted by retention.
+    /// `broker.rs` calls it every `log.retention.check.interval.ms`, on a blocking thread):
+    /// time/size retention where `cleanup.policy` has `delete`, compaction where it has
+    /// `compact` (each logs a line when it removed something). Compaction holds the
+    /// partition's lock only to plan and to install: its expensive step
+    /// ([`crate::log::CompactionPlan::prepare`], throttled by
+    /// `log.cleaner.io.max.bytes.per.second`) runs with no lock, so produce and fetch on a
+    /// compacting partition go on. A failure is logged and leaves that partition as it
+    /// was; the others go on. Returns the number of segments deleted by retention.
     pub fn apply_retention(&self) -> usize {
         let parts: Vec<Arc<Partition>> = self.read().values().cloned().collect();
         let now = now_ms();
+        let mut throttle = CleanerThrottle::new(self.broker.cleaner_io_max_bytes_per_second);
         let mut deleted = 0;
         for p in parts {
             match p.apply_retention(now) {
@@ -695,8 +723,29 @@ impl ReplicaManager {
                     tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "retention failed")
                 }
             }
-            match p.compact(now) {
-                Ok(stats) if stats.cleaned => tracing::info!(
+            let plan = p.plan_compaction(now);
+            if !plan.is_due() {
+                continue;
+            }
+            tracing::info!(
+                topic = %p.topic,
+                partition = p.index,
+                dirty_ratio = plan.stats().dirty_ratio,
+                bytes = plan.stats().bytes_before,
+                "compacting partition"
+            );
+            let installed = plan.prepare(&mut throttle).and_then(|prepared| {
+                let hosted = self
+                    .partition(&p.topic, p.index)
+                    .is_some_and(|q| Arc::ptr_eq(&q, &p));
+                if !hosted {
+                    // Deleted (or recreated) meanwhile; dropping the copies removes them.
+                    return Ok(None);
+                }
+                p.install_compaction(prepared).map(Some)
+            });
+            match installed {
+                Ok(Some(stats)) if stats.cleaned => tracing::info!(
                     topic = %p.topic,
                     partition = p.index,
                     dirty_ratio = stats.dirty_ratio,
