@@ -5,6 +5,7 @@
 //! for bad input.
 
 mod admin;
+mod architecture;
 mod bad_input;
 mod cli;
 mod clients;
