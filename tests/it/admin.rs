@@ -694,12 +694,12 @@ fn raw_partition_states(bootstrap: &str, topic: &str) -> (uuid::Uuid, PartitionS
     (t.topic_id, states)
 }
 
-/// librdkafka's view of a topic's partitions: (index, leader, replicas, ISR), or `None`
-/// when the broker does not list the topic.
-fn rdkafka_partition_states(
-    bootstrap: &str,
-    topic: &str,
-) -> Option<Vec<(i32, i32, Vec<i32>, Vec<i32>)>> {
+/// librdkafka's view of one partition: (index, leader, replicas, ISR).
+type RdkafkaPartition = (i32, i32, Vec<i32>, Vec<i32>);
+
+/// librdkafka's view of a topic's partitions, or `None` when the broker does not list the
+/// topic.
+fn rdkafka_partition_states(bootstrap: &str, topic: &str) -> Option<Vec<RdkafkaPartition>> {
     let c: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("allow.auto.create.topics", "false")
