@@ -144,14 +144,12 @@ pub async fn run(
         Metadata::open(&config.log_dir, config.node_id).context("cannot open cluster metadata")?,
     );
     let purgatory = Arc::new(Purgatory::new(config.fetch_purgatory_max_size));
-    let topics = metadata.topics();
     let started = std::time::Instant::now();
-    let replicas = Arc::new(
-        ReplicaManager::open(config.clone(), &topics, purgatory)
-            .context("cannot open partition logs")?,
-    );
+    // The replica manager opens every partition of the metadata image, then follows it.
+    let replicas = ReplicaManager::open(config.clone(), &metadata, purgatory)
+        .context("cannot open partition logs")?;
     tracing::info!(
-        topics = topics.len(),
+        topics = metadata.image().topic_count(),
         elapsed_ms = started.elapsed().as_millis() as u64,
         log_dir = %config.log_dir.display(),
         cluster_id = metadata.cluster_id(),

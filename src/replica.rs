@@ -6,7 +6,8 @@
 //! replica role ([`ReplicaRole`]: leader with ISR and follower state, or follower). Callers
 //! get [`Partition::offsets`], [`Partition::read`] bounded by a [`FetchIsolation`] and
 //! [`Partition::append_as_leader`], never the log. Also: opening every log at start-up,
-//! creating and deleting partition logs when topics change, the background retention task.
+//! creating, reconfiguring and deleting partition logs as metadata deltas say (it is a
+//! [`MetadataListener`]; topic existence is the metadata's alone), the retention task.
 //! A high watermark advance is published on the partition's own watch channel, which
 //! parked fetches and acks=all produces wait on (keyed per partition, see `purgatory`).
 //! On a single node the ISR is this broker alone, so the high watermark is the log end
@@ -21,7 +22,9 @@ use std::sync::{Arc, Mutex, RwLock};
 use bytes::Bytes;
 use tokio::sync::watch;
 
-use crate::cluster::TopicMeta;
+use crate::cluster::{
+    ListenerError, Metadata, MetadataDelta, MetadataListener, MetadataRecord, TopicMeta,
+};
 use crate::config::{BrokerConfig, TOPIC_KEYS};
 use crate::log::{
     AppendInfo, AppendOptions, CleanerThrottle, CleanupPolicy, CompactionPlan, CompactionStats,
@@ -542,9 +545,9 @@ pub struct ReplicaManager {
     broker: Arc<BrokerConfig>,
     partitions: RwLock<HashMap<PartitionKey, Arc<Partition>>>,
     purgatory: Arc<Purgatory>,
-    /// Serialises topic config changes from the metadata write to the last partition
-    /// reconfigured, so two concurrent alters cannot leave partitions on the older one.
-    config_changes: Mutex<()>,
+    /// Partition directories created by the prepared, not yet published, metadata change
+    /// (metadata changes are serialised: at most one is pending), removed if it aborts.
+    created_dirs: Mutex<Vec<PathBuf>>,
 }
 
 /// Milliseconds since the Unix epoch, from the system clock.
@@ -559,35 +562,126 @@ fn partition_dir(log_dir: &Path, topic: &str, index: i32) -> PathBuf {
     log_dir.join(format!("{topic}-{index}"))
 }
 
+/// What a metadata delta does to one topic's partitions on this broker.
+#[derive(Debug)]
+enum TopicChange<'a> {
+    /// Open partitions `from..meta.partitions` (a new topic, or partitions added).
+    Open { meta: &'a TopicMeta, from: i32 },
+    /// Apply the topic's new configs to its partitions.
+    Reconfigure(&'a TopicMeta),
+    /// Close partitions `0..partitions` and delete their directories.
+    Close { name: &'a str, partitions: i32 },
+}
+
+/// The changes `delta` makes to the partitions here, topic by topic in record order.
+///
+/// Errors: a delta that deletes a topic and creates another of the same name (two
+/// partitions would share a directory): none is built so.
+fn topic_changes(delta: &MetadataDelta) -> Result<Vec<TopicChange<'_>>, ListenerError> {
+    let (before, after) = (delta.before(), delta.after());
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for record in delta.records() {
+        let id = match record {
+            MetadataRecord::TopicCreated(t) => t.id,
+            MetadataRecord::PartitionsAdded { topic_id, .. }
+            | MetadataRecord::TopicConfigsChanged { topic_id, .. }
+            | MetadataRecord::TopicDeleted { topic_id } => *topic_id,
+            MetadataRecord::ProducerIdsReserved { .. } => continue,
+        };
+        if !seen.insert(id) {
+            continue;
+        }
+        match (before.topic_by_id(id), after.topic_by_id(id)) {
+            (None, Some(a)) => {
+                if before.topic(&a.name).is_some() {
+                    return Err(ListenerError {
+                        message: format!(
+                            "topic {} is deleted and created again in one metadata change",
+                            a.name
+                        ),
+                        source: None,
+                    });
+                }
+                out.push(TopicChange::Open { meta: a, from: 0 });
+            }
+            (Some(b), Some(a)) => {
+                if a.partitions > b.partitions {
+                    out.push(TopicChange::Open {
+                        meta: a,
+                        from: b.partitions,
+                    });
+                }
+                if a.configs != b.configs {
+                    out.push(TopicChange::Reconfigure(a));
+                }
+            }
+            (Some(b), None) => out.push(TopicChange::Close {
+                name: &b.name,
+                partitions: b.partitions,
+            }),
+            // Created and deleted within the delta: nothing to do here.
+            (None, None) => {}
+        }
+    }
+    Ok(out)
+}
+
+/// Removes `dir` and everything in it; a missing directory is fine.
+fn remove_partition_dir(dir: &Path) -> Result<(), LogError> {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(LogError::Io {
+            op: "delete partition directory",
+            path: dir.to_path_buf(),
+            source: e,
+        }),
+    }
+}
+
 impl ReplicaManager {
-    /// Opens the log of every partition of every topic in `topics` (recovering each).
+    /// A replica manager following `metadata`: it opens (recovering) the log of every
+    /// partition of the current image, then opens, reconfigures and closes partitions
+    /// as each metadata change is applied ([`MetadataListener`]).
     ///
-    /// Errors: the first [`LogError`] (an unreadable log dir stops start-up: serving with a
-    /// partition missing would answer UNKNOWN_TOPIC_OR_PARTITION for data that exists).
+    /// Errors: [`ListenerError`] naming the first partition whose log cannot be opened
+    /// (an unreadable log dir stops start-up: serving with a partition missing would
+    /// answer UNKNOWN_TOPIC_OR_PARTITION for data that exists). Existing data is never
+    /// removed on that path.
     pub fn open(
         broker: Arc<BrokerConfig>,
-        topics: &[TopicMeta],
+        metadata: &Metadata,
         purgatory: Arc<Purgatory>,
-    ) -> Result<ReplicaManager, LogError> {
-        let rm = ReplicaManager {
+    ) -> Result<Arc<ReplicaManager>, ListenerError> {
+        let rm = Arc::new(ReplicaManager {
             log_dir: broker.log_dir.clone(),
             broker,
             partitions: RwLock::new(HashMap::new()),
             purgatory,
-            config_changes: Mutex::new(()),
-        };
-        for t in topics {
-            rm.open_partitions(t, 0)?;
-        }
+            created_dirs: Mutex::new(Vec::new()),
+        });
+        metadata.register(rm.clone())?;
         Ok(rm)
     }
 
-    /// Opens (creating) the logs of partitions `from..meta.partitions` of a topic.
-    pub fn open_partitions(&self, meta: &TopicMeta, from: i32) -> Result<(), LogError> {
+    /// Opens (creating) the logs of partitions `from..meta.partitions` of a topic and
+    /// adds them to the map. Directories it creates are pushed to `created`. On error
+    /// the partitions it opened stay open: the caller undoes (see [`Self::undo_open`]).
+    fn open_partitions(
+        &self,
+        meta: &TopicMeta,
+        from: i32,
+        created: &mut Vec<PathBuf>,
+    ) -> Result<(), LogError> {
         let (log_config, settings) = resolve(&self.broker, &meta.configs);
         let now = now_ms();
         for index in from..meta.partitions {
             let dir = partition_dir(&self.log_dir, &meta.name, index);
+            if !dir.exists() {
+                // Pushed before opening: a log that fails half way leaves its directory.
+                created.push(dir.clone());
+            }
             let log = PartitionLog::open(&dir, log_config.clone(), now)?;
             let p = Arc::new(Partition::new_leader(
                 meta.name.clone(),
@@ -599,6 +693,27 @@ impl ReplicaManager {
             self.write().insert((meta.name.clone(), index), p);
         }
         Ok(())
+    }
+
+    /// Undoes the `Open` changes of a delta: closes those partitions and removes the
+    /// directories `created` lists (never one that existed before: at start-up that
+    /// would be data).
+    fn undo_open(&self, changes: &[TopicChange<'_>], created: Vec<PathBuf>) {
+        {
+            let mut map = self.write();
+            for change in changes {
+                if let TopicChange::Open { meta, from } = change {
+                    for index in *from..meta.partitions {
+                        map.remove(&(meta.name.clone(), index));
+                    }
+                }
+            }
+        }
+        for dir in created {
+            if let Err(e) = remove_partition_dir(&dir) {
+                tracing::error!(error = %e, "cannot remove a partition directory of a topic change not made");
+            }
+        }
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<PartitionKey, Arc<Partition>>> {
@@ -632,7 +747,7 @@ impl ReplicaManager {
     ///
     /// Errors: the first [`LogError::InvalidConfig`] (validated configs never produce one;
     /// the partitions before it are already reconfigured).
-    pub fn reconfigure_topic(&self, meta: &TopicMeta) -> Result<(), LogError> {
+    fn reconfigure_topic(&self, meta: &TopicMeta) -> Result<(), LogError> {
         let (log_config, settings) = resolve(&self.broker, &meta.configs);
         let parts: Vec<Arc<Partition>> = self
             .read()
@@ -649,39 +764,24 @@ impl ReplicaManager {
         Ok(())
     }
 
-    /// Held by a topic config change from its metadata write to its
-    /// [`ReplicaManager::reconfigure_topic`]; a `std` mutex, never held across `.await`.
-    pub fn lock_config_changes(&self) -> std::sync::MutexGuard<'_, ()> {
-        self.config_changes
-            .lock()
-            .expect("config change lock poisoned")
-    }
-
-    /// Removes partitions `0..partitions` of `topic` and deletes their directories
-    /// (DeleteTopics, or rolling back a topic whose logs could not all be created — so a
-    /// directory is removed even if its log never opened).
-    pub fn delete_topic(&self, topic: &str, partitions: i32) -> Result<(), LogError> {
+    /// Removes partitions `0..partitions` of `topic` and deletes their directories.
+    ///
+    /// Errors: the first directory that cannot be removed (the others are still tried).
+    fn delete_topic(&self, topic: &str, partitions: i32) -> Result<(), LogError> {
         {
             let mut map = self.write();
             map.retain(|(t, _), _| t != topic);
         }
+        let mut first_error = None;
         for index in 0..partitions {
             let dir = partition_dir(&self.log_dir, topic, index);
             // The Arc of a removed partition may still be held by an in-flight fetch, which
             // then reads from unlinked files (POSIX keeps them alive) and finishes normally.
-            match std::fs::remove_dir_all(&dir) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    return Err(LogError::Io {
-                        op: "delete partition directory",
-                        path: dir,
-                        source: e,
-                    })
-                }
+            if let Err(e) = remove_partition_dir(&dir) {
+                first_error.get_or_insert(e);
             }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
 
     /// Appends validated batches to one partition as its leader
@@ -786,6 +886,163 @@ impl ReplicaManager {
     /// The broker configuration.
     pub fn broker_config(&self) -> &BrokerConfig {
         &self.broker
+    }
+}
+
+/// The replica manager follows the metadata (Kafka's `BrokerMetadataPublisher` driving
+/// its `ReplicaManager`): a delta's new topics and partitions are opened before it is
+/// durable (so a log that cannot be created refuses the change), config changes and
+/// deletions are acted on once it is.
+impl MetadataListener for ReplicaManager {
+    fn prepare(&self, delta: &MetadataDelta) -> Result<(), ListenerError> {
+        let changes = topic_changes(delta)?;
+        let mut created = Vec::new();
+        for change in &changes {
+            if let TopicChange::Open { meta, from } = change {
+                if let Err(e) = self.open_partitions(meta, *from, &mut created) {
+                    self.undo_open(&changes, created);
+                    return Err(ListenerError::new(
+                        format!("cannot create the partition logs of {}", meta.name),
+                        e,
+                    ));
+                }
+            }
+        }
+        *self
+            .created_dirs
+            .lock()
+            .expect("created dirs lock poisoned") = created;
+        Ok(())
+    }
+
+    fn publish(&self, delta: &MetadataDelta) -> Result<(), ListenerError> {
+        self.created_dirs
+            .lock()
+            .expect("created dirs lock poisoned")
+            .clear();
+        let mut first_error = None;
+        for change in topic_changes(delta)? {
+            let result = match change {
+                TopicChange::Open { .. } => continue,
+                TopicChange::Reconfigure(meta) => self.reconfigure_topic(meta).map_err(|e| {
+                    // Validated configs always resolve to a valid log config: our bug.
+                    ListenerError::new(format!("cannot apply the configs of {}", meta.name), e)
+                }),
+                TopicChange::Close { name, partitions } => {
+                    self.delete_topic(name, partitions).map_err(|e| {
+                        ListenerError::new(format!("cannot delete the partitions of {name}"), e)
+                    })
+                }
+            };
+            if let Err(e) = result {
+                tracing::error!(error = %e, "metadata change not fully applied to the partitions");
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    fn abort(&self, delta: &MetadataDelta) {
+        let created = std::mem::take(
+            &mut *self
+                .created_dirs
+                .lock()
+                .expect("created dirs lock poisoned"),
+        );
+        match topic_changes(delta) {
+            Ok(changes) => self.undo_open(&changes, created),
+            // `prepare` succeeded on this delta, so this does not happen.
+            Err(e) => tracing::error!(error = %e, "cannot undo a metadata change"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod lifecycle_tests {
+    use super::*;
+    use crate::cluster::NewTopic;
+    use kafka_protocol::ResponseError;
+
+    fn open_in(dir: &Path) -> (Metadata, Result<Arc<ReplicaManager>, ListenerError>) {
+        let mut config = BrokerConfig::defaults();
+        config.log_dir = dir.to_path_buf();
+        let metadata = Metadata::open(dir, 1).unwrap();
+        let rm = ReplicaManager::open(Arc::new(config), &metadata, Arc::new(Purgatory::new(10)));
+        (metadata, rm)
+    }
+
+    fn spec(name: &str, partitions: i32) -> NewTopic {
+        NewTopic {
+            name: name.to_string(),
+            partitions,
+            replication_factor: 1,
+            configs: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn partitions_follow_the_metadata() {
+        let dir = tempfile::tempdir().unwrap();
+        let (m, rm) = open_in(dir.path());
+        let rm = rm.unwrap();
+        let t = m.create_topic(spec("t", 2)).unwrap();
+        assert!(rm.partition("t", 1).is_some() && dir.path().join("t-1").is_dir());
+        m.add_partitions("t", 3).unwrap();
+        assert!(rm.partition("t", 2).is_some());
+        let configs = BTreeMap::from([("max.message.bytes".to_string(), "100".to_string())]);
+        m.alter_topic_configs("t", |_| Ok(configs)).unwrap();
+        for i in 0..3 {
+            assert_eq!(
+                rm.partition("t", i).unwrap().settings().max_message_bytes,
+                100
+            );
+        }
+        m.delete_topic(t.id).unwrap();
+        for i in 0..3 {
+            assert!(rm.partition("t", i).is_none());
+            assert!(!dir.path().join(format!("t-{i}")).exists());
+        }
+    }
+
+    #[test]
+    fn a_topic_whose_logs_cannot_all_be_created_is_not_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let (m, rm) = open_in(dir.path());
+        let rm = rm.unwrap();
+        std::fs::write(dir.path().join("t-1"), "in the way").unwrap();
+        let e = m.create_topic(spec("t", 3)).unwrap_err();
+        assert_eq!(e.error, ResponseError::UnknownServerError);
+        assert!(
+            e.message.contains("cannot create the partition logs of t"),
+            "{e:?}"
+        );
+        assert!(m.topic("t").is_none());
+        assert!(rm.partition("t", 0).is_none());
+        assert!(!dir.path().join("t-0").exists());
+        assert!(dir.path().join("t-1").is_file(), "not ours: left alone");
+        // Partitions added to an existing topic: the same, and the topic keeps its count.
+        m.create_topic(spec("u", 1)).unwrap();
+        std::fs::write(dir.path().join("u-2"), "in the way").unwrap();
+        assert!(m.add_partitions("u", 3).is_err());
+        assert_eq!(m.topic("u").unwrap().partitions, 1);
+        assert!(rm.partition("u", 1).is_none() && !dir.path().join("u-1").exists());
+        assert!(rm.partition("u", 0).is_some() && dir.path().join("u-0").is_dir());
+    }
+
+    #[test]
+    fn a_start_up_that_cannot_open_a_log_removes_no_data() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (m, rm) = open_in(dir.path());
+            let _rm = rm.unwrap();
+            m.create_topic(spec("t", 3)).unwrap();
+        }
+        std::fs::remove_dir_all(dir.path().join("t-2")).unwrap();
+        std::fs::write(dir.path().join("t-2"), "in the way").unwrap();
+        let (_m, rm) = open_in(dir.path());
+        let e = rm.unwrap_err();
+        assert!(e.to_string().contains("t"), "{e}");
+        assert!(dir.path().join("t-0").is_dir() && dir.path().join("t-1").is_dir());
     }
 }
 

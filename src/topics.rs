@@ -3,9 +3,10 @@
 //! dead-letter topics, HTTP produce, connectors); topic config changes shared by
 //! AlterConfigs and IncrementalAlterConfigs.
 //!
-//! Validates like Kafka (`Topic.validate`, `.`/`_` collisions, partitions ≥ 1, replication
-//! factor ≤ live brokers, known topic-level config keys with valid values), then asks
-//! `cluster` to record the topic and `replica` to open its partition logs.
+//! Resolves Kafka's -1 defaults from the broker config and hands the change to
+//! `cluster::topics`, which validates like Kafka (`Topic.validate`, `.`/`_` collisions,
+//! partitions ≥ 1, replication factor ≤ live brokers, known topic-level config keys with
+//! valid values) and applies it; the replica manager follows the metadata change.
 //!
 //! Errors returned: INVALID_TOPIC_EXCEPTION (17), TOPIC_ALREADY_EXISTS (36),
 //! INVALID_PARTITIONS (37), INVALID_REPLICATION_FACTOR (38), INVALID_CONFIG (40),
@@ -20,8 +21,8 @@ use std::sync::Arc;
 
 use kafka_protocol::ResponseError;
 
-use crate::cluster::{validate_topic_name, Metadata, TopicMeta};
-use crate::config::{check_value, topic_key, BrokerConfig};
+use crate::cluster::{validate_topic_name, Metadata, NewTopic, TopicMeta};
+use crate::config::BrokerConfig;
 use crate::replica::ReplicaManager;
 
 /// The owners a topic change goes through: the broker defaults, the topic registry and
@@ -36,60 +37,13 @@ pub struct Topics {
     pub replicas: Arc<ReplicaManager>,
 }
 
-/// Most partitions one topic may have (a limit on everything; Kafka has none, but each
-/// partition here is a directory and open files).
-pub const MAX_PARTITIONS_PER_TOPIC: i32 = 10_000;
+pub use crate::cluster::{TopicError, MAX_PARTITIONS_PER_TOPIC};
 
-/// A refused topic operation: the Kafka error and a message for `error_message`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TopicError {
-    /// The Kafka error.
-    pub error: ResponseError,
-    /// Human-readable detail.
-    pub message: String,
-}
-
-impl TopicError {
-    /// A refusal with `error` and `message`.
-    pub fn new(error: ResponseError, message: impl Into<String>) -> TopicError {
-        TopicError {
-            error,
-            message: message.into(),
-        }
-    }
-}
-
-/// Checks a topic name, including the `.`/`_` collision with existing topics.
-pub fn check_name(ctx: &Topics, name: &str) -> Result<(), TopicError> {
-    validate_topic_name(name)
-        .map_err(|e| TopicError::new(ResponseError::InvalidTopicException, e.to_string()))?;
-    if let Some(other) = ctx.metadata.colliding_topic(name) {
-        return Err(TopicError::new(
-            ResponseError::InvalidTopicException,
-            format!("Topic '{name}' collides with existing topic: {other}"),
-        ));
-    }
-    Ok(())
-}
-
-/// Checks topic-level configs: known keys, values of the right type.
-pub fn check_configs(configs: &BTreeMap<String, String>) -> Result<(), TopicError> {
-    for (k, v) in configs {
-        let spec = topic_key(k).ok_or_else(|| {
-            TopicError::new(
-                ResponseError::InvalidConfig,
-                format!("Unknown topic config name: {k}"),
-            )
-        })?;
-        let min = crate::config::broker_key(spec.broker_key).and_then(|b| b.min);
-        check_value(k, spec.key_type, min, v)
-            .map_err(|e| TopicError::new(ResponseError::InvalidConfig, e.to_string()))?;
-    }
-    Ok(())
-}
-
-/// Validates and (unless `validate_only`) creates a topic with its partition logs.
-/// `partitions` / `replication_factor` of -1 mean the broker defaults.
+/// Validates and (unless `validate_only`) creates a topic with its partition logs, through
+/// [`crate::cluster::Metadata::create_topic`]. `partitions` / `replication_factor` of -1
+/// mean the broker defaults (`num.partitions`, `default.replication.factor`).
+///
+/// Errors: as [`crate::cluster::Metadata::create_topic`].
 pub fn create(
     ctx: &Topics,
     name: &str,
@@ -98,88 +52,32 @@ pub fn create(
     configs: BTreeMap<String, String>,
     validate_only: bool,
 ) -> Result<TopicMeta, TopicError> {
-    if ctx.metadata.topic(name).is_some() {
-        return Err(TopicError::new(
-            ResponseError::TopicAlreadyExists,
-            format!("Topic '{name}' already exists."),
-        ));
-    }
-    check_name(ctx, name)?;
-    let partitions = if partitions == -1 {
-        ctx.config.num_partitions
-    } else {
-        partitions
+    let spec = NewTopic {
+        name: name.to_string(),
+        partitions: if partitions == -1 {
+            ctx.config.num_partitions
+        } else {
+            partitions
+        },
+        replication_factor: if replication_factor == -1 {
+            ctx.config.default_replication_factor
+        } else {
+            replication_factor
+        },
+        configs,
     };
-    if !(1..=MAX_PARTITIONS_PER_TOPIC).contains(&partitions) {
-        return Err(TopicError::new(
-            ResponseError::InvalidPartitions,
-            format!("Number of partitions must be between 1 and {MAX_PARTITIONS_PER_TOPIC}, got {partitions}."),
-        ));
-    }
-    let replication_factor = if replication_factor == -1 {
-        ctx.config.default_replication_factor
-    } else {
-        replication_factor
-    };
-    if replication_factor != 1 {
-        return Err(TopicError::new(
-            ResponseError::InvalidReplicationFactor,
-            format!("Replication factor must be between 1 and the number of brokers (1), got {replication_factor}."),
-        ));
-    }
-    check_configs(&configs)?;
     if validate_only {
-        return Ok(TopicMeta {
-            name: name.to_string(),
-            id: uuid::Uuid::nil(),
-            partitions,
-            replication_factor,
-            configs,
-        });
+        ctx.metadata.validate_new_topic(&spec)
+    } else {
+        ctx.metadata.create_topic(spec)
     }
-    let meta = match ctx
-        .metadata
-        .create_topic(name, partitions, replication_factor, configs)
-    {
-        Ok(Some(m)) => m,
-        Ok(None) => {
-            return Err(TopicError::new(
-                ResponseError::TopicAlreadyExists,
-                format!("Topic '{name}' already exists."),
-            ))
-        }
-        Err(e) => {
-            tracing::error!(topic = name, error = %e, "cannot record new topic");
-            return Err(TopicError::new(
-                ResponseError::UnknownServerError,
-                e.to_string(),
-            ));
-        }
-    };
-    if let Err(e) = ctx.replicas.open_partitions(&meta, 0) {
-        // Roll back: a topic whose logs could not all be created must not stay registered
-        // (start-up would then fail on it too).
-        tracing::error!(topic = name, error = %e, "cannot create partition logs; rolling the topic back");
-        if let Err(e) = ctx.replicas.delete_topic(name, meta.partitions) {
-            tracing::error!(topic = name, error = %e, "cannot remove the partial partition logs");
-        }
-        if let Err(e) = ctx.metadata.delete_topic(name) {
-            tracing::error!(topic = name, error = %e, "cannot remove the topic from the metadata");
-        }
-        return Err(TopicError::new(
-            ResponseError::UnknownServerError,
-            format!("cannot create the partition logs: {e}"),
-        ));
-    }
-    tracing::info!(topic = name, partitions, "created topic");
-    Ok(meta)
 }
 
-/// Replaces the config overrides of an existing topic with `configs` (after validating
-/// them like CreateTopics), persists them and applies them to the live partitions; with
-/// `validate_only` it only validates. Shared by AlterConfigs and IncrementalAlterConfigs,
-/// which differ only in how they compute `configs` from the current overrides: `f`
-/// receives the current overrides and returns the new set (or the error for the resource).
+/// Replaces the config overrides of an existing topic with what `f` computes from the
+/// current ones (validated like CreateTopics) and applies them to the live partitions,
+/// through [`crate::cluster::Metadata::alter_topic_configs`]; with `validate_only` it only
+/// validates. Shared by AlterConfigs and IncrementalAlterConfigs, which differ only in how
+/// they compute the new set.
 ///
 /// Errors: UNKNOWN_TOPIC_OR_PARTITION (3), INVALID_CONFIG (40), whatever `f` returns,
 /// UNKNOWN_SERVER_ERROR (-1) when the metadata cannot be written.
@@ -189,42 +87,11 @@ pub fn alter_configs(
     validate_only: bool,
     f: impl FnOnce(&BTreeMap<String, String>) -> Result<BTreeMap<String, String>, TopicError>,
 ) -> Result<(), TopicError> {
-    let unknown = || {
-        TopicError::new(
-            ResponseError::UnknownTopicOrPartition,
-            format!("Topic '{name}' does not exist."),
-        )
-    };
-    // Held from reading the current overrides to the last partition reconfigured, so
-    // concurrent changes apply one after the other (no lost update, no stale partition).
-    let _serial = ctx.replicas.lock_config_changes();
-    let current = ctx.metadata.topic(name).ok_or_else(unknown)?;
-    let configs = f(&current.configs)?;
-    check_configs(&configs)?;
     if validate_only {
-        return Ok(());
+        ctx.metadata.validate_topic_configs(name, f)
+    } else {
+        ctx.metadata.alter_topic_configs(name, f).map(|_| ())
     }
-    let meta = match ctx.metadata.set_topic_configs(name, configs) {
-        Ok(Some(m)) => m,
-        Ok(None) => return Err(unknown()),
-        Err(e) => {
-            tracing::error!(topic = name, error = %e, "cannot record topic configs");
-            return Err(TopicError::new(
-                ResponseError::UnknownServerError,
-                e.to_string(),
-            ));
-        }
-    };
-    if let Err(e) = ctx.replicas.reconfigure_topic(&meta) {
-        // Validated configs always resolve to a valid log config: this is our bug.
-        tracing::error!(topic = name, error = %e, "cannot apply topic configs to the partitions");
-        return Err(TopicError::new(
-            ResponseError::UnknownServerError,
-            e.to_string(),
-        ));
-    }
-    tracing::info!(topic = name, configs = ?meta.configs, "altered topic configs");
-    Ok(())
 }
 
 /// The topic, auto-creating it with the broker defaults when `auto.create.topics.enable`
