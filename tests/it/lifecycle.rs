@@ -39,10 +39,12 @@ fn consumer(bootstrap: &str) -> BaseConsumer {
     consumer
 }
 
-/// A consumer of every partition of [`TOPIC`] from the start, in no group.
-fn consumer_without_group(bootstrap: &str) -> BaseConsumer {
+/// A consumer of every partition of [`TOPIC`] from the start, in a group of its own that
+/// never commits.
+fn reader(bootstrap: &str) -> BaseConsumer {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
+        .set("group.id", "lifecycle-reader")
         .set("enable.auto.commit", "false")
         .create()
         .expect("consumer");
@@ -128,10 +130,10 @@ async fn a_stopped_broker_releases_its_files_and_a_new_one_starts_on_its_dir() {
     drop(lock);
 
     let second = TestBroker::start_in(dir.path(), &[]);
-    // Without a group: only the data is compared here (committed offsets surviving a
-    // restart are `groups::committed_offsets_survive_a_broker_restart`'s), and a group
-    // consumer's close after OffsetFetch was seen to hang in librdkafka's destroy.
-    let c = consumer_without_group(&second.bootstrap);
+    // Only the data is compared here (committed offsets surviving a restart are
+    // `groups::committed_offsets_survive_a_broker_restart`'s): a consumer that asks for
+    // its committed offsets (OffsetFetch) was seen to hang in librdkafka's destroy.
+    let c = reader(&second.bootstrap);
     let after = read_values(&c, RECORDS);
     assert_eq!(after, before, "the new broker serves what the first stored");
     drop(c);
