@@ -2,9 +2,20 @@
 //!
 //! `run(config, listeners, shutdown)` takes already-bound listeners, so tests bind port 0
 //! and read the port back (mini-redis style). Start-up order: metadata (topics, ids) →
-//! replica manager (opens and recovers every partition log) → purgatory → protocol
-//! handler → server; background tasks: retention, the metrics upkeep. Shutdown: stop
-//! accepting, let connections end, stop background tasks, flush every log.
+//! replica manager (opens and recovers every partition log) → purgatory → groups →
+//! plugin host → ingest → transforms → connectors → protocol handler → server and admin
+//! API; background tasks: group timers, transform hot reload, retention, the metrics
+//! upkeep. Shutdown: stop accepting, let connections end, stop background tasks, flush
+//! every log.
+//!
+//! Wiring: this is the only place that knows every owner. Each layer gets, at
+//! construction, what it calls and nothing more: `topics::Topics` (config, metadata,
+//! replicas) for topic changes, `ingest` over that, `transform::Owners` and
+//! `connect::Owners` (plus `ingest` and the plugin host) for transforms and connectors,
+//! `protocol::Context` for the request handlers, `admin::AdminState` for the HTTP API.
+//! Nothing built later is set into something built earlier, so there is no reference
+//! cycle: every task spawned here is awaited before `run` returns, and then every owner
+//! is dropped, closing its files, before the log directory lock is released.
 
 use std::sync::Arc;
 
@@ -15,6 +26,7 @@ use tokio::sync::watch;
 use crate::admin::{self, AdminState};
 use crate::cluster::Metadata;
 use crate::config::BrokerConfig;
+use crate::connect::{self, ConnectRuntime, ConnectSettings};
 use crate::group::GroupCoordinator;
 use crate::ingest::Ingest;
 use crate::metrics::{Metrics, UPKEEP_INTERVAL_MS};
@@ -23,8 +35,9 @@ use crate::protocol::{Context, Endpoint, Handler, SUPPORTED_APIS};
 use crate::purgatory::Purgatory;
 use crate::replica::ReplicaManager;
 use crate::server::{self, ServerLimits};
+use crate::topics::Topics;
 use crate::transform::inline::InlineRegistry;
-use crate::transform::TransformManager;
+use crate::transform::{self, TransformManager};
 
 /// The bound sockets of a broker: Kafka listeners and the admin HTTP listener.
 #[derive(Debug)]
@@ -133,14 +146,12 @@ pub async fn run(
         Metadata::open(&config.log_dir, config.node_id).context("cannot open cluster metadata")?,
     );
     let purgatory = Arc::new(Purgatory::new(config.fetch_purgatory_max_size));
-    let topics = metadata.topics();
     let started = std::time::Instant::now();
-    let replicas = Arc::new(
-        ReplicaManager::open(config.clone(), &topics, purgatory)
-            .context("cannot open partition logs")?,
-    );
+    // The replica manager opens every partition of the metadata image, then follows it.
+    let replicas = ReplicaManager::open(config.clone(), &metadata, purgatory)
+        .context("cannot open partition logs")?;
     tracing::info!(
-        topics = topics.len(),
+        topics = metadata.image().topic_count(),
         elapsed_ms = started.elapsed().as_millis() as u64,
         log_dir = %config.log_dir.display(),
         cluster_id = metadata.cluster_id(),
@@ -151,18 +162,8 @@ pub async fn run(
             .map_err(|e| anyhow::anyhow!(e))
             .context("cannot load consumer groups")?,
     );
-    let inline = Arc::new(InlineRegistry::new());
     // This broker's own recorder (not the process' global one: see `metrics`).
     let metrics = Metrics::new(SUPPORTED_APIS.iter().map(|a| a.key));
-    let ctx = Context {
-        config: config.clone(),
-        metadata,
-        replicas: replicas.clone(),
-        groups: groups.clone(),
-        advertised,
-        inline: inline.clone(),
-        metrics: metrics.clone(),
-    };
     let plugins = Arc::new(
         PluginHost::new(PluginHostConfig {
             cache_dir: Some(config.plugin.cache_dir.clone()),
@@ -174,15 +175,61 @@ pub async fn run(
         })
         .context("cannot start the plugin host")?,
     );
-    // The ingest path loads topics' partitioner components through the same host.
-    let ingest = Arc::new(Ingest::new(ctx.clone(), plugins.clone()));
-    inline.set_ingest(ingest.clone());
+    // Each layer gets what it calls, here and only here; no layer holds another's state
+    // bag, and nothing built below points back up, so every owner is dropped (its files
+    // closed) when this function returns.
+    let topic_admin = Topics {
+        config: config.clone(),
+        metadata: metadata.clone(),
+        replicas: replicas.clone(),
+    };
+    // The broker's own writes; loads topics' partitioner components through `plugins`.
+    let ingest = Arc::new(Ingest::new(topic_admin.clone(), plugins.clone()));
+    let inline = Arc::new(InlineRegistry::new());
     let transforms = Arc::new(
-        TransformManager::new(ctx.clone(), ingest.clone(), plugins.clone())
-            .context("cannot open the transform deployments directory")?,
+        TransformManager::new(
+            transform::Owners {
+                config: config.clone(),
+                metadata: metadata.clone(),
+                replicas: replicas.clone(),
+                groups: groups.clone(),
+            },
+            inline.clone(),
+            ingest.clone(),
+            plugins.clone(),
+        )
+        .context("cannot open the transform deployments directory")?,
     );
     transforms.start().await;
-    let handler = Arc::new(Handler::new(ctx.clone()));
+    // Connectors: always on (REST-created ones need no directory); the files of
+    // `connect.config.dir` are loaded and watched when it is set.
+    let (connect, connect_run) = ConnectRuntime::start(
+        ConnectSettings {
+            config_dir: config.connect_config_dir.clone(),
+            plugin_path: config.connect_plugin_path.clone(),
+            worker_id: format!("{}:{}", advertised.host, advertised.port),
+        },
+        connect::Owners {
+            metadata: metadata.clone(),
+            replicas: replicas.clone(),
+            groups: groups.clone(),
+        },
+        ingest.clone(),
+        plugins.clone(),
+        shutdown.clone(),
+    )
+    .await?;
+    let handler = Arc::new(Handler::new(Context {
+        config: config.clone(),
+        metadata: metadata.clone(),
+        replicas: replicas.clone(),
+        groups: groups.clone(),
+        topics: topic_admin,
+        advertised,
+        inline,
+        ingest: ingest.clone(),
+        metrics: metrics.clone(),
+    }));
     let limits = ServerLimits {
         request_max_bytes: config.socket_request_max_bytes,
         max_connections: config.max_connections,
@@ -190,7 +237,9 @@ pub async fn run(
         connections_max_idle_ms: config.connections_max_idle_ms,
     };
 
+    // Every task below is owned here and awaited before this function returns.
     let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(connect_run);
     for listener in listeners {
         let addr = listener
             .local_addr()
@@ -203,32 +252,20 @@ pub async fn run(
             shutdown.clone(),
         ));
     }
-    // Connectors: always on (REST-created ones need no directory); the files of
-    // `connect.config.dir` are loaded and watched when it is set.
-    let (connect, connect_run) = crate::connect::ConnectRuntime::start(
-        crate::connect::ConnectSettings {
-            config_dir: config.connect_config_dir.clone(),
-            plugin_path: config.connect_plugin_path.clone(),
-        },
-        ctx.clone(),
-        ingest.clone(),
-        plugins.clone(),
-        shutdown.clone(),
-    )
-    .await?;
-    tasks.spawn(connect_run);
     if let Some(listener) = admin_listener {
         let addr = listener
             .local_addr()
             .context("admin listener has no local address")?;
         tracing::info!(%addr, "admin API listening");
         let state = Arc::new(AdminState {
-            ctx: ctx.clone(),
-            ingest: ingest.clone(),
-            inline: inline.clone(),
-            plugins: plugins.clone(),
+            config: config.clone(),
+            metadata,
+            ingest,
             transforms: transforms.clone(),
-            connect: connect.clone(),
+            connect,
+            replicas: replicas.clone(),
+            groups: groups.clone(),
+            metrics: metrics.clone(),
         });
         let shutdown = shutdown.clone();
         tasks.spawn(async move {
@@ -237,9 +274,9 @@ pub async fn run(
             }
         });
     }
-    tasks.spawn(groups.clone().run_timers(shutdown.clone()));
+    tasks.spawn(groups.run_timers(shutdown.clone()));
     // Hot reload; on shutdown it stops every transform runner (each finishes its chunk).
-    tasks.spawn(transforms.clone().run(shutdown.clone()));
+    tasks.spawn(transforms.run(shutdown.clone()));
     {
         let replicas = replicas.clone();
         let mut shutdown = shutdown.clone();
@@ -278,4 +315,47 @@ pub async fn run(
     replicas.flush_all();
     tracing::info!("broker stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tidy {
+    use std::path::{Path, PathBuf};
+
+    fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("src is readable") {
+            let path = entry.expect("src entry").path();
+            if path.is_dir() {
+                rust_files(&path, out);
+            } else if path.extension().is_some_and(|x| x == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    /// Only the composition root (and the protocol layer itself) imports `protocol`:
+    /// the layers below get what they call from `broker`, never the handlers' context.
+    #[test]
+    fn no_layer_below_protocol_imports_it() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        let allowed = [src.join("broker.rs"), src.join("protocol")];
+        let mut offenders = Vec::new();
+        for file in files {
+            if allowed.iter().any(|a| file.starts_with(a)) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&file).expect("source is UTF-8");
+            for (n, line) in text.lines().enumerate() {
+                let code = line.trim_start();
+                if !code.starts_with("//") && code.contains("crate::protocol") {
+                    offenders.push(format!("{}:{}: {}", file.display(), n + 1, code));
+                }
+            }
+        }
+        assert!(
+            offenders.is_empty(),
+            "imports of the protocol layer: {offenders:#?}"
+        );
+    }
 }

@@ -35,8 +35,8 @@ use crate::cluster::{is_internal_topic, TopicMeta};
 use crate::config::parse_plugin_config;
 use crate::log::{plain, split_batches};
 use crate::plugin::{Partitioner, PluginHost, Record};
-use crate::protocol::{topics, Context};
 use crate::replica::effective_topic_configs;
+use crate::topics::{self, Topics};
 
 /// Most partitioner components kept loaded; the least recently used goes first.
 pub const MAX_CACHED_PARTITIONERS: usize = 64;
@@ -100,7 +100,8 @@ enum TopicPartitioner {
 
 /// Writes records into the broker's own logs (see the module docs).
 pub struct Ingest {
-    ctx: Context,
+    /// The owners records and topics are written through (as the protocol layer does).
+    topics: Topics,
     plugins: Arc<PluginHost>,
     /// Round-robin counter for keyless records (Kafka's default spreads them).
     next_keyless: AtomicU32,
@@ -117,20 +118,16 @@ impl std::fmt::Debug for Ingest {
 }
 
 impl Ingest {
-    /// An ingest path over the broker's owners, loading partitioners through `plugins`.
-    pub fn new(ctx: Context, plugins: Arc<PluginHost>) -> Ingest {
+    /// An ingest path writing through `topics`' owners (auto-creating topics as a
+    /// Produce would), loading partitioners through `plugins`.
+    pub fn new(topics: Topics, plugins: Arc<PluginHost>) -> Ingest {
         Ingest {
-            ctx,
+            topics,
             plugins,
             next_keyless: AtomicU32::new(0),
             partitioners: Mutex::new(HashMap::new()),
             uses: AtomicU64::new(0),
         }
-    }
-
-    /// The broker's owners this path writes through.
-    pub fn context(&self) -> &Context {
-        &self.ctx
     }
 
     /// The topic, auto-created when the broker allows it.
@@ -144,7 +141,7 @@ impl Ingest {
                 format!("cannot write to internal topic {topic}"),
             ));
         }
-        topics::get_or_auto_create(&self.ctx, topic, true)
+        topics::get_or_auto_create(&self.topics, topic, true)
             .map_err(|e| IngestError::new(e.error, format!("topic {topic}: {}", e.message)))
     }
 
@@ -279,7 +276,7 @@ impl Ingest {
     async fn topic_partitioner(&self, meta: &TopicMeta) -> TopicPartitioner {
         let mut path = String::new();
         let mut config = String::new();
-        for (key, value, _) in effective_topic_configs(&self.ctx.config, &meta.configs) {
+        for (key, value, _) in effective_topic_configs(&self.topics.config, &meta.configs) {
             match key {
                 "partitioner" => path = value.unwrap_or_default(),
                 "partitioner.config" => config = value.unwrap_or_default(),
@@ -386,7 +383,7 @@ impl Ingest {
         let fail = |error: ResponseError, message: String| {
             IngestError::new(error, format!("{topic}-{index}: {message}"))
         };
-        let Some(partition) = self.ctx.replicas.partition(topic, index) else {
+        let Some(partition) = self.topics.replicas.partition(topic, index) else {
             let e = fail(
                 ResponseError::UnknownTopicOrPartition,
                 format!("no partition {index} (the topic has {})", meta.partitions),
@@ -506,10 +503,10 @@ impl Ingest {
         let batches =
             split_batches(buf).map_err(|e| (ResponseError::CorruptMessage, e.to_string()))?;
         let info = self
-            .ctx
+            .topics
             .replicas
             .append(partition, batches)
-            .map_err(|e| (crate::protocol::produce::log_error_code(&e), e.to_string()))?;
+            .map_err(|e| (e.append_error(), e.to_string()))?;
         Ok((info.base_offset, info.log_append_time_ms))
     }
 }

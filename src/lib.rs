@@ -1,9 +1,11 @@
 //! weir: a Kafka-compatible message broker.
 //!
 //! Modules in reading order: `config` (keys and defaults) → `server` (sockets and frames)
-//! → `protocol` (one handler per Kafka API) → `replica` (hosted partitions) → `log`
-//! (segments on disk) → `purgatory` (parked long polls) → `cluster` (topics and ids) →
-//! `broker` (wiring) → `cli` (the `weir` command). See ARCHITECTURE.md.
+//! → `protocol` (one handler per Kafka API) → `topics` (creating topics, changing their
+//! configs) → `replica` (hosted partitions) → `log` (segments on disk) → `purgatory`
+//! (parked long polls) → `cluster` (topics and ids) → `broker` (wiring: builds every
+//! owner and hands each layer what it calls) → `cli` (the `weir` command). See
+//! ARCHITECTURE.md.
 
 pub mod admin;
 pub mod broker;
@@ -20,4 +22,5 @@ pub mod protocol;
 pub mod purgatory;
 pub mod replica;
 pub mod server;
+pub mod topics;
 pub mod transform;

@@ -1,67 +1,83 @@
-//! The delayed-operation purgatory: long-poll Fetch requests park here until new data
-//! arrives or their deadline passes, without holding a thread.
+//! The delayed-operation purgatory: long-poll Fetch requests (and, with replication,
+//! acks=all Produce requests) park here until a partition they wait on advances its high
+//! watermark or their deadline passes, without holding a thread.
 //!
-//! Owns: a wake-up signal bumped by every append, and a bound on how many operations may
-//! be parked at once (`fetch.purgatory.max.size`); a request that finds the purgatory full
-//! answers at once, as if its deadline had passed.
+//! Owns: a bound on how many operations may be parked at once
+//! (`fetch.purgatory.max.size`; a request that finds the purgatory full answers at once,
+//! as if its deadline had passed), and the wait on a set of per-partition high watermark
+//! watches ([`crate::replica::Partition::watch_high_watermark`]). Operations are keyed per
+//! partition: an append to one partition wakes only what waits on that partition, and
+//! only once its high watermark moves (on a cluster, when the ISR has the records).
 //!
 //! Never does: know what a Fetch is. A parked operation is "a condition to re-check, or a
 //! deadline"; the caller re-runs its own check after every wake-up.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::sync::{watch, Semaphore};
 
-/// Parked operations and the signal that wakes them.
+/// The bound on parked operations.
 #[derive(Debug)]
 pub struct Purgatory {
-    appended: watch::Sender<u64>,
     slots: Arc<Semaphore>,
 }
 
 /// Why [`Purgatory::park`] returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wake {
-    /// Something was appended since the operation parked: re-check the condition.
-    Appended,
+    /// A watched partition's high watermark moved (or the partition went away) since the
+    /// operation took its watches: re-check the condition.
+    Advanced,
     /// The deadline passed (or the purgatory was full): answer with what there is.
     Deadline,
+}
+
+/// Resolves when any of `watches` sees a new value since it was marked seen, or its
+/// partition is gone (sender dropped). Pending forever for an empty set.
+pub async fn any_changed(watches: &mut [watch::Receiver<i64>]) {
+    let mut waits: Vec<Pin<Box<dyn Future<Output = ()> + Send + '_>>> = watches
+        .iter_mut()
+        .map(|w| {
+            Box::pin(async move {
+                // Err: the partition was deleted; wake so the caller re-checks.
+                let _ = w.changed().await;
+            }) as Pin<Box<dyn Future<Output = ()> + Send + '_>>
+        })
+        .collect();
+    std::future::poll_fn(|cx| {
+        for wait in waits.iter_mut() {
+            if wait.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(());
+            }
+        }
+        Poll::Pending
+    })
+    .await
 }
 
 impl Purgatory {
     /// A purgatory holding at most `max_parked` operations at once.
     pub fn new(max_parked: usize) -> Purgatory {
-        let (appended, _) = watch::channel(0);
         Purgatory {
-            appended,
             slots: Arc::new(Semaphore::new(max_parked)),
         }
     }
 
-    /// Called after every append: wakes every parked operation to re-check.
-    pub fn notify_appended(&self) {
-        self.appended.send_modify(|n| *n = n.wrapping_add(1));
-    }
-
-    /// A ticket taken *before* the condition is checked, so an append between the check and
-    /// the park is not missed.
-    pub fn ticket(&self) -> watch::Receiver<u64> {
-        let mut rx = self.appended.subscribe();
-        rx.mark_unchanged();
-        rx
-    }
-
-    /// Waits until an append happens after `ticket` was taken, or `wait_ms` passes.
-    /// Returns at once with [`Wake::Deadline`] if `max_parked` operations already wait.
-    pub async fn park(&self, ticket: &mut watch::Receiver<u64>, wait_ms: u64) -> Wake {
+    /// Waits until one of `watches` (taken *before* the condition was checked, so an
+    /// advance between the check and the park is not missed) changes, or `wait_ms`
+    /// passes. Returns at once with [`Wake::Deadline`] if `max_parked` operations
+    /// already wait.
+    pub async fn park(&self, watches: &mut [watch::Receiver<i64>], wait_ms: u64) -> Wake {
         let Ok(_slot) = self.slots.clone().try_acquire_owned() else {
             return Wake::Deadline;
         };
-        match tokio::time::timeout(Duration::from_millis(wait_ms), ticket.changed()).await {
-            Ok(Ok(())) => Wake::Appended,
-            // The sender lives as long as the broker; a closed channel means shutdown.
-            Ok(Err(_)) | Err(_) => Wake::Deadline,
+        match tokio::time::timeout(Duration::from_millis(wait_ms), any_changed(watches)).await {
+            Ok(()) => Wake::Advanced,
+            Err(_) => Wake::Deadline,
         }
     }
 }
@@ -71,41 +87,52 @@ mod tests {
     use super::*;
 
     #[tokio::test(start_paused = true)]
-    async fn park_wakes_on_append_or_deadline() {
+    async fn park_wakes_on_its_partition_or_deadline() {
         let p = Arc::new(Purgatory::new(1));
-        let mut t = p.ticket();
+        let (hw_a, _) = watch::channel(0i64);
+        let (hw_b, _) = watch::channel(0i64);
+        let mut watches = vec![hw_a.subscribe()];
         let start = tokio::time::Instant::now();
-        assert_eq!(p.park(&mut t, 500).await, Wake::Deadline);
+        assert_eq!(p.park(&mut watches, 500).await, Wake::Deadline);
         assert!(start.elapsed() >= Duration::from_millis(500));
 
-        let mut t = p.ticket();
-        let p2 = p.clone();
+        // An advance of another partition does not wake it; its own does.
+        let mut watches = vec![hw_a.subscribe()];
+        let hw_a2 = hw_a.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(10)).await;
-            p2.notify_appended();
+            hw_b.send_replace(5);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            hw_a2.send_replace(7);
         });
         let start = tokio::time::Instant::now();
-        assert_eq!(p.park(&mut t, 10_000).await, Wake::Appended);
-        assert!(start.elapsed() < Duration::from_millis(1000));
+        assert_eq!(p.park(&mut watches, 10_000).await, Wake::Advanced);
+        let waited = start.elapsed();
+        assert!(waited >= Duration::from_millis(20) && waited < Duration::from_millis(1000));
 
-        // An append between ticket and park is not missed.
-        let mut t = p.ticket();
-        p.notify_appended();
-        assert_eq!(p.park(&mut t, 10_000).await, Wake::Appended);
+        // An advance between taking the watch and parking is not missed.
+        let mut watches = vec![hw_a.subscribe()];
+        hw_a.send_replace(8);
+        assert_eq!(p.park(&mut watches, 10_000).await, Wake::Advanced);
+
+        // A deleted partition wakes its waiters.
+        let (gone, _) = watch::channel(0i64);
+        let mut watches = vec![gone.subscribe()];
+        drop(gone);
+        assert_eq!(p.park(&mut watches, 10_000).await, Wake::Advanced);
     }
 
     #[tokio::test(start_paused = true)]
     async fn full_purgatory_answers_at_once() {
         let p = Arc::new(Purgatory::new(1));
+        let (hw, _) = watch::channel(0i64);
         let p2 = p.clone();
-        let parked = tokio::spawn(async move {
-            let mut t = p2.ticket();
-            p2.park(&mut t, 10_000).await
-        });
+        let mut first = vec![hw.subscribe()];
+        let parked = tokio::spawn(async move { p2.park(&mut first, 10_000).await });
         tokio::task::yield_now().await;
-        let mut t = p.ticket();
-        assert_eq!(p.park(&mut t, 10_000).await, Wake::Deadline);
-        p.notify_appended();
-        assert_eq!(parked.await.unwrap(), Wake::Appended);
+        let mut second = vec![hw.subscribe()];
+        assert_eq!(p.park(&mut second, 10_000).await, Wake::Deadline);
+        hw.send_replace(1);
+        assert_eq!(parked.await.unwrap(), Wake::Advanced);
     }
 }

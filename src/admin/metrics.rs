@@ -36,7 +36,7 @@ async fn scrape(State(state): State<Arc<AdminState>>) -> Response {
     let connectors = state.connect.statuses();
     let rendered = tokio::task::spawn_blocking(move || {
         let scrape = collect(&state, &connectors);
-        state.ctx.metrics.render(scrape)
+        state.metrics.render(scrape)
     })
     .await;
     match rendered {
@@ -53,11 +53,11 @@ async fn scrape(State(state): State<Arc<AdminState>>) -> Response {
 fn collect(state: &AdminState, connectors: &BTreeMap<String, ConnectorStatus>) -> Scrape {
     let scrape = Scrape::new();
     let mut high_watermarks: HashMap<(String, i32), i64> = HashMap::new();
-    for p in state.ctx.replicas.partitions() {
+    for p in state.replicas.partitions() {
         scrape.partition(&p.topic, p.index, p.log_gauges());
         high_watermarks.insert((p.topic.clone(), p.index), p.high_watermark());
     }
-    let groups = &state.ctx.groups;
+    let groups = &state.groups;
     for group in groups.list() {
         for (topic, partitions) in groups.fetch_offsets(&group.group_id, None) {
             for (index, committed) in partitions {

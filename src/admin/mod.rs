@@ -25,27 +25,30 @@ use axum::{Json, Router};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::cluster::Metadata;
+use crate::config::BrokerConfig;
 use crate::ingest::Ingest;
-use crate::plugin::PluginHost;
-use crate::protocol::Context;
-use crate::transform::inline::InlineRegistry;
 use crate::transform::TransformManager;
 
-/// What every admin route can reach.
+/// What every admin route can reach, handed over by the composition root (`broker`).
 #[derive(Debug)]
 pub struct AdminState {
-    /// The broker's owners.
-    pub ctx: Context,
-    /// Writes records into topics (HTTP produce, transform outputs).
+    /// Broker configuration (`socket.request.max.bytes` bounds HTTP produce bodies).
+    pub config: Arc<BrokerConfig>,
+    /// Cluster metadata (the cluster id).
+    pub metadata: Arc<Metadata>,
+    /// Writes records into topics (HTTP produce).
     pub ingest: Arc<Ingest>,
-    /// Inline transforms by input topic.
-    pub inline: Arc<InlineRegistry>,
-    /// The plugin host (one wasmtime engine per broker).
-    pub plugins: Arc<PluginHost>,
     /// Transform deployments (`/transforms`).
     pub transforms: Arc<TransformManager>,
     /// The connectors (`/connectors`, `/connector-plugins`).
     pub connect: crate::connect::ConnectRuntime,
+    /// Hosted partitions (`/metrics`: log offsets and sizes).
+    pub replicas: Arc<crate::replica::ReplicaManager>,
+    /// Consumer groups (`/metrics`: group lag).
+    pub groups: Arc<crate::group::GroupCoordinator>,
+    /// This broker's metrics recorder (`/metrics`).
+    pub metrics: crate::metrics::Metrics,
 }
 
 /// An error answer: HTTP status and a message, as `{"error_code": status, "message": ...}`.
@@ -98,7 +101,7 @@ async fn root(
     Json(serde_json::json!({
         "version": env!("CARGO_PKG_VERSION"),
         "commit": "",
-        "kafka_cluster_id": state.ctx.metadata.cluster_id(),
+        "kafka_cluster_id": state.metadata.cluster_id(),
     }))
 }
 

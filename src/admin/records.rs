@@ -79,7 +79,7 @@ pub async fn produce_v3(
     Path((cluster_id, topic)): Path<(String, String)>,
     request: Request,
 ) -> Response {
-    if cluster_id != state.ctx.metadata.cluster_id() {
+    if cluster_id != state.metadata.cluster_id() {
         return ApiError::new(
             StatusCode::NOT_FOUND,
             format!("Cluster {cluster_id} not found."),
@@ -90,7 +90,7 @@ pub async fn produce_v3(
 }
 
 async fn produce_to(state: &AdminState, topic: &str, request: Request) -> Response {
-    let limit_bytes = state.ctx.config.socket_request_max_bytes;
+    let limit_bytes = state.config.socket_request_max_bytes;
     let body = match read_body(request, limit_bytes).await {
         Ok(b) => b,
         Err(e) => return e.into_response(),
@@ -124,7 +124,7 @@ async fn produce_to(state: &AdminState, topic: &str, request: Request) -> Respon
             Ok(r) => r,
             Err(e) => return ingest_error(&e).into_response(),
         };
-        let cluster_id = state.ctx.metadata.cluster_id();
+        let cluster_id = state.metadata.cluster_id();
         for ((result, record), (at, key_type, value_type)) in
             results.into_iter().zip(&records).zip(formats)
         {

@@ -1,21 +1,36 @@
-//! Cluster metadata: which topics exist, their ids, partition counts and topic-level
-//! configs, this broker's identity, and producer-id allocation.
+//! Cluster metadata: which topics exist (ids, partitions with their replicas, leader,
+//! leader epoch and ISR, topic-level configs), the producer ids reserved, the cluster id
+//! and this broker's identity.
 //!
-//! Owns: the metadata image (`MetadataImage`) and its durable form. On a single node the
-//! image is persisted as one small TOML file per topic under `<log.dirs>/__cluster_metadata/`
-//! (written to a temporary name, fsynced and renamed, so a crash leaves the old or the new
-//! file, never half of one). The replicated metadata log of DESIGN.md (openraft) replaces
-//! this file store when replication lands; the API stays.
+//! Owns: the current [`MetadataImage`] (immutable, behind an `Arc`: readers take it with
+//! [`Metadata::image`] and never block a change), the one path that changes it
+//! ([`Metadata::update`]: records validated against the image → listeners prepare →
+//! [`MetadataLog::append`] makes them durable → the new image is published → listeners
+//! finish), and topic lifecycle on top of it (`topics.rs`: create, grow, reconfigure,
+//! delete). The replica manager is a [`MetadataListener`]: it opens, reconfigures and
+//! closes partitions from deltas, so no caller keeps topics and partitions in step by
+//! hand. The durable form is the [`MetadataLog`]; today [`FileMetadataLog`] (files under
+//! `<log.dirs>/__cluster_metadata/`), later the replicated log of DESIGN.md (openraft),
+//! with no change above the trait.
 //!
 //! Never does: serve client APIs or write partition data (that is `replica` + `log`).
 
-use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::RwLock;
+mod image;
+mod store;
+mod topics;
 
-use serde::{Deserialize, Serialize};
+use std::path::Path;
+use std::sync::{Arc, Mutex, RwLock};
+
 use uuid::Uuid;
+
+pub use image::{
+    ImageError, MetadataDelta, MetadataImage, MetadataRecord, PartitionState, TopicMeta,
+};
+pub use store::{FileMetadataLog, MetadataLog};
+pub use topics::{NewTopic, TopicError, MAX_PARTITIONS_PER_TOPIC};
+
+use store::{io_err, write_atomic};
 
 /// The longest legal topic name (Kafka's `Topic.MAX_NAME_LENGTH`).
 pub const TOPIC_NAME_MAX_LENGTH: usize = 249;
@@ -74,29 +89,15 @@ pub fn is_internal_topic(name: &str) -> bool {
     )
 }
 
-/// One topic as the metadata image knows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TopicMeta {
-    /// Topic name.
-    pub name: String,
-    /// Topic id (KIP-516), used by Metadata v10+ and Fetch v13+.
-    pub id: Uuid,
-    /// Number of partitions (only grows).
-    pub partitions: i32,
-    /// Replication factor as created (1 on a single node).
-    pub replication_factor: i16,
-    /// Topic-level config overrides (`retention.ms`, ...), Kafka names.
-    pub configs: BTreeMap<String, String>,
-}
-
-/// Errors of the metadata store: environment failures, with context.
+/// Errors of the metadata store and of applying a change: environment failures, with
+/// context, and changes that could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum MetadataError {
     /// Reading or writing a metadata file failed.
     #[error("metadata I/O on {path}: {source}")]
     Io {
         /// The file.
-        path: PathBuf,
+        path: std::path::PathBuf,
         /// The error.
         source: std::io::Error,
     },
@@ -104,21 +105,95 @@ pub enum MetadataError {
     #[error("metadata file {path} is corrupt: {message}")]
     Corrupt {
         /// The file.
-        path: PathBuf,
+        path: std::path::PathBuf,
         /// The parser's message.
         message: String,
     },
+    /// The replayed records do not build an image (a corrupt or foreign log).
+    #[error("metadata log does not replay: {0}")]
+    Replay(ImageError),
+    /// The records of a change do not apply to the current image (a bug in the caller).
+    #[error(transparent)]
+    Invalid(#[from] ImageError),
+    /// The store cannot hold this record (the single-node file store and a partition led
+    /// by another node).
+    #[error("metadata store: {0}")]
+    Unsupported(String),
+    /// A listener could not take the change (a partition log could not be opened).
+    #[error(transparent)]
+    Listener(#[from] ListenerError),
 }
 
-/// The broker's identity and the durable metadata image.
+/// A listener's failure, with its cause (a `LogError` of the replica manager).
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct ListenerError {
+    /// What could not be done, naming the topic and partition.
+    pub message: String,
+    /// The cause.
+    #[source]
+    pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl ListenerError {
+    /// `message`, caused by `source`.
+    pub fn new(
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> ListenerError {
+        let source: Box<dyn std::error::Error + Send + Sync> = Box::new(source);
+        ListenerError {
+            message: format!("{}: {source}", message.into()),
+            source: Some(source),
+        }
+    }
+}
+
+/// Why [`Metadata::update`] did not (fully) make a change.
+#[derive(Debug, thiserror::Error)]
+pub enum UpdateError<E> {
+    /// The caller's closure refused (validation): nothing changed.
+    #[error("refused: {0}")]
+    Refused(E),
+    /// The records did not apply, a listener could not prepare, or the log could not make
+    /// them durable: nothing changed (listeners undid what they prepared).
+    #[error("not applied: {0}")]
+    NotApplied(MetadataError),
+    /// The change is durable and published, but a listener could not finish acting on it
+    /// (a deleted partition's directory could not be removed, say).
+    #[error("applied, not finished: {0}")]
+    Incomplete(MetadataError),
+}
+
+/// Acts on metadata changes (Kafka's `MetadataPublisher`): the replica manager opens,
+/// reconfigures and closes partitions. Called with metadata changes serialised, from the
+/// thread making the change; never re-enters [`Metadata`]'s change path.
+///
+/// For each delta: [`MetadataListener::prepare`] before it is durable (take what it adds:
+/// open new partition logs), then either [`MetadataListener::publish`] once it is durable
+/// and visible (act on what it changes or removes), or [`MetadataListener::abort`] when
+/// it will not be applied (undo `prepare`).
+pub trait MetadataListener: Send + Sync + std::fmt::Debug {
+    /// Readies what `delta` adds. On `Err` the delta is not applied, and the listener has
+    /// already undone its own partial work (`abort` is not called).
+    ///
+    /// Errors: [`ListenerError`], e.g. a partition log that cannot be created.
+    fn prepare(&self, delta: &MetadataDelta) -> Result<(), ListenerError>;
+
+    /// `delta` is durable and its image published: act on what it changes or removes.
+    ///
+    /// Errors: [`ListenerError`]; the delta stays applied, the error reaches the caller.
+    fn publish(&self, delta: &MetadataDelta) -> Result<(), ListenerError>;
+
+    /// `delta` will not be applied after a successful `prepare`: undo it.
+    fn abort(&self, delta: &MetadataDelta);
+}
+
+/// The writer side: the log and the listeners, behind one mutex that serialises changes.
 #[derive(Debug)]
-pub struct Metadata {
-    dir: PathBuf,
-    cluster_id: String,
-    node_id: i32,
-    topics: RwLock<BTreeMap<String, TopicMeta>>,
-    /// Next producer id; a block of ids is reserved on disk ahead of use.
-    producer_ids: std::sync::Mutex<ProducerIdBlock>,
+struct Writer {
+    log: Box<dyn MetadataLog>,
+    listeners: Vec<Arc<dyn MetadataListener>>,
 }
 
 #[derive(Debug)]
@@ -127,96 +202,170 @@ struct ProducerIdBlock {
     reserved_until: i64,
 }
 
+/// Producer ids reserved per metadata write.
 const PRODUCER_ID_BLOCK: i64 = 1000;
 
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> MetadataError + '_ {
-    move |source| MetadataError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
+/// The broker's metadata: the current image, and the only way to change it.
+#[derive(Debug)]
+pub struct Metadata {
+    /// The image's cluster id, kept here too to be lent out (it never changes).
+    cluster_id: String,
+    node_id: i32,
+    image: RwLock<Arc<MetadataImage>>,
+    /// Held from reading the image a change is computed on to the last listener done: a
+    /// `std` mutex, never held across `.await`.
+    writer: Mutex<Writer>,
+    /// The next producer id within the block the image reserves.
+    producer_ids: Mutex<ProducerIdBlock>,
 }
 
-/// Writes `bytes` to `path` atomically: temp file, fsync, rename, fsync of the directory.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), MetadataError> {
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp).map_err(io_err(&tmp))?;
-    f.write_all(bytes).map_err(io_err(&tmp))?;
-    f.sync_all().map_err(io_err(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(io_err(path))?;
-    if let Some(parent) = path.parent() {
-        if let Ok(d) = std::fs::File::open(parent) {
-            let _ = d.sync_all();
+/// Reads the cluster id from `<dir>/meta.properties`, writing a new one at first start.
+fn cluster_id(dir: &Path, node_id: i32) -> Result<String, MetadataError> {
+    let meta_path = dir.join("meta.properties");
+    match std::fs::read_to_string(&meta_path) {
+        Ok(text) => text
+            .lines()
+            .find_map(|l| l.strip_prefix("cluster.id="))
+            .map(str::to_string)
+            .ok_or_else(|| MetadataError::Corrupt {
+                path: meta_path.clone(),
+                message: "no cluster.id line".into(),
+            }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let id = short_uuid(Uuid::new_v4());
+            write_atomic(
+                &meta_path,
+                format!("version=1\ncluster.id={id}\nnode.id={node_id}\n").as_bytes(),
+            )?;
+            Ok(id)
         }
+        Err(e) => Err(io_err(&meta_path)(e)),
     }
-    Ok(())
 }
 
 impl Metadata {
-    /// Opens (or creates) the metadata under `<log_dir>/__cluster_metadata`.
+    /// Opens (or creates) the metadata under `<log_dir>/__cluster_metadata` with the file
+    /// store, replaying it into the first image.
     ///
     /// Errors: [`MetadataError`] when the directory cannot be created or a file is corrupt.
     pub fn open(log_dir: &Path, node_id: i32) -> Result<Metadata, MetadataError> {
         let dir = log_dir.join("__cluster_metadata");
-        let topics_dir = dir.join("topics");
-        std::fs::create_dir_all(&topics_dir).map_err(io_err(&topics_dir))?;
-        let meta_path = dir.join("meta.properties");
-        let cluster_id = match std::fs::read_to_string(&meta_path) {
-            Ok(text) => text
-                .lines()
-                .find_map(|l| l.strip_prefix("cluster.id="))
-                .map(str::to_string)
-                .ok_or_else(|| MetadataError::Corrupt {
-                    path: meta_path.clone(),
-                    message: "no cluster.id line".into(),
-                })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let id = short_uuid(Uuid::new_v4());
-                write_atomic(
-                    &meta_path,
-                    format!("version=1\ncluster.id={id}\nnode.id={node_id}\n").as_bytes(),
-                )?;
-                id
-            }
-            Err(e) => return Err(io_err(&meta_path)(e)),
-        };
-        let mut topics = BTreeMap::new();
-        let entries = std::fs::read_dir(&topics_dir).map_err(io_err(&topics_dir))?;
-        for entry in entries {
-            let entry = entry.map_err(io_err(&topics_dir))?;
-            let path = entry.path();
-            if path.extension().and_then(|e| e.to_str()) != Some("toml") {
-                continue;
-            }
-            let text = std::fs::read_to_string(&path).map_err(io_err(&path))?;
-            let meta: TopicMeta = toml::from_str(&text).map_err(|e| MetadataError::Corrupt {
-                path: path.clone(),
-                message: e.to_string(),
-            })?;
-            topics.insert(meta.name.clone(), meta);
-        }
-        let pid_path = dir.join("producer_id");
-        let reserved = match std::fs::read_to_string(&pid_path) {
-            Ok(t) => t
-                .trim()
-                .parse::<i64>()
-                .map_err(|e| MetadataError::Corrupt {
-                    path: pid_path.clone(),
-                    message: e.to_string(),
-                })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
-            Err(e) => return Err(io_err(&pid_path)(e)),
-        };
+        let log = FileMetadataLog::open(&dir, node_id)?;
+        let cluster_id = cluster_id(&dir, node_id)?;
+        Metadata::with_log(Box::new(log), cluster_id, node_id)
+    }
+
+    /// The metadata of `log` (replayed now) for cluster `cluster_id` and node `node_id`.
+    ///
+    /// Errors: [`MetadataError`] when the log cannot be read, or
+    /// [`MetadataError::Replay`] when its records do not build an image.
+    pub fn with_log(
+        mut log: Box<dyn MetadataLog>,
+        cluster_id: String,
+        node_id: i32,
+    ) -> Result<Metadata, MetadataError> {
+        let records = log.replay()?;
+        let empty = Arc::new(MetadataImage::empty(cluster_id.clone(), node_id));
+        let image = MetadataDelta::apply(empty, records)
+            .map_err(MetadataError::Replay)?
+            .after()
+            .clone();
+        // Ids handed out before a restart are below the reservation: start past them.
+        let reserved = image.producer_ids_reserved_until();
         Ok(Metadata {
-            dir,
             cluster_id,
             node_id,
-            topics: RwLock::new(topics),
-            producer_ids: std::sync::Mutex::new(ProducerIdBlock {
-                // Ids handed out before a crash are below `reserved`: start past them.
+            image: RwLock::new(image),
+            writer: Mutex::new(Writer {
+                log,
+                listeners: Vec::new(),
+            }),
+            producer_ids: Mutex::new(ProducerIdBlock {
                 next: reserved,
                 reserved_until: reserved,
             }),
         })
+    }
+
+    /// The current image: cheap (an `Arc` clone), consistent, and never changing under
+    /// the reader; a later change makes a new image.
+    pub fn image(&self) -> Arc<MetadataImage> {
+        // A poisoned lock means a panic while holding it: a bug, crash loudly.
+        self.image
+            .read()
+            .expect("metadata image lock poisoned")
+            .clone()
+    }
+
+    fn writer(&self) -> std::sync::MutexGuard<'_, Writer> {
+        self.writer.lock().expect("metadata writer lock poisoned")
+    }
+
+    /// Registers `listener` for every later change, after giving it the current image as
+    /// one delta from the empty image (prepare, then publish: the replica manager opens
+    /// every partition). Done under the change lock, so no delta is missed or seen twice.
+    ///
+    /// Errors: [`ListenerError`] from the listener; it is then not registered.
+    pub fn register(&self, listener: Arc<dyn MetadataListener>) -> Result<(), ListenerError> {
+        let mut writer = self.writer();
+        let image = self.image();
+        let empty = Arc::new(MetadataImage::empty(image.cluster_id(), image.node_id()));
+        let delta = MetadataDelta::apply(empty, image.to_records()).map_err(|e| ListenerError {
+            message: format!("the image does not rebuild from its records: {e}"),
+            source: None,
+        })?;
+        listener.prepare(&delta)?;
+        listener.publish(&delta)?;
+        writer.listeners.push(listener);
+        Ok(())
+    }
+
+    /// Changes the metadata: `f` computes records from the current image (validating; its
+    /// `Err` refuses), they are applied to a copy of the image, every listener prepares,
+    /// the log makes them durable, the new image is published, every listener finishes.
+    /// Changes are serialised: `f` sees the image the records apply to. An empty record
+    /// list changes nothing. Returns the image after the change.
+    ///
+    /// Errors: [`UpdateError`]: refused or not applied (nothing changed), or applied and
+    /// not finished by a listener.
+    pub fn update<E>(
+        &self,
+        f: impl FnOnce(&MetadataImage) -> Result<Vec<MetadataRecord>, E>,
+    ) -> Result<Arc<MetadataImage>, UpdateError<E>> {
+        let mut writer = self.writer();
+        let before = self.image();
+        let records = f(&before).map_err(UpdateError::Refused)?;
+        if records.is_empty() {
+            return Ok(before);
+        }
+        let delta =
+            MetadataDelta::apply(before, records).map_err(|e| UpdateError::NotApplied(e.into()))?;
+        let writer = &mut *writer;
+        for (i, l) in writer.listeners.iter().enumerate() {
+            if let Err(e) = l.prepare(&delta) {
+                for prepared in writer.listeners[..i].iter().rev() {
+                    prepared.abort(&delta);
+                }
+                return Err(UpdateError::NotApplied(e.into()));
+            }
+        }
+        if let Err(e) = writer.log.append(delta.records()) {
+            for l in writer.listeners.iter().rev() {
+                l.abort(&delta);
+            }
+            return Err(UpdateError::NotApplied(e));
+        }
+        *self.image.write().expect("metadata image lock poisoned") = delta.after().clone();
+        let mut failed = None;
+        for l in &writer.listeners {
+            if let Err(e) = l.publish(&delta) {
+                failed.get_or_insert(e);
+            }
+        }
+        match failed {
+            None => Ok(delta.after().clone()),
+            Some(e) => Err(UpdateError::Incomplete(e.into())),
+        }
     }
 
     /// The cluster id (generated at first start, KIP-78 style, 22 base64url characters).
@@ -229,137 +378,46 @@ impl Metadata {
         self.node_id
     }
 
-    /// A copy of one topic's metadata.
+    /// A copy of one topic's metadata (see [`Metadata::image`] to read several things
+    /// from one image without copying).
     pub fn topic(&self, name: &str) -> Option<TopicMeta> {
-        self.read().get(name).cloned()
+        self.image().topic(name).cloned()
     }
 
     /// The topic with this id (Fetch v13+, DeleteTopics v6).
     pub fn topic_by_id(&self, id: Uuid) -> Option<TopicMeta> {
-        self.read().values().find(|t| t.id == id).cloned()
+        self.image().topic_by_id(id).cloned()
     }
 
     /// A copy of every topic, by name.
     pub fn topics(&self) -> Vec<TopicMeta> {
-        self.read().values().cloned().collect()
-    }
-
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, TopicMeta>> {
-        // A poisoned lock means a panic while holding it: a bug, crash loudly.
-        self.topics.read().expect("metadata lock poisoned")
-    }
-
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, TopicMeta>> {
-        self.topics.write().expect("metadata lock poisoned")
+        self.image().topics().cloned().collect()
     }
 
     /// An existing topic whose name equals `name` once `.` and `_` are made alike.
     pub fn colliding_topic(&self, name: &str) -> Option<String> {
-        let norm = name.replace('.', "_");
-        self.read()
-            .keys()
-            .find(|t| t.as_str() != name && t.replace('.', "_") == norm)
-            .cloned()
-    }
-
-    /// Adds a topic and persists it. Returns `Ok(None)` if the name already exists.
-    ///
-    /// Errors: [`MetadataError`] if it cannot be written (the topic is then not added).
-    pub fn create_topic(
-        &self,
-        name: &str,
-        partitions: i32,
-        replication_factor: i16,
-        configs: BTreeMap<String, String>,
-    ) -> Result<Option<TopicMeta>, MetadataError> {
-        let mut topics = self.write();
-        if topics.contains_key(name) {
-            return Ok(None);
-        }
-        let meta = TopicMeta {
-            name: name.to_string(),
-            id: Uuid::new_v4(),
-            partitions,
-            replication_factor,
-            configs,
-        };
-        self.persist(&meta)?;
-        topics.insert(name.to_string(), meta.clone());
-        Ok(Some(meta))
-    }
-
-    /// Grows a topic to `partitions`; returns the updated metadata, or `None` if unknown.
-    pub fn set_partitions(
-        &self,
-        name: &str,
-        partitions: i32,
-    ) -> Result<Option<TopicMeta>, MetadataError> {
-        let mut topics = self.write();
-        let Some(meta) = topics.get(name).cloned() else {
-            return Ok(None);
-        };
-        let updated = TopicMeta { partitions, ..meta };
-        self.persist(&updated)?;
-        topics.insert(name.to_string(), updated.clone());
-        Ok(Some(updated))
-    }
-
-    /// Replaces a topic's config overrides (AlterConfigs, IncrementalAlterConfigs) and
-    /// persists them; returns the updated metadata, or `None` if the topic is unknown.
-    /// The caller validates the configs first.
-    ///
-    /// Errors: [`MetadataError`] if it cannot be written (the image keeps the old configs).
-    pub fn set_topic_configs(
-        &self,
-        name: &str,
-        configs: BTreeMap<String, String>,
-    ) -> Result<Option<TopicMeta>, MetadataError> {
-        let mut topics = self.write();
-        let Some(meta) = topics.get(name).cloned() else {
-            return Ok(None);
-        };
-        let updated = TopicMeta { configs, ..meta };
-        self.persist(&updated)?;
-        topics.insert(name.to_string(), updated.clone());
-        Ok(Some(updated))
-    }
-
-    /// Removes a topic from the image and from disk; returns what was removed.
-    pub fn delete_topic(&self, name: &str) -> Result<Option<TopicMeta>, MetadataError> {
-        let mut topics = self.write();
-        let Some(meta) = topics.remove(name) else {
-            return Ok(None);
-        };
-        let path = self.topic_path(name);
-        if let Err(e) = std::fs::remove_file(&path) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                topics.insert(name.to_string(), meta);
-                return Err(io_err(&path)(e));
-            }
-        }
-        Ok(Some(meta))
-    }
-
-    fn topic_path(&self, name: &str) -> PathBuf {
-        self.dir.join("topics").join(format!("{name}.toml"))
-    }
-
-    fn persist(&self, meta: &TopicMeta) -> Result<(), MetadataError> {
-        let path = self.topic_path(&meta.name);
-        let text = toml::to_string(meta).map_err(|e| MetadataError::Corrupt {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
-        write_atomic(&path, text.as_bytes())
+        self.image().colliding_topic(name).map(str::to_string)
     }
 
     /// Hands out a new producer id (InitProducerId). Ids are unique across restarts: a
-    /// block of [`PRODUCER_ID_BLOCK`] ids is reserved on disk before any of it is used.
+    /// block of [`PRODUCER_ID_BLOCK`] ids is reserved durably (a
+    /// [`MetadataRecord::ProducerIdsReserved`]) before any of it is used.
+    ///
+    /// Errors: [`MetadataError`] when the reservation cannot be written.
     pub fn next_producer_id(&self) -> Result<i64, MetadataError> {
         let mut block = self.producer_ids.lock().expect("producer id lock poisoned");
         if block.next >= block.reserved_until {
             let until = block.reserved_until + PRODUCER_ID_BLOCK;
-            write_atomic(&self.dir.join("producer_id"), until.to_string().as_bytes())?;
+            self.update(|image| {
+                let reserved_until = until.max(image.producer_ids_reserved_until());
+                Ok::<_, std::convert::Infallible>(vec![MetadataRecord::ProducerIdsReserved {
+                    reserved_until,
+                }])
+            })
+            .map_err(|e| match e {
+                UpdateError::Refused(never) => match never {},
+                UpdateError::NotApplied(e) | UpdateError::Incomplete(e) => e,
+            })?;
             block.reserved_until = until;
         }
         let id = block.next;
@@ -392,6 +450,9 @@ fn short_uuid(id: Uuid) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
+
+    use kafka_protocol::ResponseError;
 
     #[test]
     fn topic_names_follow_kafka() {
@@ -406,43 +467,267 @@ mod tests {
         );
     }
 
+    fn spec(name: &str, partitions: i32) -> NewTopic {
+        NewTopic {
+            name: name.to_string(),
+            partitions,
+            replication_factor: 1,
+            configs: BTreeMap::new(),
+        }
+    }
+
     #[test]
     fn topics_and_producer_ids_survive_reopen() {
         let dir = tempfile::tempdir().unwrap();
         let m = Metadata::open(dir.path(), 1).unwrap();
-        let t = m
-            .create_topic("a.b", 3, 1, BTreeMap::new())
-            .unwrap()
-            .unwrap();
-        assert!(m
-            .create_topic("a.b", 3, 1, BTreeMap::new())
-            .unwrap()
-            .is_none());
+        let t = m.create_topic(spec("a.b", 3)).unwrap();
+        assert_eq!(
+            m.create_topic(spec("a.b", 3)).unwrap_err().error,
+            ResponseError::TopicAlreadyExists
+        );
+        assert_eq!(m.ensure_topic(spec("a.b", 9)).unwrap(), t);
         assert_eq!(m.colliding_topic("a_b"), Some("a.b".to_string()));
         let p1 = m.next_producer_id().unwrap();
         let cluster = m.cluster_id().to_string();
         assert_eq!(cluster.len(), 22);
         drop(m);
         let m = Metadata::open(dir.path(), 1).unwrap();
-        assert_eq!(m.topic("a.b"), Some(t));
+        assert_eq!(m.topic("a.b"), Some(t.clone()));
+        assert_eq!(m.image().topic_by_id(t.id), Some(&t));
         assert_eq!(m.cluster_id(), cluster);
         assert!(m.next_producer_id().unwrap() > p1);
-        m.set_partitions("a.b", 5).unwrap();
+        m.add_partitions("a.b", 5).unwrap();
         let configs = BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]);
-        assert!(m
-            .set_topic_configs("nope", configs.clone())
-            .unwrap()
-            .is_none());
-        m.set_topic_configs("a.b", configs.clone())
-            .unwrap()
-            .unwrap();
+        let c = configs.clone();
+        assert_eq!(
+            m.alter_topic_configs("nope", |_| Ok(c)).unwrap_err().error,
+            ResponseError::UnknownTopicOrPartition
+        );
+        let c = configs.clone();
+        m.alter_topic_configs("a.b", |_| Ok(c)).unwrap();
         drop(m);
         let m = Metadata::open(dir.path(), 1).unwrap();
         let t = m.topic("a.b").unwrap();
         assert_eq!((t.partitions, &t.configs), (5, &configs));
-        m.delete_topic("a.b").unwrap();
+        let p = m.image().partition("a.b", 4).cloned().unwrap();
+        assert_eq!(p, PartitionState::single_node(1));
+        m.delete_topic(t.id).unwrap();
+        assert_eq!(
+            m.delete_topic(t.id).unwrap_err().error,
+            ResponseError::UnknownTopicId
+        );
         drop(m);
         let m = Metadata::open(dir.path(), 1).unwrap();
         assert!(m.topics().is_empty());
+    }
+
+    #[test]
+    fn opens_a_data_directory_of_an_earlier_version_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let md = dir.path().join("__cluster_metadata");
+        std::fs::create_dir_all(md.join("topics")).unwrap();
+        let files = [
+            (
+                "meta.properties",
+                "version=1\ncluster.id=q1Sh-9_ISia_zwGINzRvyQ\nnode.id=3\n",
+            ),
+            (
+                "topics/events.toml",
+                "name = \"events\"\nid = \"67e55044-10b1-426f-9247-bb680e5fe0c8\"\n\
+                 partitions = 2\nreplication_factor = 1\n\n[configs]\n\"retention.ms\" = \"1000\"\n",
+            ),
+            ("producer_id", "3000"),
+        ];
+        for (path, text) in files {
+            std::fs::write(md.join(path), text).unwrap();
+        }
+        let m = Metadata::open(dir.path(), 3).unwrap();
+        assert_eq!(m.cluster_id(), "q1Sh-9_ISia_zwGINzRvyQ");
+        let image = m.image();
+        let t = image.topic("events").unwrap();
+        assert_eq!(t.id.to_string(), "67e55044-10b1-426f-9247-bb680e5fe0c8");
+        assert_eq!(t.configs["retention.ms"], "1000");
+        for i in 0..2 {
+            let p = image.partition("events", i).unwrap();
+            assert_eq!(
+                (p.leader, p.leader_epoch, &p.replicas[..], &p.isr[..]),
+                (3, 0, &[3][..], &[3][..])
+            );
+        }
+        assert_eq!(m.next_producer_id().unwrap(), 3000);
+        drop(m);
+        // Opening wrote nothing but the new producer id reservation.
+        for (path, text) in &files[..2] {
+            assert_eq!(&std::fs::read_to_string(md.join(path)).unwrap(), text);
+        }
+        assert_eq!(
+            std::fs::read_to_string(md.join("producer_id")).unwrap(),
+            "4000"
+        );
+    }
+
+    #[test]
+    fn create_validates_like_kafka() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Metadata::open(dir.path(), 1).unwrap();
+        m.create_topic(spec("a.b", 1)).unwrap();
+        let bad_config = NewTopic {
+            configs: BTreeMap::from([("retention.ms".to_string(), "soon".to_string())]),
+            ..spec("c", 1)
+        };
+        let unknown_config = NewTopic {
+            configs: BTreeMap::from([("no.such".to_string(), "1".to_string())]),
+            ..spec("c", 1)
+        };
+        let cases = [
+            (spec("a_b", 1), ResponseError::InvalidTopicException),
+            (spec("bad/name", 1), ResponseError::InvalidTopicException),
+            (spec("c", 0), ResponseError::InvalidPartitions),
+            (
+                spec("c", MAX_PARTITIONS_PER_TOPIC + 1),
+                ResponseError::InvalidPartitions,
+            ),
+            (
+                NewTopic {
+                    replication_factor: 2,
+                    ..spec("c", 1)
+                },
+                ResponseError::InvalidReplicationFactor,
+            ),
+            (bad_config, ResponseError::InvalidConfig),
+            (unknown_config, ResponseError::InvalidConfig),
+        ];
+        for (s, error) in cases {
+            assert_eq!(m.validate_new_topic(&s).unwrap_err().error, error, "{s:?}");
+            assert_eq!(m.create_topic(s.clone()).unwrap_err().error, error, "{s:?}");
+        }
+        assert_eq!(m.topics().len(), 1);
+        assert_eq!(m.validate_new_topic(&spec("c", 2)).unwrap().id, Uuid::nil());
+        assert!(m.topic("c").is_none());
+        assert_eq!(
+            m.add_partitions("a.b", 1).unwrap_err().error,
+            ResponseError::InvalidPartitions
+        );
+        assert!(m.validate_add_partitions("a.b", 2).is_ok());
+        assert_eq!(m.topic("a.b").unwrap().partitions, 1);
+    }
+
+    /// What a listener saw, and what it is told to fail.
+    #[derive(Debug, Default)]
+    struct Recorder {
+        calls: Mutex<Vec<String>>,
+        fail_prepare: std::sync::atomic::AtomicBool,
+        fail_publish: std::sync::atomic::AtomicBool,
+    }
+
+    impl Recorder {
+        fn note(&self, what: &str, delta: &MetadataDelta) {
+            let topics = delta.after().topic_count();
+            let records = delta.records().len();
+            self.calls
+                .lock()
+                .unwrap()
+                .push(format!("{what} {records} records, {topics} topics"));
+        }
+
+        fn take(&self) -> Vec<String> {
+            std::mem::take(&mut *self.calls.lock().unwrap())
+        }
+    }
+
+    impl MetadataListener for Recorder {
+        fn prepare(&self, delta: &MetadataDelta) -> Result<(), ListenerError> {
+            self.note("prepare", delta);
+            if self
+                .fail_prepare
+                .swap(false, std::sync::atomic::Ordering::SeqCst)
+            {
+                return Err(ListenerError {
+                    message: "no room".into(),
+                    source: None,
+                });
+            }
+            Ok(())
+        }
+
+        fn publish(&self, delta: &MetadataDelta) -> Result<(), ListenerError> {
+            self.note("publish", delta);
+            if self
+                .fail_publish
+                .swap(false, std::sync::atomic::Ordering::SeqCst)
+            {
+                return Err(ListenerError {
+                    message: "cannot remove".into(),
+                    source: None,
+                });
+            }
+            Ok(())
+        }
+
+        fn abort(&self, delta: &MetadataDelta) {
+            self.note("abort", delta);
+        }
+    }
+
+    #[test]
+    fn listeners_see_each_delta_once_and_failures_change_nothing() {
+        use std::sync::atomic::Ordering;
+        let log = store::MemoryMetadataLog {
+            records: vec![MetadataRecord::ProducerIdsReserved { reserved_until: 7 }],
+            fail_next_append: false,
+        };
+        let m = Metadata::with_log(Box::new(log), "c".into(), 1).unwrap();
+        m.create_topic(spec("before", 2)).unwrap();
+        let r = Arc::new(Recorder::default());
+        m.register(r.clone()).unwrap();
+        // Registration hands over the image so far as one delta.
+        assert_eq!(
+            r.take(),
+            ["prepare 2 records, 1 topics", "publish 2 records, 1 topics"]
+        );
+
+        m.create_topic(spec("t", 1)).unwrap();
+        assert_eq!(
+            r.take(),
+            ["prepare 1 records, 2 topics", "publish 1 records, 2 topics"]
+        );
+
+        // The listener cannot take it: nothing changes, nothing is written.
+        r.fail_prepare.store(true, Ordering::SeqCst);
+        let e = m.create_topic(spec("u", 1)).unwrap_err();
+        assert_eq!(e.error, ResponseError::UnknownServerError);
+        assert!(e.message.contains("no room"), "{e:?}");
+        assert!(m.topic("u").is_none());
+        assert_eq!(r.take(), ["prepare 1 records, 3 topics"]);
+
+        // The log cannot make it durable: the listener undoes its prepare.
+        m.writer().log = Box::new(store::MemoryMetadataLog {
+            records: vec![],
+            fail_next_append: true,
+        });
+        let e = m.add_partitions("t", 3).unwrap_err();
+        assert_eq!(e.error, ResponseError::UnknownServerError);
+        assert_eq!(m.topic("t").unwrap().partitions, 1);
+        assert_eq!(
+            r.take(),
+            ["prepare 1 records, 2 topics", "abort 1 records, 2 topics"]
+        );
+
+        // Refused by validation: listeners hear nothing.
+        assert!(m.add_partitions("t", 1).is_err());
+        assert!(r.take().is_empty());
+
+        // Applied, but the listener could not finish: the caller hears of it.
+        r.fail_publish.store(true, Ordering::SeqCst);
+        let id = m.topic("t").unwrap().id;
+        let e = m.delete_topic(id).unwrap_err();
+        assert!(e.message.contains("cannot remove"), "{e:?}");
+        assert!(m.topic("t").is_none());
+        assert_eq!(
+            r.take(),
+            ["prepare 1 records, 1 topics", "publish 1 records, 1 topics"]
+        );
+        // Producer ids continue after the replayed reservation.
+        assert_eq!(m.next_producer_id().unwrap(), 7);
     }
 }

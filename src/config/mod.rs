@@ -104,6 +104,7 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("log.cleaner.min.cleanable.ratio", Double, Some("0.5"), None, "Compact a partition only when its dirty (not yet compacted) closed bytes are at least this fraction of its closed bytes (0..1)."),
     key("log.cleaner.delete.retention.ms", Long, Some("86400000"), Some(0), "How long a tombstone (null value) survives compaction (ms, from its batch's timestamp)."),
     key("log.cleaner.min.compaction.lag.ms", Long, Some("0"), Some(0), "Never compact segments holding records newer than this (ms; KIP-58)."),
+    key("log.cleaner.io.max.bytes.per.second", Double, Some("1.7976931348623157E308"), None, "Most bytes per second the log cleaner reads while compacting (all partitions together); the default is no limit."),
     key("log.message.timestamp.type", KeyType::String, Some("CreateTime"), None, "CreateTime keeps the producer's timestamp; LogAppendTime stamps batches with the broker's clock."),
     key("message.max.bytes", Int, Some("1048588"), Some(0), "Largest record batch a producer may send (bytes, after compression)."),
     key("auto.create.topics.enable", Boolean, Some("true"), None, "Create a topic on first Metadata/Produce for it."),
@@ -534,6 +535,9 @@ pub fn check_value(
         {
             return Err(bad(format!("`{value}` is not between 0 and 1")));
         }
+        "log.cleaner.io.max.bytes.per.second" if !value.parse::<f64>().is_ok_and(|x| x > 0.0) => {
+            return Err(bad(format!("`{value}` is not a positive number")));
+        }
         "log.cleanup.policy" | "cleanup.policy" => {
             for p in value.split(',') {
                 if !matches!(p.trim(), "delete" | "compact") {
@@ -591,6 +595,8 @@ pub struct BrokerConfig {
     pub default_replication_factor: i16,
     /// `log.retention.check.interval.ms`.
     pub retention_check_interval_ms: u64,
+    /// `log.cleaner.io.max.bytes.per.second` (> 0; `f64::MAX`, the default, is no limit).
+    pub cleaner_io_max_bytes_per_second: f64,
     /// `auto.create.topics.enable`.
     pub auto_create_topics_enable: bool,
     /// `delete.topic.enable`.
@@ -718,6 +724,12 @@ impl BrokerConfig {
                 }
             })?,
             retention_check_interval_ms: int("log.retention.check.interval.ms")? as u64,
+            cleaner_io_max_bytes_per_second: text("log.cleaner.io.max.bytes.per.second")
+                .parse()
+                .map_err(|_| ConfigError::InvalidValue {
+                    key: "log.cleaner.io.max.bytes.per.second".into(),
+                    message: "not a number".into(),
+                })?,
             auto_create_topics_enable: text("auto.create.topics.enable") == "true",
             delete_topic_enable: text("delete.topic.enable") == "true",
             socket_request_max_bytes: int("socket.request.max.bytes")? as usize,

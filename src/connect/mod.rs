@@ -12,7 +12,8 @@
 //! every connector (in memory and in `__connect_status`).
 //!
 //! Never does: import wasmtime (components are loaded and called through
-//! [`crate::plugin`]); give a connector more than its config grants (the directory of
+//! [`crate::plugin`]) or the protocol layer (what it calls comes in [`Owners`] and
+//! [`Ingest`]); give a connector more than its config grants (the directory of
 //! its `file`, HTTP to its `http.allowed.hosts`, and the `log` interface) plus its own
 //! stored state (`__connect_state`, [`store::ConnectorStates`]).
 //!
@@ -58,9 +59,11 @@ use serde_json::{json, Value};
 use tokio::sync::watch as tokio_watch;
 use tokio::task::JoinHandle;
 
+use crate::cluster::Metadata;
+use crate::group::GroupCoordinator;
 use crate::ingest::Ingest;
 use crate::plugin::{PluginError, PluginHost};
-use crate::protocol::Context;
+use crate::replica::ReplicaManager;
 use config::{ConnectorConfig, ConnectorKind};
 use store::{
     ConnectorStates, InternalTopic, SourceOffsets, OFFSETS_TOPIC, STATE_TOPIC, STATUS_TOPIC,
@@ -193,13 +196,30 @@ pub struct ConnectorStatus {
     pub origin: Origin,
 }
 
-/// Where the runtime finds its connectors.
+/// Where the runtime finds its connectors, and the name it writes its status under.
 #[derive(Debug, Clone)]
 pub struct ConnectSettings {
     /// `connect.config.dir` (`None`: REST-created connectors only).
     pub config_dir: Option<PathBuf>,
     /// `connect.plugin.path`.
     pub plugin_path: PathBuf,
+    /// This broker's advertised `host:port`: the `worker_id` of `__connect_status`
+    /// records (Kafka Connect's worker id is the worker's REST `host:port`).
+    pub worker_id: String,
+}
+
+/// The broker's owners connectors call, handed over by the composition root (`broker`):
+/// the internal topics (`__connect_*`) and sink input are read from the replica manager,
+/// sink progress is a consumer group's committed offsets. Source records go through
+/// `ingest`, given separately. Cheap to clone (three `Arc`s).
+#[derive(Debug, Clone)]
+pub struct Owners {
+    /// Cluster metadata: internal topics and sink input topics.
+    pub metadata: Arc<Metadata>,
+    /// Hosted partitions: internal topics' logs and sink input.
+    pub replicas: Arc<ReplicaManager>,
+    /// Consumer groups: sink progress as `connect-<name>`'s committed offsets.
+    pub groups: Arc<GroupCoordinator>,
 }
 
 /// A control-plane request refused, with Kafka Connect's HTTP status.
@@ -249,7 +269,7 @@ impl Progress {
 
 /// What tasks use: the broker's owners, the plugin host, offsets and status.
 struct Deps {
-    ctx: Context,
+    ctx: Owners,
     ingest: Arc<Ingest>,
     plugins: Arc<PluginHost>,
     plugin_path: PathBuf,
@@ -399,7 +419,7 @@ impl ConnectRuntime {
     /// read.
     pub async fn start(
         settings: ConnectSettings,
-        ctx: Context,
+        ctx: Owners,
         ingest: Arc<Ingest>,
         plugins: Arc<PluginHost>,
         shutdown: tokio_watch::Receiver<bool>,
@@ -427,7 +447,7 @@ impl ConnectRuntime {
             .map_err(|e| anyhow::anyhow!(e))
             .context("cannot replay __connect_configs")?;
         let deps = Arc::new(Deps {
-            worker_id: format!("{}:{}", ctx.advertised.host, ctx.advertised.port),
+            worker_id: settings.worker_id.clone(),
             status_topic: InternalTopic::new(
                 STATUS_TOPIC,
                 ctx.metadata.clone(),

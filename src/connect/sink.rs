@@ -20,6 +20,7 @@ use crate::connect::smt::{Chain, ChainRecord};
 use crate::group::{CommitRequest, OffsetToCommit};
 use crate::log::LogError;
 use crate::plugin::{ErrantRecord, Header, Record, SinkConnector, SinkRecord, TopicOffset};
+use crate::replica::FetchIsolation;
 use crate::transform::runner::{push_error_headers, ErrorOrigin};
 
 /// Most bytes read from one partition per read.
@@ -152,7 +153,7 @@ async fn run_assigned(
                 .ctx
                 .replicas
                 .partition(topic, *p)
-                .map(|part| part.with_log(|l| l.log_start_offset()))
+                .map(|part| part.offsets().log_start_offset)
                 .unwrap_or(0),
         };
         positions.insert((topic.clone(), *p), start);
@@ -178,7 +179,12 @@ async fn run_assigned(
                 next_rescan = Instant::now() + rescan_every;
             }
         }
-        let mut ticket = deps.ctx.replicas.purgatory().ticket();
+        // Taken before reading, so an advance between the read and the wait is not missed.
+        let mut watches: Vec<_> = positions
+            .keys()
+            .filter_map(|(topic, p)| deps.ctx.replicas.partition(topic, *p))
+            .map(|part| part.watch_high_watermark())
+            .collect();
         let batch = read_batch(deps, &mut positions, c.batch_size as usize)?;
         let read_some = !batch.is_empty();
         let (batch, failed) = prepare(c, &mut chain, batch).await?;
@@ -213,7 +219,7 @@ async fn run_assigned(
         }
         if !read_some {
             tokio::select! {
-                _ = ticket.changed() => {}
+                _ = crate::purgatory::any_changed(&mut watches) => {}
                 _ = tokio::time::sleep_until(next_flush) => {}
                 _ = tokio::time::sleep_until(next_rescan), if c.topics_regex.is_some() => {}
                 _ = shutdown.changed() => {}
@@ -499,17 +505,16 @@ fn read_batch(
         let Some(partition) = deps.ctx.replicas.partition(topic, *p) else {
             continue;
         };
-        let read = partition.with_log(|l| {
-            let hw = l.log_end_offset();
-            match l.read(*position, READ_BYTES, hw) {
-                Err(LogError::OffsetOutOfRange { log_start_offset, .. }) if *position < log_start_offset => {
-                    tracing::warn!(topic = %topic, partition = p, from = *position, to = log_start_offset, "sink position below the log start (deleted by retention); skipping ahead");
-                    *position = log_start_offset;
-                    l.read(*position, READ_BYTES, hw)
-                }
-                other => other,
+        let read = match partition.read(*position, READ_BYTES, FetchIsolation::HighWatermark) {
+            Err(LogError::OffsetOutOfRange {
+                log_start_offset, ..
+            }) if *position < log_start_offset => {
+                tracing::warn!(topic = %topic, partition = p, from = *position, to = log_start_offset, "sink position below the log start (deleted by retention); skipping ahead");
+                *position = log_start_offset;
+                partition.read(*position, READ_BYTES, FetchIsolation::HighWatermark)
             }
-        });
+            other => other,
+        };
         let read = read
             .map_err(|e| TaskError::Runtime(format!("reading {topic}-{p} at {position}: {e}")))?;
         if read.bytes.is_empty() {

@@ -26,10 +26,10 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use kafka_protocol::records::{Record as KafkaRecord, RecordBatchDecoder};
 
-use crate::cluster::Metadata;
+use crate::cluster::{Metadata, NewTopic};
 use crate::log::{plain, split_batches};
 use crate::plugin::SourcePosition;
-use crate::replica::{now_ms, ReplicaManager};
+use crate::replica::{now_ms, FetchIsolation, ReplicaManager};
 
 /// Source offsets topic.
 pub const OFFSETS_TOPIC: &str = "__connect_offsets";
@@ -73,24 +73,18 @@ impl InternalTopic {
     ///
     /// Errors: metadata or the log cannot be written, as a message.
     pub fn ensure(&self) -> Result<(), String> {
-        if self.replicas.partition(self.name, 0).is_some() {
+        if self.metadata.image().topic(self.name).is_some() {
             return Ok(());
         }
-        let configs = BTreeMap::from([("cleanup.policy".to_string(), "compact".to_string())]);
-        let meta = match self
-            .metadata
-            .create_topic(self.name, 1, 1, configs)
-            .map_err(|e| format!("creating {}: {e}", self.name))?
-        {
-            Some(meta) => meta,
-            None => self
-                .metadata
-                .topic(self.name)
-                .ok_or_else(|| format!("{} was created and is gone", self.name))?,
-        };
-        self.replicas
-            .open_partitions(&meta, 0)
-            .map_err(|e| format!("opening {}: {e}", self.name))?;
+        // The path of a client's CreateTopics: validated, all or nothing.
+        self.metadata
+            .ensure_topic(NewTopic {
+                name: self.name.to_string(),
+                partitions: 1,
+                replication_factor: 1,
+                configs: BTreeMap::from([("cleanup.policy".to_string(), "compact".to_string())]),
+            })
+            .map_err(|e| format!("creating {}: {}", self.name, e.message))?;
         Ok(())
     }
 
@@ -139,10 +133,11 @@ impl InternalTopic {
             return Ok(Vec::new());
         };
         let mut out = Vec::new();
-        let (mut offset, end) = partition.with_log(|l| (l.log_start_offset(), l.log_end_offset()));
+        let offsets = partition.offsets();
+        let (mut offset, end) = (offsets.log_start_offset, offsets.log_end_offset);
         while offset < end {
             let read = partition
-                .with_log(|l| l.read(offset, REPLAY_READ_BYTES, end))
+                .read(offset, REPLAY_READ_BYTES, FetchIsolation::LogEnd)
                 .map_err(|e| format!("{}-0 at {offset}: {e}", self.name))?;
             if read.bytes.is_empty() {
                 break;
@@ -522,21 +517,52 @@ mod tests {
     use super::*;
     use crate::plugin::StateStore;
 
-    /// The connector states over a broker's state in `dir`, as a (re)started broker
-    /// builds them.
-    fn states_in(dir: &std::path::Path) -> ConnectorStates {
+    /// The internal topic `name` over a broker's state in `dir`, as a (re)started broker
+    /// builds it.
+    fn topic_in(dir: &std::path::Path, name: &'static str) -> InternalTopic {
         let mut config = crate::config::BrokerConfig::defaults();
         config.log_dir = dir.to_path_buf();
         let metadata = Arc::new(Metadata::open(dir, 1).unwrap());
-        let replicas = Arc::new(
-            ReplicaManager::open(
-                Arc::new(config),
-                &metadata.topics(),
-                Arc::new(crate::purgatory::Purgatory::new(10)),
-            )
-            .unwrap(),
+        let replicas = ReplicaManager::open(
+            Arc::new(config),
+            &metadata,
+            Arc::new(crate::purgatory::Purgatory::new(10)),
+        )
+        .unwrap();
+        InternalTopic::new(name, metadata, replicas)
+    }
+
+    /// The connector states over a broker's state in `dir`, as a (re)started broker
+    /// builds them.
+    fn states_in(dir: &std::path::Path) -> ConnectorStates {
+        ConnectorStates::load(topic_in(dir, STATE_TOPIC)).unwrap()
+    }
+
+    #[test]
+    fn a_failed_internal_topic_creation_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let topic = topic_in(dir.path(), OFFSETS_TOPIC);
+        // A file where the partition directory goes: its log cannot be created.
+        let blocker = dir.path().join(format!("{OFFSETS_TOPIC}-0"));
+        std::fs::write(&blocker, "x").unwrap();
+        let record = [(Bytes::from_static(b"k"), Some(Bytes::from_static(b"v")))];
+        let e = topic.append(&record).unwrap_err();
+        assert!(e.contains("creating __connect_offsets"), "{e}");
+        assert!(topic.metadata.topic(OFFSETS_TOPIC).is_none());
+        assert!(topic.replicas.partition(OFFSETS_TOPIC, 0).is_none());
+        std::fs::remove_file(&blocker).unwrap();
+        topic.append(&record).unwrap();
+        assert_eq!(
+            topic.metadata.topic(OFFSETS_TOPIC).unwrap().configs["cleanup.policy"],
+            "compact"
         );
-        ConnectorStates::load(InternalTopic::new(STATE_TOPIC, metadata, replicas)).unwrap()
+        assert_eq!(topic.replay().unwrap(), record.to_vec());
+        // And it is there after a restart.
+        drop(topic);
+        assert_eq!(
+            topic_in(dir.path(), OFFSETS_TOPIC).replay().unwrap(),
+            record.to_vec()
+        );
     }
 
     #[test]

@@ -16,10 +16,10 @@ use std::sync::Arc;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::records::{Record, RecordBatchDecoder};
 
-use crate::cluster::{Metadata, TopicMeta};
+use crate::cluster::{Metadata, NewTopic};
 use crate::config::GroupSettings;
 use crate::log::{plain, split_batches};
-use crate::replica::{now_ms, ReplicaManager};
+use crate::replica::{now_ms, FetchIsolation, ReplicaManager};
 
 /// The internal topic holding committed offsets and group metadata.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
@@ -343,28 +343,19 @@ impl OffsetStore {
                 self.settings.offsets_topic_segment_bytes.to_string(),
             ),
         ]);
-        let meta: TopicMeta = match self
+        // The path of a client's CreateTopics: validated, all or nothing.
+        let meta = self
             .metadata
-            .create_topic(
-                OFFSETS_TOPIC,
-                self.settings.offsets_topic_num_partitions,
-                1,
+            .ensure_topic(NewTopic {
+                name: OFFSETS_TOPIC.to_string(),
+                partitions: self.settings.offsets_topic_num_partitions,
+                replication_factor: 1,
                 configs,
-            )
-            .map_err(|e| StoreError::Create(e.to_string()))?
-        {
-            Some(meta) => meta,
-            None => self
-                .metadata
-                .topic(OFFSETS_TOPIC)
-                .ok_or_else(|| StoreError::Create("created and gone".into()))?,
-        };
-        self.replicas
-            .open_partitions(&meta, 0)
-            .map_err(|e| StoreError::Create(e.to_string()))?;
+            })
+            .map_err(|e| StoreError::Create(e.message))?;
         tracing::info!(
             partitions = meta.partitions,
-            "created internal topic {OFFSETS_TOPIC}"
+            "internal topic {OFFSETS_TOPIC} ready"
         );
         *partitions = Some(meta.partitions);
         Ok(meta.partitions)
@@ -422,11 +413,11 @@ impl OffsetStore {
             let Some(partition) = self.replicas.partition(OFFSETS_TOPIC, index) else {
                 continue;
             };
-            let (mut offset, end) =
-                partition.with_log(|l| (l.log_start_offset(), l.log_end_offset()));
+            let offsets = partition.offsets();
+            let (mut offset, end) = (offsets.log_start_offset, offsets.log_end_offset);
             while offset < end {
                 let read = partition
-                    .with_log(|l| l.read(offset, 1 << 20, end))
+                    .read(offset, 1 << 20, FetchIsolation::LogEnd)
                     .map_err(|e| format!("{OFFSETS_TOPIC}-{index} at {offset}: {e}"))?;
                 if read.bytes.is_empty() {
                     break;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::*;
-use crate::cluster::Metadata;
+use crate::cluster::{Metadata, NewTopic};
 use crate::config::BrokerConfig;
 use crate::purgatory::Purgatory;
 
@@ -36,21 +36,17 @@ fn open_in(dir: &Path, delay_ms: u64) -> Arc<GroupCoordinator> {
     config.group = settings(delay_ms);
     let config = Arc::new(config);
     let metadata = Arc::new(Metadata::open(dir, 1).unwrap());
-    let replicas = Arc::new(
-        ReplicaManager::open(
-            config.clone(),
-            &metadata.topics(),
-            Arc::new(Purgatory::new(10)),
-        )
-        .unwrap(),
-    );
+    let replicas =
+        ReplicaManager::open(config.clone(), &metadata, Arc::new(Purgatory::new(10))).unwrap();
     for (name, partitions) in [("t", 4), ("u", 2)] {
-        if let Some(meta) = metadata
-            .create_topic(name, partitions, 1, BTreeMap::new())
-            .unwrap()
-        {
-            replicas.open_partitions(&meta, 0).unwrap();
-        }
+        metadata
+            .ensure_topic(NewTopic {
+                name: name.to_string(),
+                partitions,
+                replication_factor: 1,
+                configs: BTreeMap::new(),
+            })
+            .unwrap();
     }
     Arc::new(GroupCoordinator::open(metadata, replicas, config.group).unwrap())
 }

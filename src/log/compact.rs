@@ -4,9 +4,23 @@
 //! Owns: the offset map (key → latest offset), the rewrite of closed segments with only
 //! the records that survive, the swap of a rewritten segment into place, the dirty-ratio
 //! trigger and the cleaner checkpoint (`cleaner-offset-checkpoint` in the partition
-//! directory: the first offset not yet compacted). Never does: touch the active segment,
-//! change the offset of a record, decide when to run (the replica manager's retention tick
-//! calls [`PartitionLog::compact`]), or anything about requests.
+//! directory: the first offset not yet compacted), and the cleaner's I/O throttle. Never
+//! does: touch the active segment, change the offset of a record, decide when to run (the
+//! replica manager's retention tick does), take a lock, or anything about requests.
+//!
+//! Three steps, so the partition is locked only briefly (Kafka's cleaner likewise works
+//! on its own copy and swaps under the log's lock):
+//!
+//! 1. [`PartitionLog::plan_compaction`] (exclusive lock, cheap): is a run due, and a
+//!    snapshot of every segment — its offsets, its size then and its open file.
+//! 2. [`CompactionPlan::prepare`] (no lock; throttled by `log.cleaner.io.max.bytes.per.second`
+//!    through [`CleanerThrottle`]): the offset map over the snapshots and the compacted
+//!    copies with their indexes, under `.cleaned` names. Fetches (shared lock) and
+//!    produces (exclusive, briefly) go on meanwhile.
+//! 3. [`PartitionLog::install_compaction`] (exclusive lock, short): checks that the
+//!    planned segments are still the log's — retention, truncation or a config change
+//!    may have got there first, and then it discards the copies and changes nothing —
+//!    and swaps the copies in. [`PartitionLog::compact`] runs the three in one go.
 //!
 //! Rules, per record of a cleanable closed segment (Kafka's `LogCleaner` and KIP-58):
 //!
@@ -31,10 +45,12 @@
 //! each producer for its sequence numbers; weir reloads producer state from the active
 //! segment and its snapshot, which compaction never touches, so this is not needed here).
 //!
-//! Crash safety: each rewritten segment is written to `<base>.log.cleaned` and fsynced;
-//! then its old indexes are removed, the `.cleaned` file is renamed over `<base>.log` (one
-//! atomic rename) and the indexes are rebuilt from it (written to temp files, renamed).
-//! Segments are swapped oldest first, so after a crash the compacted segments are a prefix
+//! Crash safety: each rewritten segment is written to `<base>.log.cleaned`, and its
+//! indexes to `<base>.index.cleaned` and `<base>.timeindex.cleaned`, all fsynced, before
+//! the install; there, per segment, its old indexes are removed, the directory synced, the
+//! `.log.cleaned` file renamed over `<base>.log` (the one atomic step), the directory
+//! synced, and the cleaned indexes renamed in (a crash between leaves no index, which is
+//! rebuilt on open). Segments are swapped oldest first, so after a crash the compacted segments are a prefix
 //! and a tombstone never goes before the older values it hides. On open, leftover
 //! `.cleaned` (and `.swap`, never written by weir) files are removed and missing indexes
 //! rebuilt. A segment that compaction empties is deleted (its offsets become a gap),
@@ -44,9 +60,8 @@
 //! `log.cleaner.dedupe.buffer.size` default); keys seen after it is full are simply kept
 //! everywhere. A batch is decompressed into at most [`MAX_DECOMPRESSED_BATCH_BYTES`]; a
 //! larger one is kept whole. Corrupt data (CRC, header or record layout) aborts the run
-//! with [`LogError::Corrupt`] before anything of the bad segment is swapped; segments
-//! already swapped are valid compactions on their own. The run holds the partition's lock
-//! (the caller's `&mut`): produce and fetch on that partition wait for it.
+//! with [`LogError::Corrupt`] in the prepare step, before anything is swapped. The
+//! prepared copies of a run take up to the cleanable bytes again on disk until installed.
 //!
 //! Single node: the offset map covers up to the log end offset, which is the high
 //! watermark here. With replication it must stop at the high watermark, or an
@@ -57,6 +72,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use super::batch::{
     read_varint, read_varlong, BatchHeader, Compression, ATTRIBUTES_AT, BATCH_HEADER_BYTES,
@@ -64,7 +80,7 @@ use super::batch::{
     RECORD_COUNT_AT,
 };
 use super::codec::{self, DecompressError};
-use super::segment::{io_error, remove_if_exists, Segment};
+use super::segment::{cleaned_path_of, io_error, remove_if_exists, Segment, SegmentSnapshot};
 use super::{LogError, PartitionLog};
 
 /// The cleaner checkpoint file in the partition directory: one decimal offset, the first
@@ -82,7 +98,7 @@ pub const MAX_DECOMPRESSED_BATCH_BYTES: usize = 64 << 20;
 /// A rewritten segment must stay addressable by 32-bit index positions.
 const MAX_SEGMENT_BYTES: u64 = i32::MAX as u64;
 
-/// What one [`PartitionLog::compact`] call did.
+/// What one [`PartitionLog::compact`] (or [`PartitionLog::install_compaction`]) call did.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CompactionStats {
     /// True when a cleaning pass ran; false when the policy has no `compact`, no closed
@@ -102,6 +118,9 @@ pub struct CompactionStats {
     pub bytes_after: u64,
     /// The cleaner checkpoint after the call: offsets below it are compacted.
     pub first_dirty_offset: i64,
+    /// True when a prepared run was refused at install because the log changed meanwhile
+    /// (see [`PartitionLog::install_compaction`]); nothing was changed.
+    pub discarded: bool,
 }
 
 impl CompactionStats {
@@ -294,9 +313,14 @@ fn corrupt(path: &Path, position: u64, reason: String) -> LogError {
     }
 }
 
-/// Adds every keyed record of `segment` to `map`.
-fn add_to_map(segment: &Segment, map: &mut OffsetMap) -> Result<(), LogError> {
+/// Adds every keyed record of `segment` to `map`; every batch read goes through `throttle`.
+fn add_to_map(
+    segment: &SegmentSnapshot,
+    map: &mut OffsetMap,
+    throttle: &mut CleanerThrottle,
+) -> Result<(), LogError> {
     segment.for_each_batch(|position, bytes| {
+        throttle.observe(bytes.len());
         let header = BatchHeader::parse(bytes);
         if header.is_control() {
             return Ok(());
@@ -350,13 +374,16 @@ impl Rules<'_> {
     }
 }
 
-/// Writes the compacted copy of `segment` to `<base>.log.cleaned` (removed again when
-/// nothing changes or on error).
-fn clean_segment(segment: &Segment, rules: &Rules<'_>) -> Result<SegmentOutcome, LogError> {
-    let mut cleaned = segment.log_path().as_os_str().to_owned();
-    cleaned.push(".cleaned");
-    let path = PathBuf::from(cleaned);
-    let result = write_cleaned(segment, rules, &path);
+/// Writes the compacted copy of `segment` to `<base>.log.cleaned` in `dir` (removed again
+/// when nothing changes or on error).
+fn clean_segment(
+    dir: &Path,
+    segment: &SegmentSnapshot,
+    rules: &Rules<'_>,
+    throttle: &mut CleanerThrottle,
+) -> Result<SegmentOutcome, LogError> {
+    let path = cleaned_path_of(dir, segment.base_offset, "log");
+    let result = write_cleaned(segment, rules, throttle, &path);
     match result {
         Ok(SegmentOutcome::Unchanged) | Err(_) => {
             remove_if_exists(&path)?;
@@ -367,8 +394,9 @@ fn clean_segment(segment: &Segment, rules: &Rules<'_>) -> Result<SegmentOutcome,
 }
 
 fn write_cleaned(
-    segment: &Segment,
+    segment: &SegmentSnapshot,
     rules: &Rules<'_>,
+    throttle: &mut CleanerThrottle,
     path: &Path,
 ) -> Result<SegmentOutcome, LogError> {
     let file = File::create(path).map_err(io_error("create", path))?;
@@ -377,6 +405,7 @@ fn write_cleaned(
     let mut records_removed = 0u64;
     let mut too_big = false;
     segment.for_each_batch(|position, bytes| {
+        throttle.observe(bytes.len());
         let header = BatchHeader::parse(bytes);
         let filtered = filter_batch(bytes, &header, |offset, r| rules.keep(&header, offset, r))
             .map_err(|reason| corrupt(segment.log_path(), position, reason))?;
@@ -421,10 +450,240 @@ fn write_cleaned(
     })
 }
 
-fn sync_dir(dir: &Path) -> Result<(), LogError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_error("fsync", dir))
+/// Removes the cleaner's files of the segment at `base_offset` (best effort: a leftover
+/// is removed when the log is next opened).
+fn remove_cleaned_files(dir: &Path, base_offset: i64) {
+    for extension in ["log", "index", "timeindex"] {
+        let path = cleaned_path_of(dir, base_offset, extension);
+        if let Err(e) = remove_if_exists(&path) {
+            tracing::warn!(error = %e, "could not remove the cleaner's file");
+        }
+    }
+}
+
+/// Kafka's `log.cleaner.io.max.bytes.per.second`: bounds the rate at which
+/// [`CompactionPlan::prepare`] reads segment bytes (offset map and cleaning passes
+/// together) by sleeping the thread that runs it, which holds no lock meanwhile. Reading
+/// never gets ahead of the rate by more than [`THROTTLE_MIN_SLEEP`]; time spent not reading
+/// is credited for at most [`THROTTLE_MAX_CREDIT`] (Kafka's `Throttler` checks every
+/// 300 ms, so a run shorter than that is not throttled at all there; here even a small run
+/// keeps to the rate, which is also what lets a test make a compaction long). One throttle
+/// is meant to be shared by the compactions a cleaner runs in turn.
+#[derive(Debug)]
+pub struct CleanerThrottle {
+    max_bytes_per_second: f64,
+    period_start: Instant,
+    bytes_in_period: u64,
+}
+
+/// The shortest sleep [`CleanerThrottle`] takes (shorter debts wait for the next batch).
+pub const THROTTLE_MIN_SLEEP: Duration = Duration::from_millis(10);
+/// The most idle time [`CleanerThrottle`] credits to later reads.
+pub const THROTTLE_MAX_CREDIT: Duration = Duration::from_millis(300);
+
+impl CleanerThrottle {
+    /// A throttle at `max_bytes_per_second` (Kafka's default, `f64::MAX`, never sleeps; a
+    /// value that is not a positive number is taken as that default — the config registry
+    /// refuses such values before they get here).
+    pub fn new(max_bytes_per_second: f64) -> CleanerThrottle {
+        let max_bytes_per_second = if max_bytes_per_second > 0.0 {
+            max_bytes_per_second
+        } else {
+            f64::MAX
+        };
+        CleanerThrottle {
+            max_bytes_per_second,
+            period_start: Instant::now(),
+            bytes_in_period: 0,
+        }
+    }
+
+    /// No limit (Kafka's default).
+    pub fn unlimited() -> CleanerThrottle {
+        CleanerThrottle::new(f64::MAX)
+    }
+
+    /// Counts `bytes` just read and sleeps until reading them was allowed.
+    fn observe(&mut self, bytes: usize) {
+        self.bytes_in_period += bytes as u64;
+        let elapsed_secs = self.period_start.elapsed().as_secs_f64();
+        let allowed_at_secs = self.bytes_in_period as f64 / self.max_bytes_per_second;
+        let ahead_secs = allowed_at_secs - elapsed_secs;
+        if ahead_secs >= THROTTLE_MIN_SLEEP.as_secs_f64() {
+            // At most an hour per batch: even a 1 byte/s limit and a 2 GiB batch end.
+            std::thread::sleep(Duration::from_secs_f64(ahead_secs.min(3600.0)));
+        } else if -ahead_secs > THROTTLE_MAX_CREDIT.as_secs_f64() {
+            self.period_start = Instant::now();
+            self.bytes_in_period = 0;
+        }
+    }
+}
+
+/// Step (a) of a compaction, taken by [`PartitionLog::plan_compaction`] under the
+/// partition's lock: whether one is due, and if so a snapshot of every segment (the
+/// closed ones to clean, and all of them as the offset map's input, each up to its size
+/// then). [`CompactionPlan::prepare`] does the expensive part from it with no lock held.
+#[derive(Debug)]
+pub struct CompactionPlan {
+    dir: PathBuf,
+    now_ms: i64,
+    delete_retention_ms: i64,
+    index_interval_bytes: u32,
+    /// Every segment when planned, oldest first; empty when no compaction is due.
+    segments: Vec<SegmentSnapshot>,
+    /// `segments[..cleanable]` are cleaned (at least one when due).
+    cleanable: usize,
+    stats: CompactionStats,
+}
+
+impl CompactionPlan {
+    /// Whether a cleaning pass is due (see [`PartitionLog::compact`]); when not,
+    /// [`CompactionPlan::prepare`] and [`PartitionLog::install_compaction`] do nothing.
+    pub fn is_due(&self) -> bool {
+        self.cleanable > 0
+    }
+
+    /// The dirty ratio, the bytes to clean and the checkpoint when planned.
+    pub fn stats(&self) -> &CompactionStats {
+        &self.stats
+    }
+
+    /// Step (b), run with no lock on the partition: builds the offset map over every
+    /// planned segment and writes the compacted copy of each cleanable one, with its
+    /// indexes, under `.cleaned` names (fsynced), reading at most as fast as `throttle`
+    /// allows. Touches none of the log's own files, so reads and appends go on meanwhile;
+    /// records appended after planning are not in the map (they only keep more until the
+    /// next run).
+    ///
+    /// Errors: `Corrupt` (bad data in a planned segment), `Io`; the files written so far
+    /// are removed and the log is as it was.
+    pub fn prepare(self, throttle: &mut CleanerThrottle) -> Result<PreparedCompaction, LogError> {
+        let mut prepared = PreparedCompaction {
+            plan: self,
+            copies: Vec::new(),
+            full_at: None,
+        };
+        if !prepared.plan.is_due() {
+            return Ok(prepared);
+        }
+        let plan = &prepared.plan;
+        let mut map = OffsetMap::default();
+        for segment in &plan.segments {
+            add_to_map(segment, &mut map, throttle)?;
+        }
+        let rules = Rules {
+            map: &map,
+            now_ms: plan.now_ms,
+            delete_retention_ms: plan.delete_retention_ms,
+        };
+        let mut copies = Vec::with_capacity(plan.cleanable);
+        for (i, segment) in plan.segments[..plan.cleanable].iter().enumerate() {
+            let copy = match clean_segment(&plan.dir, segment, &rules, throttle)? {
+                SegmentOutcome::Unchanged => PreparedSegment::Unchanged,
+                SegmentOutcome::Rewritten {
+                    path,
+                    bytes,
+                    records_removed,
+                } if bytes == 0 && i > 0 => {
+                    remove_if_exists(&path)?;
+                    PreparedSegment::Emptied { records_removed }
+                }
+                SegmentOutcome::Rewritten {
+                    path,
+                    records_removed,
+                    ..
+                } => {
+                    let opened = Segment::open_cleaned(
+                        &plan.dir,
+                        &path,
+                        segment.base_offset,
+                        segment.next_offset,
+                        plan.index_interval_bytes,
+                        plan.now_ms,
+                    );
+                    let cleaned = match opened {
+                        Ok(cleaned) => cleaned,
+                        Err(e) => {
+                            remove_cleaned_files(&plan.dir, segment.base_offset);
+                            return Err(e);
+                        }
+                    };
+                    PreparedSegment::Rewritten {
+                        copy: CleanedCopy {
+                            dir: plan.dir.clone(),
+                            base_offset: segment.base_offset,
+                            segment: Some(Box::new(cleaned)),
+                        },
+                        records_removed,
+                    }
+                }
+            };
+            copies.push(copy);
+        }
+        prepared.copies = copies;
+        prepared.full_at = map.full_at;
+        Ok(prepared)
+    }
+}
+
+/// A compacted copy of one segment on disk under its `.cleaned` names; its files are
+/// removed when it is dropped without having been installed.
+#[derive(Debug)]
+struct CleanedCopy {
+    dir: PathBuf,
+    base_offset: i64,
+    /// `None` once installed. Boxed: a `Segment` is large beside the other outcomes.
+    segment: Option<Box<Segment>>,
+}
+
+impl CleanedCopy {
+    fn into_segment(mut self) -> Segment {
+        *self
+            .segment
+            .take()
+            .expect("a prepared copy is installed once")
+    }
+}
+
+impl Drop for CleanedCopy {
+    fn drop(&mut self) {
+        if self.segment.take().is_some() {
+            remove_cleaned_files(&self.dir, self.base_offset);
+        }
+    }
+}
+
+/// What step (b) prepared for one cleanable segment.
+#[derive(Debug)]
+enum PreparedSegment {
+    /// Nothing to remove: the segment stays.
+    Unchanged,
+    /// Every record goes: the segment is deleted (never the first one, which is rewritten
+    /// empty instead so the log start offset stays).
+    Emptied { records_removed: u64 },
+    /// A compacted copy to swap in.
+    Rewritten {
+        copy: CleanedCopy,
+        records_removed: u64,
+    },
+}
+
+/// Step (b)'s result, for [`PartitionLog::install_compaction`]. Dropping it without
+/// installing removes the prepared files.
+#[derive(Debug)]
+pub struct PreparedCompaction {
+    plan: CompactionPlan,
+    /// One per cleanable segment, in order.
+    copies: Vec<PreparedSegment>,
+    /// The first offset whose key did not fit the offset map.
+    full_at: Option<i64>,
+}
+
+impl PreparedCompaction {
+    /// The plan it was prepared from.
+    pub fn plan(&self) -> &CompactionPlan {
+        &self.plan
+    }
 }
 
 /// The checkpoint in `dir`, if the file exists and holds an offset (a bad file is
@@ -453,8 +712,11 @@ fn write_checkpoint(dir: &Path, offset: i64) -> Result<(), LogError> {
 
 impl PartitionLog {
     /// Compacts the log once if it is due (Kafka's `LogCleaner`; see the module doc of
-    /// `log::compact` for the rules). `now_ms` is the wall clock, used for
-    /// `delete.retention.ms` and `min.compaction.lag.ms`.
+    /// `log::compact` for the rules): [`PartitionLog::plan_compaction`],
+    /// [`CompactionPlan::prepare`] without a throttle and
+    /// [`PartitionLog::install_compaction`] in one go, for a caller that holds the log
+    /// exclusively anyway. `now_ms` is the wall clock, used for `delete.retention.ms` and
+    /// `min.compaction.lag.ms`.
     ///
     /// Due when `cleanup.policy` has `compact` and, over the cleanable closed segments
     /// (all closed ones up to the first with a record newer than `min.compaction.lag.ms`),
@@ -464,19 +726,35 @@ impl PartitionLog {
     /// the checkpoint moves to the first segment not cleaned. Offsets never change; the
     /// log start and end offsets stay; reads skip the gaps.
     ///
-    /// Errors: `Corrupt` (bad data found; the run stops, nothing of that segment is
-    /// changed), `Io`.
+    /// Errors: `Corrupt` (bad data found; the run stops, no segment is changed), `Io`.
     pub fn compact(&mut self, now_ms: i64) -> Result<CompactionStats, LogError> {
+        let plan = self.plan_compaction(now_ms);
+        let prepared = plan.prepare(&mut CleanerThrottle::unlimited())?;
+        self.install_compaction(prepared)
+    }
+
+    /// Step (a) of a compaction, cheap, under the partition's exclusive lock: decides
+    /// whether one is due (see [`PartitionLog::compact`]) and snapshots what step (b),
+    /// [`CompactionPlan::prepare`], reads. `now_ms` is the wall clock.
+    pub fn plan_compaction(&mut self, now_ms: i64) -> CompactionPlan {
         let leo = self.log_end_offset();
         if self.first_dirty_offset < self.log_start_offset || self.first_dirty_offset > leo {
             self.first_dirty_offset = self.log_start_offset;
         }
-        let mut stats = CompactionStats {
-            first_dirty_offset: self.first_dirty_offset,
-            ..CompactionStats::default()
+        let mut plan = CompactionPlan {
+            dir: self.dir.clone(),
+            now_ms,
+            delete_retention_ms: self.config.delete_retention_ms,
+            index_interval_bytes: self.config.index_interval_bytes,
+            segments: Vec::new(),
+            cleanable: 0,
+            stats: CompactionStats {
+                first_dirty_offset: self.first_dirty_offset,
+                ..CompactionStats::default()
+            },
         };
         if !self.config.cleanup_policy.compact {
-            return Ok(stats);
+            return plan;
         }
         let lag_ms = self.config.min_compaction_lag_ms;
         let closed = self.segments.len() - 1;
@@ -496,54 +774,79 @@ impl PartitionLog {
             .map(|s| s.size_bytes)
             .sum();
         if total == 0 || dirty == 0 {
-            return Ok(stats);
+            return plan;
         }
-        stats.dirty_ratio = dirty as f64 / total as f64;
-        if stats.dirty_ratio < self.config.min_cleanable_dirty_ratio {
-            return Ok(stats);
+        plan.stats.dirty_ratio = dirty as f64 / total as f64;
+        if plan.stats.dirty_ratio < self.config.min_cleanable_dirty_ratio {
+            return plan;
         }
-        stats.bytes_before = total;
+        plan.stats.bytes_before = total;
+        plan.segments = self.segments.iter().map(Segment::snapshot).collect();
+        plan.cleanable = end;
+        plan
+    }
 
-        let mut map = OffsetMap::default();
-        for segment in &self.segments {
-            add_to_map(segment, &mut map)?;
+    /// Step (c), short, under the partition's exclusive lock: if the planned segments are
+    /// still the ones in the log (same segments, the cleanable ones unchanged, none of the
+    /// others cut; `cleanup.policy` still has `compact`), swaps the prepared copies in,
+    /// oldest first, crash-safely (see the module doc), deletes the emptied ones and moves
+    /// the cleaner checkpoint. If retention, truncation, another compaction or a config
+    /// change got there first, it changes nothing and returns stats with `cleaned: false`
+    /// and `discarded: true` (the prepared files are removed).
+    ///
+    /// Errors: `Io` (the segments swapped before it are complete compactions).
+    pub fn install_compaction(
+        &mut self,
+        prepared: PreparedCompaction,
+    ) -> Result<CompactionStats, LogError> {
+        let mut prepared = prepared;
+        let plan = &prepared.plan;
+        let mut stats = plan.stats.clone();
+        if !plan.is_due() {
+            return Ok(stats);
         }
-        let rules = Rules {
-            map: &map,
-            now_ms,
-            delete_retention_ms: self.config.delete_retention_ms,
-        };
+        if !self.plan_still_holds(plan) {
+            tracing::info!(
+                dir = %self.dir.display(),
+                "log changed while a compaction was prepared (retention, truncation, \
+                 another compaction or a config change); discarded"
+            );
+            stats.discarded = true;
+            stats.first_dirty_offset = self.first_dirty_offset;
+            return Ok(stats);
+        }
+        let mut checkpoint = plan.segments[plan.cleanable].base_offset;
+        let copies = std::mem::take(&mut prepared.copies);
         let mut i = 0;
-        while i < end {
-            match clean_segment(&self.segments[i], &rules)? {
-                SegmentOutcome::Unchanged => {
+        for copy in copies {
+            match copy {
+                PreparedSegment::Unchanged => {
                     stats.bytes_after += self.segments[i].size_bytes;
                     i += 1;
                 }
-                SegmentOutcome::Rewritten {
-                    path,
-                    bytes,
+                PreparedSegment::Emptied { records_removed } => {
+                    assert!(i > 0, "the first segment is rewritten, never deleted");
+                    stats.records_removed += records_removed;
+                    let emptied = self.segments.remove(i);
+                    self.segments[i - 1].next_offset = emptied.next_offset;
+                    emptied.delete_files()?;
+                    stats.segments_deleted += 1;
+                }
+                PreparedSegment::Rewritten {
+                    copy,
                     records_removed,
                 } => {
                     stats.records_removed += records_removed;
-                    if bytes == 0 && i > 0 {
-                        remove_if_exists(&path)?;
-                        let emptied = self.segments.remove(i);
-                        self.segments[i - 1].next_offset = emptied.next_offset;
-                        emptied.delete_files()?;
-                        stats.segments_deleted += 1;
-                        end -= 1;
-                    } else {
-                        self.swap_in(i, &path)?;
-                        stats.bytes_after += bytes;
-                        stats.segments_rewritten += 1;
-                        i += 1;
-                    }
+                    let cleaned = copy.into_segment();
+                    let bytes = cleaned.size_bytes;
+                    self.segments[i].replace_with(cleaned)?;
+                    stats.bytes_after += bytes;
+                    stats.segments_rewritten += 1;
+                    i += 1;
                 }
             }
         }
-        let mut checkpoint = self.segments[end].base_offset;
-        if let Some(full_at) = map.full_at {
+        if let Some(full_at) = prepared.full_at {
             tracing::warn!(
                 dir = %self.dir.display(),
                 offset = full_at,
@@ -558,26 +861,23 @@ impl PartitionLog {
         Ok(stats)
     }
 
-    /// Replaces closed segment `i` by the compacted copy at `cleaned` (see the module doc
-    /// for the order of steps and what a crash between them leaves).
-    fn swap_in(&mut self, i: usize, cleaned: &Path) -> Result<(), LogError> {
-        let (base, next) = (self.segments[i].base_offset, self.segments[i].next_offset);
-        let log_path = self.segments[i].log_path().to_path_buf();
-        for extension in ["index", "timeindex"] {
-            remove_if_exists(&super::segment::file_path(&self.dir, base, extension))?;
-        }
-        sync_dir(&self.dir)?;
-        std::fs::rename(cleaned, &log_path).map_err(io_error("rename", cleaned))?;
-        sync_dir(&self.dir)?;
-        let now_ms = self.segments[i].created_ms;
-        self.segments[i] = Segment::open_rewritten(
-            &self.dir,
-            base,
-            next,
-            self.config.index_interval_bytes,
-            now_ms,
-        )?;
-        Ok(())
+    /// Whether the segments `plan` read are still the log's: the same `Segment` values
+    /// (ids) at the same places, the cleanable ones with the size and offsets planned, the
+    /// others (the active one then) at least as long as planned (appends only add).
+    fn plan_still_holds(&self, plan: &CompactionPlan) -> bool {
+        self.config.cleanup_policy.compact
+            && plan.segments.iter().enumerate().all(|(i, planned)| {
+                self.segments.get(i).is_some_and(|s| {
+                    s.id == planned.id
+                        && s.base_offset == planned.base_offset
+                        && if i < plan.cleanable {
+                            s.size_bytes == planned.size_bytes
+                                && s.next_offset == planned.next_offset
+                        } else {
+                            s.size_bytes >= planned.size_bytes
+                        }
+                })
+            })
     }
 
     /// The cleaner checkpoint: offsets below it were compacted by the last run.

@@ -7,7 +7,9 @@
 //! truncation, recovery after kill -9, idempotent producer state, and fsync when
 //! `flush_messages` / `flush_ms` ask for it. Never does: networking, request/response
 //! types, decompression outside the cleaner, leadership decisions (the high watermark is passed in as `max_offset`), or locking
-//! (the owner wraps a `PartitionLog` in whatever lock it needs; reads take `&self`).
+//! (the owner wraps a `PartitionLog` in whatever lock it needs; reads take `&self` and use
+//! positional reads only, so they can share a read lock; compaction's expensive step runs
+//! on snapshots with no lock at all, see `compact.rs`).
 //!
 //! Design (DESIGN.md, core decisions 1-3): record batches are stored exactly as the
 //! client sent them except for baseOffset, partitionLeaderEpoch and, for LogAppendTime,
@@ -37,7 +39,7 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 
 pub use batch::{split_batches, validate, BatchError, Compression, TimestampType, ValidatedBatch};
-pub use compact::CompactionStats;
+pub use compact::{CleanerThrottle, CompactionPlan, CompactionStats, PreparedCompaction};
 use producer::{ProducerStateManager, SequenceCheck};
 use segment::{file_path, io_error, remove_if_exists, Segment};
 
@@ -239,6 +241,23 @@ impl LogError {
             LogError::InvalidProducerEpoch { .. } => 47,
             LogError::OutOfOrderSequence { .. } => 45,
             LogError::InvalidConfig { .. } => 40,
+        }
+    }
+
+    /// The Kafka error an append on a client's behalf answers with (Produce, and the
+    /// broker's own writes through `ingest`): OUT_OF_ORDER_SEQUENCE_NUMBER (45),
+    /// INVALID_PRODUCER_EPOCH (47), OFFSET_OUT_OF_RANGE (1), else KAFKA_STORAGE_ERROR
+    /// (56). Unlike [`LogError::kafka_error_code`] that includes `InvalidConfig`, which an
+    /// append cannot cause (issue 11 §4 makes the two one mapping).
+    pub fn append_error(&self) -> kafka_protocol::ResponseError {
+        use kafka_protocol::ResponseError;
+        match self {
+            LogError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
+            LogError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
+            LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+            LogError::Io { .. } | LogError::Corrupt { .. } | LogError::InvalidConfig { .. } => {
+                ResponseError::KafkaStorageError
+            }
         }
     }
 }

@@ -7,10 +7,11 @@
 //! producer state, or anything about requests.
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 
@@ -30,6 +31,14 @@ const SINGLE_WRITE_MAX_BYTES: usize = 64 << 10;
 /// File name of a segment file: the base offset zero-padded to 20 digits, as Kafka does.
 pub(crate) fn file_path(dir: &Path, base_offset: i64, extension: &str) -> PathBuf {
     dir.join(format!("{base_offset:020}.{extension}"))
+}
+
+/// A process-wide unique id for each `Segment` value made: a segment replaced by another
+/// (compaction's swap, truncation's reopen) gets a new id, so a compaction planned earlier
+/// can tell whether the segments it read are still the ones in the log.
+fn next_segment_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 pub(crate) fn io_error(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> LogError {
@@ -56,6 +65,8 @@ struct Writers {
 
 #[derive(Debug)]
 pub(crate) struct Segment {
+    /// See [`next_segment_id`].
+    pub id: u64,
     pub base_offset: i64,
     /// One past the last offset stored (for closed segments: the next segment's base).
     pub next_offset: i64,
@@ -69,7 +80,8 @@ pub(crate) struct Segment {
     /// When this process created or opened the segment (fallback for `segment_ms`).
     pub created_ms: i64,
     log_path: PathBuf,
-    log: File,
+    /// Shared with [`SegmentSnapshot`]s, which read it while the partition is unlocked.
+    log: Arc<File>,
     dir: PathBuf,
     indexes: OnceLock<Indexes>,
     writers: Option<Writers>,
@@ -200,6 +212,7 @@ impl Segment {
         // A stale file of the same name (a crash mid-delete) holds nothing we keep.
         log.set_len(0).map_err(io_error("truncate", &log_path))?;
         let mut segment = Segment {
+            id: next_segment_id(),
             base_offset,
             next_offset: base_offset,
             size_bytes: 0,
@@ -208,7 +221,7 @@ impl Segment {
             first_batch_timestamp_ms: None,
             created_ms: now_ms,
             log_path,
-            log,
+            log: Arc::new(log),
             dir: dir.to_path_buf(),
             indexes: OnceLock::new(),
             writers: None,
@@ -274,9 +287,30 @@ impl Segment {
         now_ms: i64,
     ) -> Result<Segment, LogError> {
         let log_path = file_path(dir, base_offset, "log");
+        Segment::open_path(
+            dir,
+            log_path,
+            base_offset,
+            next_offset,
+            index_interval_bytes,
+            now_ms,
+        )
+    }
+
+    /// [`Segment::open_file`] for a `.log` at `log_path` (the cleaner's copy has another
+    /// name until it is renamed into place).
+    fn open_path(
+        dir: &Path,
+        log_path: PathBuf,
+        base_offset: i64,
+        next_offset: i64,
+        index_interval_bytes: u32,
+        now_ms: i64,
+    ) -> Result<Segment, LogError> {
         let log = open_existing(&log_path)?;
         let size_bytes = log.metadata().map_err(io_error("stat", &log_path))?.len();
         Ok(Segment {
+            id: next_segment_id(),
             base_offset,
             next_offset,
             size_bytes,
@@ -285,7 +319,7 @@ impl Segment {
             first_batch_timestamp_ms: None,
             created_ms: now_ms,
             log_path,
-            log,
+            log: Arc::new(log),
             dir: dir.to_path_buf(),
             indexes: OnceLock::new(),
             writers: None,
@@ -334,10 +368,7 @@ impl Segment {
             let (start_position, start_relative) =
                 start.map_or((0, 0), |e| (u64::from(e.position), e.relative_offset));
             let expected = base_offset + i64::from(start_relative);
-            let scan_file = segment
-                .log
-                .try_clone()
-                .map_err(io_error("dup", &log_path_copy))?;
+            let scan_file = Arc::clone(&segment.log);
             let mut scanner = Scanner::new(&scan_file, &log_path_copy, start_position, file_bytes);
             let first = scanner.next(true)?;
             let first_ok = match &first {
@@ -421,73 +452,85 @@ impl Segment {
         }
     }
 
-    /// Opens a closed segment whose `.log` was just replaced by a compacted copy (its old
-    /// indexes already removed): scans it, and writes both indexes durably (temp file,
-    /// fsync, rename — a crash leaves either no index, rebuilt on open, or a whole one).
-    pub fn open_rewritten(
+    /// Makes a compacted copy of a closed segment, written by the cleaner to
+    /// `cleaned_path` (see [`cleaned_path_of`]) and fsynced, ready to take the segment's
+    /// place: scans it and writes both indexes durably under their `.cleaned` names (temp
+    /// file, fsync). Runs without any lock on the partition; nothing here touches the
+    /// segment's own files. [`Segment::replace_with`] swaps it in.
+    pub fn open_cleaned(
         dir: &Path,
+        cleaned_path: &Path,
         base_offset: i64,
         next_offset: i64,
         index_interval_bytes: u32,
         now_ms: i64,
     ) -> Result<Segment, LogError> {
-        let mut segment =
-            Segment::open_file(dir, base_offset, next_offset, index_interval_bytes, now_ms)?;
+        let mut segment = Segment::open_path(
+            dir,
+            cleaned_path.to_path_buf(),
+            base_offset,
+            next_offset,
+            index_interval_bytes,
+            now_ms,
+        )?;
         let indexes = segment.rebuild_indexes()?;
         let (offset, time) = index::encode(&indexes);
-        for (path, bytes) in [
-            (segment.offset_index_path(), offset),
-            (segment.time_index_path(), time),
-        ] {
-            let mut tmp = path.clone().into_os_string();
-            tmp.push(".tmp");
-            let tmp = PathBuf::from(tmp);
-            let mut file = File::create(&tmp).map_err(io_error("create", &tmp))?;
+        for (extension, bytes) in [("index", offset), ("timeindex", time)] {
+            let path = cleaned_path_of(dir, base_offset, extension);
+            let mut file = File::create(&path).map_err(io_error("create", &path))?;
             file.write_all(&bytes)
                 .and_then(|()| file.sync_all())
-                .map_err(io_error("write", &tmp))?;
-            std::fs::rename(&tmp, &path).map_err(io_error("rename", &tmp))?;
+                .map_err(io_error("write", &path))?;
         }
         segment.set_max_from(&indexes);
         let _ = segment.indexes.set(indexes);
         Ok(segment)
     }
 
-    /// Calls `f(position, batch bytes)` for every batch from byte 0, each read whole and its
-    /// CRC-32C and offsets checked (the read side of "assert in pairs"). Meant for the log
-    /// cleaner. Errors: `Corrupt` at the first bad batch (nothing is truncated here), `Io`,
-    /// or whatever `f` returns.
-    pub fn for_each_batch(
-        &self,
-        mut f: impl FnMut(u64, &[u8]) -> Result<(), LogError>,
-    ) -> Result<(), LogError> {
-        let mut scanner = Scanner::new(&self.log, &self.log_path, 0, self.size_bytes);
-        let mut expected = self.base_offset;
-        loop {
-            match scanner.next(true)? {
-                Step::End => return Ok(()),
-                Step::Torn { position, reason } => return Err(self.corrupt(position, reason)),
-                Step::Batch(s) => {
-                    if s.header.base_offset < expected {
-                        return Err(self.corrupt(
-                            s.position,
-                            format!(
-                                "base offset {} where at least {expected} was expected",
-                                s.header.base_offset
-                            ),
-                        ));
-                    }
-                    expected = s.header.last_offset() + 1;
-                    let bytes = scanner.load(s.position, s.header.total_bytes() as usize)?;
-                    f(s.position, bytes)?;
-                }
-            }
+    /// Puts `cleaned` (from [`Segment::open_cleaned`], same base offset) in this closed
+    /// segment's place, crash-safely: removes this segment's indexes, syncs the directory,
+    /// renames the cleaned `.log` over this one (the one atomic step), syncs the directory,
+    /// then renames the cleaned indexes in. A crash before the `.log` rename leaves this
+    /// segment whole (its indexes are rebuilt on open, the `.cleaned` files removed); after
+    /// it, the compacted copy with no index (rebuilt on open) or a whole one. On success
+    /// `self` is the compacted segment (with this one's `created_ms`).
+    pub fn replace_with(&mut self, mut cleaned: Segment) -> Result<(), LogError> {
+        assert_eq!(
+            (cleaned.base_offset, cleaned.next_offset),
+            (self.base_offset, self.next_offset),
+            "a compacted copy covers the offsets of the segment it replaces"
+        );
+        assert!(self.writers.is_none(), "only closed segments are compacted");
+        for path in [self.offset_index_path(), self.time_index_path()] {
+            remove_if_exists(&path)?;
         }
+        sync_dir(&self.dir)?;
+        std::fs::rename(&cleaned.log_path, &self.log_path)
+            .map_err(io_error("rename", &cleaned.log_path))?;
+        sync_dir(&self.dir)?;
+        cleaned.log_path = self.log_path.clone();
+        for (extension, path) in [
+            ("index", self.offset_index_path()),
+            ("timeindex", self.time_index_path()),
+        ] {
+            let from = cleaned_path_of(&self.dir, self.base_offset, extension);
+            std::fs::rename(&from, &path).map_err(io_error("rename", &from))?;
+        }
+        cleaned.created_ms = self.created_ms;
+        *self = cleaned;
+        Ok(())
     }
 
-    /// The `.log` file's path.
-    pub fn log_path(&self) -> &Path {
-        &self.log_path
+    /// This segment's `.log` as it is now (see [`SegmentSnapshot`]).
+    pub fn snapshot(&self) -> SegmentSnapshot {
+        SegmentSnapshot {
+            id: self.id,
+            base_offset: self.base_offset,
+            next_offset: self.next_offset,
+            size_bytes: self.size_bytes,
+            log: Arc::clone(&self.log),
+            log_path: self.log_path.clone(),
+        }
     }
 
     fn offset_index_path(&self) -> PathBuf {
@@ -621,11 +664,11 @@ impl Segment {
             scratch.clear();
             scratch.extend_from_slice(batch.header());
             scratch.extend_from_slice(batch.records());
-            (&self.log).write_all(scratch)
+            (&*self.log).write_all(scratch)
         } else {
-            (&self.log)
+            (&*self.log)
                 .write_all(batch.header())
-                .and_then(|()| (&self.log).write_all(batch.records()))
+                .and_then(|()| (&*self.log).write_all(batch.records()))
         };
         if let Err(source) = written {
             // Undo a partial write so the file stays a sequence of whole batches.
@@ -736,6 +779,7 @@ impl Segment {
     /// as far as their headers are well formed; a bad header ends the scan.
     fn rebuild_indexes(&self) -> Result<Indexes, LogError> {
         let mut shadow = Segment {
+            id: self.id,
             base_offset: self.base_offset,
             next_offset: self.base_offset,
             size_bytes: 0,
@@ -744,10 +788,7 @@ impl Segment {
             first_batch_timestamp_ms: None,
             created_ms: self.created_ms,
             log_path: self.log_path.clone(),
-            log: self
-                .log
-                .try_clone()
-                .map_err(io_error("dup", &self.log_path))?,
+            log: Arc::clone(&self.log),
             dir: self.dir.clone(),
             indexes: OnceLock::new(),
             writers: None,
@@ -755,11 +796,7 @@ impl Segment {
         };
         let mut indexes = Indexes::default();
         let mut bytes_since = 0;
-        let log = self
-            .log
-            .try_clone()
-            .map_err(io_error("dup", &self.log_path))?;
-        let mut scanner = Scanner::new(&log, &self.log_path, 0, self.size_bytes);
+        let mut scanner = Scanner::new(&self.log, &self.log_path, 0, self.size_bytes);
         scanner.chunk_bytes = HEADER_SCAN_CHUNK_BYTES;
         let mut expected = self.base_offset;
         while let Step::Batch(s) = scanner.next(false)? {
@@ -849,6 +886,26 @@ impl Segment {
         Ok(None)
     }
 
+    /// Up to `len` bytes from byte `position`, fewer only at the end of the file. A
+    /// positional read (`pread`): it moves no shared file cursor, so any number of readers
+    /// run at once under the partition's shared lock. Reads into the vector's spare
+    /// capacity (rustix's `spare_capacity`), so a fetch of a MiB does not zero a MiB first
+    /// as `FileExt::read_at` into an initialised buffer would.
+    fn read_bytes_at(&self, position: u64, len: usize) -> Result<Vec<u8>, LogError> {
+        let mut buffer = Vec::with_capacity(len);
+        while buffer.len() < len {
+            let at = position + buffer.len() as u64;
+            match rustix::io::pread(&self.log, rustix::buffer::spare_capacity(&mut buffer), at) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(io_error("read", &self.log_path)(e.into())),
+            }
+        }
+        buffer.truncate(len);
+        Ok(buffer)
+    }
+
     /// Whole batches from the one containing `offset` (or the next one after a gap), at
     /// most `max_bytes` except that the first batch is always whole (KIP-74), only batches
     /// whose last offset is < `max_offset`. `None` when this segment has nothing at or
@@ -867,14 +924,7 @@ impl Segment {
         }
         let available = (self.size_bytes - position) as usize;
         let want = (first.total_bytes() as usize).max(max_bytes).min(available);
-        // Read without zeroing the buffer first (a fetch reads up to a MiB per partition):
-        // the log file is opened for appending, so its read position is free for this, and
-        // every read of the segment happens under the partition's lock.
-        let mut buffer = Vec::with_capacity(want);
-        let mut file = &self.log;
-        file.seek(SeekFrom::Start(position))
-            .and_then(|_| file.take(want as u64).read_to_end(&mut buffer))
-            .map_err(io_error("read", &self.log_path))?;
+        let mut buffer = self.read_bytes_at(position, want)?;
         if buffer.len() < want {
             return Err(self.corrupt(
                 position + buffer.len() as u64,
@@ -1025,6 +1075,82 @@ impl Segment {
         }
         Ok(())
     }
+}
+
+/// A segment's `.log` as it was when a compaction was planned: the offsets and size then,
+/// and the segment's open file (shared), so a rename or delete of the segment meanwhile
+/// does not disturb reading it. Read only with positional reads, without any lock on the
+/// partition (the bytes below `size_bytes` of a segment never change in place: appends go
+/// after them; compaction, retention and truncation replace or unlink whole files, or cut
+/// the active segment's tail, which the compaction's install step then notices by the
+/// segment's id).
+#[derive(Debug)]
+pub(crate) struct SegmentSnapshot {
+    /// [`Segment::id`] of the segment this was taken from.
+    pub id: u64,
+    pub base_offset: i64,
+    pub next_offset: i64,
+    pub size_bytes: u64,
+    log: Arc<File>,
+    log_path: PathBuf,
+}
+
+impl SegmentSnapshot {
+    /// Calls `f(position, batch bytes)` for every batch from byte 0 to `size_bytes`, each
+    /// read whole and its CRC-32C and offsets checked (the read side of "assert in
+    /// pairs"). Meant for the log cleaner. Errors: `Corrupt` at the first bad batch
+    /// (nothing is truncated here), `Io`, or whatever `f` returns.
+    pub fn for_each_batch(
+        &self,
+        mut f: impl FnMut(u64, &[u8]) -> Result<(), LogError>,
+    ) -> Result<(), LogError> {
+        let mut scanner = Scanner::new(&self.log, &self.log_path, 0, self.size_bytes);
+        let mut expected = self.base_offset;
+        let corrupt = |position: u64, reason: String| LogError::Corrupt {
+            path: self.log_path.clone(),
+            position,
+            reason,
+        };
+        loop {
+            match scanner.next(true)? {
+                Step::End => return Ok(()),
+                Step::Torn { position, reason } => return Err(corrupt(position, reason)),
+                Step::Batch(s) => {
+                    if s.header.base_offset < expected {
+                        return Err(corrupt(
+                            s.position,
+                            format!(
+                                "base offset {} where at least {expected} was expected",
+                                s.header.base_offset
+                            ),
+                        ));
+                    }
+                    expected = s.header.last_offset() + 1;
+                    let bytes = scanner.load(s.position, s.header.total_bytes() as usize)?;
+                    f(s.position, bytes)?;
+                }
+            }
+        }
+    }
+
+    /// The `.log` file's path (when the snapshot was taken).
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+}
+
+/// Name of the cleaner's copy of a segment file (`extension` = `log`, `index` or
+/// `timeindex`) before it is renamed into place: `<base>.<extension>.cleaned`. A leftover
+/// one (a crash before the swap) is removed when the log is opened.
+pub(crate) fn cleaned_path_of(dir: &Path, base_offset: i64, extension: &str) -> PathBuf {
+    file_path(dir, base_offset, &format!("{extension}.cleaned"))
+}
+
+/// fsyncs a directory (after creating, renaming or removing files in it).
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), LogError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_error("fsync", dir))
 }
 
 fn open_existing(path: &Path) -> Result<File, LogError> {

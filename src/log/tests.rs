@@ -1422,3 +1422,158 @@ proptest! {
         }
     }
 }
+
+// Compaction in three steps (plan under the lock, prepare without it, install under it).
+
+/// Names of the cleaner's files (`*.cleaned`) in `dir`.
+fn cleaned_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".cleaned"))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn install_is_refused_when_retention_deleted_a_planned_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = compact_config(400);
+    config.cleanup_policy.delete = true;
+    let mut log = PartitionLog::open(dir.path(), config.clone(), NOW_MS).unwrap();
+    fill_rounds(&mut log);
+    let plan = log.plan_compaction(NOW_MS);
+    assert!(plan.is_due());
+    let prepared = plan.prepare(&mut CleanerThrottle::unlimited()).unwrap();
+    assert!(
+        cleaned_files(dir.path())
+            .iter()
+            .any(|n| n.ends_with(".log.cleaned")),
+        "the copies are on disk before the install"
+    );
+    // Retention deletes the oldest (planned) segment between prepare and install.
+    config.retention_bytes = (log.size_bytes() - log.segments[0].size_bytes) as i64;
+    log.set_config(config.clone()).unwrap();
+    assert_eq!(log.apply_retention(NOW_MS).unwrap(), 1);
+    let after_retention = consume(&log);
+    let start = log.log_start_offset();
+    assert!(start > 0);
+
+    let stats = log.install_compaction(prepared).unwrap();
+    assert!(!stats.cleaned && stats.discarded, "{stats:?}");
+    assert_eq!(
+        consume(&log),
+        after_retention,
+        "nothing but retention's segment went"
+    );
+    assert_eq!(cleaned_files(dir.path()), Vec::<String>::new());
+    drop(log);
+    let mut log = PartitionLog::open(dir.path(), config, NOW_MS).unwrap();
+    assert_eq!(consume(&log), after_retention);
+    // The next run compacts what retention left.
+    let stats = log.compact(NOW_MS).unwrap();
+    assert!(stats.cleaned && !stats.discarded, "{stats:?}");
+    assert_eq!(
+        latest_by_key(&consume(&log)),
+        latest_by_key(&after_retention)
+    );
+    assert_eq!(log.log_start_offset(), start);
+}
+
+#[test]
+fn install_is_refused_after_a_truncation_below_the_planned_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), compact_config(400), NOW_MS).unwrap();
+    fill_rounds(&mut log);
+    let plan = log.plan_compaction(NOW_MS);
+    let prepared = plan.prepare(&mut CleanerThrottle::unlimited()).unwrap();
+    // A follower's truncation cuts the records the offset map saw last: the map may have
+    // removed older values because of records that no longer exist.
+    let leo = log.log_end_offset();
+    log.truncate_to(leo - 3, NOW_MS).unwrap();
+    let before = consume(&log);
+    let stats = log.install_compaction(prepared).unwrap();
+    assert!(stats.discarded && !stats.cleaned, "{stats:?}");
+    assert_eq!(consume(&log), before);
+    assert_eq!(cleaned_files(dir.path()), Vec::<String>::new());
+}
+
+#[test]
+fn readers_and_appends_go_on_during_prepare_and_see_consistent_data() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::RwLock;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), compact_config(400), NOW_MS).unwrap();
+    fill_rounds(&mut log);
+    let before = consume(&log);
+    let log = RwLock::new(log);
+    let plan = log.write().unwrap().plan_compaction(NOW_MS);
+    assert!(plan.is_due());
+    // The plan's segments hold ~3 KB: read twice at 6 KB/s, the prepare takes ~1 s.
+    let mut throttle = CleanerThrottle::new(6_000.0);
+    let preparing = AtomicBool::new(true);
+    let reads_during_prepare = AtomicUsize::new(0);
+    let appended: RwLock<Vec<Seen>> = RwLock::new(Vec::new());
+    let prepared = std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                while preparing.load(Ordering::SeqCst) {
+                    let (seen, appended_then) = {
+                        let log = log.read().unwrap();
+                        (consume(&log), appended.read().unwrap().clone())
+                    };
+                    // What a reader sees under the shared lock is the log as written:
+                    // the records from before the plan, then the appends so far.
+                    let (old, new) = seen.split_at(before.len().min(seen.len()));
+                    assert_eq!(old, &before[..]);
+                    assert_eq!(new, &appended_then[..new.len()]);
+                    assert_eq!(new.len(), appended_then.len());
+                    reads_during_prepare.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+        }
+        // A producer appends (rolling segments) while the copies are prepared.
+        s.spawn(|| {
+            for i in 0..6 {
+                if !preparing.load(Ordering::SeqCst) {
+                    break;
+                }
+                let key = format!("k{}", i % 5);
+                let value = format!("during-{i}-{}", "v".repeat(100));
+                let mut log = log.write().unwrap();
+                let mut appended = appended.write().unwrap();
+                let (info, _) = append(
+                    &mut log,
+                    keyed_batch(&[(Some(&key), Some(&value))], NOW_MS + 20, Codec::None),
+                );
+                appended.push((info.base_offset, Some(key), Some(value)));
+                drop((log, appended));
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        });
+        let prepared = plan.prepare(&mut throttle).unwrap();
+        preparing.store(false, Ordering::SeqCst);
+        prepared
+    });
+    assert!(
+        reads_during_prepare.load(Ordering::SeqCst) > 0,
+        "readers ran during the prepare"
+    );
+    let appended = appended.into_inner().unwrap();
+    assert!(!appended.is_empty(), "appends ran during the prepare");
+    let mut log = log.into_inner().unwrap();
+    let stats = log.install_compaction(prepared).unwrap();
+    assert!(
+        stats.cleaned,
+        "appends and rolls do not spoil the plan: {stats:?}"
+    );
+    let model: Vec<Seen> = before.iter().chain(&appended).cloned().collect();
+    let after = consume(&log);
+    for record in &after {
+        assert!(model.contains(record), "{record:?} never written");
+    }
+    assert_eq!(latest_by_key(&after), latest_by_key(&model));
+    assert_eq!(log.log_end_offset(), model.last().unwrap().0 + 1);
+}

@@ -21,8 +21,8 @@ use kafka_protocol::messages::{AlterConfigsRequest, AlterConfigsResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use super::topics::{self, TopicError};
 use super::Context;
+use crate::topics::{self, TopicError};
 
 /// Resource type: topic.
 pub(super) const TOPIC: i8 = 2;
@@ -88,7 +88,7 @@ pub fn handle(ctx: &Context, request: AlterConfigsRequest, _version: i16) -> Alt
                                 .map(|v| (c.name.as_str().to_string(), v.as_str().to_string()))
                         })
                         .collect();
-                    topics::alter_configs(ctx, name, request.validate_only, |_| Ok(configs))
+                    topics::alter_configs(&ctx.topics, name, request.validate_only, |_| Ok(configs))
                 }
             };
             let (code, message) = outcome(result);

@@ -1,6 +1,7 @@
 //! CreatePartitions (key 37), v0–v3. Protocol guide "CreatePartitions"; KIP-195.
 //!
-//! Grows a topic to `count` partitions (never shrinks), creating the new partition logs.
+//! Grows a topic to `count` partitions (never shrinks) through
+//! `cluster::Metadata::add_partitions`; the replica manager opens the new partition logs.
 //!
 //! Errors returned per topic: UNKNOWN_TOPIC_OR_PARTITION (3), INVALID_PARTITIONS (37),
 //! INVALID_REPLICA_ASSIGNMENT (39), INVALID_REQUEST (42) for a topic named twice,
@@ -11,8 +12,8 @@ use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use super::topics::{TopicError, MAX_PARTITIONS_PER_TOPIC};
 use super::Context;
+use crate::topics::TopicError;
 
 fn grow(
     ctx: &Context,
@@ -21,30 +22,10 @@ fn grow(
     assignments: usize,
     validate_only: bool,
 ) -> Result<(), TopicError> {
-    let Some(meta) = ctx.metadata.topic(name) else {
-        return Err(TopicError::new(
-            ResponseError::UnknownTopicOrPartition,
-            format!("The topic '{name}' does not exist."),
-        ));
-    };
-    if count <= meta.partitions {
-        let msg = if count == meta.partitions {
-            format!("Topic already has {count} partitions.")
-        } else {
-            format!(
-                "Topic currently has {} partitions, which is higher than the requested {count}.",
-                meta.partitions
-            )
-        };
-        return Err(TopicError::new(ResponseError::InvalidPartitions, msg));
-    }
-    if count > MAX_PARTITIONS_PER_TOPIC {
-        return Err(TopicError::new(
-            ResponseError::InvalidPartitions,
-            format!("At most {MAX_PARTITIONS_PER_TOPIC} partitions per topic."),
-        ));
-    }
-    if assignments != 0 && assignments as i32 != count - meta.partitions {
+    ctx.metadata.validate_add_partitions(name, count)?;
+    // Validated, so the topic exists and `count` is above its partition count.
+    let current = ctx.metadata.topic(name).map_or(0, |t| t.partitions);
+    if assignments != 0 && assignments as i32 != count - current {
         return Err(TopicError::new(
             ResponseError::InvalidReplicaAssignment,
             "The assignment must name each new partition once.",
@@ -53,27 +34,7 @@ fn grow(
     if validate_only {
         return Ok(());
     }
-    let from = meta.partitions;
-    let updated = match ctx.metadata.set_partitions(name, count) {
-        Ok(Some(m)) => m,
-        Ok(None) => {
-            return Err(TopicError::new(
-                ResponseError::UnknownTopicOrPartition,
-                "The topic was deleted meanwhile.",
-            ))
-        }
-        Err(e) => {
-            return Err(TopicError::new(
-                ResponseError::UnknownServerError,
-                e.to_string(),
-            ))
-        }
-    };
-    ctx.replicas
-        .open_partitions(&updated, from)
-        .map_err(|e| TopicError::new(ResponseError::UnknownServerError, e.to_string()))?;
-    tracing::info!(topic = name, from, to = count, "added partitions");
-    Ok(())
+    ctx.metadata.add_partitions(name, count).map(|_| ())
 }
 
 /// Handles a CreatePartitions request.

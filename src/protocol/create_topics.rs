@@ -16,8 +16,8 @@ use kafka_protocol::ResponseError;
 
 use crate::replica::effective_topic_configs;
 
-use super::topics::{self, TopicError};
 use super::Context;
+use crate::topics::{self, TopicError};
 
 /// Handles a CreateTopics request.
 pub fn handle(ctx: &Context, request: CreateTopicsRequest, version: i16) -> CreateTopicsResponse {
@@ -124,7 +124,7 @@ fn create_one(
         (t.assignments.len() as i32, 1)
     };
     topics::create(
-        ctx,
+        &ctx.topics,
         name,
         partitions,
         replication_factor,

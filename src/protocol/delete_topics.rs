@@ -1,6 +1,7 @@
 //! DeleteTopics (key 20), v1–v6. Protocol guide "DeleteTopics"; KIP-516 (by topic id, v6).
 //!
-//! Removes the topic from the metadata and deletes its partition directories.
+//! Removes the topic from the metadata (`cluster::Metadata::delete_topic`); the replica
+//! manager closes its partitions and deletes their directories.
 //!
 //! Errors returned per topic: UNKNOWN_TOPIC_OR_PARTITION (3), TOPIC_DELETION_DISABLED (73)
 //! when `delete.topic.enable=false`, UNKNOWN_TOPIC_ID (100), INVALID_TOPIC_EXCEPTION (17) for internal topics, UNKNOWN_SERVER_ERROR (-1) when
@@ -46,25 +47,25 @@ fn delete_one(ctx: &Context, name: Option<String>, id: Uuid) -> DeletableTopicRe
     if !ctx.config.delete_topic_enable {
         return out.with_error_code(ResponseError::TopicDeletionDisabled.code());
     }
-    let result = ctx
-        .metadata
-        .delete_topic(&meta.name)
-        .map_err(|e| e.to_string())
-        .and_then(|_| {
-            ctx.replicas
-                .delete_topic(&meta.name, meta.partitions)
-                .map_err(|e| e.to_string())
-        });
+    let result = ctx.metadata.delete_topic(meta.id);
+    if ctx.metadata.image().topic_by_id(meta.id).is_none() {
+        // Gone from the metadata (even when its directories could not all be removed):
+        // its committed offsets go too.
+        ctx.groups.on_topic_deleted(&meta.name);
+    }
     match result {
-        Ok(()) => {
-            ctx.groups.on_topic_deleted(&meta.name);
-            tracing::info!(topic = %meta.name, "deleted topic");
-            out
-        }
+        Ok(_) => out,
         Err(e) => {
             tracing::error!(topic = %meta.name, error = %e, "delete topic failed");
-            out.with_error_code(ResponseError::UnknownServerError.code())
-                .with_error_message(Some(StrBytes::from_string(e)))
+            let code = match e.error {
+                // Deleted meanwhile by another request, asked for by name.
+                ResponseError::UnknownTopicId if name.is_some() => {
+                    ResponseError::UnknownTopicOrPartition
+                }
+                other => other,
+            };
+            out.with_error_code(code.code())
+                .with_error_message(Some(StrBytes::from_string(e.message)))
         }
     }
 }

@@ -1,7 +1,8 @@
 //! DescribeConfigs (key 32), v1–v4. Protocol guide "DescribeConfigs"; KIP-226 (config
 //! source, synonyms), KIP-569 (type and documentation, v3+).
 //!
-//! Topic resources (type 2) report every topic-level key with its effective value and
+//! Topics and this broker's id are read from the metadata image. Topic resources (type
+//! 2) report every topic-level key with its effective value and
 //! source (DYNAMIC_TOPIC_CONFIG when set on the topic, else the broker's STATIC_BROKER_CONFIG
 //! or DEFAULT_CONFIG); broker resources (type 4, name = this node id or empty) report every
 //! broker key. `configuration_keys` filters; synonyms list the broker key behind a topic key.
@@ -36,6 +37,7 @@ pub fn handle(
     request: DescribeConfigsRequest,
     version: i16,
 ) -> DescribeConfigsResponse {
+    let image = ctx.metadata.image();
     let results = request
         .resources
         .into_iter()
@@ -51,7 +53,7 @@ pub fn handle(
             let name = r.resource_name.as_str();
             match r.resource_type {
                 TOPIC => {
-                    let Some(meta) = ctx.metadata.topic(name) else {
+                    let Some(meta) = image.topic(name) else {
                         return out
                             .with_error_code(ResponseError::UnknownTopicOrPartition.code())
                             .with_error_message(Some(s("The topic does not exist.")));
@@ -105,7 +107,7 @@ pub fn handle(
                     out.with_configs(configs)
                 }
                 BROKER => {
-                    if !name.is_empty() && name != ctx.metadata.node_id().to_string() {
+                    if !name.is_empty() && name != image.node_id().to_string() {
                         return out
                             .with_error_code(ResponseError::InvalidRequest.code())
                             .with_error_message(Some(s("This broker's id is not that one.")));

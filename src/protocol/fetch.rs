@@ -4,8 +4,9 @@
 //!
 //! Reads whole stored batches from each partition, up to `partition_max_bytes` per
 //! partition and `max_bytes` per response; the first batch of the response is returned
-//! whole even if larger. If fewer than `min_bytes` are ready, the request parks in the
-//! purgatory until an append or `max_wait_ms`, then reads again. An empty partition gets a
+//! whole even if larger, and never past the high watermark. If fewer than `min_bytes` are
+//! ready, the request parks in the purgatory on the high watermarks of the partitions it
+//! reads until one advances or `max_wait_ms` passes, then reads again. An empty partition gets a
 //! zero-length record set, never null (older librdkafka fails on null).
 //!
 //! Errors returned per partition: OFFSET_OUT_OF_RANGE (1), UNKNOWN_TOPIC_OR_PARTITION (3),
@@ -16,10 +17,12 @@ use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, Partition
 use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::log::LogError;
 use crate::purgatory::Wake;
+use crate::replica::FetchIsolation;
 
 use super::Context;
 
@@ -37,10 +40,13 @@ fn partition_error(index: i32, error: ResponseError) -> PartitionData {
 }
 
 /// One pass over the requested partitions; returns the response and the bytes it holds.
+/// Pushes onto `watches` the high watermark watch of every partition it read, taken
+/// before the read, so the caller can park on exactly those partitions.
 fn read_once(
     ctx: &Context,
     request: &FetchRequest,
     version: i16,
+    watches: &mut Vec<watch::Receiver<i64>>,
 ) -> (Vec<FetchableTopicResponse>, usize) {
     // The request's max_bytes, capped by the broker's fetch.max.bytes (a request listing one
     // big partition many times must not make the broker build a response of any size).
@@ -71,24 +77,25 @@ fn read_once(
                 ));
                 continue;
             };
+            watches.push(partition.watch_high_watermark());
             let limit = (p.partition_max_bytes.max(0) as usize).min(remaining);
             let first = total == 0;
-            let result = partition.with_log(|log| {
-                let hw = log.log_end_offset();
-                let start = log.log_start_offset();
-                let read = if limit == 0 && !first {
-                    Ok(None)
-                } else {
-                    log.read(p.fetch_offset, limit.max(1), hw).map(Some)
-                };
-                (hw, start, read)
-            });
-            let (hw, start, read) = result;
+            let read = if limit == 0 && !first {
+                Ok(None)
+            } else {
+                partition
+                    .read(p.fetch_offset, limit.max(1), FetchIsolation::HighWatermark)
+                    .map(Some)
+            };
+            let offsets = match &read {
+                Ok(Some(r)) => r.offsets,
+                _ => partition.offsets(),
+            };
             let data = PartitionData::default()
                 .with_partition_index(p.partition)
-                .with_high_watermark(hw)
-                .with_last_stable_offset(hw)
-                .with_log_start_offset(start);
+                .with_high_watermark(offsets.high_watermark)
+                .with_last_stable_offset(offsets.high_watermark)
+                .with_log_start_offset(offsets.log_start_offset);
             match read {
                 Ok(Some(r)) => {
                     let mut bytes = r.bytes;
@@ -145,8 +152,8 @@ pub async fn handle(ctx: &Context, request: FetchRequest, version: i16) -> Fetch
     let deadline = Instant::now() + std::time::Duration::from_millis(wait_ms);
     let min_bytes = request.min_bytes.max(0) as usize;
     loop {
-        let mut ticket = ctx.replicas.purgatory().ticket();
-        let (topics, total) = read_once(ctx, &request, version);
+        let mut watches = Vec::new();
+        let (topics, total) = read_once(ctx, &request, version, &mut watches);
         let now = Instant::now();
         if min_bytes == 0 || total >= min_bytes || now >= deadline || has_error(&topics) {
             return FetchResponse::default()
@@ -158,7 +165,7 @@ pub async fn handle(ctx: &Context, request: FetchRequest, version: i16) -> Fetch
         if ctx
             .replicas
             .purgatory()
-            .park(&mut ticket, left_ms.max(1))
+            .park(&mut watches, left_ms.max(1))
             .await
             == Wake::Deadline
             && Instant::now() < deadline

@@ -28,8 +28,8 @@ use crate::config::{topic_key, BrokerConfig, KeyType};
 use crate::replica::effective_topic_configs;
 
 use super::alter_configs::{outcome, refused_resource};
-use super::topics::{self, TopicError};
 use super::Context;
+use crate::topics::{self, TopicError};
 
 /// One operation on one key (the wire's `config_operation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,9 +155,11 @@ pub fn handle(
             let name = r.resource_name.as_str();
             let result = match refused_resource(r.resource_type, name, &mut seen) {
                 Some(e) => Err(e),
-                None => topics::alter_configs(ctx, name, request.validate_only, |current| {
-                    apply(&ctx.config, current, &r.configs)
-                }),
+                None => {
+                    topics::alter_configs(&ctx.topics, name, request.validate_only, |current| {
+                        apply(&ctx.config, current, &r.configs)
+                    })
+                }
             };
             let (code, message) = outcome(result);
             AlterConfigsResourceResponse::default()

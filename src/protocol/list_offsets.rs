@@ -45,21 +45,21 @@ pub fn handle(ctx: &Context, request: ListOffsetsRequest, version: i16) -> ListO
                     let Some(partition) = ctx.replicas.partition(&name, p.partition_index) else {
                         return out.with_error_code(ResponseError::UnknownTopicOrPartition.code());
                     };
-                    let found = partition.with_log(|log| match p.timestamp {
-                        LATEST_TIMESTAMP => Ok(Some((log.log_end_offset(), -1))),
+                    let found = match p.timestamp {
+                        LATEST_TIMESTAMP => Ok(Some((partition.offsets().high_watermark, -1))),
                         EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP => {
-                            Ok(Some((log.log_start_offset(), -1)))
+                            Ok(Some((partition.offsets().log_start_offset, -1)))
                         }
-                        MAX_TIMESTAMP => log.max_timestamp().map_err(|e| {
+                        MAX_TIMESTAMP => partition.max_timestamp().map_err(|e| {
                             tracing::error!(topic = %name, partition = p.partition_index, error = %e, "max timestamp lookup failed");
                             ResponseError::KafkaStorageError
                         }),
-                        ts if ts >= 0 => log.offset_for_timestamp(ts).map_err(|e| {
+                        ts if ts >= 0 => partition.offset_for_timestamp(ts).map_err(|e| {
                             tracing::error!(topic = %name, partition = p.partition_index, error = %e, "time index lookup failed");
                             ResponseError::KafkaStorageError
                         }),
                         _ => Err(ResponseError::InvalidRequest),
-                    });
+                    };
                     match found {
                         Ok(Some((offset, timestamp))) => out.with_offset(offset).with_timestamp(timestamp),
                         Ok(None) => out,

@@ -4,8 +4,8 @@
 //! Lists this broker (its advertised listener) as the only broker and controller, and the
 //! requested topics: `null` (or an empty list at v0) means all. A missing topic is created
 //! when `auto.create.topics.enable` is on and the request allows it (v4+ field; always at
-//! v0–v3, as in Kafka). On a single node every partition's leader, replica and ISR is this
-//! broker.
+//! v0–v3, as in Kafka). Each partition's leader, leader epoch, replicas and ISR are the
+//! metadata image's (on a single node: this broker, epoch 0).
 //!
 //! Errors returned per topic: UNKNOWN_TOPIC_OR_PARTITION (3), INVALID_TOPIC_EXCEPTION (17),
 //! UNKNOWN_TOPIC_ID (100) for an id lookup that finds nothing.
@@ -19,18 +19,22 @@ use kafka_protocol::ResponseError;
 
 use crate::cluster::{is_internal_topic, TopicMeta};
 
-use super::{topics, Context};
+use super::Context;
+use crate::topics;
 
-fn topic_entry(ctx: &Context, t: &TopicMeta) -> MetadataResponseTopic {
-    let me = BrokerId(ctx.metadata.node_id());
-    let partitions = (0..t.partitions)
-        .map(|i| {
+fn topic_entry(t: &TopicMeta) -> MetadataResponseTopic {
+    let partitions = t
+        .partition_states
+        .iter()
+        .zip(0..)
+        .map(|(p, i)| {
+            let nodes = |ids: &[i32]| ids.iter().copied().map(BrokerId).collect::<Vec<_>>();
             MetadataResponsePartition::default()
                 .with_partition_index(i)
-                .with_leader_id(me)
-                .with_leader_epoch(0)
-                .with_replica_nodes(vec![me])
-                .with_isr_nodes(vec![me])
+                .with_leader_id(BrokerId(p.leader))
+                .with_leader_epoch(p.leader_epoch)
+                .with_replica_nodes(nodes(&p.replicas))
+                .with_isr_nodes(nodes(&p.isr))
         })
         .collect();
     MetadataResponseTopic::default()
@@ -53,25 +57,22 @@ pub fn handle(ctx: &Context, request: MetadataRequest, version: i16) -> Metadata
         Some(list) => list.is_empty() && version == 0,
     };
     let allow_auto_create = version < 4 || request.allow_auto_topic_creation;
+    let image = ctx.metadata.image();
     let topics = if all {
-        ctx.metadata
-            .topics()
-            .iter()
-            .map(|t| topic_entry(ctx, t))
-            .collect()
+        image.topics().map(topic_entry).collect()
     } else {
         let mut out = Vec::new();
         for req in request.topics.unwrap_or_default() {
             match req.name {
                 Some(name) => {
                     let name = name.0.as_str().to_string();
-                    match topics::get_or_auto_create(ctx, &name, allow_auto_create) {
-                        Ok(t) => out.push(topic_entry(ctx, &t)),
+                    match topics::get_or_auto_create(&ctx.topics, &name, allow_auto_create) {
+                        Ok(t) => out.push(topic_entry(&t)),
                         Err(e) => out.push(error_entry(Some(name), e.error)),
                     }
                 }
-                None => match ctx.metadata.topic_by_id(req.topic_id) {
-                    Some(t) => out.push(topic_entry(ctx, &t)),
+                None => match image.topic_by_id(req.topic_id) {
+                    Some(t) => out.push(topic_entry(t)),
                     None => out.push(
                         error_entry(None, ResponseError::UnknownTopicId)
                             .with_topic_id(req.topic_id),
@@ -82,14 +83,12 @@ pub fn handle(ctx: &Context, request: MetadataRequest, version: i16) -> Metadata
         out
     };
     let me = MetadataResponseBroker::default()
-        .with_node_id(BrokerId(ctx.metadata.node_id()))
+        .with_node_id(BrokerId(image.node_id()))
         .with_host(StrBytes::from_string(ctx.advertised.host.clone()))
         .with_port(ctx.advertised.port);
     MetadataResponse::default()
         .with_brokers(vec![me])
-        .with_cluster_id(Some(StrBytes::from_string(
-            ctx.metadata.cluster_id().to_string(),
-        )))
-        .with_controller_id(BrokerId(ctx.metadata.node_id()))
+        .with_cluster_id(Some(StrBytes::from_string(image.cluster_id().to_string())))
+        .with_controller_id(BrokerId(image.node_id()))
         .with_topics(topics)
 }

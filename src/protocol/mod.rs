@@ -19,8 +19,11 @@ use kafka_protocol::protocol::{Decodable, Encodable};
 use crate::cluster::Metadata;
 use crate::config::BrokerConfig;
 use crate::group::GroupCoordinator;
+use crate::ingest::Ingest;
 use crate::replica::ReplicaManager;
 use crate::server::{Outcome, RequestHandler};
+use crate::topics::Topics;
+use crate::transform::inline::InlineRegistry;
 
 mod alter_configs;
 mod api_versions;
@@ -47,7 +50,6 @@ mod offset_fetch;
 pub mod produce;
 pub mod records;
 mod sync_group;
-pub mod topics;
 
 /// One implemented API: its key and the version range implemented and tested.
 #[derive(Debug, Clone, Copy)]
@@ -112,7 +114,9 @@ pub struct Endpoint {
     pub port: i32,
 }
 
-/// The owners a handler may call. Holds only references: the protocol layer has no state.
+/// What the handlers call: the owners, built and handed over by the composition root
+/// (`broker`). Holds only references: the protocol layer has no state, and nothing below
+/// it holds this (each layer gets its own dependencies from `broker`).
 #[derive(Debug, Clone)]
 pub struct Context {
     /// Broker configuration.
@@ -123,10 +127,15 @@ pub struct Context {
     pub replicas: Arc<ReplicaManager>,
     /// Consumer groups and committed offsets.
     pub groups: Arc<GroupCoordinator>,
+    /// Topic creation and config changes (CreateTopics, auto-creation, AlterConfigs).
+    pub topics: Topics,
     /// What Metadata advertises for this broker.
     pub advertised: Endpoint,
     /// Inline transforms, applied to produced batches of their input topic.
-    pub inline: Arc<crate::transform::inline::InlineRegistry>,
+    pub inline: Arc<InlineRegistry>,
+    /// The broker's own writes: records an inline transform fails go to its dead-letter
+    /// topic through it.
+    pub ingest: Arc<Ingest>,
     /// The broker's metrics (request counts, bytes in and out per topic).
     pub metrics: crate::metrics::Metrics,
 }

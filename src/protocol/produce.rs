@@ -4,22 +4,35 @@
 //! INVALID_RECORD and the client fails the other records with a local error of its own;
 //! other errors are whole-batch).
 //!
-//! For each partition: find the topic (auto-creating it when enabled), split the records
-//! field into record batches and validate each (magic 2, length, CRC-32C), check its size
-//! against `max.message.bytes` and its codec against the request version, walk its records
-//! (`records::validate_records`: bounded decompression, every length, count and offset
-//! delta), then — when the topic has an inline transform (`transform::apply`) — run the
-//! records through it and re-encode the batch at the same offsets, then append through the
-//! replica manager. Batches are otherwise stored as sent: never re-encoded. acks=0 does the work and sends nothing; acks=1 and acks=-1 answer once the
-//! batch is in the log (on one node the log is the whole ISR).
+//! Per topic: find it (auto-creating it when enabled) and its inline transform. Per
+//! partition (`produce_partition`), four steps, each a function:
+//! 1. `validate`: the partition exists; the records field splits into record batches
+//!    that are each whole (magic 2, length, CRC-32C), within `max.message.bytes`, of a
+//!    codec the request version allows, and whose every record walks
+//!    (`records::validate_records`: bounded decompression, every length, count and
+//!    offset delta).
+//! 2. `transform_inline`, when the topic has an inline transform (`transform::apply`):
+//!    the records go through it and each batch is re-encoded at the same offsets.
+//!    Batches are otherwise stored as sent: never re-encoded.
+//! 3. `append` through the replica manager, then the transform's dead letters.
+//! 4. `respond`: the partition's answer from the append's outcome.
+//!
+//! acks=0 does the work and sends nothing; acks=1 answers once the batch is in the
+//! leader's log; acks=-1 (all) then parks on the partition's high watermark until it
+//! passes the batch (`acks_all_replicated`; every in-sync replica has it), or answers
+//! REQUEST_TIMED_OUT (7) at `timeout_ms`. On one node the ISR is the broker itself, so
+//! the append already advanced the high watermark.
 //!
 //! Errors returned per partition: UNKNOWN_TOPIC_OR_PARTITION (3), CORRUPT_MESSAGE (2),
-//! MESSAGE_TOO_LARGE (10), INVALID_TOPIC_EXCEPTION (17; also for internal topics such as `__consumer_offsets`), INVALID_REQUIRED_ACKS (21),
+//! REQUEST_TIMED_OUT (7), MESSAGE_TOO_LARGE (10), INVALID_TOPIC_EXCEPTION (17; also for internal topics such as `__consumer_offsets`), INVALID_REQUIRED_ACKS (21),
 //! OUT_OF_ORDER_SEQUENCE_NUMBER (45), INVALID_PRODUCER_EPOCH (47),
 //! KAFKA_STORAGE_ERROR (56), UNSUPPORTED_COMPRESSION_TYPE (76), INVALID_RECORD (87; also
 //! when an inline transform fails under `errors.tolerance=none`, with KIP-467 record errors
 //! naming the record when the plugin did).
 
+use std::sync::Arc;
+
+use kafka_protocol::messages::produce_request::PartitionProduceData;
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
@@ -27,13 +40,18 @@ use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::log::{split_batches, BatchError, Compression, LogError};
-
-use crate::cluster::is_internal_topic;
-use crate::transform::apply as inline;
+use crate::cluster::{is_internal_topic, TopicMeta};
+use crate::log::{split_batches, AppendInfo, BatchError, Compression, LogError, ValidatedBatch};
+use crate::replica::Partition;
+use crate::topics;
+use crate::transform::apply::{self as inline, Applied};
+use crate::transform::inline::InlineSlot;
 
 use super::records::{validate_records, RecordLimits, KEYLESS_RECORD};
-use super::{topics, Context};
+use super::Context;
+
+/// The longest acks=all wait honoured (a limit on every wait), 5 minutes.
+const MAX_TIMEOUT_MS: i32 = 5 * 60 * 1000;
 
 fn partition_error(
     index: i32,
@@ -49,14 +67,28 @@ fn partition_error(
         .with_error_message(message.map(StrBytes::from_string))
 }
 
-/// The Kafka error for a log failure.
-pub fn log_error_code(e: &LogError) -> ResponseError {
-    match e {
-        LogError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
-        LogError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
-        LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
-        _ => ResponseError::KafkaStorageError,
+/// KIP-467 (v8+): the records of the batch an error names, so the client fails exactly
+/// those with INVALID_RECORD; older versions carry the message only.
+fn with_record_errors(
+    response: PartitionProduceResponse,
+    version: i16,
+    record_errors: impl IntoIterator<Item = (i32, String)>,
+) -> PartitionProduceResponse {
+    if version < 8 {
+        return response;
     }
+    let errors: Vec<BatchIndexAndErrorMessage> = record_errors
+        .into_iter()
+        .map(|(i, message)| {
+            BatchIndexAndErrorMessage::default()
+                .with_batch_index(i)
+                .with_batch_index_error_message(Some(StrBytes::from_string(message)))
+        })
+        .collect();
+    if errors.is_empty() {
+        return response;
+    }
+    response.with_record_errors(errors)
 }
 
 fn batch_error_code(e: &BatchError) -> ResponseError {
@@ -74,196 +106,33 @@ pub async fn handle(
     version: i16,
 ) -> Option<ProduceResponse> {
     let acks = request.acks;
+    // acks=all: one deadline for the whole request, as Kafka's DelayedProduce.
+    let acks_all_deadline = (acks == -1).then(|| {
+        tokio::time::Instant::now()
+            + std::time::Duration::from_millis(request.timeout_ms.clamp(0, MAX_TIMEOUT_MS) as u64)
+    });
     let mut responses = Vec::with_capacity(request.topic_data.len());
     for topic in request.topic_data {
         let name = topic.name.0.as_str().to_string();
-        let meta = if is_internal_topic(&name) {
-            // Kafka: "Cannot append to internal topic" — only the coordinators write there.
-            Err(ResponseError::InvalidTopicException)
-        } else if (-1..=1).contains(&acks) {
-            topics::get_or_auto_create(ctx, &name, true).map_err(|e| e.error)
-        } else {
-            Err(ResponseError::InvalidRequiredAcks)
-        };
+        let meta = topic_to_produce_to(ctx, &name, acks);
         // One look-up per topic; an empty registry answers without hashing the name.
         let inline = meta.as_ref().ok().and_then(|_| ctx.inline.get(&name));
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
-        for pd in topic.partition_data {
-            let index = pd.index;
-            let meta = match &meta {
-                Ok(m) => m,
-                Err(e) => {
-                    partitions.push(partition_error(index, *e, None));
-                    continue;
-                }
-            };
-            let Some(partition) = ctx.replicas.partition(&meta.name, index) else {
-                partitions.push(partition_error(
-                    index,
-                    ResponseError::UnknownTopicOrPartition,
-                    None,
-                ));
-                continue;
-            };
-            let Some(records) = pd.records.filter(|r| !r.is_empty()) else {
-                partitions.push(partition_error(
-                    index,
-                    ResponseError::InvalidRecord,
-                    Some("produce request with no record batches".into()),
-                ));
-                continue;
-            };
-            let batches = match split_batches(records) {
-                Ok(b) => b,
-                Err(e) => {
-                    tracing::warn!(topic = %name, partition = index, error = %e, "refused produce batch");
-                    partitions.push(partition_error(
-                        index,
-                        batch_error_code(&e),
-                        Some(e.to_string()),
-                    ));
-                    continue;
-                }
-            };
-            // One copy for the whole request: a concurrent AlterConfigs applies from the next.
-            let settings = partition.settings();
-            let max = settings.max_message_bytes;
-            if let Some(big) = batches.iter().find(|b| b.len() > max) {
-                let msg = format!(
-                    "record batch of {} bytes exceeds max.message.bytes {max}",
-                    big.len()
-                );
-                tracing::debug!(topic = %name, partition = index, "{msg}");
-                partitions.push(partition_error(
-                    index,
-                    ResponseError::MessageTooLarge,
-                    Some(msg),
-                ));
-                continue;
-            }
-            if version < 7 && batches.iter().any(|b| b.compression() == Compression::Zstd) {
-                partitions.push(partition_error(
-                    index,
-                    ResponseError::UnsupportedCompressionType,
-                    Some("zstd needs Produce v7+".into()),
-                ));
-                continue;
-            }
-            // Every record of every batch, as Kafka's LogValidator (see `records`).
-            let limits = RecordLimits {
-                require_keys: settings.require_keys,
-                ..RecordLimits::for_max_message_bytes(max)
-            };
-            if let Some(e) = batches
-                .iter()
-                .find_map(|b| validate_records(b, limits).err())
-            {
-                tracing::warn!(topic = %name, partition = index, error = %e, "refused produce batch");
-                let mut response = partition_error(index, e.kafka_error(), Some(e.to_string()));
-                if version >= 8 {
-                    // KIP-467: the client fails exactly these records with INVALID_RECORD.
-                    response = response.with_record_errors(
-                        e.record_indexes()
-                            .iter()
-                            .map(|&i| {
-                                BatchIndexAndErrorMessage::default()
-                                    .with_batch_index(i)
-                                    .with_batch_index_error_message(Some(StrBytes::from_string(
-                                        format!(
-                                            "{KEYLESS_RECORD} in topic partition {name}-{index}."
-                                        ),
-                                    )))
-                            })
-                            .collect(),
-                    );
-                }
-                partitions.push(response);
-                continue;
-            }
-            // Inline transform: the records are rewritten before anything is appended.
-            let mut dead_letters = Vec::new();
-            let target = inline::Target {
-                topic: &name,
-                partition: index,
-                compression: settings.compression,
-                max_decompressed_bytes: limits.max_decompressed_bytes,
-                max_message_bytes: max,
-            };
-            let batches = match &inline {
-                None => batches,
-                Some(slot) => match inline::apply(slot, target, batches).await {
-                    Ok(applied) => {
-                        dead_letters = applied.dead_letters;
-                        applied.batches
-                    }
-                    Err(refused) => {
-                        let mut response =
-                            partition_error(index, refused.error, Some(refused.message.clone()));
-                        if version >= 8 && !refused.record_errors.is_empty() {
-                            response = response.with_record_errors(
-                                refused
-                                    .record_errors
-                                    .into_iter()
-                                    .map(|(i, message)| {
-                                        BatchIndexAndErrorMessage::default()
-                                            .with_batch_index(i)
-                                            .with_batch_index_error_message(Some(
-                                                StrBytes::from_string(message),
-                                            ))
-                                    })
-                                    .collect(),
-                            );
-                        }
-                        partitions.push(response);
-                        continue;
-                    }
-                },
-            };
-            // Offsets each batch spans (for the dead-letter headers): lastOffsetDelta + 1.
-            let spans: Vec<i64> = if dead_letters.is_empty() {
-                Vec::new()
-            } else {
-                batches
-                    .iter()
-                    .map(|b| i64::from(b.last_offset_delta()) + 1)
-                    .collect()
-            };
-            let appended = crate::metrics::Appended::of(&batches);
-            match ctx.replicas.append(&partition, batches) {
-                Ok(info) => {
-                    ctx.metrics.produced(&name, appended);
-                    // A duplicate (a retry) wrote nothing: its dead letters were written
-                    // the first time.
-                    let dlq = !dead_letters.is_empty() && !info.duplicate;
-                    if let Some(slot) = inline.as_ref().filter(|_| dlq) {
-                        let bases: Vec<i64> = spans
-                            .iter()
-                            .scan(info.base_offset, |next, span| {
-                                let base = *next;
-                                *next += span;
-                                Some(base)
-                            })
-                            .collect();
-                        inline::write_dead_letters(ctx, slot, target, dead_letters, &bases).await;
-                    }
-                    partitions.push(
-                        PartitionProduceResponse::default()
-                            .with_index(index)
-                            .with_base_offset(info.base_offset)
-                            .with_log_append_time_ms(info.log_append_time_ms)
-                            .with_log_start_offset(info.log_start_offset),
+        for data in topic.partition_data {
+            partitions.push(match &meta {
+                Ok(meta) => {
+                    produce_partition(
+                        ctx,
+                        meta,
+                        inline.as_deref(),
+                        data,
+                        version,
+                        acks_all_deadline,
                     )
+                    .await
                 }
-                Err(e) => {
-                    let code = log_error_code(&e);
-                    if code == ResponseError::KafkaStorageError {
-                        tracing::error!(topic = %name, partition = index, error = %e, "append failed");
-                    } else {
-                        tracing::debug!(topic = %name, partition = index, error = %e, "append refused");
-                    }
-                    partitions.push(partition_error(index, code, Some(e.to_string())));
-                }
-            }
+                Err(e) => partition_error(data.index, *e, None),
+            });
         }
         responses.push(
             TopicProduceResponse::default()
@@ -275,4 +144,272 @@ pub async fn handle(
         return None;
     }
     Some(ProduceResponse::default().with_responses(responses))
+}
+
+/// The topic a produce may write to, auto-created when enabled; the error every partition
+/// of it gets otherwise.
+fn topic_to_produce_to(ctx: &Context, name: &str, acks: i16) -> Result<TopicMeta, ResponseError> {
+    if is_internal_topic(name) {
+        // Kafka: "Cannot append to internal topic" — only the coordinators write there.
+        Err(ResponseError::InvalidTopicException)
+    } else if (-1..=1).contains(&acks) {
+        topics::get_or_auto_create(&ctx.topics, name, true).map_err(|e| e.error)
+    } else {
+        Err(ResponseError::InvalidRequiredAcks)
+    }
+}
+
+/// One partition of a Produce: validate → inline transform (when deployed) → append →
+/// respond.
+async fn produce_partition(
+    ctx: &Context,
+    topic: &TopicMeta,
+    inline: Option<&InlineSlot>,
+    data: PartitionProduceData,
+    version: i16,
+    acks_all_deadline: Option<tokio::time::Instant>,
+) -> PartitionProduceResponse {
+    let index = data.index;
+    let valid = match validate(ctx, topic, data, version) {
+        Ok(v) => v,
+        Err(refused) => return refused,
+    };
+    let target = inline::Target {
+        topic: &topic.name,
+        partition: index,
+        compression: valid.compression,
+        max_decompressed_bytes: valid.limits.max_decompressed_bytes,
+        max_message_bytes: valid.max_message_bytes,
+    };
+    let applied = match inline {
+        None => Applied {
+            batches: valid.batches,
+            dead_letters: Vec::new(),
+        },
+        Some(slot) => match transform_inline(slot, target, valid.batches, version).await {
+            Ok(applied) => applied,
+            Err(refused) => return refused,
+        },
+    };
+    let appended = append(ctx, &valid.partition, inline, target, applied).await;
+    if let (Ok(info), Some(deadline)) = (&appended, acks_all_deadline) {
+        if !acks_all_replicated(&valid.partition, info, deadline).await {
+            return partition_error(
+                index,
+                ResponseError::RequestTimedOut,
+                Some("the in-sync replicas did not acknowledge the batch within timeout_ms".into()),
+            );
+        }
+    }
+    respond(&topic.name, index, appended)
+}
+
+/// Step 3b, acks=all: parks (never blocking a thread) until the partition's high
+/// watermark passes the batch's last offset, i.e. every in-sync replica has it, or until
+/// the request's `timeout_ms` deadline (then REQUEST_TIMED_OUT, 7, as Kafka's
+/// DelayedProduce). On a single node the ISR is this broker alone and the append itself
+/// advanced the high watermark, so this returns at once.
+async fn acks_all_replicated(
+    partition: &Partition,
+    info: &AppendInfo,
+    deadline: tokio::time::Instant,
+) -> bool {
+    let left_ms = deadline
+        .saturating_duration_since(tokio::time::Instant::now())
+        .as_millis() as u64;
+    partition
+        .wait_for_high_watermark(info.last_offset, left_ms)
+        .await
+}
+
+/// A partition's batches that passed `validate`, and the settings the later steps use
+/// (one copy for the whole request: a concurrent AlterConfigs applies from the next).
+struct Validated {
+    partition: Arc<Partition>,
+    batches: Vec<ValidatedBatch>,
+    /// `max.message.bytes`.
+    max_message_bytes: usize,
+    /// The limits the records were checked against.
+    limits: RecordLimits,
+    /// The topic's `compression.type` when it names a codec.
+    compression: Option<Compression>,
+}
+
+/// Step 1: the partition is hosted, its records field splits into whole batches (magic
+/// 2, length, CRC-32C) within `max.message.bytes`, of a codec `version` allows, and every
+/// record of every batch is valid (as Kafka's LogValidator, see `records`).
+///
+/// Errors, as the partition's response: UNKNOWN_TOPIC_OR_PARTITION (3), INVALID_RECORD
+/// (87; with KIP-467 record errors for keyless records on a compacted topic),
+/// CORRUPT_MESSAGE (2), MESSAGE_TOO_LARGE (10), UNSUPPORTED_COMPRESSION_TYPE (76).
+// The error is the partition's finished answer, built once per partition: boxing it
+// would cost an allocation on the refusal path to save a copy.
+#[allow(clippy::result_large_err)]
+fn validate(
+    ctx: &Context,
+    topic: &TopicMeta,
+    data: PartitionProduceData,
+    version: i16,
+) -> Result<Validated, PartitionProduceResponse> {
+    let name = &topic.name;
+    let index = data.index;
+    let Some(partition) = ctx.replicas.partition(name, index) else {
+        return Err(partition_error(
+            index,
+            ResponseError::UnknownTopicOrPartition,
+            None,
+        ));
+    };
+    let Some(records) = data.records.filter(|r| !r.is_empty()) else {
+        return Err(partition_error(
+            index,
+            ResponseError::InvalidRecord,
+            Some("produce request with no record batches".into()),
+        ));
+    };
+    let batches = split_batches(records).map_err(|e| {
+        tracing::warn!(topic = %name, partition = index, error = %e, "refused produce batch");
+        partition_error(index, batch_error_code(&e), Some(e.to_string()))
+    })?;
+    let settings = partition.settings();
+    let max = settings.max_message_bytes;
+    if let Some(big) = batches.iter().find(|b| b.len() > max) {
+        let msg = format!(
+            "record batch of {} bytes exceeds max.message.bytes {max}",
+            big.len()
+        );
+        tracing::debug!(topic = %name, partition = index, "{msg}");
+        return Err(partition_error(
+            index,
+            ResponseError::MessageTooLarge,
+            Some(msg),
+        ));
+    }
+    if version < 7 && batches.iter().any(|b| b.compression() == Compression::Zstd) {
+        return Err(partition_error(
+            index,
+            ResponseError::UnsupportedCompressionType,
+            Some("zstd needs Produce v7+".into()),
+        ));
+    }
+    let limits = RecordLimits {
+        require_keys: settings.require_keys,
+        ..RecordLimits::for_max_message_bytes(max)
+    };
+    if let Some(e) = batches
+        .iter()
+        .find_map(|b| validate_records(b, limits).err())
+    {
+        tracing::warn!(topic = %name, partition = index, error = %e, "refused produce batch");
+        let response = partition_error(index, e.kafka_error(), Some(e.to_string()));
+        let named = e.record_indexes().iter().map(|&i| {
+            (
+                i,
+                format!("{KEYLESS_RECORD} in topic partition {name}-{index}."),
+            )
+        });
+        return Err(with_record_errors(response, version, named));
+    }
+    Ok(Validated {
+        partition,
+        batches,
+        max_message_bytes: max,
+        limits,
+        compression: settings.compression,
+    })
+}
+
+/// Step 2, when the topic has an inline transform: its records go through `slot` and each
+/// batch is re-encoded at the same offsets before anything is appended
+/// (`transform::apply`).
+///
+/// Errors, as the partition's response: INVALID_RECORD (87) when the transform fails
+/// under `errors.tolerance=none` (with KIP-467 record errors when the plugin named the
+/// record), MESSAGE_TOO_LARGE (10), CORRUPT_MESSAGE (2).
+async fn transform_inline(
+    slot: &InlineSlot,
+    target: inline::Target<'_>,
+    batches: Vec<ValidatedBatch>,
+    version: i16,
+) -> Result<Applied, PartitionProduceResponse> {
+    inline::apply(slot, target, batches)
+        .await
+        .map_err(|refused| {
+            let response = partition_error(
+                target.partition,
+                refused.error,
+                Some(refused.message.clone()),
+            );
+            with_record_errors(response, version, refused.record_errors)
+        })
+}
+
+/// Step 3: appends `applied`'s batches through the replica manager (which checks
+/// producer sequences and detects retried duplicates), then writes the inline
+/// transform's dead letters at the offsets their batches got. A duplicate wrote nothing,
+/// and its dead letters were written the first time.
+///
+/// Errors: the log's ([`LogError`]); the dead-letter write logs its own.
+async fn append(
+    ctx: &Context,
+    partition: &Partition,
+    inline: Option<&InlineSlot>,
+    target: inline::Target<'_>,
+    applied: Applied,
+) -> Result<AppendInfo, LogError> {
+    let Applied {
+        batches,
+        dead_letters,
+    } = applied;
+    // Offsets each batch spans (for the dead-letter headers): lastOffsetDelta + 1.
+    let spans: Vec<i64> = if dead_letters.is_empty() {
+        Vec::new()
+    } else {
+        batches
+            .iter()
+            .map(|b| i64::from(b.last_offset_delta()) + 1)
+            .collect()
+    };
+    let appended = crate::metrics::Appended::of(&batches);
+    let info = ctx.replicas.append(partition, batches)?;
+    ctx.metrics.produced(target.topic, appended);
+    let dlq = !dead_letters.is_empty() && !info.duplicate;
+    if let Some(slot) = inline.filter(|_| dlq) {
+        let bases: Vec<i64> = spans
+            .iter()
+            .scan(info.base_offset, |next, span| {
+                let base = *next;
+                *next += span;
+                Some(base)
+            })
+            .collect();
+        inline::write_dead_letters(&ctx.ingest, slot, target, dead_letters, &bases).await;
+    }
+    Ok(info)
+}
+
+/// Step 4: the partition's answer: where the batch went, or the append's error
+/// (OUT_OF_ORDER_SEQUENCE_NUMBER 45, INVALID_PRODUCER_EPOCH 47, KAFKA_STORAGE_ERROR 56,
+/// see [`LogError::append_error`]).
+fn respond(
+    topic: &str,
+    index: i32,
+    appended: Result<AppendInfo, LogError>,
+) -> PartitionProduceResponse {
+    match appended {
+        Ok(info) => PartitionProduceResponse::default()
+            .with_index(index)
+            .with_base_offset(info.base_offset)
+            .with_log_append_time_ms(info.log_append_time_ms)
+            .with_log_start_offset(info.log_start_offset),
+        Err(e) => {
+            let code = e.append_error();
+            if code == ResponseError::KafkaStorageError {
+                tracing::error!(topic, partition = index, error = %e, "append failed");
+            } else {
+                tracing::debug!(topic, partition = index, error = %e, "append refused");
+            }
+            partition_error(index, code, Some(e.to_string()))
+        }
+    }
 }

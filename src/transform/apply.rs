@@ -36,10 +36,10 @@ use kafka_protocol::ResponseError;
 
 use super::inline::InlineSlot;
 use super::Tolerance;
+use crate::ingest::Ingest;
 use crate::log::rewrite::{decode_records, BatchBuilder, DecodedRecord};
 use crate::log::{Compression, ValidatedBatch};
 use crate::plugin::{BatchContext, Header, OutputBatch, PluginError, Record, Transform};
-use crate::protocol::Context;
 
 /// Named plugin errors handled by re-running the rest of the batch; past this many in one
 /// batch the remaining records are run one by one.
@@ -429,15 +429,15 @@ pub mod headers {
     pub const PLUGIN_VERSION: &str = "weir.errors.plugin.version";
 }
 
-/// Writes `dead_letters` (from [`apply`]) to the slot's dead-letter topic, once their
-/// batches are appended: `batch_base_offsets[i]` is the base offset batch `i` got. Each
-/// keeps its key, value, timestamp and headers and gains the [`headers`] above. Nothing is
-/// written when the slot has no dead-letter topic (the records were counted in
-/// `stats.errors`).
+/// Writes `dead_letters` (from [`apply`]) to the slot's dead-letter topic through
+/// `ingest`, once their batches are appended: `batch_base_offsets[i]` is the base offset
+/// batch `i` got. Each keeps its key, value, timestamp and headers and gains the
+/// [`headers`] above. Nothing is written when the slot has no dead-letter topic (the
+/// records were counted in `stats.errors`).
 ///
 /// Errors are logged, not returned: the produce has succeeded by then.
 pub async fn write_dead_letters(
-    ctx: &Context,
+    ingest: &Ingest,
     slot: &InlineSlot,
     target: Target<'_>,
     dead_letters: Vec<DeadLetter>,
@@ -475,13 +475,6 @@ pub async fn write_dead_letters(
         })
         .collect();
     let n = records.len();
-    let Some(ingest) = ctx.inline.ingest() else {
-        tracing::error!(
-            transform = %slot.name, dead_letter_topic = dlq, records = n,
-            "no ingest path to write failing records to the dead-letter topic (they are dropped)"
-        );
-        return;
-    };
     if let Err(e) = ingest.append(dlq, None, &records).await {
         tracing::error!(
             transform = %slot.name, topic = target.topic, partition = target.partition,

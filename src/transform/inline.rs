@@ -4,6 +4,10 @@
 //! The transform manager (`super`) fills it when a transform with `mode = inline` is
 //! deployed, replaced (hot reload) or deleted; `protocol::produce` reads it once per
 //! partition of every Produce request (an uncontended read lock and a hash look-up).
+//!
+//! Holds slots only, nothing that leads back to the broker's owners: the produce path
+//! passes its own `ingest` to the dead-letter writer, so the registry (shared by the
+//! protocol layer, the manager and the admin API) closes no reference cycle.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -40,26 +44,12 @@ impl std::fmt::Debug for InlineSlot {
 #[derive(Debug, Default)]
 pub struct InlineRegistry {
     by_topic: RwLock<HashMap<String, Arc<InlineSlot>>>,
-    /// Where dead-letter records go; set once by the broker after it built the ingest path
-    /// (which itself needs the `protocol::Context` holding this registry).
-    ingest: std::sync::OnceLock<Arc<crate::ingest::Ingest>>,
 }
 
 impl InlineRegistry {
     /// An empty registry.
     pub fn new() -> InlineRegistry {
         InlineRegistry::default()
-    }
-
-    /// Sets the ingest path dead-letter records are written through (once; later calls
-    /// are ignored).
-    pub fn set_ingest(&self, ingest: Arc<crate::ingest::Ingest>) {
-        let _ = self.ingest.set(ingest);
-    }
-
-    /// The ingest path, once the broker has set it.
-    pub fn ingest(&self) -> Option<&Arc<crate::ingest::Ingest>> {
-        self.ingest.get()
     }
 
     /// The inline transform of `topic`, if any.

@@ -32,10 +32,9 @@ use tokio::sync::{watch, Notify};
 use super::inline::{InlineRegistry, InlineSlot};
 use super::runner::{short, Runner};
 use super::spec::{Mode, TransformSpec};
-use super::{Deployment, Loaded, RunState, Stats, Tolerance};
+use super::{Deployment, Loaded, Owners, RunState, Stats, Tolerance};
 use crate::ingest::Ingest;
 use crate::plugin::PluginHost;
-use crate::protocol::Context;
 
 /// Quiet time after a file event before a reload is tried, in milliseconds.
 pub const DEBOUNCE_MS: u64 = 200;
@@ -140,7 +139,7 @@ struct Changes {
 
 /// Every transform deployment of the broker (see the module docs).
 pub struct TransformManager {
-    ctx: Context,
+    ctx: Owners,
     ingest: Arc<Ingest>,
     plugins: Arc<PluginHost>,
     inline: Arc<InlineRegistry>,
@@ -165,12 +164,15 @@ impl std::fmt::Debug for TransformManager {
 }
 
 impl TransformManager {
-    /// A manager over the broker's owners; call [`TransformManager::start`] to restore
-    /// deployments and [`TransformManager::run`] for hot reload.
+    /// A manager over the broker's owners, installing inline deployments into `inline`,
+    /// writing outputs through `ingest` and loading components through `plugins`; call
+    /// [`TransformManager::start`] to restore deployments and [`TransformManager::run`]
+    /// for hot reload.
     ///
     /// Errors: `<log.dir>/__transforms` cannot be created.
     pub fn new(
-        ctx: Context,
+        ctx: Owners,
+        inline: Arc<InlineRegistry>,
         ingest: Arc<Ingest>,
         plugins: Arc<PluginHost>,
     ) -> std::io::Result<TransformManager> {
@@ -199,7 +201,7 @@ impl TransformManager {
             }
         };
         Ok(TransformManager {
-            inline: ctx.inline.clone(),
+            inline,
             config_dir: ctx.config.transform_config_dir.clone(),
             ctx,
             ingest,
@@ -840,8 +842,8 @@ impl TransformManager {
             .iter()
             .filter_map(|&p| {
                 let partition = self.ctx.replicas.partition(&spec.input, p)?;
-                let (start, end) =
-                    partition.with_log(|l| (l.log_start_offset(), l.log_end_offset()));
+                let offsets = partition.offsets();
+                let (start, end) = (offsets.log_start_offset, offsets.high_watermark);
                 let at = committed.get(&p).copied().unwrap_or(start).max(start);
                 Some((end - at).max(0))
             })

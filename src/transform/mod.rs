@@ -9,7 +9,8 @@
 //! are appended: this module only installs its [`inline::InlineSlot`]; `protocol::produce`
 //! applies it.
 //!
-//! Never does: touch wasmtime (the plugin host does), decode Kafka requests.
+//! Never does: touch wasmtime (the plugin host does), decode Kafka requests, import the
+//! protocol layer (what it calls comes in [`Owners`] and [`crate::ingest::Ingest`]).
 
 pub mod apply;
 pub mod inline;
@@ -23,7 +24,27 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub use manager::{sha256_hex, DeployError, TransformManager, TransformStatus};
 pub use spec::{Mode, TransformSpec};
 
+use crate::cluster::Metadata;
+use crate::config::BrokerConfig;
+use crate::group::GroupCoordinator;
 use crate::plugin::Transform;
+use crate::replica::ReplicaManager;
+
+/// The broker's owners transforms call, handed over by the composition root (`broker`):
+/// async runners read their input from the replica manager and keep their progress as a
+/// consumer group's committed offsets; outputs go through `ingest`, given separately.
+/// Cheap to clone (four `Arc`s).
+#[derive(Debug, Clone)]
+pub struct Owners {
+    /// Broker configuration (`log.dirs` for `__transforms/`, `transform.config.dir`).
+    pub config: Arc<BrokerConfig>,
+    /// Cluster metadata: the input topic's partitions.
+    pub metadata: Arc<Metadata>,
+    /// Hosted partitions: the input's logs.
+    pub replicas: Arc<ReplicaManager>,
+    /// Consumer groups: progress as `transform-<name>`'s committed offsets.
+    pub groups: Arc<GroupCoordinator>,
+}
 
 /// `errors.tolerance` (Kafka Connect's key and values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]

@@ -31,12 +31,12 @@ use bytes::{Buf, Bytes};
 use kafka_protocol::records::RecordBatchDecoder;
 use tokio::sync::watch;
 
-use super::{Deployment, RunState, Tolerance};
+use super::{Deployment, Owners, RunState, Tolerance};
 use crate::group::{CommitRequest, OffsetToCommit};
 use crate::ingest::Ingest;
 use crate::log::LogError;
 use crate::plugin::{BatchContext, Header, PluginError, Record, Transform};
-use crate::protocol::Context;
+use crate::replica::FetchIsolation;
 
 /// Most records given to the transform in one call.
 pub const CHUNK_MAX_RECORDS: usize = 1000;
@@ -60,7 +60,7 @@ enum Work {
 /// The task of one async deployment.
 pub(crate) struct Runner {
     pub(crate) d: Arc<Deployment>,
-    pub(crate) ctx: Context,
+    pub(crate) ctx: Owners,
     pub(crate) ingest: Arc<Ingest>,
     pub(crate) transform: Transform,
     pub(crate) version: String,
@@ -73,7 +73,7 @@ impl Runner {
     /// A runner for `d` with a loaded `transform` of `version`.
     pub(crate) fn new(
         d: Arc<Deployment>,
-        ctx: Context,
+        ctx: Owners,
         ingest: Arc<Ingest>,
         transform: Transform,
         version: String,
@@ -99,7 +99,7 @@ impl Runner {
                 break;
             }
             // Taken before looking, so an append between the look and the wait is not missed.
-            let mut ticket = self.ctx.replicas.purgatory().ticket();
+            let mut watches = self.ctx.replicas.watch_high_watermarks(&self.d.spec.input);
             self.swap_pending();
             match self.pass().await {
                 Ok(true) => continue,
@@ -111,7 +111,7 @@ impl Runner {
                 }
             }
             tokio::select! {
-                _ = ticket.changed() => {}
+                _ = crate::purgatory::any_changed(&mut watches) => {}
                 _ = self.stop.changed() => {}
                 _ = self.d.wake.notified() => {}
                 _ = tokio::time::sleep(Duration::from_millis(IDLE_WAIT_MS)) => {}
@@ -183,7 +183,7 @@ impl Runner {
         let Some(partition) = self.ctx.replicas.partition(input, p) else {
             return Ok(None);
         };
-        let log_start = partition.with_log(|l| l.log_start_offset());
+        let log_start = partition.offsets().log_start_offset;
         let pos = match self.positions.get(&p) {
             Some(&pos) => pos,
             None => {
@@ -192,10 +192,7 @@ impl Runner {
                 pos
             }
         };
-        let read = partition.with_log(|l| {
-            let leo = l.log_end_offset();
-            l.read(pos, READ_MAX_BYTES, leo)
-        });
+        let read = partition.read(pos, READ_MAX_BYTES, FetchIsolation::HighWatermark);
         let bytes = match read {
             Ok(r) => r.bytes,
             Err(LogError::OffsetOutOfRange {

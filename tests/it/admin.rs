@@ -659,3 +659,136 @@ async fn incremental_alter_configs_set_delete_append_subtract() {
     assert!(message.contains("static"), "{message}");
     assert_eq!(overrides(&bs, "inc").await, before);
 }
+
+/// Each partition's leader, replicas, ISR and leader epoch as a raw Metadata v12 answers
+/// them, with the topic id: `(id, [(index, leader, epoch, replicas, isr)])`.
+type PartitionStates = Vec<(i32, i32, i32, Vec<i32>, Vec<i32>)>;
+
+fn raw_partition_states(bootstrap: &str, topic: &str) -> (uuid::Uuid, PartitionStates) {
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::{MetadataRequest, MetadataResponse, TopicName};
+    let mut c = RawConn::connect(bootstrap);
+    let req = MetadataRequest::default()
+        .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(
+            TopicName(StrBytes::from_string(topic.to_string())),
+        ))]))
+        .with_allow_auto_topic_creation(false);
+    let r: MetadataResponse = decode(c.request(&req, 12, 1).unwrap(), 12);
+    let t = &r.topics[0];
+    assert_eq!(t.error_code, 0, "{topic}");
+    let ids = |v: &[kafka_protocol::messages::BrokerId]| v.iter().map(|b| b.0).collect();
+    let mut states: PartitionStates = t
+        .partitions
+        .iter()
+        .map(|p| {
+            (
+                p.partition_index,
+                p.leader_id.0,
+                p.leader_epoch,
+                ids(&p.replica_nodes),
+                ids(&p.isr_nodes),
+            )
+        })
+        .collect();
+    states.sort();
+    (t.topic_id, states)
+}
+
+/// librdkafka's view of one partition: (index, leader, replicas, ISR).
+type RdkafkaPartition = (i32, i32, Vec<i32>, Vec<i32>);
+
+/// librdkafka's view of a topic's partitions, or `None` when the broker does not list the
+/// topic.
+fn rdkafka_partition_states(bootstrap: &str, topic: &str) -> Option<Vec<RdkafkaPartition>> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("allow.auto.create.topics", "false")
+        .create()
+        .unwrap();
+    let md = c.fetch_metadata(None, Duration::from_secs(10)).unwrap();
+    let t = md.topics().iter().find(|t| t.name() == topic)?;
+    let mut out: Vec<_> = t
+        .partitions()
+        .iter()
+        .map(|p| (p.id(), p.leader(), p.replicas().to_vec(), p.isr().to_vec()))
+        .collect();
+    out.sort();
+    Some(out)
+}
+
+/// Topic lifecycle through the metadata image: create, add partitions, alter configs and
+/// delete with rdkafka's AdminClient behave as before, Metadata reports every partition's
+/// leader, replicas, ISR and leader epoch from the image (this node, epoch 0), and all of
+/// it — ids included — is the same after a restart over the same data directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topic_lifecycle_and_partition_state_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = TestBroker::start_in(dir.path(), &["node.id=7"]);
+    let bs = b.bootstrap.clone();
+    create_topic(&bs, "img", 2, &[("retention.ms", "600000")]).await;
+    create_topic(&bs, "gone", 1, &[]).await;
+    let a = admin(&bs);
+    let r = a
+        .create_partitions(&[NewPartitions::new("img", 3)], &AdminOptions::new())
+        .await
+        .unwrap();
+    assert!(r[0].is_ok(), "{r:?}");
+    // AlterConfigs replaces the overrides: retention.ms goes, segment.bytes comes.
+    let r = a
+        .alter_configs(
+            &[AlterConfig::new(ResourceSpecifier::Topic("img")).set("segment.bytes", "1000000")],
+            &AdminOptions::new(),
+        )
+        .await
+        .unwrap();
+    assert!(r[0].is_ok(), "{r:?}");
+    let r = a
+        .delete_topics(&["gone"], &AdminOptions::new())
+        .await
+        .unwrap();
+    assert!(r[0].is_ok(), "{r:?}");
+
+    let expected: PartitionStates = (0..3).map(|i| (i, 7, 0, vec![7], vec![7])).collect();
+    let (id, states) = raw_partition_states(&bs, "img");
+    assert_eq!(states, expected);
+    let rd: Vec<_> = (0..3).map(|i| (i, 7, vec![7], vec![7])).collect();
+    assert_eq!(rdkafka_partition_states(&bs, "img"), Some(rd.clone()));
+    assert_eq!(rdkafka_partition_states(&bs, "gone"), None);
+    drop(a);
+    b.stop();
+
+    let b = TestBroker::start_in(dir.path(), &["node.id=7"]);
+    let bs = b.bootstrap.clone();
+    assert_eq!(raw_partition_states(&bs, "img"), (id, expected));
+    assert_eq!(rdkafka_partition_states(&bs, "img"), Some(rd));
+    assert_eq!(rdkafka_partition_states(&bs, "gone"), None);
+    assert!(!dir.path().join("gone-0").exists());
+    let res = admin(&bs)
+        .describe_configs(&[ResourceSpecifier::Topic("img")], &AdminOptions::new())
+        .await
+        .unwrap();
+    let configs = res[0].as_ref().unwrap();
+    let segment = configs.get("segment.bytes").unwrap();
+    assert_eq!(
+        (segment.value.as_deref(), &segment.source),
+        (Some("1000000"), &ConfigSource::DynamicTopic)
+    );
+    assert_ne!(
+        configs.get("retention.ms").unwrap().source,
+        ConfigSource::DynamicTopic
+    );
+    // The partition added before the restart takes records.
+    let d = producer(&bs, &[])
+        .send(
+            FutureRecord::to("img").key("k").payload("v").partition(2),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    assert_eq!(d.offset, 0);
+    // The name of the deleted topic is free again, for a new topic with a new id.
+    create_topic(&bs, "gone", 2, &[]).await;
+    let (new_id, states) = raw_partition_states(&bs, "gone");
+    assert_eq!(states.len(), 2);
+    assert_ne!(new_id, uuid::Uuid::nil());
+}

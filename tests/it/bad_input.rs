@@ -213,6 +213,9 @@ fn a_connection_stalled_inside_a_frame_is_closed_after_connections_max_idle_ms()
 #[test]
 fn two_brokers_cannot_share_a_log_dir() {
     let b = TestBroker::start();
+    // Answering means the first broker's `run` is past taking the lock (the harness
+    // returns once the port is bound, which is before that).
+    still_serves(&b.bootstrap);
     let mut raw = weir::config::RawConfig::default();
     raw.set("listeners", "PLAINTEXT://127.0.0.1:0").unwrap();
     raw.set("log.dirs", b.data_dir.to_str().unwrap()).unwrap();
@@ -223,7 +226,13 @@ fn two_brokers_cannot_share_a_log_dir() {
         .block_on(async {
             let listeners = weir::broker::bind(&config).await.unwrap();
             let (_tx, rx) = tokio::sync::watch::channel(false);
-            weir::broker::run(config, listeners, rx).await
+            // Bounded: a second broker that wrongly got the lock would serve forever.
+            tokio::time::timeout(
+                std::time::Duration::from_secs(30),
+                weir::broker::run(config, listeners, rx),
+            )
+            .await
+            .expect("the second broker refuses to start, it does not serve")
         })
         .unwrap_err();
     assert!(

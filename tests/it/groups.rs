@@ -490,3 +490,80 @@ fn a_restarted_static_member_gets_its_partitions_without_a_rebalance() {
     );
     assert!(covers(&[&a, &restarted], 4));
 }
+
+/// `__consumer_offsets` is created through the same path as a client's CreateTopics, all
+/// or nothing: when one of its partition logs cannot be created (a file where its directory
+/// goes), FindCoordinator answers COORDINATOR_NOT_AVAILABLE and nothing is left half
+/// created — no topic in the metadata, no partition directory. Once the obstacle is gone
+/// the next FindCoordinator creates it, and a real consumer commits and reads back.
+#[test]
+fn a_failed_offsets_topic_creation_leaves_nothing_behind() {
+    use kafka_protocol::messages::{FindCoordinatorRequest, FindCoordinatorResponse};
+    use kafka_protocol::protocol::StrBytes;
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    use rdkafka::{Offset, TopicPartitionList};
+
+    use crate::harness::{decode, RawConn};
+
+    let b = TestBroker::start_with(&["offsets.topic.num.partitions=4"]);
+    let blocker = b.data_dir.join("__consumer_offsets-2");
+    std::fs::write(&blocker, "not a partition directory").unwrap();
+    let mut c = RawConn::connect(&b.bootstrap);
+    let mut find = |id: i32| -> i16 {
+        let req = FindCoordinatorRequest::default()
+            .with_key(StrBytes::from_static_str("g"))
+            .with_key_type(0);
+        let r: FindCoordinatorResponse = decode(c.request(&req, 3, id).unwrap(), 3);
+        r.error_code
+    };
+    assert_eq!(find(1), 15, "COORDINATOR_NOT_AVAILABLE");
+    let metadata = |bootstrap: &str| -> Vec<String> {
+        let c: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .create()
+            .unwrap();
+        let md = c.fetch_metadata(None, Duration::from_secs(10)).unwrap();
+        md.topics().iter().map(|t| t.name().to_string()).collect()
+    };
+    assert!(
+        !metadata(&b.bootstrap).contains(&"__consumer_offsets".to_string()),
+        "the topic was left in the metadata"
+    );
+    for i in [0, 1, 3] {
+        let dir = b.data_dir.join(format!("__consumer_offsets-{i}"));
+        assert!(!dir.exists(), "{} was left behind", dir.display());
+    }
+    assert!(!b
+        .data_dir
+        .join("__cluster_metadata/topics/__consumer_offsets.toml")
+        .exists());
+    assert!(blocker.is_file(), "what was not ours stays");
+
+    std::fs::remove_file(&blocker).unwrap();
+    assert_eq!(find(2), 0);
+    for i in 0..4 {
+        assert!(b.data_dir.join(format!("__consumer_offsets-{i}")).is_dir());
+    }
+    assert!(metadata(&b.bootstrap).contains(&"__consumer_offsets".to_string()));
+
+    create_topic(&b.bootstrap, "work", 1);
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &b.bootstrap)
+        .set("group.id", "g")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset("work", 0, Offset::Offset(0))
+        .unwrap();
+    consumer.commit(&tpl, CommitMode::Sync).unwrap();
+    let mut wanted = TopicPartitionList::new();
+    wanted.add_partition("work", 0);
+    let committed = consumer
+        .committed_offsets(wanted, Duration::from_secs(10))
+        .unwrap();
+    assert_eq!(
+        committed.find_partition("work", 0).unwrap().offset(),
+        Offset::Offset(0)
+    );
+}

@@ -25,6 +25,8 @@ pub struct TestBroker {
     _tmp: Option<tempfile::TempDir>,
     shutdown: Option<watch::Sender<bool>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// The files under `data_dir` still open when `broker::run` returned.
+    left_open: std::sync::Arc<std::sync::Mutex<Option<Vec<PathBuf>>>>,
 }
 
 impl TestBroker {
@@ -52,6 +54,9 @@ impl TestBroker {
         let config = BrokerConfig::from_raw(raw).unwrap();
         let (tx, rx) = watch::channel(false);
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        let left_open = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let left = left_open.clone();
+        let data_dir = dir.to_path_buf();
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
@@ -65,6 +70,9 @@ impl TestBroker {
                     .send((listeners.kafka[0].local_addr().unwrap(), admin))
                     .unwrap();
                 weir::broker::run(config, listeners, rx).await.unwrap();
+                // Still on the broker's runtime: a task `run` did not await, or an owner
+                // kept alive by a reference cycle, would still hold its files here.
+                *left.lock().unwrap() = Some(open_files_under(&data_dir));
             });
         });
         let (addr, admin) = addr_rx
@@ -77,7 +85,20 @@ impl TestBroker {
             _tmp: None,
             shutdown: Some(tx),
             thread: Some(thread),
+            left_open,
         }
+    }
+
+    /// Stops the broker and waits for it; returns the files under its data dir that this
+    /// process still had open when `broker::run` returned (before its runtime was
+    /// dropped). Empty when the broker released everything.
+    pub fn stop_and_list_open_files(mut self) -> Vec<PathBuf> {
+        self.stop_inner();
+        self.left_open
+            .lock()
+            .unwrap()
+            .take()
+            .expect("broker::run returned")
     }
 
     /// Stops the broker and waits for it (flushes logs).
@@ -93,6 +114,17 @@ impl TestBroker {
             let _ = t.join();
         }
     }
+}
+
+/// The files under `dir` this process has open (the targets of `/proc/self/fd`).
+pub fn open_files_under(dir: &Path) -> Vec<PathBuf> {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
+    };
+    fds.filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter(|target| target.starts_with(&dir))
+        .collect()
 }
 
 impl Drop for TestBroker {

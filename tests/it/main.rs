@@ -5,6 +5,7 @@
 //! for bad input.
 
 mod admin;
+mod architecture;
 mod bad_input;
 mod cli;
 mod clients;
@@ -23,6 +24,7 @@ mod guests;
 mod harness;
 mod inline;
 mod metrics;
+mod lifecycle;
 mod plugins;
 mod rdkafka_client;
 mod rest_produce;

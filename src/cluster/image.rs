@@ -1,0 +1,464 @@
+//! The metadata image and the records that change it.
+//!
+//! Owns: [`MetadataImage`] — an immutable snapshot of the cluster metadata (topics by name
+//! and by id with per-partition replicas, leader, leader epoch and ISR; the producer ids
+//! reserved; the cluster id and this node's id) — and [`MetadataRecord`], the closed set
+//! of changes, applied to an image as one [`MetadataDelta`]. Both are plain values:
+//! applying a delta reads no clock and touches no file, so it is tested with plain values
+//! and replayed the same way at start-up (Kafka's `MetadataImage`, `MetadataDelta` and
+//! the KRaft records of `metadata/src/main/resources/common/metadata/`).
+//!
+//! Never does: I/O (that is the [`super::MetadataLog`]) or decide anything (the callers
+//! in `cluster` validate before they build records; a record that does not apply to the
+//! image is refused with [`ImageError`], never half applied).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use uuid::Uuid;
+
+/// One partition's replica assignment and leadership (Kafka's `PartitionRegistration`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionState {
+    /// Node ids holding a replica, the preferred leader first.
+    pub replicas: Vec<i32>,
+    /// In-sync replicas (node ids), a subset of `replicas`.
+    pub isr: Vec<i32>,
+    /// Node id of the leader (-1: none).
+    pub leader: i32,
+    /// Incremented at each leader change (KIP-101); 0 when created.
+    pub leader_epoch: i32,
+}
+
+impl PartitionState {
+    /// A partition whose only replica is `node_id`, leader at epoch 0: every partition of a
+    /// single-node cluster.
+    pub fn single_node(node_id: i32) -> PartitionState {
+        PartitionState {
+            replicas: vec![node_id],
+            isr: vec![node_id],
+            leader: node_id,
+            leader_epoch: 0,
+        }
+    }
+}
+
+/// One topic as the metadata image knows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopicMeta {
+    /// Topic name.
+    pub name: String,
+    /// Topic id (KIP-516), used by Metadata v10+ and Fetch v13+.
+    pub id: Uuid,
+    /// Number of partitions (only grows); always `partition_states.len()`.
+    pub partitions: i32,
+    /// Replication factor as created (1 on a single node).
+    pub replication_factor: i16,
+    /// Topic-level config overrides (`retention.ms`, ...), Kafka names.
+    pub configs: BTreeMap<String, String>,
+    /// Per-partition replicas, leader, leader epoch and ISR, by partition index (shared:
+    /// a copy of the topic does not copy them).
+    pub partition_states: Arc<[PartitionState]>,
+}
+
+impl TopicMeta {
+    /// The state of partition `index`, if the topic has it.
+    pub fn partition(&self, index: i32) -> Option<&PartitionState> {
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| self.partition_states.get(i))
+    }
+}
+
+/// A metadata change. Closed: every consumer matches every variant, so a new kind of
+/// change (later `LeaderAndIsrChanged`, Kafka's `PartitionChangeRecord`, and
+/// `BrokerRegistered`, its `RegisterBrokerRecord`) is handled wherever records are.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MetadataRecord {
+    /// A new topic with all its partitions (Kafka: `TopicRecord`, one `PartitionRecord`
+    /// per partition, a `ConfigRecord` per override).
+    TopicCreated(TopicMeta),
+    /// Partitions appended to a topic, numbered from its current count (Kafka: one
+    /// `PartitionRecord` per new partition, from CreatePartitions).
+    PartitionsAdded {
+        /// The topic.
+        topic_id: Uuid,
+        /// The new partitions, in index order.
+        partitions: Vec<PartitionState>,
+    },
+    /// A topic's config overrides replaced as a whole (Kafka: `ConfigRecord`s).
+    TopicConfigsChanged {
+        /// The topic.
+        topic_id: Uuid,
+        /// The new overrides.
+        configs: BTreeMap<String, String>,
+    },
+    /// A topic removed with its partitions (Kafka: `RemoveTopicRecord`).
+    TopicDeleted {
+        /// The topic.
+        topic_id: Uuid,
+    },
+    /// Producer ids below `reserved_until` are reserved: none is handed out twice, even
+    /// across restarts (Kafka: `ProducerIdsRecord`). Only grows.
+    ProducerIdsReserved {
+        /// The first producer id not reserved yet.
+        reserved_until: i64,
+    },
+}
+
+/// A record that does not apply to the image it is applied to. From a caller's records
+/// it is a bug; from a replayed log it means the log is corrupt.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("metadata record does not apply: {0}")]
+pub struct ImageError(pub String);
+
+/// The cluster metadata at one point: immutable, shared behind an `Arc`
+/// ([`super::Metadata::image`]); a change makes a new image ([`MetadataDelta`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetadataImage {
+    cluster_id: String,
+    node_id: i32,
+    topics: BTreeMap<String, Arc<TopicMeta>>,
+    topic_names_by_id: HashMap<Uuid, String>,
+    producer_ids_reserved_until: i64,
+}
+
+impl MetadataImage {
+    /// The image of a cluster with no topics and no producer id reserved.
+    pub fn empty(cluster_id: impl Into<String>, node_id: i32) -> MetadataImage {
+        MetadataImage {
+            cluster_id: cluster_id.into(),
+            node_id,
+            topics: BTreeMap::new(),
+            topic_names_by_id: HashMap::new(),
+            producer_ids_reserved_until: 0,
+        }
+    }
+
+    /// The cluster id (KIP-78, 22 base64url characters).
+    pub fn cluster_id(&self) -> &str {
+        &self.cluster_id
+    }
+
+    /// This broker's node id.
+    pub fn node_id(&self) -> i32 {
+        self.node_id
+    }
+
+    /// The topic named `name`.
+    pub fn topic(&self, name: &str) -> Option<&TopicMeta> {
+        self.topics.get(name).map(|t| &**t)
+    }
+
+    /// The topic with id `id` (Fetch v13+, DeleteTopics v6, Metadata v12+).
+    pub fn topic_by_id(&self, id: Uuid) -> Option<&TopicMeta> {
+        self.topic_names_by_id
+            .get(&id)
+            .and_then(|name| self.topic(name))
+    }
+
+    /// Every topic, by name.
+    pub fn topics(&self) -> impl Iterator<Item = &TopicMeta> {
+        self.topics.values().map(|t| &**t)
+    }
+
+    /// Number of topics.
+    pub fn topic_count(&self) -> usize {
+        self.topics.len()
+    }
+
+    /// The replicas, leader, leader epoch and ISR of `topic`'s partition `index`: what
+    /// Metadata, ListOffsets (`leader_epoch`) and Fetch answer with.
+    pub fn partition(&self, topic: &str, index: i32) -> Option<&PartitionState> {
+        self.topic(topic).and_then(|t| t.partition(index))
+    }
+
+    /// An existing topic whose name equals `name` once `.` and `_` are made alike (Kafka
+    /// refuses such a pair: their metric names collide).
+    pub fn colliding_topic(&self, name: &str) -> Option<&str> {
+        let norm = name.replace('.', "_");
+        self.topics
+            .keys()
+            .find(|t| t.as_str() != name && t.replace('.', "_") == norm)
+            .map(String::as_str)
+    }
+
+    /// Producer ids below this are reserved (handed out or about to be).
+    pub fn producer_ids_reserved_until(&self) -> i64 {
+        self.producer_ids_reserved_until
+    }
+
+    /// The records that build this image from [`MetadataImage::empty`] (a snapshot as
+    /// records: what a listener registered late is given, and what a log may compact to).
+    pub fn to_records(&self) -> Vec<MetadataRecord> {
+        let mut out: Vec<MetadataRecord> = self
+            .topics()
+            .map(|t| MetadataRecord::TopicCreated(t.clone()))
+            .collect();
+        if self.producer_ids_reserved_until > 0 {
+            out.push(MetadataRecord::ProducerIdsReserved {
+                reserved_until: self.producer_ids_reserved_until,
+            });
+        }
+        out
+    }
+
+    fn name_of(&self, id: Uuid) -> Result<&str, ImageError> {
+        self.topic_names_by_id
+            .get(&id)
+            .map(String::as_str)
+            .ok_or_else(|| ImageError(format!("no topic with id {id}")))
+    }
+
+    fn apply_one(&mut self, record: &MetadataRecord) -> Result<(), ImageError> {
+        match record {
+            MetadataRecord::TopicCreated(t) => {
+                if self.topics.contains_key(&t.name) {
+                    return Err(ImageError(format!("topic {} exists", t.name)));
+                }
+                if self.topic_names_by_id.contains_key(&t.id) {
+                    return Err(ImageError(format!("topic id {} exists", t.id)));
+                }
+                if t.partitions < 1 || t.partition_states.len() != t.partitions as usize {
+                    return Err(ImageError(format!(
+                        "topic {} has {} partitions and {} partition states",
+                        t.name,
+                        t.partitions,
+                        t.partition_states.len()
+                    )));
+                }
+                self.topic_names_by_id.insert(t.id, t.name.clone());
+                self.topics.insert(t.name.clone(), Arc::new(t.clone()));
+            }
+            MetadataRecord::PartitionsAdded {
+                topic_id,
+                partitions,
+            } => {
+                let name = self.name_of(*topic_id)?.to_string();
+                let old = &self.topics[&name];
+                let states: Arc<[PartitionState]> = old
+                    .partition_states
+                    .iter()
+                    .chain(partitions)
+                    .cloned()
+                    .collect();
+                let count = i32::try_from(states.len())
+                    .map_err(|_| ImageError(format!("topic {name}: too many partitions")))?;
+                let updated = TopicMeta {
+                    partitions: count,
+                    partition_states: states,
+                    ..(**old).clone()
+                };
+                self.topics.insert(name, Arc::new(updated));
+            }
+            MetadataRecord::TopicConfigsChanged { topic_id, configs } => {
+                let name = self.name_of(*topic_id)?.to_string();
+                let updated = TopicMeta {
+                    configs: configs.clone(),
+                    ..(*self.topics[&name]).clone()
+                };
+                self.topics.insert(name, Arc::new(updated));
+            }
+            MetadataRecord::TopicDeleted { topic_id } => {
+                let name = self.name_of(*topic_id)?.to_string();
+                self.topics.remove(&name);
+                self.topic_names_by_id.remove(topic_id);
+            }
+            MetadataRecord::ProducerIdsReserved { reserved_until } => {
+                if *reserved_until < self.producer_ids_reserved_until {
+                    return Err(ImageError(format!(
+                        "producer ids reserved until {} would go back to {reserved_until}",
+                        self.producer_ids_reserved_until
+                    )));
+                }
+                self.producer_ids_reserved_until = *reserved_until;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A batch of records applied to an image as one change: the image before, the records,
+/// and the image after. What a [`super::MetadataListener`] is given.
+#[derive(Debug, Clone)]
+pub struct MetadataDelta {
+    before: Arc<MetadataImage>,
+    after: Arc<MetadataImage>,
+    records: Vec<MetadataRecord>,
+}
+
+impl MetadataDelta {
+    /// Applies `records` in order to `before`.
+    ///
+    /// Errors: [`ImageError`] when a record does not apply (unknown topic id, a name or id
+    /// that exists, producer ids going back, partition counts that disagree); `before` is
+    /// unchanged, nothing is half applied.
+    pub fn apply(
+        before: Arc<MetadataImage>,
+        records: Vec<MetadataRecord>,
+    ) -> Result<MetadataDelta, ImageError> {
+        let mut after = (*before).clone();
+        for r in &records {
+            after.apply_one(r)?;
+        }
+        Ok(MetadataDelta {
+            before,
+            after: Arc::new(after),
+            records,
+        })
+    }
+
+    /// The image the records were applied to.
+    pub fn before(&self) -> &MetadataImage {
+        &self.before
+    }
+
+    /// The image they made.
+    pub fn after(&self) -> &Arc<MetadataImage> {
+        &self.after
+    }
+
+    /// The records, in order.
+    pub fn records(&self) -> &[MetadataRecord] {
+        &self.records
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn topic(name: &str, partitions: i32) -> TopicMeta {
+        TopicMeta {
+            name: name.to_string(),
+            id: Uuid::new_v4(),
+            partitions,
+            replication_factor: 1,
+            configs: BTreeMap::new(),
+            partition_states: (0..partitions)
+                .map(|_| PartitionState::single_node(7))
+                .collect(),
+        }
+    }
+
+    fn apply(image: &Arc<MetadataImage>, records: Vec<MetadataRecord>) -> Arc<MetadataImage> {
+        MetadataDelta::apply(image.clone(), records)
+            .unwrap()
+            .after()
+            .clone()
+    }
+
+    #[test]
+    fn deltas_create_grow_configure_and_delete_topics() {
+        let empty = Arc::new(MetadataImage::empty("c", 7));
+        let t = topic("orders", 2);
+        let id = t.id;
+        let one = apply(&empty, vec![MetadataRecord::TopicCreated(t.clone())]);
+        assert!(
+            empty.topic("orders").is_none(),
+            "the old image is unchanged"
+        );
+        assert_eq!(one.topic("orders"), Some(&t));
+        assert_eq!(one.topic_by_id(id), Some(&t));
+        let p = one.partition("orders", 1).unwrap();
+        assert_eq!(
+            (p.leader, p.leader_epoch, &p.replicas[..], &p.isr[..]),
+            (7, 0, &[7][..], &[7][..])
+        );
+        assert!(one.partition("orders", 2).is_none());
+        assert!(one.partition("orders", -1).is_none());
+        assert_eq!(one.colliding_topic("orders"), None);
+
+        let configs = BTreeMap::from([("retention.ms".to_string(), "5".to_string())]);
+        let two = apply(
+            &one,
+            vec![
+                MetadataRecord::PartitionsAdded {
+                    topic_id: id,
+                    partitions: vec![PartitionState::single_node(7); 3],
+                },
+                MetadataRecord::TopicConfigsChanged {
+                    topic_id: id,
+                    configs: configs.clone(),
+                },
+            ],
+        );
+        let grown = two.topic("orders").unwrap();
+        assert_eq!((grown.partitions, grown.partition_states.len()), (5, 5));
+        assert_eq!(grown.configs, configs);
+        assert_eq!(one.topic("orders").unwrap().partitions, 2);
+
+        let three = apply(&two, vec![MetadataRecord::TopicDeleted { topic_id: id }]);
+        assert!(three.topic("orders").is_none());
+        assert!(three.topic_by_id(id).is_none());
+        assert_eq!(three.topic_count(), 0);
+    }
+
+    #[test]
+    fn records_that_do_not_apply_change_nothing() {
+        let empty = Arc::new(MetadataImage::empty("c", 7));
+        let t = topic("a.b", 1);
+        let one = apply(&empty, vec![MetadataRecord::TopicCreated(t.clone())]);
+        assert_eq!(one.colliding_topic("a_b"), Some("a.b"));
+        let again = topic("a.b", 1);
+        // The second record fails: the first is not applied either.
+        let err = MetadataDelta::apply(
+            one.clone(),
+            vec![
+                MetadataRecord::TopicCreated(topic("c", 1)),
+                MetadataRecord::TopicCreated(again),
+            ],
+        )
+        .unwrap_err();
+        assert!(err.0.contains("exists"), "{err}");
+        assert!(one.topic("c").is_none());
+        let unknown = Uuid::new_v4();
+        for r in [
+            MetadataRecord::TopicDeleted { topic_id: unknown },
+            MetadataRecord::TopicConfigsChanged {
+                topic_id: unknown,
+                configs: BTreeMap::new(),
+            },
+            MetadataRecord::PartitionsAdded {
+                topic_id: unknown,
+                partitions: vec![],
+            },
+        ] {
+            assert!(MetadataDelta::apply(one.clone(), vec![r]).is_err());
+        }
+        let mut bad = topic("d", 2);
+        bad.partitions = 3;
+        assert!(
+            MetadataDelta::apply(one.clone(), vec![MetadataRecord::TopicCreated(bad)]).is_err()
+        );
+        let reserved = apply(
+            &one,
+            vec![MetadataRecord::ProducerIdsReserved {
+                reserved_until: 1000,
+            }],
+        );
+        assert_eq!(reserved.producer_ids_reserved_until(), 1000);
+        assert!(MetadataDelta::apply(
+            reserved.clone(),
+            vec![MetadataRecord::ProducerIdsReserved { reserved_until: 5 }]
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn an_image_rebuilds_from_its_records() {
+        let empty = Arc::new(MetadataImage::empty("c", 7));
+        let image = apply(
+            &empty,
+            vec![
+                MetadataRecord::TopicCreated(topic("x", 3)),
+                MetadataRecord::TopicCreated(topic("y", 1)),
+                MetadataRecord::ProducerIdsReserved {
+                    reserved_until: 2000,
+                },
+            ],
+        );
+        let rebuilt = apply(&empty, image.to_records());
+        assert_eq!(*rebuilt, *image);
+    }
+}

@@ -1,0 +1,126 @@
+//! Topic lifecycle changes asked for from outside: creation shared by CreateTopics,
+//! auto-creation on Metadata and on Produce and the ingest path (transform outputs,
+//! dead-letter topics, HTTP produce, connectors); topic config changes shared by
+//! AlterConfigs and IncrementalAlterConfigs.
+//!
+//! Resolves Kafka's -1 defaults from the broker config and hands the change to
+//! `cluster::topics`, which validates like Kafka (`Topic.validate`, `.`/`_` collisions,
+//! partitions ≥ 1, replication factor ≤ live brokers, known topic-level config keys with
+//! valid values) and applies it; the replica manager follows the metadata change.
+//!
+//! Errors returned: INVALID_TOPIC_EXCEPTION (17), TOPIC_ALREADY_EXISTS (36),
+//! INVALID_PARTITIONS (37), INVALID_REPLICATION_FACTOR (38), INVALID_CONFIG (40),
+//! UNKNOWN_SERVER_ERROR (-1) when the metadata or log cannot be written.
+//!
+//! Never does: hold state of its own (it calls the owners in [`Topics`], which the
+//! composition root hands to the protocol layer and to `ingest`), or speak the wire
+//! protocol (callers turn a [`TopicError`] into their response).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kafka_protocol::ResponseError;
+
+use crate::cluster::{validate_topic_name, Metadata, NewTopic, TopicMeta};
+use crate::config::BrokerConfig;
+use crate::replica::ReplicaManager;
+
+/// The owners a topic change goes through: the broker defaults, the topic registry and
+/// the partition logs. Built once by `broker`; cheap to clone (three `Arc`s).
+#[derive(Debug, Clone)]
+pub struct Topics {
+    /// Broker configuration (`num.partitions`, `auto.create.topics.enable`, ...).
+    pub config: Arc<BrokerConfig>,
+    /// Cluster metadata: where topics are recorded.
+    pub metadata: Arc<Metadata>,
+    /// Hosted partitions: where a topic's logs are opened and reconfigured.
+    pub replicas: Arc<ReplicaManager>,
+}
+
+pub use crate::cluster::{TopicError, MAX_PARTITIONS_PER_TOPIC};
+
+/// Validates and (unless `validate_only`) creates a topic with its partition logs, through
+/// [`crate::cluster::Metadata::create_topic`]. `partitions` / `replication_factor` of -1
+/// mean the broker defaults (`num.partitions`, `default.replication.factor`).
+///
+/// Errors: as [`crate::cluster::Metadata::create_topic`].
+pub fn create(
+    ctx: &Topics,
+    name: &str,
+    partitions: i32,
+    replication_factor: i16,
+    configs: BTreeMap<String, String>,
+    validate_only: bool,
+) -> Result<TopicMeta, TopicError> {
+    let spec = NewTopic {
+        name: name.to_string(),
+        partitions: if partitions == -1 {
+            ctx.config.num_partitions
+        } else {
+            partitions
+        },
+        replication_factor: if replication_factor == -1 {
+            ctx.config.default_replication_factor
+        } else {
+            replication_factor
+        },
+        configs,
+    };
+    if validate_only {
+        ctx.metadata.validate_new_topic(&spec)
+    } else {
+        ctx.metadata.create_topic(spec)
+    }
+}
+
+/// Replaces the config overrides of an existing topic with what `f` computes from the
+/// current ones (validated like CreateTopics) and applies them to the live partitions,
+/// through [`crate::cluster::Metadata::alter_topic_configs`]; with `validate_only` it only
+/// validates. Shared by AlterConfigs and IncrementalAlterConfigs, which differ only in how
+/// they compute the new set.
+///
+/// Errors: UNKNOWN_TOPIC_OR_PARTITION (3), INVALID_CONFIG (40), whatever `f` returns,
+/// UNKNOWN_SERVER_ERROR (-1) when the metadata cannot be written.
+pub fn alter_configs(
+    ctx: &Topics,
+    name: &str,
+    validate_only: bool,
+    f: impl FnOnce(&BTreeMap<String, String>) -> Result<BTreeMap<String, String>, TopicError>,
+) -> Result<(), TopicError> {
+    if validate_only {
+        ctx.metadata.validate_topic_configs(name, f)
+    } else {
+        ctx.metadata.alter_topic_configs(name, f).map(|_| ())
+    }
+}
+
+/// The topic, auto-creating it with the broker defaults when `auto.create.topics.enable`
+/// and `allowed` say so. `Err` carries the error for this topic (UNKNOWN_TOPIC_OR_PARTITION
+/// (3) when it does not exist and may not be created).
+pub fn get_or_auto_create(
+    ctx: &Topics,
+    name: &str,
+    allowed: bool,
+) -> Result<TopicMeta, TopicError> {
+    if let Some(t) = ctx.metadata.topic(name) {
+        return Ok(t);
+    }
+    if validate_topic_name(name).is_err() {
+        return Err(TopicError::new(
+            ResponseError::InvalidTopicException,
+            format!("invalid topic name {name:?}"),
+        ));
+    }
+    if !(allowed && ctx.config.auto_create_topics_enable) {
+        return Err(TopicError::new(
+            ResponseError::UnknownTopicOrPartition,
+            "This server does not host this topic-partition.",
+        ));
+    }
+    match create(ctx, name, -1, -1, BTreeMap::new(), false) {
+        Ok(t) => Ok(t),
+        // Lost a race with another creator: the topic exists now.
+        Err(e) if e.error == ResponseError::TopicAlreadyExists => ctx.metadata.topic(name).ok_or(e),
+        Err(e) => Err(e),
+    }
+}
