@@ -286,7 +286,9 @@ async fn produce_and_fetch_are_served_during_a_long_compaction() {
     // Written with cleanup.policy=delete, so the first compaction (after the switch below)
     // covers every record at once.
     create_topic(&b.bootstrap, TOPIC, 1, &[("segment.bytes", "16384")]).await;
-    let p = producer(&b.bootstrap, &[("linger.ms", "5")]);
+    // Small batches, so the log rolls into many closed segments whatever the timing (a
+    // segment rolls only between batches; one big batch would leave nothing to clean).
+    let p = producer(&b.bootstrap, &[("linger.ms", "5"), ("batch.size", "4096")]);
     let mut pending = Vec::new();
     let mut written = Vec::new();
     for round in 0..ROUNDS {
