@@ -9,8 +9,12 @@
 //! (`log.dirs`, `log.segment.bytes`, ...), so a Kafka user's habits carry over; TOML dotted
 //! keys (`log.dirs = "x"`) and quoted keys (`"log.dirs" = "x"`) are the same key.
 
+mod cluster;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+pub use cluster::{parse_voters, ClusterSettings, ProcessRoles, QuorumVoter};
 
 /// The type of a configuration value, as Kafka's `ConfigDef.Type` names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,8 +85,14 @@ use KeyType::{Boolean, Double, Int, List, Long};
 /// default; a tidy test keeps the two in step.
 pub const BROKER_KEYS: &[KeySpec] = &[
     key("node.id", Int, Some("1"), Some(0), "This broker's id (Kafka's broker.id / node.id)."),
-    key("listeners", List, Some("PLAINTEXT://127.0.0.1:9092"), None, "Addresses to listen on, as NAME://HOST:PORT; port 0 picks a free port."),
+    key("process.roles", List, Some("broker,controller"), None, "What this node runs: broker, controller, or both (KRaft combined mode)."),
+    key("controller.quorum.voters", List, Some(""), None, "The controller quorum as ID@HOST:PORT of each voter's CONTROLLER listener; empty: this node alone."),
+    key("controller.listener.names", List, None, None, "Names of the listeners the controller quorum uses (e.g. CONTROLLER); needed with controller.quorum.voters."),
+    key("listeners", List, Some("PLAINTEXT://127.0.0.1:9092"), None, "Addresses to listen on, as NAME://HOST:PORT (PLAINTEXT, or a controller.listener.names one); port 0 picks a free port."),
     key("advertised.listeners", List, None, None, "Addresses given to clients in Metadata; defaults to listeners (with the bound port)."),
+    key("inter.broker.listener.name", KeyType::String, Some("PLAINTEXT"), None, "The listener brokers use to talk to each other."),
+    key("broker.session.timeout.ms", Int, Some("9000"), Some(1), "A broker the controller has not heard from for this long is fenced (ms)."),
+    key("broker.heartbeat.interval.ms", Int, Some("2000"), Some(1), "How often a broker heartbeats to the controller (ms); below broker.session.timeout.ms."),
     key("log.dirs", KeyType::String, Some("./data"), None, "Directory holding partition logs and broker metadata."),
     key("num.partitions", Int, Some("1"), Some(1), "Partitions of an auto-created topic, and of CreateTopics with -1."),
     key("default.replication.factor", Int, Some("1"), Some(1), "Replication factor of auto-created topics."),
@@ -110,6 +120,7 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("auto.create.topics.enable", Boolean, Some("true"), None, "Create a topic on first Metadata/Produce for it."),
     key("delete.topic.enable", Boolean, Some("true"), None, "Allow DeleteTopics."),
     key("min.insync.replicas", Int, Some("1"), Some(1), "Replicas that must hold a batch before acks=all succeeds."),
+    key("offsets.topic.replication.factor", Int, Some("3"), Some(1), "Replication factor of __consumer_offsets (capped at the live broker count when it is created)."),
     key("socket.request.max.bytes", Int, Some("104857600"), Some(1), "Largest request frame; a larger one closes the connection before anything is allocated."),
     key("max.connections", Int, Some("10000"), Some(1), "Most client connections served at once; more wait in the accept queue."),
     key("connections.max.idle.ms", Long, Some("600000"), Some(1), "Close a connection that sends nothing, or stalls inside a request, for this long (ms)."),
@@ -302,7 +313,8 @@ pub enum ConfigError {
     BadOverride(String),
 }
 
-/// A listener: name (security protocol, only PLAINTEXT is served), host and port.
+/// A listener: name (`PLAINTEXT`, or a `controller.listener.names` one, served as
+/// plaintext too), host and port.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listener {
     /// Listener name, e.g. `PLAINTEXT`.
@@ -333,8 +345,14 @@ impl Listener {
             .map_err(|_| bad("port is not a number 0-65535"))?;
         let host = host.trim_start_matches('[').trim_end_matches(']');
         let host = if host.is_empty() { "0.0.0.0" } else { host };
-        if name != "PLAINTEXT" {
-            return Err(bad("only PLAINTEXT listeners are supported"));
+        // Which names are allowed depends on controller.listener.names: checked with the
+        // other keys (`cluster::cluster_settings`).
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+        {
+            return Err(bad("the listener name is not [A-Z0-9_]+"));
         }
         Ok(Listener {
             name: name.to_string(),
@@ -553,6 +571,12 @@ pub fn check_value(
                 Listener::parse(key, l.trim())?;
             }
         }
+        "process.roles" if !value.trim().is_empty() => {
+            ProcessRoles::parse(value)?;
+        }
+        "controller.quorum.voters" => {
+            parse_voters(value)?;
+        }
         _ => {}
     }
     Ok(())
@@ -583,8 +607,11 @@ pub struct BrokerConfig {
     pub raw: RawConfig,
     /// `node.id`.
     pub node_id: i32,
-    /// `listeners`.
+    /// `listeners` a broker serves Kafka on: every entry but the controller listeners
+    /// (those are in [`ClusterSettings::controller_listener`]).
     pub listeners: Vec<Listener>,
+    /// The KRaft keys (`process.roles`, `controller.quorum.voters`, ...), checked together.
+    pub cluster: ClusterSettings,
     /// `advertised.listeners` (empty: use the bound listeners).
     pub advertised_listeners: Vec<Listener>,
     /// `log.dirs` (the first directory; several directories are not supported yet).
@@ -702,6 +729,9 @@ impl BrokerConfig {
         }
         let advertised_listeners =
             parse_listeners("advertised.listeners", &text("advertised.listeners"))?;
+        let node_id = int("node.id")? as i32;
+        let (cluster, listeners) =
+            cluster::cluster_settings(&raw, node_id, listeners, &advertised_listeners)?;
         let log_dirs = text("log.dirs");
         let log_dir = log_dirs.split(',').next().unwrap_or("./data").trim();
         if log_dir.is_empty() {
@@ -712,8 +742,9 @@ impl BrokerConfig {
         }
         let rf = int("default.replication.factor")?;
         Ok(BrokerConfig {
-            node_id: int("node.id")? as i32,
+            node_id,
             listeners,
+            cluster,
             advertised_listeners,
             log_dir: PathBuf::from(log_dir),
             num_partitions: int("num.partitions")? as i32,
