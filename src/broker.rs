@@ -39,11 +39,15 @@ use crate::topics::Topics;
 use crate::transform::inline::InlineRegistry;
 use crate::transform::{self, TransformManager};
 
-/// The bound sockets of a broker: Kafka listeners and the admin HTTP listener.
+/// The bound sockets of a broker: Kafka listeners, the CONTROLLER listener and the admin
+/// HTTP listener.
 #[derive(Debug)]
 pub struct Listeners {
-    /// One per `listeners` entry, in order.
+    /// One per Kafka (non-controller) `listeners` entry, in order.
     pub kafka: Vec<TcpListener>,
+    /// The CONTROLLER listener (`ClusterSettings::controller_listener`; port 0 binds
+    /// this node's port in `controller.quorum.voters`), served by the controller quorum.
+    pub controller: Option<std::net::TcpListener>,
     /// `admin.listeners` (`None` when it is empty).
     pub admin: Option<TcpListener>,
 }
@@ -60,6 +64,27 @@ pub async fn bind(config: &BrokerConfig) -> anyhow::Result<Listeners> {
             .with_context(|| format!("cannot listen on {addr} (listeners)"))?;
         kafka.push(listener);
     }
+    let controller = match &config.cluster.controller_listener {
+        Some(l) => {
+            let voter_port = config
+                .cluster
+                .quorum_voters
+                .iter()
+                .find(|v| v.id == config.node_id)
+                .map(|v| v.port);
+            let port = if l.port == 0 {
+                voter_port.unwrap_or(0)
+            } else {
+                l.port
+            };
+            let addr = format!("{}:{}", l.host, port);
+            Some(
+                std::net::TcpListener::bind(&addr)
+                    .with_context(|| format!("cannot listen on {addr} (listeners, controller)"))?,
+            )
+        }
+        None => None,
+    };
     let admin = match &config.admin_listener {
         Some(a) => {
             let addr = format!("{}:{}", a.host, a.port);
@@ -71,7 +96,11 @@ pub async fn bind(config: &BrokerConfig) -> anyhow::Result<Listeners> {
         }
         None => None,
     };
-    Ok(Listeners { kafka, admin })
+    Ok(Listeners {
+        kafka,
+        controller,
+        admin,
+    })
 }
 
 /// The endpoint Metadata advertises: the first `advertised.listeners` entry, else the
@@ -122,6 +151,16 @@ fn lock_log_dir(log_dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
     }
 }
 
+/// Which metadata log a broker runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetadataStore {
+    /// The controller quorum (`cluster::RaftMetadataLog`): every broker.
+    Quorum,
+    /// The single-node file store of earlier versions (`cluster::FileMetadataLog`), kept
+    /// so an upgrade test can make a data directory as they did.
+    EarlierFileStore,
+}
+
 /// Runs a broker on `listeners` until `shutdown` becomes true.
 ///
 /// Errors: the log directory cannot be created or recovered (environment), with context.
@@ -130,11 +169,30 @@ pub async fn run(
     listeners: Listeners,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
+    run_on(config, listeners, shutdown, MetadataStore::Quorum).await
+}
+
+/// [`run`] with the metadata on `store`.
+///
+/// Errors: as [`run`].
+pub async fn run_on(
+    config: BrokerConfig,
+    listeners: Listeners,
+    shutdown: watch::Receiver<bool>,
+    store: MetadataStore,
+) -> anyhow::Result<()> {
     let config = Arc::new(config);
     let Listeners {
         kafka: listeners,
+        controller: controller_listener,
         admin: admin_listener,
     } = listeners;
+    let roles = config.cluster.process_roles;
+    if !(roles.broker && roles.controller) {
+        anyhow::bail!(
+            "process.roles: only broker,controller (combined mode) runs in this version; broker-only and controller-only nodes come with broker registration"
+        );
+    }
     let first = listeners.first().context("no listener to serve")?;
     let advertised = advertised_endpoint(&config, first)?;
     std::fs::create_dir_all(&config.log_dir)
@@ -142,9 +200,22 @@ pub async fn run(
     // One broker per log directory (Kafka's `.lock`): two writers of one log lose data.
     // The lock lives as long as this function, i.e. until every log is flushed.
     let _log_dir_lock = lock_log_dir(&config.log_dir)?;
+    // The controller quorum (a one-voter quorum of this node when no voters are set):
+    // starting it replays `__cluster_metadata` (snapshot + tail) into the first image.
     let metadata = Arc::new(
-        Metadata::open(&config.log_dir, config.node_id).context("cannot open cluster metadata")?,
+        match store {
+            MetadataStore::Quorum => Metadata::open_quorum(
+                &config.log_dir,
+                config.node_id,
+                config.cluster.voters(config.node_id),
+                controller_listener,
+            ),
+            MetadataStore::EarlierFileStore => Metadata::open(&config.log_dir, config.node_id),
+        }
+        .context("cannot open cluster metadata")?,
     );
+    // Applies what other nodes commit; stopped (joined) when `run` returns.
+    let _metadata_follower = metadata.follow();
     let purgatory = Arc::new(Purgatory::new(config.fetch_purgatory_max_size));
     let started = std::time::Instant::now();
     // The replica manager opens every partition of the metadata image, then follows it.

@@ -15,10 +15,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 /// One partition's replica assignment and leadership (Kafka's `PartitionRegistration`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionState {
     /// Node ids holding a replica, the preferred leader first.
     pub replicas: Vec<i32>,
@@ -44,7 +45,7 @@ impl PartitionState {
 }
 
 /// One topic as the metadata image knows it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TopicMeta {
     /// Topic name.
     pub name: String,
@@ -58,6 +59,7 @@ pub struct TopicMeta {
     pub configs: BTreeMap<String, String>,
     /// Per-partition replicas, leader, leader epoch and ISR, by partition index (shared:
     /// a copy of the topic does not copy them).
+    #[serde(with = "shared_slice")]
     pub partition_states: Arc<[PartitionState]>,
 }
 
@@ -70,10 +72,31 @@ impl TopicMeta {
     }
 }
 
+/// `Arc<[T]>` as a plain sequence (serde's `rc` feature is not on, and one field needs it).
+mod shared_slice {
+    use std::sync::Arc;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub(super) fn serialize<T: Serialize, S: Serializer>(
+        items: &Arc<[T]>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        items[..].serialize(s)
+    }
+
+    pub(super) fn deserialize<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Arc<[T]>, D::Error> {
+        Vec::<T>::deserialize(d).map(Arc::from)
+    }
+}
+
 /// A metadata change. Closed: every consumer matches every variant, so a new kind of
 /// change (later `LeaderAndIsrChanged`, Kafka's `PartitionChangeRecord`, and
 /// `BrokerRegistered`, its `RegisterBrokerRecord`) is handled wherever records are.
-#[derive(Debug, Clone, PartialEq)]
+/// Serde: the entries of the Raft log `__cluster_metadata` (`cluster/raft/`) are these.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum MetadataRecord {
     /// A new topic with all its partitions (Kafka: `TopicRecord`, one `PartitionRecord`
     /// per partition, a `ConfigRecord` per override).
@@ -99,7 +122,7 @@ pub enum MetadataRecord {
         topic_id: Uuid,
     },
     /// Producer ids below `reserved_until` are reserved: none is handed out twice, even
-    /// across restarts (Kafka: `ProducerIdsRecord`). Only grows.
+    /// across restarts and nodes (Kafka: `ProducerIdsRecord`). Strictly grows.
     ProducerIdsReserved {
         /// The first producer id not reserved yet.
         reserved_until: i64,
@@ -203,6 +226,45 @@ impl MetadataImage {
         out
     }
 
+    /// The records that turn this image into `after`: per topic a deletion, a creation,
+    /// added partitions or new configs, then the producer id reservation. What a node
+    /// applies when the replicated log hands it a snapshot instead of the entries it
+    /// missed (`cluster/raft/`). Partition states of existing partitions are not compared
+    /// (no record changes them yet).
+    pub fn changes_to(&self, after: &MetadataImage) -> Vec<MetadataRecord> {
+        let mut out = Vec::new();
+        for t in self.topics() {
+            if after.topic_by_id(t.id).is_none_or(|a| a.name != t.name) {
+                out.push(MetadataRecord::TopicDeleted { topic_id: t.id });
+            }
+        }
+        for a in after.topics() {
+            match self.topic_by_id(a.id).filter(|b| b.name == a.name) {
+                None => out.push(MetadataRecord::TopicCreated(a.clone())),
+                Some(b) => {
+                    if a.partitions > b.partitions {
+                        out.push(MetadataRecord::PartitionsAdded {
+                            topic_id: a.id,
+                            partitions: a.partition_states[b.partition_states.len()..].to_vec(),
+                        });
+                    }
+                    if a.configs != b.configs {
+                        out.push(MetadataRecord::TopicConfigsChanged {
+                            topic_id: a.id,
+                            configs: a.configs.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        if after.producer_ids_reserved_until > self.producer_ids_reserved_until {
+            out.push(MetadataRecord::ProducerIdsReserved {
+                reserved_until: after.producer_ids_reserved_until,
+            });
+        }
+        out
+    }
+
     fn name_of(&self, id: Uuid) -> Result<&str, ImageError> {
         self.topic_names_by_id
             .get(&id)
@@ -265,9 +327,11 @@ impl MetadataImage {
                 self.topic_names_by_id.remove(topic_id);
             }
             MetadataRecord::ProducerIdsReserved { reserved_until } => {
-                if *reserved_until < self.producer_ids_reserved_until {
+                // Strictly: two nodes reserving the same block from one image must not
+                // both succeed.
+                if *reserved_until <= self.producer_ids_reserved_until {
                     return Err(ImageError(format!(
-                        "producer ids reserved until {} would go back to {reserved_until}",
+                        "producer ids reserved until {} would not grow to {reserved_until}",
                         self.producer_ids_reserved_until
                     )));
                 }
@@ -460,5 +524,42 @@ mod tests {
         );
         let rebuilt = apply(&empty, image.to_records());
         assert_eq!(*rebuilt, *image);
+    }
+
+    #[test]
+    fn changes_to_turns_one_image_into_another() {
+        let empty = Arc::new(MetadataImage::empty("c", 7));
+        let (x, y, z) = (topic("x", 3), topic("y", 1), topic("z", 2));
+        let before = apply(
+            &empty,
+            vec![
+                MetadataRecord::TopicCreated(x.clone()),
+                MetadataRecord::TopicCreated(y.clone()),
+            ],
+        );
+        let after = apply(
+            &before,
+            vec![
+                MetadataRecord::TopicDeleted { topic_id: x.id },
+                MetadataRecord::PartitionsAdded {
+                    topic_id: y.id,
+                    partitions: vec![PartitionState::single_node(7); 2],
+                },
+                MetadataRecord::TopicConfigsChanged {
+                    topic_id: y.id,
+                    configs: BTreeMap::from([("retention.ms".into(), "1".into())]),
+                },
+                MetadataRecord::TopicCreated(z),
+                MetadataRecord::ProducerIdsReserved {
+                    reserved_until: 1000,
+                },
+            ],
+        );
+        assert_eq!(*apply(&before, before.changes_to(&after)), *after);
+        assert!(after.changes_to(&after).is_empty());
+        // Records survive the serde form the Raft log stores.
+        let json = serde_json::to_string(&after.to_records()).unwrap();
+        let back: Vec<MetadataRecord> = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, after.to_records());
     }
 }

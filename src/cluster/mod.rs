@@ -9,13 +9,18 @@
 //! finish), and topic lifecycle on top of it (`topics.rs`: create, grow, reconfigure,
 //! delete). The replica manager is a [`MetadataListener`]: it opens, reconfigures and
 //! closes partitions from deltas, so no caller keeps topics and partitions in step by
-//! hand. The durable form is the [`MetadataLog`]; today [`FileMetadataLog`] (files under
-//! `<log.dirs>/__cluster_metadata/`), later the replicated log of DESIGN.md (openraft),
-//! with no change above the trait.
+//! hand. The durable form is the [`MetadataLog`]: for a broker the replicated log
+//! [`RaftMetadataLog`] (`raft/`: the controller quorum, `__cluster_metadata` on openraft;
+//! [`Metadata::open_quorum`]), in unit tests and as what that log migrates from the
+//! single-node [`FileMetadataLog`] (files under `<log.dirs>/__cluster_metadata/`;
+//! [`Metadata::open`]). With a replicated log, changes committed by other nodes reach the
+//! image through the same listeners, in log order, applied by [`Metadata::follow`]'s
+//! thread or by the next local change, whichever comes first.
 //!
 //! Never does: serve client APIs or write partition data (that is `replica` + `log`).
 
 mod image;
+pub mod raft;
 mod store;
 mod topics;
 
@@ -24,9 +29,12 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use uuid::Uuid;
 
+use crate::config::QuorumVoter;
+
 pub use image::{
     ImageError, MetadataDelta, MetadataImage, MetadataRecord, PartitionState, TopicMeta,
 };
+pub use raft::{Committed, CommittedChange, CommittedQueue, QuorumSettings, RaftMetadataLog};
 pub use store::{FileMetadataLog, MetadataLog};
 pub use topics::{NewTopic, TopicError, MAX_PARTITIONS_PER_TOPIC};
 
@@ -205,6 +213,26 @@ struct ProducerIdBlock {
 /// Producer ids reserved per metadata write.
 const PRODUCER_ID_BLOCK: i64 = 1000;
 
+/// How long [`Metadata::follow`]'s thread waits for a committed change before looking
+/// whether it should stop.
+const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The thread of [`Metadata::follow`]: stopped and joined when dropped.
+#[derive(Debug)]
+pub struct MetadataFollower {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for MetadataFollower {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// The broker's metadata: the current image, and the only way to change it.
 #[derive(Debug)]
 pub struct Metadata {
@@ -221,6 +249,31 @@ pub struct Metadata {
 
 /// Reads the cluster id from `<dir>/meta.properties`, writing a new one at first start.
 fn cluster_id(dir: &Path, node_id: i32) -> Result<String, MetadataError> {
+    cluster_id_or(dir, node_id, || short_uuid(Uuid::new_v4()))
+}
+
+/// The cluster id of a multi-voter quorum at its first start: the same on every node
+/// without a format step (Kafka's `kafka-storage format --cluster-id`), derived from the
+/// voter set: the first 16 bytes of the SHA-256 of the sorted `ID@HOST:PORT` entries.
+fn quorum_cluster_id(voters: &[QuorumVoter]) -> String {
+    use sha2::Digest;
+    let mut entries: Vec<String> = voters
+        .iter()
+        .map(|v| format!("{}@{}:{}", v.id, v.host, v.port))
+        .collect();
+    entries.sort();
+    let digest = sha2::Sha256::digest(entries.join(",").as_bytes());
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    short_uuid(Uuid::from_bytes(bytes))
+}
+
+/// Reads the cluster id from `<dir>/meta.properties`, writing `new()` at first start.
+fn cluster_id_or(
+    dir: &Path,
+    node_id: i32,
+    new: impl FnOnce() -> String,
+) -> Result<String, MetadataError> {
     let meta_path = dir.join("meta.properties");
     match std::fs::read_to_string(&meta_path) {
         Ok(text) => text
@@ -232,7 +285,8 @@ fn cluster_id(dir: &Path, node_id: i32) -> Result<String, MetadataError> {
                 message: "no cluster.id line".into(),
             }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let id = short_uuid(Uuid::new_v4());
+            std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+            let id = new();
             write_atomic(
                 &meta_path,
                 format!("version=1\ncluster.id={id}\nnode.id={node_id}\n").as_bytes(),
@@ -252,6 +306,36 @@ impl Metadata {
         let dir = log_dir.join("__cluster_metadata");
         let log = FileMetadataLog::open(&dir, node_id)?;
         let cluster_id = cluster_id(&dir, node_id)?;
+        Metadata::with_log(Box::new(log), cluster_id, node_id)
+    }
+
+    /// Opens (or creates) the metadata as this node's view of the controller quorum
+    /// `voters` (one voter, this node, for a single node): the Raft log under
+    /// `<log_dir>/__cluster_metadata/raft/`, serving Raft RPCs on `controller_listener`
+    /// (bound by the caller; `None` when no peer dials this node), migrating an earlier
+    /// version's file store there at first start. See [`RaftMetadataLog::open`].
+    ///
+    /// Errors: [`MetadataError`]: the files, the quorum's start, the migration.
+    pub fn open_quorum(
+        log_dir: &Path,
+        node_id: i32,
+        voters: Vec<QuorumVoter>,
+        controller_listener: Option<std::net::TcpListener>,
+    ) -> Result<Metadata, MetadataError> {
+        let dir = log_dir.join("__cluster_metadata");
+        let cluster_id = if voters.len() > 1 {
+            let derived = quorum_cluster_id(&voters);
+            cluster_id_or(&dir, node_id, || derived)?
+        } else {
+            cluster_id(&dir, node_id)?
+        };
+        let log = RaftMetadataLog::open(QuorumSettings {
+            dir,
+            cluster_id: cluster_id.clone(),
+            node_id,
+            voters,
+            controller_listener,
+        })?;
         Metadata::with_log(Box::new(log), cluster_id, node_id)
     }
 
@@ -333,6 +417,8 @@ impl Metadata {
         f: impl FnOnce(&MetadataImage) -> Result<Vec<MetadataRecord>, E>,
     ) -> Result<Arc<MetadataImage>, UpdateError<E>> {
         let mut writer = self.writer();
+        // Changes other nodes committed come first: `f` sees the newest image.
+        self.apply_committed(&mut writer);
         let before = self.image();
         let records = f(&before).map_err(UpdateError::Refused)?;
         if records.is_empty() {
@@ -349,16 +435,65 @@ impl Metadata {
                 return Err(UpdateError::NotApplied(e.into()));
             }
         }
-        if let Err(e) = writer.log.append(delta.records()) {
-            for l in writer.listeners.iter().rev() {
-                l.abort(&delta);
+        let offset = match writer.log.append(delta.records()) {
+            Ok(offset) => offset,
+            Err(e) => {
+                for l in writer.listeners.iter().rev() {
+                    l.abort(&delta);
+                }
+                return Err(UpdateError::NotApplied(e));
             }
-            return Err(UpdateError::NotApplied(e));
+        };
+        if let Some(offset) = offset {
+            // A replicated log: ours is among the changes committed since, in log order.
+            // Unless another change came first or ours was refused, `delta` is exactly
+            // what ours does to the image: publish it and apply what follows.
+            let committed = writer.log.take_committed();
+            let ours = committed.iter().position(|c| c.offset == offset);
+            let changed_before = committed
+                .iter()
+                .take_while(|c| c.offset < offset)
+                .any(|c| !matches!(c.change, CommittedChange::Refused(_)));
+            match ours.map(|i| &committed[i].change) {
+                Some(CommittedChange::Records(_)) if !changed_before => {
+                    let (_, after) = committed.split_at(ours.unwrap_or(0) + 1);
+                    let result = self.publish(writer, &delta);
+                    self.apply_each(writer, after.to_vec());
+                    return result;
+                }
+                ours_change => {
+                    let refused = match ours_change {
+                        Some(CommittedChange::Refused(why)) => Some(why.clone()),
+                        Some(_) => None,
+                        None => Some(format!("entry {offset} not applied")),
+                    };
+                    for l in writer.listeners.iter().rev() {
+                        l.abort(&delta);
+                    }
+                    self.apply_each(writer, committed);
+                    return match refused {
+                        Some(why) => Err(UpdateError::NotApplied(MetadataError::Invalid(
+                            ImageError(format!("another change was committed first: {why}")),
+                        ))),
+                        None => Ok(self.image()),
+                    };
+                }
+            }
         }
+        self.publish(writer, &delta)
+    }
+
+    /// Makes `delta` (prepared by every listener, durable) the image and has every
+    /// listener finish it.
+    fn publish<E>(
+        &self,
+        writer: &Writer,
+        delta: &MetadataDelta,
+    ) -> Result<Arc<MetadataImage>, UpdateError<E>> {
         *self.image.write().expect("metadata image lock poisoned") = delta.after().clone();
         let mut failed = None;
         for l in &writer.listeners {
-            if let Err(e) = l.publish(&delta) {
+            if let Err(e) = l.publish(delta) {
                 failed.get_or_insert(e);
             }
         }
@@ -366,6 +501,82 @@ impl Metadata {
             None => Ok(delta.after().clone()),
             Some(e) => Err(UpdateError::Incomplete(e.into())),
         }
+    }
+
+    /// Applies the changes the log committed since the last call (a replicated log; a
+    /// local store has none).
+    fn apply_committed(&self, writer: &mut Writer) {
+        let committed = writer.log.take_committed();
+        self.apply_each(writer, committed);
+    }
+
+    /// Applies committed changes in order: each to the image and through every listener.
+    /// They are committed: a listener that cannot take one logs it (its partitions stay
+    /// closed) and the image moves on, as on every other node.
+    fn apply_each(&self, writer: &mut Writer, committed: Vec<Committed>) {
+        for c in committed {
+            let before = self.image();
+            let records = match c.change {
+                CommittedChange::Refused(_) => continue,
+                CommittedChange::Records(records) => records,
+                CommittedChange::Image(image) => before.changes_to(&image),
+            };
+            let delta = match MetadataDelta::apply(before, records) {
+                Ok(d) => d,
+                Err(e) => {
+                    // The state machine applied it to the same image: our bug.
+                    tracing::error!(offset = c.offset, error = %e, "committed metadata change does not apply to this broker's image; skipped");
+                    continue;
+                }
+            };
+            let prepared: Vec<&Arc<dyn MetadataListener>> = writer
+                .listeners
+                .iter()
+                .filter(|l| match l.prepare(&delta) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        tracing::error!(offset = c.offset, error = %e, "committed metadata change not taken by a listener");
+                        false
+                    }
+                })
+                .collect();
+            *self.image.write().expect("metadata image lock poisoned") = delta.after().clone();
+            for l in prepared {
+                if let Err(e) = l.publish(&delta) {
+                    tracing::error!(offset = c.offset, error = %e, "committed metadata change not fully applied");
+                }
+            }
+        }
+    }
+
+    /// Starts the thread that applies changes other nodes commit as they come (a
+    /// replicated log only: `None` for a local store). It holds the metadata weakly and
+    /// stops when the returned handle is dropped or the metadata is.
+    pub fn follow(self: &Arc<Self>) -> Option<MetadataFollower> {
+        let queue = self.writer().log.committed_queue()?;
+        let weak = Arc::downgrade(self);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("weir-metadata".into())
+            .spawn(move || {
+                while !stopped.load(std::sync::atomic::Ordering::SeqCst) {
+                    // Wait outside the change lock; apply under it.
+                    if !queue.wait_for(None, FOLLOW_POLL) {
+                        continue;
+                    }
+                    let Some(metadata) = weak.upgrade() else {
+                        return;
+                    };
+                    let mut writer = metadata.writer();
+                    metadata.apply_committed(&mut writer);
+                }
+            })
+            .ok()?;
+        Some(MetadataFollower {
+            stop,
+            thread: Some(thread),
+        })
     }
 
     /// The cluster id (generated at first start, KIP-78 style, 22 base64url characters).
@@ -407,17 +618,26 @@ impl Metadata {
     pub fn next_producer_id(&self) -> Result<i64, MetadataError> {
         let mut block = self.producer_ids.lock().expect("producer id lock poisoned");
         if block.next >= block.reserved_until {
-            let until = block.reserved_until + PRODUCER_ID_BLOCK;
-            self.update(|image| {
-                let reserved_until = until.max(image.producer_ids_reserved_until());
-                Ok::<_, std::convert::Infallible>(vec![MetadataRecord::ProducerIdsReserved {
-                    reserved_until,
-                }])
-            })
-            .map_err(|e| match e {
-                UpdateError::Refused(never) => match never {},
-                UpdateError::NotApplied(e) | UpdateError::Incomplete(e) => e,
-            })?;
+            // The block starts where the image's reservation ends (every node's image, in
+            // a quorum); a node that reserved from a stale image is refused and retries.
+            let mut attempts = 0;
+            let (start, until) = loop {
+                let mut start = 0;
+                let result = self.update(|image| {
+                    start = image.producer_ids_reserved_until();
+                    Ok::<_, std::convert::Infallible>(vec![MetadataRecord::ProducerIdsReserved {
+                        reserved_until: start + PRODUCER_ID_BLOCK,
+                    }])
+                });
+                attempts += 1;
+                match result {
+                    Ok(_) => break (start, start + PRODUCER_ID_BLOCK),
+                    Err(UpdateError::Refused(never)) => match never {},
+                    Err(UpdateError::NotApplied(MetadataError::Invalid(_))) if attempts < 3 => {}
+                    Err(UpdateError::NotApplied(e) | UpdateError::Incomplete(e)) => return Err(e),
+                }
+            };
+            block.next = start;
             block.reserved_until = until;
         }
         let id = block.next;
@@ -519,6 +739,96 @@ mod tests {
         drop(m);
         let m = Metadata::open(dir.path(), 1).unwrap();
         assert!(m.topics().is_empty());
+    }
+
+    fn sole_voter() -> Vec<QuorumVoter> {
+        vec![QuorumVoter {
+            id: 1,
+            host: String::new(),
+            port: 0,
+        }]
+    }
+
+    #[test]
+    fn the_quorum_migrates_the_file_store_once_and_replays_after_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = Metadata::open(dir.path(), 1).unwrap();
+        let kept = old.create_topic(spec("old", 2)).unwrap();
+        let cluster = old.cluster_id().to_string();
+        let first_pid = old.next_producer_id().unwrap();
+        drop(old);
+
+        let m = Metadata::open_quorum(dir.path(), 1, sole_voter(), None).unwrap();
+        assert_eq!(m.cluster_id(), cluster);
+        assert_eq!(m.topic("old"), Some(kept.clone()));
+        let pid = m.next_producer_id().unwrap();
+        assert!(pid > first_pid, "{pid} after {first_pid}");
+        m.create_topic(spec("new", 1)).unwrap();
+        m.delete_topic(kept.id).unwrap();
+        drop(m);
+
+        // The file store is still there, but migrated once: the log decides.
+        assert!(dir
+            .path()
+            .join("__cluster_metadata/topics/old.toml")
+            .is_file());
+        let m = Metadata::open_quorum(dir.path(), 1, sole_voter(), None).unwrap();
+        assert!(m.topic("old").is_none());
+        assert_eq!(m.topic("new").unwrap().partitions, 1);
+        assert!(m.next_producer_id().unwrap() > pid);
+    }
+
+    #[test]
+    fn three_quorum_members_apply_each_others_changes() {
+        let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+        let listeners: Vec<std::net::TcpListener> = (0..3)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let voters: Vec<QuorumVoter> = listeners
+            .iter()
+            .zip(1..)
+            .map(|(l, id)| QuorumVoter {
+                id,
+                host: "127.0.0.1".into(),
+                port: l.local_addr().unwrap().port(),
+            })
+            .collect();
+        let nodes: Vec<Arc<Metadata>> = dirs
+            .iter()
+            .zip(listeners)
+            .zip(1..)
+            .map(|((d, l), id)| {
+                Arc::new(Metadata::open_quorum(d.path(), id, voters.clone(), Some(l)).unwrap())
+            })
+            .collect();
+        let _followers: Vec<_> = nodes.iter().map(|m| m.follow()).collect();
+        let ids: Vec<&str> = nodes.iter().map(|m| m.cluster_id()).collect();
+        assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
+
+        // Through node 2 (the quorum elects while it waits), seen by node 3.
+        let t = nodes[1].create_topic(spec("t", 2)).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while nodes[2].topic("t").is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_eq!(nodes[2].topic("t"), Some(t.clone()));
+        // Node 3 validates on the image it was given.
+        assert_eq!(
+            nodes[2].create_topic(spec("t", 2)).unwrap_err().error,
+            ResponseError::TopicAlreadyExists
+        );
+        nodes[2].add_partitions("t", 3).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while nodes[0].topic("t").map(|t| t.partitions) != Some(3)
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_eq!(nodes[0].topic("t").unwrap().partitions, 3);
+        // Producer id blocks reserved through different nodes never overlap.
+        let a = nodes[0].next_producer_id().unwrap();
+        let b = nodes[1].next_producer_id().unwrap();
+        assert!(a.abs_diff(b) >= PRODUCER_ID_BLOCK as u64, "{a} {b}");
     }
 
     #[test]

@@ -9,8 +9,9 @@
 //! layout is the one weir has always written: a data directory of an earlier version opens
 //! unchanged, and one written now opens in an earlier version.
 //!
-//! The replicated metadata log of DESIGN.md (openraft, `__cluster_metadata` as a log)
-//! implements the same trait; nothing above it changes.
+//! The replicated metadata log (`cluster/raft/`, openraft, `__cluster_metadata` as a
+//! log) implements the same trait; the file store is what it migrates from, and what
+//! unit tests of the layers above use.
 //!
 //! Never does: interpret records beyond storing them (the image is built by
 //! [`super::MetadataDelta`]), or hold a lock of its own (the caller serialises appends).
@@ -27,6 +28,12 @@ use super::MetadataError;
 
 /// A durable, ordered store of metadata records. Narrow on purpose: a file store, an
 /// in-memory store in tests and a replicated (Raft) log all fit.
+///
+/// A local store makes records durable when asked and is the only writer. A replicated
+/// log (`cluster/raft/`) also commits changes proposed by other nodes: `append` returns
+/// the offset its change landed at, and [`MetadataLog::take_committed`] hands back every
+/// change committed since the last call, that one included, in log order, for the
+/// caller to apply to its image.
 pub trait MetadataLog: Send + std::fmt::Debug {
     /// The records that rebuild the metadata written so far, oldest first (a log may
     /// return a compacted form: one `TopicCreated` per live topic instead of its history).
@@ -37,12 +44,28 @@ pub trait MetadataLog: Send + std::fmt::Debug {
 
     /// Makes `records` durable, in order: when it returns `Ok`, a restart replays them.
     /// The caller has applied them to its image first (they are valid there) and makes
-    /// them visible only after this returns `Ok`.
+    /// them visible only after this returns `Ok`. A replicated log proposes them and
+    /// returns once they are committed and applied by its own state machine, with the
+    /// offset of their entry (`Some`); a local store returns `None`.
     ///
-    /// Errors: [`MetadataError`] when they cannot be written; the caller then treats the
-    /// change as not made. (The file store writes one file per record: records before the
-    /// failing one may be durable. Each is a whole change of its own.)
-    fn append(&mut self, records: &[MetadataRecord]) -> Result<(), MetadataError>;
+    /// Errors: [`MetadataError`] when they cannot be written (or committed in time); the
+    /// caller then treats the change as not made. (The file store writes one file per
+    /// record: records before the failing one may be durable. Each is a whole change of
+    /// its own.)
+    fn append(&mut self, records: &[MetadataRecord]) -> Result<Option<u64>, MetadataError>;
+
+    /// The changes committed since the last call (or since what `replay` returned), in
+    /// log order: what other nodes proposed, and this node's own after `append`. A local
+    /// store has none.
+    fn take_committed(&mut self) -> Vec<super::raft::Committed> {
+        Vec::new()
+    }
+
+    /// What a thread applying other nodes' changes waits on (`None`: a local store, where
+    /// no change comes from elsewhere).
+    fn committed_queue(&self) -> Option<std::sync::Arc<super::raft::CommittedQueue>> {
+        None
+    }
 }
 
 /// The topic file, field for field what weir has always written (`topics/<name>.toml`).
@@ -192,7 +215,7 @@ impl MetadataLog for FileMetadataLog {
         Ok(records)
     }
 
-    fn append(&mut self, records: &[MetadataRecord]) -> Result<(), MetadataError> {
+    fn append(&mut self, records: &[MetadataRecord]) -> Result<Option<u64>, MetadataError> {
         for record in records {
             match record {
                 MetadataRecord::TopicCreated(t) => {
@@ -244,7 +267,7 @@ impl MetadataLog for FileMetadataLog {
                 }
             }
         }
-        Ok(())
+        Ok(None)
     }
 }
 
@@ -263,12 +286,12 @@ impl MetadataLog for MemoryMetadataLog {
         Ok(self.records.clone())
     }
 
-    fn append(&mut self, records: &[MetadataRecord]) -> Result<(), MetadataError> {
+    fn append(&mut self, records: &[MetadataRecord]) -> Result<Option<u64>, MetadataError> {
         if std::mem::take(&mut self.fail_next_append) {
             return Err(MetadataError::Unsupported("injected append failure".into()));
         }
         self.records.extend_from_slice(records);
-        Ok(())
+        Ok(None)
     }
 }
 

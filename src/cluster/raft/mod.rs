@@ -1,0 +1,573 @@
+//! The controller quorum: `__cluster_metadata` as a Raft log, on openraft 0.9 (DESIGN.md
+//! decision 4; Kafka's KRaft, KIP-500/KIP-595, with openraft's protocol in place of
+//! KIP-595's pull-based one).
+//!
+//! Owns: [`RaftMetadataLog`], the [`MetadataLog`] of a broker: a Raft node whose log
+//! entries are [`Proposal`]s (one metadata change, its [`MetadataRecord`]s), whose state
+//! machine applies them to a [`MetadataImage`](super::MetadataImage) (`storage.rs`) and whose snapshots are that
+//! image as records (a restart replays snapshot + tail). It runs on a runtime of its own
+//! (two threads), so `Metadata`'s synchronous change path can block on a commit from any
+//! thread, even a single-threaded runtime's, without starving Raft. A change is proposed
+//! to the local Raft if it leads, else sent to the leader over the CONTROLLER listener
+//! (`network.rs`); either way `append` returns once this node's state machine applied it.
+//!
+//! Single node (`controller.quorum.voters` empty): a one-voter quorum with no network,
+//! elected at once at first start (openraft's `initialize` elects a sole voter at once)
+//! and on restart (the committed vote restores it as leader; else an election is
+//! triggered), so no change ever waits for an election timeout.
+//!
+//! Upgrade: a data directory of the earlier file store (`topics/<name>.toml`,
+//! `producer_id`) is migrated into the log once, at the first start on this version, as
+//! one entry, with a log line; the old files are left as they were.
+//!
+//! Never does: decide what a change is (that is `cluster::topics`), or apply records to
+//! the broker's image (`Metadata` does, from the [`CommittedQueue`], in log order).
+
+mod network;
+mod storage;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use openraft::error::{ClientWriteError, InitializeError, RaftError};
+use openraft::{BasicNode, Raft, ServerState, SnapshotPolicy};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use super::image::MetadataRecord;
+use super::store::{FileMetadataLog, MetadataLog};
+use super::MetadataError;
+use crate::config::QuorumVoter;
+
+pub use network::{RaftRpc, RaftRpcReply, MAX_CONTROLLER_CONNECTIONS, MAX_RPC_BYTES};
+pub use storage::{Committed, CommittedChange, CommittedQueue};
+
+/// One entry of `__cluster_metadata`: the records of one metadata change, applied all or
+/// none (Kafka writes a change as one record batch, applied atomically likewise).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Proposal {
+    /// The records, in order.
+    pub records: Vec<MetadataRecord>,
+}
+
+/// What the state machine made of an entry.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProposalOutcome {
+    /// Why the records were not applied (they did not apply to the image at the entry's
+    /// position: another change committed first); `None` when applied.
+    pub refused: Option<String>,
+}
+
+openraft::declare_raft_types!(
+    /// weir's openraft types: node ids are Kafka node ids (`node.id`, ≥ 0), a node's
+    /// address is its CONTROLLER listener (`HOST:PORT`), an entry is a [`Proposal`],
+    /// snapshots are bytes in memory (the image as records, JSON).
+    pub TypeConfig:
+        D = Proposal,
+        R = ProposalOutcome,
+        NodeId = u64,
+        Node = BasicNode,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = std::io::Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+/// Longest a metadata change waits to be committed and applied (ms) before the caller
+/// gets an error (the quorum is gone or no leader could be found).
+pub const COMMIT_TIMEOUT_MS: u64 = 15_000;
+
+/// Raft timing (ms): heartbeats every [`HEARTBEAT_INTERVAL_MS`]; a follower that hears no
+/// leader for a random time in `ELECTION_TIMEOUT_MIN_MS..ELECTION_TIMEOUT_MAX_MS` stands
+/// for election. Low, as KRaft's own defaults (`controller.quorum.election.timeout.ms`
+/// 1000): a new controller within about a second of the old one's death.
+pub const HEARTBEAT_INTERVAL_MS: u64 = 100;
+/// See [`HEARTBEAT_INTERVAL_MS`].
+pub const ELECTION_TIMEOUT_MIN_MS: u64 = 500;
+/// See [`HEARTBEAT_INTERVAL_MS`].
+pub const ELECTION_TIMEOUT_MAX_MS: u64 = 1000;
+
+/// A snapshot is taken every this many entries; the log keeps as many behind it for
+/// followers that lag a little (bounds the log and the restart replay).
+pub const SNAPSHOT_EVERY_ENTRIES: u64 = 1000;
+
+/// What a node needs to join (or be) the controller quorum.
+#[derive(Debug)]
+pub struct QuorumSettings {
+    /// `<log.dirs>/__cluster_metadata`: the Raft files go under `raft/`; an earlier
+    /// version's file store there is migrated.
+    pub dir: PathBuf,
+    /// The cluster id (KIP-78): the image's.
+    pub cluster_id: String,
+    /// This node's `node.id`.
+    pub node_id: i32,
+    /// The effective voters ([`crate::config::ClusterSettings::voters`]); one voter with
+    /// this node's id and no address for a single node.
+    pub voters: Vec<QuorumVoter>,
+    /// The bound CONTROLLER listener, served on the Raft runtime (`None`: no peers dial
+    /// this node — a single node).
+    pub controller_listener: Option<std::net::TcpListener>,
+}
+
+/// The Raft runtime and what runs on it; dropped (Raft shut down, files closed) when the
+/// log is.
+struct RaftRuntime {
+    runtime: Option<tokio::runtime::Runtime>,
+    raft: Raft<TypeConfig>,
+    shutdown: watch::Sender<bool>,
+}
+
+/// The replicated [`MetadataLog`]: see the module doc.
+pub struct RaftMetadataLog {
+    rt: RaftRuntime,
+    machine: storage::StateMachine,
+    queue: Arc<CommittedQueue>,
+    node_id: u64,
+    voters: BTreeMap<u64, BasicNode>,
+    /// Entries up to here are in what `replay` returned: dropped from the queue.
+    replayed_through: u64,
+}
+
+impl std::fmt::Debug for RaftMetadataLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RaftMetadataLog")
+            .field("node_id", &self.node_id)
+            .field("voters", &self.voters)
+            .finish_non_exhaustive()
+    }
+}
+
+fn raft_error(what: &str, e: impl std::fmt::Display) -> MetadataError {
+    MetadataError::Unsupported(format!("metadata quorum: {what}: {e}"))
+}
+
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> MetadataError + '_ {
+    move |source| MetadataError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Runs `fut` on `runtime` and waits for it from this thread (any thread, even one of
+/// another runtime, where `block_on` is not allowed), at most `timeout`.
+fn run_on<T: Send + 'static>(
+    runtime: &tokio::runtime::Runtime,
+    timeout: Duration,
+    fut: impl std::future::Future<Output = T> + Send + 'static,
+) -> Option<T> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    runtime.spawn(async move {
+        let _ = tx.send(fut.await);
+    });
+    rx.recv_timeout(timeout).ok()
+}
+
+impl RaftRuntime {
+    /// [`run_on`] the Raft runtime.
+    fn run<T: Send + 'static>(
+        &self,
+        timeout: Duration,
+        fut: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> Option<T> {
+        run_on(self.runtime.as_ref()?, timeout, fut)
+    }
+}
+
+impl Drop for RaftRuntime {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+        let Some(runtime) = self.runtime.take() else {
+            return;
+        };
+        let raft = self.raft.clone();
+        // A runtime is neither blocked on nor dropped inside another one's context (this
+        // may run on a broker worker): do both on a thread of its own, and wait for it,
+        // so every file of the log is closed when the log is dropped.
+        let stopper = std::thread::Builder::new()
+            .name("weir-raft-stop".into())
+            .spawn(move || {
+                runtime.block_on(async {
+                    let _ = tokio::time::timeout(Duration::from_secs(5), raft.shutdown()).await;
+                });
+                runtime.shutdown_timeout(Duration::from_secs(5));
+            });
+        if let Ok(t) = stopper {
+            let _ = t.join();
+        }
+    }
+}
+
+impl RaftMetadataLog {
+    /// Starts this node's Raft on `settings`: opens the log and the state machine under
+    /// `<dir>/raft/` (replaying snapshot + committed tail), forms the quorum at first
+    /// start (every voter initialises the same membership: openraft allows it), serves
+    /// the CONTROLLER listener, and on a single node waits (at most
+    /// [`COMMIT_TIMEOUT_MS`]) until it leads with everything committed applied. Migrates
+    /// an earlier version's file store at first start.
+    ///
+    /// Errors: [`MetadataError`]: the files cannot be read or written, openraft refuses
+    /// to start, a single node does not become leader, the migration fails, or a node of
+    /// a multi-voter quorum has a file store to migrate (migrate as a single node first).
+    pub fn open(settings: QuorumSettings) -> Result<RaftMetadataLog, MetadataError> {
+        let raft_dir = settings.dir.join("raft");
+        let node_id = u64::try_from(settings.node_id)
+            .map_err(|_| raft_error("node.id", "negative node id"))?;
+        let voters: BTreeMap<u64, BasicNode> = settings
+            .voters
+            .iter()
+            .filter_map(|v| {
+                let id = u64::try_from(v.id).ok()?;
+                Some((id, BasicNode::new(format!("{}:{}", v.host, v.port))))
+            })
+            .collect();
+        let single_node = voters.len() == 1 && voters.contains_key(&node_id);
+        let log = storage::LogStore::open(&raft_dir).map_err(io_error(&raft_dir))?;
+        let pristine = log.is_pristine();
+        let queue = Arc::new(CommittedQueue::default());
+        let machine = storage::StateMachine::open(
+            &raft_dir,
+            &settings.cluster_id,
+            settings.node_id,
+            queue.clone(),
+        )
+        .map_err(io_error(&raft_dir))?;
+
+        // The earlier file store: only migrated into a log that holds nothing yet.
+        let legacy = if pristine {
+            legacy_records(&settings.dir, settings.node_id)?
+        } else {
+            Vec::new()
+        };
+        if !legacy.is_empty() && !single_node {
+            return Err(raft_error(
+                "upgrade",
+                "this data directory holds a single-node file store (__cluster_metadata/topics); start it once as a single node (no controller.quorum.voters) to migrate it",
+            ));
+        }
+
+        let config = openraft::Config {
+            cluster_name: "weir".into(),
+            heartbeat_interval: HEARTBEAT_INTERVAL_MS,
+            election_timeout_min: ELECTION_TIMEOUT_MIN_MS,
+            election_timeout_max: ELECTION_TIMEOUT_MAX_MS,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(SNAPSHOT_EVERY_ENTRIES),
+            max_in_snapshot_log_to_keep: SNAPSHOT_EVERY_ENTRIES,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| raft_error("config", e))?;
+
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("weir-raft")
+            .enable_all()
+            .build()
+            .map_err(|e| raft_error("runtime", e))?;
+        let timeout = Duration::from_millis(COMMIT_TIMEOUT_MS);
+        let raft = {
+            let (log, machine) = (log.clone(), machine.clone());
+            let started = run_on(&runtime, timeout, async move {
+                Raft::new(node_id, Arc::new(config), network::Peers, log, machine).await
+            });
+            match started {
+                Some(Ok(raft)) => raft,
+                Some(Err(e)) => {
+                    runtime.shutdown_background();
+                    return Err(raft_error("start", e));
+                }
+                None => {
+                    runtime.shutdown_background();
+                    return Err(raft_error("start", "timed out"));
+                }
+            }
+        };
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        // From here on, dropping `rt` stops Raft and the runtime properly.
+        let rt = RaftRuntime {
+            runtime: Some(runtime),
+            raft: raft.clone(),
+            shutdown,
+        };
+        if let Some(runtime) = &rt.runtime {
+            runtime.spawn(log_leader_changes(raft.clone(), shutdown_rx.clone()));
+        }
+        if let (Some(listener), Some(runtime)) = (settings.controller_listener, &rt.runtime) {
+            let listener = {
+                let _guard = runtime.enter();
+                listener
+                    .set_nonblocking(true)
+                    .and_then(|()| tokio::net::TcpListener::from_std(listener))
+                    .map_err(|e| raft_error("controller listener", e))?
+            };
+            runtime.spawn(network::serve(listener, raft.clone(), shutdown_rx));
+        }
+        let mut me = RaftMetadataLog {
+            rt,
+            machine,
+            queue,
+            node_id,
+            voters,
+            replayed_through: 0,
+        };
+        if !pristine {
+            // The membership is the log's (no membership change is served yet): a voter
+            // set that differs from it is a misconfiguration, not a change.
+            let formed = storage::formed_voters(&log, &me.machine);
+            let configured: std::collections::BTreeSet<u64> = me.voters.keys().copied().collect();
+            if !formed.is_empty() && formed != configured {
+                return Err(MetadataError::Unsupported(format!(
+                    "controller.quorum.voters names node ids {configured:?}, but this node's metadata log was formed by voters {formed:?} (changing the quorum is not supported yet)"
+                )));
+            }
+        }
+        if pristine {
+            let members = me.voters.clone();
+            let init = me
+                .rt
+                .run(timeout, async move { raft.initialize(members).await })
+                .ok_or_else(|| raft_error("initialize", "timed out"))?;
+            match init {
+                Ok(()) => {}
+                // Another voter's AppendEntries got here first: already formed.
+                Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
+                Err(e) => return Err(raft_error("initialize", e)),
+            }
+        }
+        if single_node {
+            me.become_single_node_leader(timeout)?;
+        }
+        if !legacy.is_empty() {
+            let topics = legacy
+                .iter()
+                .filter(|r| matches!(r, MetadataRecord::TopicCreated(_)))
+                .count();
+            me.append(&legacy)?;
+            // What the migration applied is part of the start-up image, not news.
+            me.queue.drain();
+            tracing::info!(
+                topics,
+                dir = %settings.dir.display(),
+                "migrated the single-node metadata file store into the metadata log __cluster_metadata (once; the old files are left as they were)"
+            );
+        }
+        Ok(me)
+    }
+
+    /// A sole voter leads at once: restored as leader from its committed vote, else
+    /// elected now; then everything in its log is committed and applied.
+    fn become_single_node_leader(&self, timeout: Duration) -> Result<(), MetadataError> {
+        let raft = self.rt.raft.clone();
+        let node_id = self.node_id;
+        let result = self
+            .rt
+            .run(timeout, async move {
+                if raft.metrics().borrow().current_leader != Some(node_id) {
+                    raft.trigger().elect().await.map_err(|e| e.to_string())?;
+                }
+                raft.wait(Some(timeout))
+                    .state(ServerState::Leader, "single node leads")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                raft.ensure_linearizable()
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            })
+            .ok_or_else(|| raft_error("election", "timed out"))?;
+        result.map_err(|e| raft_error("election", e))
+    }
+
+    /// The queue `Metadata`'s follower thread waits on.
+    pub fn committed_queue(&self) -> Arc<CommittedQueue> {
+        self.queue.clone()
+    }
+
+    /// Proposes `proposal` to the local Raft, or to the leader it names, retrying while
+    /// a leader is being elected, until `deadline`. Returns the entry's offset.
+    fn propose(&self, proposal: Proposal, deadline: Instant) -> Result<u64, MetadataError> {
+        let mut last_error = String::from("no leader");
+        while Instant::now() < deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let raft = self.rt.raft.clone();
+            let p = proposal.clone();
+            let result = self
+                .rt
+                .run(left, async move { raft.client_write(p).await })
+                .ok_or_else(|| raft_error("commit", "timed out"))?;
+            let leader = match result {
+                Ok(r) => return Ok(r.log_id.index),
+                Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => f.leader_node,
+                Err(e) => return Err(raft_error("commit", e)),
+            };
+            if let Some(node) = leader {
+                let p = proposal.clone();
+                let ttl = left.min(Duration::from_secs(5));
+                let sent = self
+                    .rt
+                    .run(left, async move {
+                        network::propose_at(&node.addr, p, ttl).await
+                    })
+                    .ok_or_else(|| raft_error("commit", "timed out"))?;
+                match sent {
+                    Ok(offset) => return Ok(offset),
+                    Err(e) => last_error = e,
+                }
+            }
+            // No leader known yet, or it just lost the lead: an election is under way.
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err(raft_error("commit", format!("timed out: {last_error}")))
+    }
+}
+
+/// Logs each change of quorum leader (`quorum_leader=ID term=T`, `-1`: none known) until
+/// `shutdown`: what an operator (and the three-node test) reads to find the active
+/// controller until DescribeQuorum is served.
+async fn log_leader_changes(raft: Raft<TypeConfig>, mut shutdown: watch::Receiver<bool>) {
+    let mut metrics = raft.metrics();
+    let mut last = None;
+    loop {
+        let (leader, term) = {
+            let m = metrics.borrow();
+            (m.current_leader, m.current_term)
+        };
+        if last != Some(leader) {
+            let id = leader.and_then(|l| i64::try_from(l).ok()).unwrap_or(-1);
+            tracing::info!("metadata quorum: quorum_leader={id} term={term}");
+            last = Some(leader);
+        }
+        tokio::select! {
+            _ = shutdown.changed() => return,
+            changed = metrics.changed() => if changed.is_err() { return },
+        }
+    }
+}
+
+/// The records of an earlier version's file store under `dir`, if it has any topic or
+/// producer id reservation (what is migrated).
+fn legacy_records(dir: &Path, node_id: i32) -> Result<Vec<MetadataRecord>, MetadataError> {
+    if !dir.join("topics").is_dir() && !dir.join("producer_id").is_file() {
+        return Ok(Vec::new());
+    }
+    let mut file = FileMetadataLog::open(dir, node_id)?;
+    file.replay()
+}
+
+impl MetadataLog for RaftMetadataLog {
+    fn replay(&mut self) -> Result<Vec<MetadataRecord>, MetadataError> {
+        // One consistent read: the image and the last entry in it. Queued entries up to
+        // that one are dropped by `take_committed`.
+        let (image, applied) = self.machine.applied();
+        self.replayed_through = applied;
+        Ok(image.to_records())
+    }
+
+    fn append(&mut self, records: &[MetadataRecord]) -> Result<Option<u64>, MetadataError> {
+        let deadline = Instant::now() + Duration::from_millis(COMMIT_TIMEOUT_MS);
+        let offset = self.propose(
+            Proposal {
+                records: records.to_vec(),
+            },
+            deadline,
+        )?;
+        // The entry is committed; wait for this node's state machine to have applied it
+        // (at once when this node leads).
+        let left = deadline.saturating_duration_since(Instant::now());
+        if !self.queue.wait_for(Some(offset), left) {
+            return Err(raft_error(
+                "commit",
+                format!("entry {offset} committed but not applied here in time"),
+            ));
+        }
+        Ok(Some(offset))
+    }
+
+    fn take_committed(&mut self) -> Vec<Committed> {
+        let through = self.replayed_through;
+        self.queue
+            .drain()
+            .into_iter()
+            .filter(|c| c.offset > through)
+            .collect()
+    }
+
+    fn committed_queue(&self) -> Option<Arc<CommittedQueue>> {
+        Some(self.queue.clone())
+    }
+}
+
+/// The image a quorum's state machine holds now, for tests.
+#[cfg(test)]
+impl RaftMetadataLog {
+    fn machine_image(&self) -> Arc<super::MetadataImage> {
+        self.machine.applied().0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::image::{PartitionState, TopicMeta};
+
+    fn single(dir: &Path) -> QuorumSettings {
+        QuorumSettings {
+            dir: dir.to_path_buf(),
+            cluster_id: "c".into(),
+            node_id: 1,
+            voters: vec![QuorumVoter {
+                id: 1,
+                host: String::new(),
+                port: 0,
+            }],
+            controller_listener: None,
+        }
+    }
+
+    fn topic(name: &str) -> MetadataRecord {
+        MetadataRecord::TopicCreated(TopicMeta {
+            name: name.into(),
+            id: uuid::Uuid::new_v4(),
+            partitions: 1,
+            replication_factor: 1,
+            configs: Default::default(),
+            partition_states: vec![PartitionState::single_node(1)].into(),
+        })
+    }
+
+    #[test]
+    fn a_single_node_commits_at_once_and_replays_after_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let started = Instant::now();
+        let mut log = RaftMetadataLog::open(single(dir.path())).unwrap();
+        assert!(log.replay().unwrap().is_empty());
+        for i in 0..20 {
+            let offset = log.append(&[topic(&format!("t{i}"))]).unwrap().unwrap();
+            let committed = log.take_committed();
+            assert_eq!(committed.len(), 1);
+            assert_eq!(committed[0].offset, offset);
+        }
+        // A conflicting change is refused by the state machine, the same on every node.
+        let MetadataRecord::TopicCreated(t0) = topic("t0") else {
+            unreachable!()
+        };
+        log.append(&[MetadataRecord::TopicCreated(t0)]).unwrap();
+        let refused = log.take_committed();
+        assert!(matches!(refused[0].change, CommittedChange::Refused(_)));
+        // No election timeout on the single-node path.
+        assert!(
+            started.elapsed() < Duration::from_millis(ELECTION_TIMEOUT_MIN_MS * 4),
+            "{:?}",
+            started.elapsed()
+        );
+        let image = log.machine_image();
+        drop(log);
+        let started = Instant::now();
+        let mut log = RaftMetadataLog::open(single(dir.path())).unwrap();
+        let records = log.replay().unwrap();
+        assert_eq!(records.len(), 20);
+        assert_eq!(log.machine_image().topic_count(), image.topic_count());
+        log.append(&[topic("after")]).unwrap();
+        assert!(started.elapsed() < Duration::from_millis(ELECTION_TIMEOUT_MIN_MS * 4));
+    }
+}

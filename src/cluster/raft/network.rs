@@ -1,0 +1,314 @@
+//! Raft RPCs over the CONTROLLER listener: weir's own small framing, not Kafka's
+//! KRaft RPCs (Vote, BeginQuorumEpoch, Fetch with a replica id: KIP-595), which a Kafka
+//! tool never sends to a weir controller anyway.
+//!
+//! Owns: the frame (4-byte big-endian length, at most [`MAX_RPC_BYTES`], then one
+//! [`RaftRpc`] or [`RaftRpcReply`] as JSON with openraft's serde types), the client side
+//! (`Peers`: one lazily connected TCP stream per peer and openraft client, request then
+//! reply, each under openraft's deadline) and the server side ([`serve`]: the accept loop
+//! of the CONTROLLER listener, at most [`MAX_CONTROLLER_CONNECTIONS`], handing each
+//! request to the local `Raft`). `Propose` carries a metadata change from a node that is
+//! not the Raft leader to the one that is (forwarding at the log level: the leader
+//! appends, the proposer waits for its own state machine to apply the entry).
+//!
+//! Never does: interpret metadata records, or trust the frame length before checking it.
+//! The listener trusts its peers as Kafka's PLAINTEXT controller listener does: bind it
+//! to an address only the quorum reaches.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::{BasicNode, Raft};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+
+use super::{Proposal, TypeConfig};
+
+type NodeId = u64;
+
+/// Largest frame read from a peer (bytes): an AppendEntries of `max_payload_entries`
+/// metadata changes or a snapshot chunk fit well below it.
+pub const MAX_RPC_BYTES: usize = 64 << 20;
+
+/// Most connections the CONTROLLER listener serves at once (a quorum of 5 needs ~10).
+pub const MAX_CONTROLLER_CONNECTIONS: usize = 64;
+
+/// A request between controllers.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum RaftRpc {
+    /// Raft AppendEntries (also the heartbeat).
+    AppendEntries(AppendEntriesRequest<TypeConfig>),
+    /// Raft RequestVote.
+    Vote(VoteRequest<NodeId>),
+    /// One chunk of a snapshot.
+    InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
+    /// A metadata change for the leader to append (sent by a node that is not it).
+    Propose(Proposal),
+}
+
+/// The answer to a [`RaftRpc`], variant for variant.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum RaftRpcReply {
+    /// To AppendEntries.
+    AppendEntries(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
+    /// To Vote.
+    Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
+    /// To InstallSnapshot.
+    InstallSnapshot(
+        Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>,
+    ),
+    /// To Propose: the log index (offset) the change was appended at, or why not (this
+    /// node is not the leader, the quorum is gone).
+    Propose(Result<u64, String>),
+}
+
+async fn write_frame<T: Serialize>(stream: &mut TcpStream, msg: &T) -> std::io::Result<()> {
+    let body = serde_json::to_vec(msg)?;
+    if body.len() > MAX_RPC_BYTES {
+        return Err(std::io::Error::other("raft rpc too large"));
+    }
+    let mut frame = Vec::with_capacity(body.len() + 4);
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&body);
+    stream.write_all(&frame).await
+}
+
+async fn read_frame<T: for<'de> Deserialize<'de>>(stream: &mut TcpStream) -> std::io::Result<T> {
+    let mut len = [0u8; 4];
+    stream.read_exact(&mut len).await?;
+    let len = u32::from_be_bytes(len) as usize;
+    if len > MAX_RPC_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("raft rpc of {len} bytes is above the limit of {MAX_RPC_BYTES}"),
+        ));
+    }
+    let mut body = vec![0u8; len];
+    stream.read_exact(&mut body).await?;
+    Ok(serde_json::from_slice(&body)?)
+}
+
+/// One request and its reply on `conn` (connecting first if needed), within `ttl`.
+/// On any error the connection is dropped, to be made again next time.
+///
+/// Errors: the connection could not be made (`Err(Ok(e))`: unreachable), or broke or
+/// timed out after (`Err(Err(e))`).
+async fn call(
+    conn: &mut Option<TcpStream>,
+    addr: &str,
+    rpc: &RaftRpc,
+    ttl: Duration,
+) -> Result<RaftRpcReply, Result<std::io::Error, std::io::Error>> {
+    if conn.is_none() {
+        let stream = tokio::time::timeout(ttl, TcpStream::connect(addr))
+            .await
+            .map_err(|_| {
+                Ok(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "connect timed out",
+                ))
+            })?
+            .map_err(Ok)?;
+        let _ = stream.set_nodelay(true);
+        *conn = Some(stream);
+    }
+    let Some(stream) = conn.as_mut() else {
+        return Err(Err(std::io::Error::other("no connection")));
+    };
+    let result = tokio::time::timeout(ttl, async {
+        write_frame(stream, rpc).await?;
+        read_frame::<RaftRpcReply>(stream).await
+    })
+    .await
+    .unwrap_or_else(|_| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "rpc timed out",
+        ))
+    });
+    if result.is_err() {
+        *conn = None;
+    }
+    result.map_err(Err)
+}
+
+/// Sends `proposal` to the controller at `addr` and returns the offset it was appended at.
+///
+/// Errors: as text: the peer is unreachable, or refused (not the leader any more).
+pub(super) async fn propose_at(
+    addr: &str,
+    proposal: Proposal,
+    ttl: Duration,
+) -> Result<u64, String> {
+    let mut conn = None;
+    match call(&mut conn, addr, &RaftRpc::Propose(proposal), ttl).await {
+        Ok(RaftRpcReply::Propose(r)) => r,
+        Ok(other) => Err(format!("unexpected reply to Propose: {other:?}")),
+        Err(Ok(e)) | Err(Err(e)) => Err(format!("controller {addr}: {e}")),
+    }
+}
+
+/// openraft's network factory: a [`PeerClient`] per peer it asks for.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Peers;
+
+/// The client side of one peer: its address and one connection.
+#[derive(Debug)]
+pub(super) struct PeerClient {
+    target: NodeId,
+    addr: String,
+    conn: Option<TcpStream>,
+}
+
+impl RaftNetworkFactory<TypeConfig> for Peers {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
+        PeerClient {
+            target,
+            addr: node.addr.clone(),
+            conn: None,
+        }
+    }
+}
+
+impl PeerClient {
+    async fn rpc<E: std::error::Error>(
+        &mut self,
+        rpc: RaftRpc,
+        option: &RPCOption,
+    ) -> Result<RaftRpcReply, RPCError<NodeId, BasicNode, E>> {
+        match call(&mut self.conn, &self.addr, &rpc, option.hard_ttl()).await {
+            Ok(reply) => Ok(reply),
+            Err(Ok(e)) => Err(RPCError::Unreachable(Unreachable::new(&e))),
+            Err(Err(e)) => Err(RPCError::Network(NetworkError::new(&e))),
+        }
+    }
+
+    fn unexpected<E: std::error::Error>(reply: RaftRpcReply) -> RPCError<NodeId, BasicNode, E> {
+        let e = std::io::Error::other(format!("unexpected reply {reply:?}"));
+        RPCError::Network(NetworkError::new(&e))
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        match self.rpc(RaftRpc::AppendEntries(rpc), &option).await? {
+            RaftRpcReply::AppendEntries(r) => {
+                r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+            }
+            other => Err(Self::unexpected(other)),
+        }
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        match self.rpc(RaftRpc::InstallSnapshot(rpc), &option).await? {
+            RaftRpcReply::InstallSnapshot(r) => {
+                r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+            }
+            other => Err(Self::unexpected(other)),
+        }
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        match self.rpc(RaftRpc::Vote(rpc), &option).await? {
+            RaftRpcReply::Vote(r) => {
+                r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+            }
+            other => Err(Self::unexpected(other)),
+        }
+    }
+}
+
+/// Serves the CONTROLLER listener until `shutdown` turns true: each connection is a
+/// sequence of requests, each answered in turn by the local `raft`.
+pub(super) async fn serve(
+    listener: TcpListener,
+    raft: Raft<TypeConfig>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let permits = Arc::new(Semaphore::new(MAX_CONTROLLER_CONNECTIONS));
+    loop {
+        let permit = tokio::select! {
+            _ = shutdown.changed() => return,
+            p = permits.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => return,
+            },
+        };
+        let (stream, peer) = tokio::select! {
+            _ = shutdown.changed() => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "controller listener: accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let raft = raft.clone();
+        let mut shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            tokio::select! {
+                _ = shutdown.changed() => {}
+                r = serve_connection(stream, raft) => {
+                    if let Err(e) = r {
+                        tracing::debug!(%peer, error = %e, "controller connection closed");
+                    }
+                }
+            }
+        });
+    }
+}
+
+async fn serve_connection(mut stream: TcpStream, raft: Raft<TypeConfig>) -> std::io::Result<()> {
+    let _ = stream.set_nodelay(true);
+    loop {
+        let rpc: RaftRpc = match read_frame(&mut stream).await {
+            Ok(rpc) => rpc,
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let reply = match rpc {
+            RaftRpc::AppendEntries(r) => RaftRpcReply::AppendEntries(raft.append_entries(r).await),
+            RaftRpc::Vote(r) => RaftRpcReply::Vote(raft.vote(r).await),
+            RaftRpc::InstallSnapshot(r) => {
+                RaftRpcReply::InstallSnapshot(raft.install_snapshot(r).await)
+            }
+            RaftRpc::Propose(p) => RaftRpcReply::Propose(
+                raft.client_write(p)
+                    .await
+                    .map(|r| r.log_id.index)
+                    .map_err(|e| e.to_string()),
+            ),
+        };
+        write_frame(&mut stream, &reply).await?;
+    }
+}
