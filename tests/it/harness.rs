@@ -46,6 +46,16 @@ impl TestBroker {
 
     /// A broker over an existing data dir (restart tests); the caller owns the dir.
     pub fn start_in(dir: &Path, overrides: &[&str]) -> TestBroker {
+        TestBroker::start_on(dir, overrides, weir::broker::MetadataStore::Quorum)
+    }
+
+    /// [`TestBroker::start_in`] with the metadata on `store` (the upgrade test makes a
+    /// data dir on the earlier file store).
+    pub fn start_on(
+        dir: &Path,
+        overrides: &[&str],
+        store: weir::broker::MetadataStore,
+    ) -> TestBroker {
         let mut raw = RawConfig::default();
         raw.set("listeners", "PLAINTEXT://127.0.0.1:0").unwrap();
         raw.set("log.dirs", dir.to_str().unwrap()).unwrap();
@@ -69,7 +79,9 @@ impl TestBroker {
                 addr_tx
                     .send((listeners.kafka[0].local_addr().unwrap(), admin))
                     .unwrap();
-                weir::broker::run(config, listeners, rx).await.unwrap();
+                weir::broker::run_on(config, listeners, rx, store)
+                    .await
+                    .unwrap();
                 // Still on the broker's runtime: a task `run` did not await, or an owner
                 // kept alive by a reference cycle, would still hold its files here.
                 *left.lock().unwrap() = Some(open_files_under(&data_dir));

@@ -9,6 +9,7 @@ mod architecture;
 mod bad_input;
 mod cli;
 mod clients;
+mod cluster;
 mod config;
 mod connect;
 mod connect_http;
