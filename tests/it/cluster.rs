@@ -11,7 +11,7 @@ use rdkafka::producer::FutureRecord;
 use rdkafka::{Offset, TopicPartitionList};
 use weir::broker::MetadataStore;
 
-use crate::harness::TestBroker;
+use crate::harness::{BinaryBroker, TestBroker};
 use crate::rdkafka_client::{create_topic, producer, read_partition};
 
 fn group_consumer(bootstrap: &str, group: &str) -> BaseConsumer {
@@ -132,4 +132,187 @@ async fn a_file_store_data_dir_is_migrated_with_records_and_committed_offsets() 
     assert!(meta.contains(&"after".to_string()), "{meta:?}");
     assert!(meta.contains(&"kept".to_string()), "{meta:?}");
     again.stop();
+}
+
+/// Free loopback ports, for the CONTROLLER listeners `controller.quorum.voters` must name
+/// before the nodes start (bound and released: another process could take one between).
+fn free_ports(n: usize) -> Vec<u16> {
+    let held: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind"))
+        .collect();
+    held.iter()
+        .map(|l| l.local_addr().expect("addr").port())
+        .collect()
+}
+
+/// A combined broker and controller, one of the voters `voters`.
+fn quorum_node(dir: &std::path::Path, id: i32, voters: &str, controller_port: u16) -> BinaryBroker {
+    let overrides = [
+        format!("node.id={id}"),
+        format!("controller.quorum.voters={voters}"),
+        "controller.listener.names=CONTROLLER".to_string(),
+        format!("listeners=PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:{controller_port}"),
+    ];
+    let refs: Vec<&str> = overrides.iter().map(String::as_str).collect();
+    BinaryBroker::spawn(dir, 0, &refs)
+}
+
+/// The quorum leader a node's log names last (`quorum_leader=ID`), if any.
+fn logged_leader(node: &BinaryBroker) -> Option<i32> {
+    let text = node.stderr_text();
+    let (at, key) = text.rmatch_indices("quorum_leader=").next()?;
+    text[at + key.len()..]
+        .split(|c: char| !(c.is_ascii_digit() || c == '-'))
+        .next()?
+        .parse()
+        .ok()
+        .filter(|id: &i32| *id >= 0)
+}
+
+/// The topics a node's Metadata lists (empty when it does not answer).
+fn topic_names(bootstrap: &str) -> Vec<String> {
+    let c: BaseConsumer = match ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+    {
+        Ok(c) => c,
+        Err(_) => return Vec::new(),
+    };
+    match c.fetch_metadata(None, Duration::from_secs(5)) {
+        Ok(m) => m.topics().iter().map(|t| t.name().to_string()).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Polls `f` every 100 ms until it gives a value, for at most `limit`.
+fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?}: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Issue 12, tests 3 and 4 for the metadata quorum: three `weir` processes listing each
+/// other in `controller.quorum.voters` elect one leader; a topic created through node 2
+/// is in node 3's Metadata at once; after the leader's kill -9 the survivors elect
+/// another and CreateTopics through one of them works within seconds; the killed node
+/// restarts and catches up. Every process is killed at the end (`BinaryBroker`'s drop).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_share_the_metadata_log_and_survive_the_leaders_kill_9() {
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let ports = free_ports(3);
+    let voters = (1..=3)
+        .map(|id| format!("{id}@127.0.0.1:{}", ports[id - 1]))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut nodes: Vec<Option<BinaryBroker>> = (1..=3)
+        .map(|id| {
+            Some(quorum_node(
+                dirs[id - 1].path(),
+                id as i32,
+                &voters,
+                ports[id - 1],
+            ))
+        })
+        .collect();
+    let node = |nodes: &Vec<Option<BinaryBroker>>, id: i32| -> String {
+        nodes[(id - 1) as usize]
+            .as_ref()
+            .expect("running")
+            .bootstrap
+            .clone()
+    };
+
+    // One leader, the same on every node.
+    let leader = wait_for(
+        "a quorum leader every node agrees on",
+        Duration::from_secs(20),
+        || {
+            let seen: Vec<Option<i32>> = nodes
+                .iter()
+                .map(|n| n.as_ref().and_then(logged_leader))
+                .collect();
+            match seen[..] {
+                [Some(a), Some(b), Some(c)] if a == b && b == c => Some(a),
+                _ => None,
+            }
+        },
+    );
+
+    create_topic(&node(&nodes, 2), "through-2", 3, &[]).await;
+    let created = Instant::now();
+    let b3 = node(&nodes, 3);
+    wait_for(
+        "node 3 lists the topic created through node 2",
+        Duration::from_secs(3),
+        || {
+            topic_names(&b3)
+                .contains(&"through-2".to_string())
+                .then_some(())
+        },
+    );
+    eprintln!("through-2 visible on node 3 after {:?}", created.elapsed());
+
+    // kill -9 the leader: the two others elect a new one.
+    let killed_at = Instant::now();
+    nodes[(leader - 1) as usize].take().expect("leader").kill9();
+    let survivors: Vec<i32> = (1..=3).filter(|id| *id != leader).collect();
+    let new_leader = wait_for(
+        "a new leader among the survivors",
+        Duration::from_secs(15),
+        || {
+            let seen: Vec<Option<i32>> = survivors
+                .iter()
+                .map(|id| nodes[(*id - 1) as usize].as_ref().and_then(logged_leader))
+                .collect();
+            match seen[..] {
+                [Some(a), Some(b)] if a == b && a != leader => Some(a),
+                _ => None,
+            }
+        },
+    );
+    let other = *survivors
+        .iter()
+        .find(|id| **id != new_leader)
+        .expect("two survivors");
+    // Through the survivor that does not lead: forwarded to the new leader.
+    create_topic(&node(&nodes, other), "after-failover", 1, &[]).await;
+    let failover = killed_at.elapsed();
+    eprintln!("leader {leader} killed; {new_leader} leads; CreateTopics through {other} done {failover:?} after the kill");
+    assert!(failover < Duration::from_secs(10), "{failover:?}");
+    let bn = node(&nodes, new_leader);
+    wait_for(
+        "the new leader lists the topic",
+        Duration::from_secs(3),
+        || {
+            topic_names(&bn)
+                .contains(&"after-failover".to_string())
+                .then_some(())
+        },
+    );
+
+    // The killed node restarts over its data and catches up.
+    let i = (leader - 1) as usize;
+    nodes[i] = Some(quorum_node(dirs[i].path(), leader, &voters, ports[i]));
+    let back = node(&nodes, leader);
+    wait_for(
+        "the restarted node lists both topics",
+        Duration::from_secs(20),
+        || {
+            let names = topic_names(&back);
+            (names.contains(&"through-2".to_string())
+                && names.contains(&"after-failover".to_string()))
+            .then_some(())
+        },
+    );
+    for n in nodes.iter().flatten() {
+        assert!(!n.stderr_text().contains("panicked"), "{}", n.stderr_text());
+    }
 }
