@@ -506,7 +506,7 @@ impl Ingest {
             .topics
             .replicas
             .append(partition, batches)
-            .map_err(|e| (e.append_error(), e.to_string()))?;
+            .map_err(|e| (e.kafka_error(), e.to_string()))?;
         Ok((info.base_offset, info.log_append_time_ms))
     }
 }
