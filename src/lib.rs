@@ -13,6 +13,7 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod connect;
+pub mod dead_letter;
 pub mod fswatch;
 pub mod group;
 pub mod ingest;

@@ -306,6 +306,17 @@ fn http_sink_delivers_each_record_once_or_to_the_dlq_despite_503s_and_400s() {
             );
             let msg = h.get("__connect.errors.exception.message").unwrap();
             assert!(msg.contains("HTTP 400"), "{msg}");
+            let header = |k: &str| h.get(k).map(String::as_str);
+            assert_eq!(header("__connect.errors.stage"), Some("TASK_PUT"));
+            assert_eq!(header("__connect.errors.class.name"), Some("http-sink"));
+            assert_eq!(
+                header("__connect.errors.exception.class.name"),
+                Some("ErrantRecord")
+            );
+            assert_eq!(
+                header("__connect.errors.connector.name"),
+                Some(format!("posts-{mode}").as_str())
+            );
         }
     }
     // Every good record accepted (a 2xx) exactly once per connector. The server's

@@ -627,7 +627,12 @@ async fn failing_records_go_to_the_dead_letter_topic_under_tolerance_all() {
     assert_eq!(header("__connect.errors.partition"), "0");
     assert_eq!(header("__connect.errors.offset"), "2");
     assert!(header("__connect.errors.exception.message").contains("panic"));
-    assert_eq!(header("weir.errors.plugin"), "hostile-dlq");
+    assert_eq!(header("__connect.errors.stage"), "TRANSFORMATION");
+    assert_eq!(header("__connect.errors.class.name"), "hostile.wasm");
+    assert_eq!(header("__connect.errors.exception.class.name"), "Trap");
+    // The same headers as an async transform's dead letters (`transforms::`).
+    assert_eq!(header("weir.errors.transform"), "hostile-dlq");
+    assert_eq!(header("weir.errors.plugin.version").len(), 64);
 }
 
 // ---------------------------------------------------------------------------------------

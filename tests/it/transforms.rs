@@ -360,7 +360,12 @@ async fn a_panic_with_tolerance_all_dead_letters_one_record_and_the_rest_flows()
         message.contains("trapped") && message.contains("asked to panic"),
         "{message}"
     );
-    assert!(header(m, "weir.errors.plugin").starts_with("hostile.wasm@"));
+    assert_eq!(header(m, "__connect.errors.stage"), "TRANSFORMATION");
+    assert_eq!(header(m, "__connect.errors.class.name"), "hostile.wasm");
+    assert_eq!(header(m, "__connect.errors.exception.class.name"), "Trap");
+    // The same headers as an inline transform's dead letters (`inline::`).
+    assert_eq!(header(m, "weir.errors.transform"), "hostile-all");
+    assert_eq!(header(m, "weir.errors.plugin.version").len(), 64);
     // Later batches are still transformed.
     send(&p, "h-in", None, "e").await;
     assert_eq!(values(&broker.bootstrap, "h-out", 5)[4], "e");
