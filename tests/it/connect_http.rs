@@ -15,7 +15,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
@@ -23,7 +23,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::connect::{plugin_path, read_topic_for, wait_for_status};
-use crate::harness::TestBroker;
+use crate::harness::{wait_until, TestBroker};
 
 /// One request the test server received.
 #[derive(Debug, Clone)]
@@ -192,15 +192,6 @@ fn produce(bootstrap: &str, topic: &str, values: &[String]) {
     p.flush(Duration::from_secs(30)).unwrap();
 }
 
-/// Waits (up to 60 s) until `cond` holds.
-fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// The ids in a request body: a JSON array of `{"id": n}` or one such object.
 fn ids(body: &[u8]) -> Vec<u64> {
     let v: serde_json::Value = serde_json::from_slice(body).unwrap();
@@ -324,7 +315,7 @@ fn http_sink_delivers_each_record_once_or_to_the_dlq_despite_503s_and_400s() {
     let seen = server.seen();
     for mode in ["batch", "single"] {
         let path = format!("/{mode}");
-        wait_until(&format!("{mode}: every good record accepted"), || {
+        wait_until(&format!("{mode}: every good record accepted"), 60, || {
             accepted_ids(&server.seen(), &path, bad).len() >= RECORDS as usize - n_bad
         });
         let got = accepted_ids(&server.seen(), &path, bad);
@@ -434,7 +425,7 @@ fn http_sink_honours_retry_after_without_busy_looping_or_blocking_stop() {
             &[format!("{{\"id\":1,\"n\":\"{name}\"}}")],
         );
     }
-    wait_until("the retried requests", || {
+    wait_until("the retried requests", 60, || {
         server.seen_on("/seconds").len() >= 2
             && server.seen_on("/date").len() >= 2
             && server.seen_on("/zero").iter().any(|r| {
@@ -679,7 +670,7 @@ fn edge_gateway_pipeline_redacts_and_posts() {
             .flat_map(|l| serde_json::from_str::<Vec<serde_json::Value>>(l).unwrap_or_default())
             .collect()
     };
-    wait_until("the endpoint receives the three lines", || {
+    wait_until("the endpoint receives the three lines", 60, || {
         posted().len() >= 3
     });
     let got = posted();

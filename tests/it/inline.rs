@@ -863,7 +863,8 @@ async fn spinning_inline_transforms_do_not_stop_other_topics() {
             })
         })
         .collect();
-    // Let both produces reach their guests (setup only: nothing is asserted on time).
+    // Let both produces reach their guests (setup only: nothing is asserted on time, and
+    // a guest busy in a call shows nothing outside to poll for).
     tokio::time::sleep(Duration::from_millis(500)).await;
     let p = producer(&b.bootstrap, &[("linger.ms", "0")]);
     let plain = p

@@ -18,7 +18,7 @@ use rdkafka::Offset;
 use serde_json::{json, Value};
 
 use crate::guests::guest;
-use crate::harness::TestBroker;
+use crate::harness::{poll_for, wait_until, TestBroker};
 use crate::rdkafka_client::{create_topic, producer, read_partition, Msg};
 
 /// An HTTP call to the admin API: status and JSON body (`Null` when empty).
@@ -56,29 +56,16 @@ fn status(admin: &str, name: &str) -> Value {
     body
 }
 
-/// Polls `cond` every 50 ms until it holds or `secs` pass; panics with `what`.
-fn wait_until(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// Waits until `name`'s status satisfies `cond`; returns that status.
 fn wait_status(admin: &str, name: &str, what: &str, cond: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    poll_for(what, 30, || {
         let last = status(admin, name);
         if cond(&last) {
-            return last;
+            Ok(last)
+        } else {
+            Err(format!("status {last}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}: {last}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    })
 }
 
 async fn send(p: &FutureProducer, topic: &str, key: Option<&str>, value: &str) {
@@ -592,6 +579,7 @@ fn copy_in_pieces(from: &Path, to: &Path) {
     for piece in bytes.chunks(64 * 1024) {
         f.write_all(piece).expect("write");
         f.flush().expect("flush");
+        // Pacing: a slow copy, so the watcher sees a file in progress (not a wait).
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -619,6 +607,7 @@ async fn hot_reload_swaps_the_component_while_records_flow_and_refuses_a_corrupt
     let copier = {
         let deployed = deployed.clone();
         std::thread::spawn(move || {
+            // Pacing: some records go through the old version first (not a wait).
             std::thread::sleep(Duration::from_millis(300));
             copy_in_pieces(&guest("identity"), &deployed);
         })
@@ -691,7 +680,7 @@ async fn a_toml_file_in_the_config_dir_deploys_and_removing_it_deletes() {
     let (code, answer) = http("DELETE", &format!("{admin}/transforms/from-file"), None);
     assert_eq!(code, 409, "{answer}");
     std::fs::remove_file(&file).expect("remove");
-    wait_until(30, "the deployment to go", || {
+    wait_until("the deployment to go", 30, || {
         http("GET", &format!("{admin}/transforms/from-file"), None).0 == 404
     });
     broker.stop();
