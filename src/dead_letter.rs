@@ -135,7 +135,10 @@ pub async fn write(
     if letters.is_empty() {
         return Ok(0);
     }
-    let records: Vec<Record> = letters.into_iter().map(|l| with_headers(l, owner)).collect();
+    let records: Vec<Record> = letters
+        .into_iter()
+        .map(|l| with_headers(l, owner))
+        .collect();
     ingest.append(dlq, None, &records).await?;
     Ok(records.len())
 }
@@ -228,7 +231,10 @@ mod tests {
         let r = with_headers(letter(), owner);
         assert_eq!(r.key.as_deref(), Some(&b"k"[..]));
         assert_eq!(r.timestamp_ms, 7);
-        assert_eq!(r.headers[0].key, "own", "the record's own headers come first");
+        assert_eq!(
+            r.headers[0].key, "own",
+            "the record's own headers come first"
+        );
         assert_eq!(header(&r, headers::TOPIC), Some("in"));
         assert_eq!(header(&r, headers::PARTITION), Some("2"));
         assert_eq!(header(&r, headers::OFFSET), Some("41"));

@@ -23,7 +23,10 @@ pub const DEBOUNCE_MS: u64 = 200;
 pub struct ChangesOnly(notify::RecommendedWatcher);
 
 impl Watcher for ChangesOnly {
-    fn new<F: notify::EventHandler>(mut handler: F, config: notify::Config) -> notify::Result<Self> {
+    fn new<F: notify::EventHandler>(
+        mut handler: F,
+        config: notify::Config,
+    ) -> notify::Result<Self> {
         let filter = move |event: notify::Result<notify::Event>| {
             if !matches!(&event, Ok(e) if e.kind.is_access()) {
                 handler.handle_event(event);

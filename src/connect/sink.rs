@@ -17,11 +17,11 @@ use tokio::time::Instant;
 use super::{Deps, Progress, TaskError};
 use crate::connect::config::{ConnectorClass, ConnectorConfig, ErrorTolerance, TopicsRegex};
 use crate::connect::smt::{Chain, ChainRecord};
+use crate::dead_letter::{self, DeadLetter, Owner, Stage};
 use crate::group::{CommitRequest, OffsetToCommit};
 use crate::log::LogError;
 use crate::plugin::{ErrantRecord, Header, Record, SinkConnector, SinkRecord, TopicOffset};
 use crate::replica::FetchIsolation;
-use crate::dead_letter::{self, DeadLetter, Owner, Stage};
 
 /// Most bytes read from one partition per read.
 const READ_BYTES: usize = 1 << 20;
@@ -338,11 +338,7 @@ struct Failed {
 /// logged and skipped without one.
 ///
 /// Errors: as said, and a failed DLQ append.
-async fn tolerate(
-    c: &ConnectorConfig,
-    deps: &Deps,
-    failed: Vec<Failed>,
-) -> Result<(), TaskError> {
+async fn tolerate(c: &ConnectorConfig, deps: &Deps, failed: Vec<Failed>) -> Result<(), TaskError> {
     let mut dead: Vec<DeadLetter> = Vec::with_capacity(failed.len());
     for f in failed {
         let r = &f.record;

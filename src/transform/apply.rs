@@ -35,8 +35,8 @@ use kafka_protocol::ResponseError;
 
 use super::inline::InlineSlot;
 use super::Tolerance;
-use crate::ingest::Ingest;
 use crate::dead_letter::{self, plugin_error_kind};
+use crate::ingest::Ingest;
 use crate::log::rewrite::{decode_records, BatchBuilder, DecodedRecord};
 use crate::log::{Compression, ValidatedBatch};
 use crate::plugin::{BatchContext, Header, OutputBatch, PluginError, Record, Transform};
@@ -408,13 +408,21 @@ async fn run(
 }
 
 fn refused_records(plugin: &str, failed: &[Failure]) -> Refused {
-    let first = failed.first().map(|f| f.message.as_str()).unwrap_or_default();
+    let first = failed
+        .first()
+        .map(|f| f.message.as_str())
+        .unwrap_or_default();
     Refused {
         error: ResponseError::InvalidRecord,
         message: format!("inline transform (plugin {plugin}): {first}"),
         record_errors: failed
             .iter()
-            .map(|f| (i32::try_from(f.input).unwrap_or(i32::MAX), f.message.clone()))
+            .map(|f| {
+                (
+                    i32::try_from(f.input).unwrap_or(i32::MAX),
+                    f.message.clone(),
+                )
+            })
             .collect(),
     }
 }

@@ -43,19 +43,23 @@ pub(crate) fn lines(from: usize, to: usize) -> String {
 
 /// Waits until `path` holds exactly `want` (panics after 60 s, showing the difference).
 pub(crate) fn wait_for_file(path: &Path, want: &str) {
-    poll_for(&format!("{} holds what is expected", path.display()), 60, || {
-        let got = std::fs::read_to_string(path).unwrap_or_default();
-        if got == want {
-            return Ok(());
-        }
-        Err(format!(
-            "it has {} bytes ({} lines), expected {} bytes ({} lines)",
-            got.len(),
-            got.lines().count(),
-            want.len(),
-            want.lines().count()
-        ))
-    })
+    poll_for(
+        &format!("{} holds what is expected", path.display()),
+        60,
+        || {
+            let got = std::fs::read_to_string(path).unwrap_or_default();
+            if got == want {
+                return Ok(());
+            }
+            Err(format!(
+                "it has {} bytes ({} lines), expected {} bytes ({} lines)",
+                got.len(),
+                got.lines().count(),
+                want.len(),
+                want.lines().count()
+            ))
+        },
+    )
 }
 
 /// Every record of partition 0 of `topic` from the beginning, as (key, value) strings,

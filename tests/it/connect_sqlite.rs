@@ -145,17 +145,21 @@ fn cdc_config(d: &Dirs, name: &str, tables: &str, extra: &str) {
 
 /// Waits until the connector re-created `table`'s triggers with `column` in them.
 fn wait_for_trigger_with(db: &Path, table: &str, column: &str) {
-    wait_until(&format!("the triggers of {table} have {column}"), 30, || {
-        let conn = rusqlite::Connection::open(db).unwrap();
-        let n: i64 = conn
+    wait_until(
+        &format!("the triggers of {table} have {column}"),
+        30,
+        || {
+            let conn = rusqlite::Connection::open(db).unwrap();
+            let n: i64 = conn
             .query_row(
                 "SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?1 AND sql LIKE ?2",
                 rusqlite::params![table, format!("%{column}%")],
                 |r| r.get(0),
             )
             .unwrap();
-        n > 0
-    })
+            n > 0
+        },
+    )
 }
 
 #[test]
