@@ -17,6 +17,7 @@ pub mod dead_letter;
 pub mod fswatch;
 pub mod group;
 pub mod ingest;
+pub mod internal_topic;
 pub mod log;
 pub mod metrics;
 pub mod plugin;
