@@ -24,9 +24,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use kafka_protocol::records::{Record as KafkaRecord, RecordBatchDecoder};
 
 use crate::cluster::{Metadata, NewTopic};
+use crate::log::records::{StoredBatches, MAX_DECOMPRESSED_BATCH_BYTES};
 use crate::log::{plain, split_batches};
 use crate::plugin::SourcePosition;
 use crate::replica::{now_ms, FetchIsolation, ReplicaManager};
@@ -102,7 +102,7 @@ impl InternalTopic {
             .partition(self.name, 0)
             .ok_or_else(|| fail("partition is not open".into()))?;
         let now = now_ms();
-        let encoded: Vec<KafkaRecord> = records
+        let encoded: Vec<plain::Record> = records
             .iter()
             .enumerate()
             .map(|(i, (key, value))| {
@@ -142,19 +142,21 @@ impl InternalTopic {
             if read.bytes.is_empty() {
                 break;
             }
-            let mut bytes = read.bytes;
-            let sets = match RecordBatchDecoder::decode_all(&mut bytes) {
-                Ok(s) => s,
+            let batches = StoredBatches::new(read.bytes, MAX_DECOMPRESSED_BATCH_BYTES)
+                .collect::<Result<Vec<_>, _>>();
+            let batches = match batches {
+                Ok(b) => b,
                 Err(e) => {
                     tracing::warn!(offset, error = %e, "unreadable batch in {}; replay stops here", self.name);
                     break;
                 }
             };
             let mut next = offset;
-            for set in sets {
-                for r in set.records {
-                    next = next.max(r.offset + 1);
-                    if r.offset < offset || r.control {
+            for batch in batches {
+                for r in batch.records {
+                    let record_offset = batch.base_offset + i64::from(r.offset_delta);
+                    next = next.max(record_offset + 1);
+                    if record_offset < offset || batch.is_control {
                         continue;
                     }
                     if let Some(key) = r.key {

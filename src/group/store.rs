@@ -14,10 +14,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::records::{Record, RecordBatchDecoder};
 
 use crate::cluster::{Metadata, NewTopic};
 use crate::config::GroupSettings;
+use crate::log::records::{StoredBatches, MAX_DECOMPRESSED_BATCH_BYTES};
 use crate::log::{plain, split_batches};
 use crate::replica::{now_ms, FetchIsolation, ReplicaManager};
 
@@ -379,7 +379,7 @@ impl OffsetStore {
             .partition(OFFSETS_TOPIC, index)
             .ok_or_else(|| fail("partition is not open".into()))?;
         let now = now_ms();
-        let records: Vec<Record> = records
+        let records: Vec<plain::Record> = records
             .iter()
             .enumerate()
             .map(|(i, r)| {
@@ -422,18 +422,20 @@ impl OffsetStore {
                 if read.bytes.is_empty() {
                     break;
                 }
-                let mut bytes = read.bytes;
-                let sets = match RecordBatchDecoder::decode_all(&mut bytes) {
-                    Ok(s) => s,
+                let batches = StoredBatches::new(read.bytes, MAX_DECOMPRESSED_BATCH_BYTES)
+                    .collect::<Result<Vec<_>, _>>();
+                let batches = match batches {
+                    Ok(b) => b,
                     Err(e) => {
                         tracing::warn!(partition = index, offset, error = %e, "unreadable batch in {OFFSETS_TOPIC}; skipping the rest of this partition");
                         break;
                     }
                 };
                 let mut next = offset;
-                for set in sets {
-                    for record in set.records {
-                        next = next.max(record.offset + 1);
+                for batch in batches {
+                    for record in batch.records {
+                        let record_offset = batch.base_offset + i64::from(record.offset_delta);
+                        next = next.max(record_offset + 1);
                         let Some(key) = record.key.as_ref() else {
                             continue;
                         };
@@ -441,7 +443,7 @@ impl OffsetStore {
                             Some(d) => apply(&mut groups, d),
                             None => tracing::warn!(
                                 partition = index,
-                                offset = record.offset,
+                                offset = record_offset,
                                 "unparseable record in {OFFSETS_TOPIC}; skipped"
                             ),
                         }
