@@ -28,7 +28,6 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use kafka_protocol::records::Record as KafkaRecord;
 use kafka_protocol::ResponseError;
 
 use crate::cluster::{is_internal_topic, TopicMeta};
@@ -483,7 +482,7 @@ impl Ingest {
         max_message_bytes: usize,
         records: &[&Record],
     ) -> Result<(i64, i64), (ResponseError, String)> {
-        let encoded: Vec<KafkaRecord> = records
+        let encoded: Vec<plain::Record> = records
             .iter()
             .enumerate()
             .map(|(i, r)| {

@@ -19,9 +19,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use kafka_protocol::records::{Record, RecordBatchDecoder};
 
 use crate::cluster::{Metadata, NewTopic};
+use crate::log::records::{StoredBatches, MAX_DECOMPRESSED_BATCH_BYTES};
 use crate::log::{plain, split_batches};
 use crate::replica::{now_ms, FetchIsolation, ReplicaManager};
 
@@ -186,7 +186,7 @@ impl InternalTopic {
             .partition(self.name, partition)
             .ok_or_else(|| fail("partition is not open".into()))?;
         let now = now_ms();
-        let encoded: Vec<Record> = records
+        let encoded: Vec<plain::Record> = records
             .iter()
             .enumerate()
             .map(|(i, (key, value))| {
@@ -245,9 +245,10 @@ impl InternalTopic {
             if read.bytes.is_empty() {
                 break;
             }
-            let mut bytes = read.bytes;
-            let sets = match RecordBatchDecoder::decode_all(&mut bytes) {
-                Ok(s) => s,
+            let batches = StoredBatches::new(read.bytes, MAX_DECOMPRESSED_BATCH_BYTES)
+                .collect::<Result<Vec<_>, _>>();
+            let batches = match batches {
+                Ok(b) => b,
                 Err(e) => {
                     tracing::warn!(
                         partition = index, offset, error = %e,
@@ -257,16 +258,19 @@ impl InternalTopic {
                 }
             };
             let mut next = offset;
-            for set in sets {
-                for r in set.records {
-                    next = next.max(r.offset + 1);
-                    if r.offset < offset || r.control {
+            for batch in batches {
+                // The batch's span, not its last record: compaction may have removed
+                // the tail, and a control batch has no records decoded.
+                next = next.max(batch.base_offset + i64::from(batch.last_offset_delta) + 1);
+                for r in batch.records {
+                    let record_offset = batch.base_offset + i64::from(r.offset_delta);
+                    if record_offset < offset || batch.is_control {
                         continue;
                     }
                     if let Some(key) = r.key {
                         out.push(ReplayedRecord {
                             partition: index,
-                            offset: r.offset,
+                            offset: record_offset,
                             key,
                             value: r.value,
                         });

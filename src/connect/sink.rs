@@ -10,7 +10,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use kafka_protocol::records::RecordBatchDecoder;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -19,8 +18,9 @@ use crate::connect::config::{ConnectorClass, ConnectorConfig, ErrorTolerance, To
 use crate::connect::smt::{Chain, ChainRecord};
 use crate::dead_letter::{self, DeadLetter, Owner, Stage};
 use crate::group::{CommitRequest, OffsetToCommit};
+use crate::log::records::{StoredBatches, MAX_DECOMPRESSED_BATCH_BYTES};
 use crate::log::LogError;
-use crate::plugin::{ErrantRecord, Header, Record, SinkConnector, SinkRecord, TopicOffset};
+use crate::plugin::{ErrantRecord, Record, SinkConnector, SinkRecord, TopicOffset};
 use crate::replica::FetchIsolation;
 
 /// Most bytes read from one partition per read.
@@ -536,35 +536,29 @@ fn read_batch(
         if read.bytes.is_empty() {
             continue;
         }
-        let mut bytes = read.bytes;
-        let sets = RecordBatchDecoder::decode_all(&mut bytes)
+        // Every batch of the read decodes before the position moves (as before: a bad
+        // batch fails the read as a whole).
+        let batches = StoredBatches::new(read.bytes, MAX_DECOMPRESSED_BATCH_BYTES)
+            .collect::<Result<Vec<_>, _>>()
             .map_err(|e| TaskError::Runtime(format!("decoding {topic}-{p} at {position}: {e}")))?;
-        'sets: for set in sets {
-            for r in set.records {
-                if r.offset < *position || r.control || r.transactional {
+        'batches: for batch in batches {
+            if batch.is_control || batch.is_transactional {
+                continue;
+            }
+            for r in batch.records {
+                let offset = batch.base_offset + i64::from(r.offset_delta);
+                if offset < *position {
                     continue;
                 }
                 if out.len() >= max {
-                    break 'sets;
+                    break 'batches;
                 }
-                *position = r.offset + 1;
+                *position = offset + 1;
                 out.push(SinkRecord {
-                    record: Record {
-                        key: r.key,
-                        value: r.value,
-                        headers: r
-                            .headers
-                            .into_iter()
-                            .map(|(k, v)| Header {
-                                key: k.to_string(),
-                                value: v,
-                            })
-                            .collect(),
-                        timestamp_ms: r.timestamp,
-                    },
+                    record: Record::from(r),
                     topic: topic.clone(),
                     partition: *p,
-                    offset: r.offset,
+                    offset,
                 });
             }
         }

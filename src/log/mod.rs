@@ -28,6 +28,7 @@ mod compact;
 mod index;
 pub mod plain;
 mod producer;
+pub mod records;
 pub mod rewrite;
 mod segment;
 

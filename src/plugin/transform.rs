@@ -18,6 +18,7 @@ use wasmtime::Store;
 use super::instance::{Instance, World};
 use super::sandbox::StoreState;
 use super::{PluginError, Shared};
+use crate::log::records::DecodedRecord;
 use crate::metrics::PluginCalls;
 
 mod bindings {
@@ -77,6 +78,26 @@ pub struct Record {
     pub headers: Vec<Header>,
     /// Milliseconds since the Unix epoch.
     pub timestamp_ms: i64,
+}
+
+impl From<DecodedRecord> for Record {
+    /// A record read from the log (`log::records`), as a guest sees it: headers in
+    /// order with repeated keys kept, keys read as UTF-8 leniently (as the Java client).
+    fn from(r: DecodedRecord) -> Record {
+        Record {
+            key: r.key,
+            value: r.value,
+            headers: r
+                .headers
+                .into_iter()
+                .map(|(k, v)| Header {
+                    key: String::from_utf8_lossy(&k).into_owned(),
+                    value: v,
+                })
+                .collect(),
+            timestamp_ms: r.timestamp_ms,
+        }
+    }
 }
 
 /// One output record of a transform, owned (see [`OutputBatch::to_vec`]).

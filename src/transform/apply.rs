@@ -37,9 +37,9 @@ use super::inline::InlineSlot;
 use super::Tolerance;
 use crate::dead_letter::{self, plugin_error_kind};
 use crate::ingest::Ingest;
-use crate::log::rewrite::{decode_records, BatchBuilder, DecodedRecord};
+use crate::log::rewrite::{decode_records, BatchBuilder};
 use crate::log::{Compression, ValidatedBatch};
-use crate::plugin::{BatchContext, Header, OutputBatch, PluginError, Record, Transform};
+use crate::plugin::{BatchContext, OutputBatch, PluginError, Record, Transform};
 
 /// Named plugin errors handled by re-running the rest of the batch; past this many in one
 /// batch the remaining records are run one by one.
@@ -127,7 +127,7 @@ pub async fn apply(
                 message: format!("inline transform {}: {e}", slot.name),
                 record_errors: Vec::new(),
             })?;
-        let records: Vec<Record> = decoded.iter().map(to_plugin_record).collect();
+        let records: Vec<Record> = decoded.iter().cloned().map(Record::from).collect();
         let started = Instant::now();
         let outcome = run(&mut transform, &context, &records, slot.tolerance).await;
         let busy_ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
@@ -432,23 +432,6 @@ fn refused_invalid(slot: &InlineSlot, message: String, index: Option<i32>) -> Re
         error: ResponseError::InvalidRecord,
         message: format!("inline transform {}: {message}", slot.name),
         record_errors: index.map(|i| vec![(i, message)]).unwrap_or_default(),
-    }
-}
-
-fn to_plugin_record(r: &DecodedRecord) -> Record {
-    Record {
-        key: r.key.clone(),
-        value: r.value.clone(),
-        headers: r
-            .headers
-            .iter()
-            .map(|(k, v)| Header {
-                // Kafka header keys are UTF-8 strings; read leniently, as the Java client.
-                key: String::from_utf8_lossy(k).into_owned(),
-                value: v.clone(),
-            })
-            .collect(),
-        timestamp_ms: r.timestamp_ms,
     }
 }
 

@@ -27,16 +27,16 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, Bytes};
-use kafka_protocol::records::RecordBatchDecoder;
+use bytes::Bytes;
 use tokio::sync::watch;
 
 use super::{Deployment, Owners, RunState, Tolerance};
 use crate::dead_letter::{self, DeadLetter, Owner, Stage};
 use crate::group::{CommitRequest, OffsetToCommit};
 use crate::ingest::Ingest;
+use crate::log::records::{StoredBatches, MAX_DECOMPRESSED_BATCH_BYTES};
 use crate::log::LogError;
-use crate::plugin::{BatchContext, Header, PluginError, Record, Transform};
+use crate::plugin::{BatchContext, PluginError, Record, Transform};
 use crate::replica::FetchIsolation;
 
 /// Most records given to the transform in one call.
@@ -427,50 +427,29 @@ pub(crate) fn short(version: &str) -> &str {
 /// Errors: a batch that does not decode (the log validated it at append, so this is
 /// corruption).
 pub(crate) fn decode(
-    mut bytes: Bytes,
+    bytes: Bytes,
     from: i64,
     max: usize,
 ) -> Result<(Vec<(i64, Record)>, i64), String> {
     let mut out = Vec::new();
     let mut next = from;
-    while bytes.remaining() >= 12 {
-        let base = i64::from_be_bytes(bytes[0..8].try_into().unwrap_or_default());
-        let len = i32::from_be_bytes(bytes[8..12].try_into().unwrap_or_default());
-        let total =
-            12usize.saturating_add(usize::try_from(len).map_err(|_| "negative batch length")?);
-        if total > bytes.remaining() || total < 61 {
-            break; // a partial batch at the end of a read
-        }
-        let last_delta = i32::from_be_bytes(bytes[23..27].try_into().unwrap_or_default());
-        let batch_end = base + i64::from(last_delta) + 1;
-        let mut one = bytes.split_to(total);
-        let set = RecordBatchDecoder::decode(&mut one).map_err(|e| e.to_string())?;
+    for batch in StoredBatches::new(bytes, MAX_DECOMPRESSED_BATCH_BYTES) {
+        let batch = batch?;
+        let batch_end = batch.base_offset + i64::from(batch.last_offset_delta) + 1;
         let mut full = false;
-        for r in set.records {
-            if r.offset < from || r.control {
-                continue;
+        if !batch.is_control {
+            for r in batch.records {
+                let offset = batch.base_offset + i64::from(r.offset_delta);
+                if offset < from {
+                    continue;
+                }
+                if out.len() == max {
+                    full = true;
+                    break;
+                }
+                next = offset + 1;
+                out.push((offset, Record::from(r)));
             }
-            if out.len() == max {
-                full = true;
-                break;
-            }
-            next = r.offset + 1;
-            out.push((
-                r.offset,
-                Record {
-                    key: r.key,
-                    value: r.value,
-                    headers: r
-                        .headers
-                        .into_iter()
-                        .map(|(k, v)| Header {
-                            key: k.to_string(),
-                            value: v,
-                        })
-                        .collect(),
-                    timestamp_ms: r.timestamp,
-                },
-            ));
         }
         if full {
             break;

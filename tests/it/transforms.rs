@@ -305,6 +305,54 @@ async fn a_restart_mid_stream_loses_nothing() {
     broker.stop();
 }
 
+/// Issue 11 §4: async transforms read the input with the log's record walker, and
+/// `Ingest` writes their outputs with the one batch encoder, both keeping repeated header
+/// keys (KIP-82). Before, kafka-protocol's decoder and encoder went through a header map
+/// that kept one value per key, so `h: 1, g: x, h: 2` came out as `h: 2, g: x`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_headers_pass_through_an_async_transform_in_order() {
+    use rdkafka::message::{Header, OwnedHeaders};
+    let broker = TestBroker::start();
+    create_topic(&broker.bootstrap, "in", 1, &[]).await;
+    create_topic(&broker.bootstrap, "out", 1, &[]).await;
+    deploy(
+        &broker.admin_url,
+        json!({"name": "copy", "wasm": guest("identity"), "input": "in", "outputs": ["out"]}),
+    );
+    let p = producer(&broker.bootstrap, &[]);
+    let headers = OwnedHeaders::new()
+        .insert(Header {
+            key: "h",
+            value: Some("1"),
+        })
+        .insert(Header {
+            key: "g",
+            value: Some("x"),
+        })
+        .insert(Header {
+            key: "h",
+            value: Some("2"),
+        });
+    p.send(
+        FutureRecord::<str, str>::to("in")
+            .key("k")
+            .payload("v")
+            .headers(headers),
+        Duration::from_secs(10),
+    )
+    .await
+    .expect("delivered");
+    let got = read_partition(&broker.bootstrap, "out", 0, Offset::Beginning, 1);
+    assert_eq!(got.len(), 1, "one record out");
+    let want: Vec<(String, Vec<u8>)> = [("h", "1"), ("g", "x"), ("h", "2")]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+        .collect();
+    assert_eq!(got[0].3, want, "headers in order, repeats kept");
+    assert_eq!(got[0].1.as_deref(), Some(&b"v"[..]));
+    broker.stop();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panic_with_tolerance_all_dead_letters_one_record_and_the_rest_flows() {
     let broker = TestBroker::start();
