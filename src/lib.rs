@@ -13,6 +13,8 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod connect;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod group;
 pub mod ingest;
 pub mod log;

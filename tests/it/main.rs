@@ -17,6 +17,7 @@ mod connect_rest;
 mod connect_sqlite;
 mod connect_state;
 mod crash;
+mod fuzz_frames;
 mod fetch;
 mod group_protocol;
 mod groups;
