@@ -158,7 +158,11 @@ pub fn produce_payload(bytes: &[u8], require_keys: bool) -> PayloadVerdict {
     let mut records = 0usize;
     for batch in &batches {
         // Header fields read on the produce path: none may panic on client values.
-        let _ = (batch.last_offset(), batch.compression(), batch.timestamp_type());
+        let _ = (
+            batch.last_offset(),
+            batch.compression(),
+            batch.timestamp_type(),
+        );
         if let Err(e) = validate_records(batch, limits) {
             return PayloadVerdict::Refused(e.kafka_error().code());
         }
@@ -224,7 +228,10 @@ pub fn transform_output(buf: &[u8], input_count: usize) -> Result<usize, String>
     let out = crate::plugin::transform_decode_output(buf.to_vec(), input_count)?;
     let mut n = 0usize;
     for r in out.iter() {
-        assert!((r.input_index as usize) < input_count, "input index in range");
+        assert!(
+            (r.input_index as usize) < input_count,
+            "input index in range"
+        );
         let owned = r.to_output();
         assert_eq!(owned.record.headers.len(), r.headers().len());
         n += 1;
@@ -234,7 +241,12 @@ pub fn transform_output(buf: &[u8], input_count: usize) -> Result<usize, String>
 }
 
 /// One input record of a transform, as plain values: key, value, timestamp (ms), headers.
-pub type PlainRecord = (Option<Vec<u8>>, Option<Vec<u8>>, i64, Vec<(String, Option<Vec<u8>>)>);
+pub type PlainRecord = (
+    Option<Vec<u8>>,
+    Option<Vec<u8>>,
+    i64,
+    Vec<(String, Option<Vec<u8>>)>,
+);
 
 /// Encodes `records` in the "weir batch v1" input layout (as the host sends them to a
 /// transform) and builds the output an identity transform answers: each input record
@@ -359,9 +371,7 @@ fn default_request(key: ApiKey) -> Option<RequestKind> {
         ApiKey::CreateTopics => RequestKind::CreateTopics(CreateTopicsRequest::default()),
         ApiKey::DeleteTopics => RequestKind::DeleteTopics(DeleteTopicsRequest::default()),
         ApiKey::InitProducerId => RequestKind::InitProducerId(InitProducerIdRequest::default()),
-        ApiKey::DescribeConfigs => {
-            RequestKind::DescribeConfigs(DescribeConfigsRequest::default())
-        }
+        ApiKey::DescribeConfigs => RequestKind::DescribeConfigs(DescribeConfigsRequest::default()),
         ApiKey::CreatePartitions => {
             RequestKind::CreatePartitions(CreatePartitionsRequest::default())
         }
@@ -369,9 +379,7 @@ fn default_request(key: ApiKey) -> Option<RequestKind> {
         ApiKey::IncrementalAlterConfigs => {
             RequestKind::IncrementalAlterConfigs(IncrementalAlterConfigsRequest::default())
         }
-        ApiKey::FindCoordinator => {
-            RequestKind::FindCoordinator(FindCoordinatorRequest::default())
-        }
+        ApiKey::FindCoordinator => RequestKind::FindCoordinator(FindCoordinatorRequest::default()),
         ApiKey::JoinGroup => RequestKind::JoinGroup(JoinGroupRequest::default()),
         ApiKey::SyncGroup => RequestKind::SyncGroup(SyncGroupRequest::default()),
         ApiKey::Heartbeat => RequestKind::Heartbeat(HeartbeatRequest::default()),
@@ -439,11 +447,9 @@ fn sample_request(key: ApiKey, version: i16) -> Option<RequestKind> {
         }
         ApiKey::Metadata => {
             use metadata_request::MetadataRequestTopic;
-            RequestKind::Metadata(
-                MetadataRequest::default().with_topics(Some(vec![
-                    MetadataRequestTopic::default().with_name(Some(topic())),
-                ])),
-            )
+            RequestKind::Metadata(MetadataRequest::default().with_topics(Some(vec![
+                MetadataRequestTopic::default().with_name(Some(topic())),
+            ])))
         }
         ApiKey::ApiVersions => RequestKind::ApiVersions(
             ApiVersionsRequest::default()
@@ -531,7 +537,11 @@ pub fn seed_produce_payloads() -> Vec<Vec<u8>> {
                 1_700_000_000_000 + i,
                 Some(Bytes::from(format!("key-{i}"))),
                 (i != 2).then(|| Bytes::from(format!("value {i} {}", "x".repeat(i as usize * 8)))),
-                if i == 1 { headers.clone() } else { IndexMap::new() },
+                if i == 1 {
+                    headers.clone()
+                } else {
+                    IndexMap::new()
+                },
             )
         })
         .collect();
@@ -665,7 +675,11 @@ mod tests {
                 bytes.drain(at..(at + n).min(len));
             }
             Mutation::Word(at, v, le) => {
-                let raw = if *le { v.to_le_bytes() } else { v.to_be_bytes() };
+                let raw = if *le {
+                    v.to_le_bytes()
+                } else {
+                    v.to_be_bytes()
+                };
                 let at = at % len;
                 let n = (len - at).min(4);
                 bytes[at..at + n].copy_from_slice(&raw[..n]);
@@ -680,17 +694,13 @@ mod tests {
 
     fn mutated(seeds: &[Vec<u8>]) -> impl Strategy<Value = Vec<u8>> {
         let seeds = seeds.to_vec();
-        (
-            0..seeds.len(),
-            proptest::collection::vec(mutation(), 1..6),
-        )
-            .prop_map(move |(i, ms)| {
-                let mut bytes = seeds[i].clone();
-                for m in &ms {
-                    apply(&mut bytes, m);
-                }
-                bytes
-            })
+        (0..seeds.len(), proptest::collection::vec(mutation(), 1..6)).prop_map(move |(i, ms)| {
+            let mut bytes = seeds[i].clone();
+            for m in &ms {
+                apply(&mut bytes, m);
+            }
+            bytes
+        })
     }
 
     fn config(cases: u32) -> ProptestConfig {
@@ -728,7 +738,11 @@ mod tests {
     #[test]
     fn every_seed_payload_is_accepted() {
         let payloads = seed_produce_payloads();
-        assert_eq!(payloads.len(), 6, "one batch per codec and a two-batch payload");
+        assert_eq!(
+            payloads.len(),
+            6,
+            "one batch per codec and a two-batch payload"
+        );
         for (i, p) in payloads.iter().enumerate() {
             let batches = if i == payloads.len() - 1 { 2 } else { 1 };
             assert_eq!(
@@ -764,10 +778,10 @@ mod tests {
         #[test]
         fn metadata_v9_with_a_tag_past_i32_max() {
             let frame = [
-                0x00, 0x03, 0x00, 0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x09, 0x10, 0x00,
-                0x05, 0x00, 0x00, 0x00, 0x06, 0x00, 0x00, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00,
-                0xd3, 0x99, 0x03, 0x00, 0x08, 0x00, 0xba, 0xba, 0xba, 0xba, 0xba, 0x00, 0x00,
-                0x00, 0x00, 0x00, 0x00, 0x00, 0x72,
+                0x00, 0x03, 0x00, 0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x09, 0x10, 0x00, 0x05,
+                0x00, 0x00, 0x00, 0x06, 0x00, 0x00, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0xd3, 0x99,
+                0x03, 0x00, 0x08, 0x00, 0xba, 0xba, 0xba, 0xba, 0xba, 0x00, 0x00, 0x00, 0x00, 0x00,
+                0x00, 0x00, 0x72,
             ];
             assert_eq!(
                 request_frame(&frame),

@@ -16,7 +16,7 @@ pub fn seed_empty_corpus(seeds: impl FnOnce() -> Vec<Vec<u8>>) {
     else {
         return;
     };
-    let empty = std::fs::read_dir(&dir).map_or(false, |mut d| d.next().is_none());
+    let empty = std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_none());
     if !empty {
         return;
     }
