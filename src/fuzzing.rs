@@ -667,12 +667,15 @@ mod tests {
             Mutation::Flip(at, x) => bytes[at % len] ^= x,
             Mutation::Truncate(at) => bytes.truncate(at % len),
             Mutation::Insert(at, b) => {
-                let at = at % (len + 1);
-                bytes.splice(at..at, b.iter().copied());
+                let tail = bytes.split_off(at % (len + 1));
+                bytes.extend_from_slice(b);
+                bytes.extend_from_slice(&tail);
             }
             Mutation::Remove(at, n) => {
                 let at = at % len;
-                bytes.drain(at..(at + n).min(len));
+                let end = (at + n).min(len);
+                bytes.copy_within(end.., at);
+                bytes.truncate(len - (end - at));
             }
             Mutation::Word(at, v, le) => {
                 let raw = if *le {

@@ -57,8 +57,11 @@ fn mutate(frame: &mut Vec<u8>, rng: &mut Rng) {
             }
             3 => frame.truncate(at),
             _ => {
-                let extra: Vec<u8> = (0..1 + rng.below(8)).map(|_| rng.next() as u8).collect();
-                frame.splice(at..at, extra);
+                let tail = frame.split_off(at);
+                for _ in 0..1 + rng.below(8) {
+                    frame.push(rng.next() as u8);
+                }
+                frame.extend_from_slice(&tail);
             }
         }
     }
