@@ -956,6 +956,7 @@ mod tests {
             );
             let batch = crate::log::validate(Bytes::from(payload)).expect("valid");
             let decoded = decode_records(&batch, 1 << 20).expect("decodes");
+            prop_assert_eq!(decoded.len(), encoded.len());
             for (got, want) in decoded.iter().zip(&encoded) {
                 prop_assert_eq!(&got.key, &want.key);
                 prop_assert_eq!(&got.value, &want.value);
