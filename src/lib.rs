@@ -15,6 +15,8 @@ pub mod config;
 pub mod connect;
 pub mod dead_letter;
 pub mod fswatch;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod group;
 pub mod ingest;
 pub mod internal_topic;

@@ -29,6 +29,11 @@ pub struct Record {
 
 /// One record at `offset_delta` within its batch, with a CreateTime of `timestamp_ms`
 /// (milliseconds since the Unix epoch), no producer id and no sequence.
+///
+/// The record's `sequence` is the batch's base sequence (-1: none) plus `offset_delta`,
+/// as kafka-protocol's decoder reports it: its encoder keeps consecutive records in one
+/// batch only while offset minus sequence stays the same, so a constant -1 would give
+/// every record a batch of its own.
 pub fn record(
     offset_delta: i64,
     timestamp_ms: i64,
@@ -88,4 +93,32 @@ pub fn encode(records: &[Record]) -> Result<Bytes, String> {
     }
     let batch = builder.finish().map_err(|e| fail(e.to_string()))?;
     Ok(batch.to_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records from [`record`] with offset deltas 0..n encode as one batch of n records,
+    /// with no producer id and no base sequence.
+    #[test]
+    fn records_encode_as_one_batch() {
+        let records: Vec<Record> = (0..5)
+            .map(|i| {
+                record(
+                    i,
+                    1_000 + i,
+                    None,
+                    Some(Bytes::from_static(b"v")),
+                    Default::default(),
+                )
+            })
+            .collect();
+        let batches = crate::log::split_batches(encode(&records).unwrap()).unwrap();
+        assert_eq!(batches.len(), 1);
+        let batch = &batches[0];
+        assert_eq!(batch.record_count(), 5);
+        assert_eq!(batch.last_offset(), 4);
+        assert_eq!((batch.producer_id(), batch.base_sequence()), (-1, -1));
+    }
 }

@@ -60,6 +60,10 @@ pub use partitioner::Partitioner;
 pub use sqlite::{SqlRows, SqlValue, DEFAULT_BUSY_TIMEOUT_MS, MAX_CONNECTIONS, MAX_QUERY_ROWS};
 pub use state::{StateGrant, StateStore};
 pub use transform::{BatchContext, Header, Output, OutputBatch, OutputRecord, Record, Transform};
+// For `crate::fuzzing` only: the "weir batch v1" codec.
+pub(crate) use transform::{
+    decode_output as transform_decode_output, encode_input as transform_encode_input,
+};
 
 /// How often the engine's epoch advances, in milliseconds: the granularity of call
 /// deadlines.
