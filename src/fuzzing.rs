@@ -535,11 +535,7 @@ pub fn seed_produce_payloads() -> Vec<Vec<u8>> {
                 1_700_000_000_000 + i,
                 Some(Bytes::from(format!("key-{i}"))),
                 (i != 2).then(|| Bytes::from(format!("value {i} {}", "x".repeat(i as usize * 8)))),
-                if i == 1 {
-                    headers.clone()
-                } else {
-                    Vec::new()
-                },
+                if i == 1 { headers.clone() } else { Vec::new() },
             )
         })
         .collect();
