@@ -177,11 +177,6 @@ impl StoreState {
         &mut self.limiter
     }
 
-    /// Installs the limiter on `store`.
-    pub(crate) fn limit(store: &mut wasmtime::Store<StoreState>) {
-        store.limiter(|s| &mut s.limiter);
-    }
-
     /// The memory size a guest was refused, if any growth was refused.
     pub(crate) fn memory_denied(&self) -> Option<usize> {
         self.limiter.denied_bytes
@@ -208,6 +203,12 @@ impl StoreState {
             .filter(|l| !l.is_empty())
             .collect();
         (!lines.is_empty()).then(|| lines.join(" | "))
+    }
+}
+
+impl AsMut<StoreState> for StoreState {
+    fn as_mut(&mut self) -> &mut StoreState {
+        self
     }
 }
 
