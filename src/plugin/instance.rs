@@ -5,7 +5,9 @@
 //! after a failed call.
 //!
 //! Generic over the `bindgen!` world through [`World`]; the runtimes keep only their
-//! calls (`partition`, `apply`) and what they check in the results.
+//! calls (`partition`, `apply`) and what they check in the results. The
+//! connector worlds (`connector.rs`) share the rest: [`Bindings`], [`wasi_linker`],
+//! [`link`], [`sandboxed_store`] and [`begin_call`].
 
 use std::future::Future;
 use std::sync::Arc;
