@@ -532,6 +532,16 @@ macro_rules! call {
     }};
 }
 
+fn to_wit_positions(positions: &[SourcePosition]) -> Vec<src_types::SourcePosition> {
+    positions
+        .iter()
+        .map(|p| src_types::SourcePosition {
+            source_partition: p.source_partition.clone(),
+            source_offset: p.source_offset.clone(),
+        })
+        .collect()
+}
+
 fn plugin_failed(name: &str, message: String, record_index: Option<u32>) -> PluginError {
     PluginError::Failed {
         plugin: name.to_string(),
@@ -556,13 +566,7 @@ impl SourceConnector {
         offsets: &[SourcePosition],
     ) -> Result<(), PluginError> {
         let config = config.to_vec();
-        let offsets: Vec<src_types::SourcePosition> = offsets
-            .iter()
-            .map(|p| src_types::SourcePosition {
-                source_partition: p.source_partition.clone(),
-                source_offset: p.source_offset.clone(),
-            })
-            .collect();
+        let offsets = to_wit_positions(offsets);
         let r = call!(self, |store, world| world
             .weir_plugin_source()
             .call_open(store, &config, &offsets))?;
@@ -635,13 +639,7 @@ impl SourceConnector {
 
     /// [`SourceConnector::commit`], untimed.
     async fn commit_once(&mut self, offsets: &[SourcePosition]) -> Result<(), PluginError> {
-        let offsets: Vec<src_types::SourcePosition> = offsets
-            .iter()
-            .map(|p| src_types::SourcePosition {
-                source_partition: p.source_partition.clone(),
-                source_offset: p.source_offset.clone(),
-            })
-            .collect();
+        let offsets = to_wit_positions(offsets);
         call!(self, |store, world| world
             .weir_plugin_source()
             .call_commit(store, &offsets))
