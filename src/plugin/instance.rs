@@ -14,7 +14,6 @@ use std::sync::Arc;
 
 use wasmtime::component::{Component, InstancePre, Linker};
 use wasmtime::Store;
-
 use wasmtime_wasi::WasiView;
 
 use super::sandbox::StoreState;
