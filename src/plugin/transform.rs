@@ -8,16 +8,15 @@
 //! per record (an earlier version handed out a `Bytes` slice per key and value; its
 //! atomic reference counts were a third of the host's cost per record).
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use wasmtime::component::{Component, InstancePre};
+use wasmtime::component::InstancePre;
 use wasmtime::Store;
 
-use super::instance::{Instance, World};
+use super::instance::{Bindings, Instance, World};
 use super::sandbox::StoreState;
-use super::{PluginError, Shared};
+use super::PluginError;
 use crate::log::records::DecodedRecord;
 use crate::metrics::PluginCalls;
 
@@ -30,20 +29,22 @@ mod bindings {
 }
 
 use bindings::weir::plugin::types::BatchContext as WitContext;
-use bindings::{Transform as Bindings, TransformPre as BindingsPre};
 
-impl World for Bindings {
-    type Pre = BindingsPre<StoreState>;
+impl Bindings<StoreState> for bindings::Transform {
+    type Pre = bindings::TransformPre<StoreState>;
     const WORLD: &'static str = "transform";
-    const EXPORT: &'static str = "weir:plugin/transformer";
 
     fn pre(pre: InstancePre<StoreState>) -> wasmtime::Result<Self::Pre> {
-        BindingsPre::new(pre)
+        bindings::TransformPre::new(pre)
     }
 
     async fn instantiate(pre: &Self::Pre, store: &mut Store<StoreState>) -> wasmtime::Result<Self> {
         pre.instantiate_async(store).await
     }
+}
+
+impl World for bindings::Transform {
+    const EXPORT: &'static str = "weir:plugin/transformer";
 
     async fn open(
         &self,
@@ -129,7 +130,7 @@ pub struct BatchContext {
 /// the instance is replaced (and re-opened with the same config) before the next call.
 /// Calls take `&mut self`: use one `Transform` per concurrent user.
 pub struct Transform {
-    instance: Instance<Bindings>,
+    instance: Instance<bindings::Transform>,
     /// Reused input buffer.
     input: Vec<u8>,
     /// `apply` durations and failures.
@@ -137,18 +138,13 @@ pub struct Transform {
 }
 
 impl Transform {
-    pub(super) async fn load(
-        shared: Arc<Shared>,
-        name: Arc<str>,
-        component: &Component,
-        config: Vec<(String, String)>,
-    ) -> Result<Self, PluginError> {
-        let calls = shared.calls(&name, "apply");
-        Ok(Transform {
-            instance: Instance::load(shared, name, component, config).await?,
+    /// The runtime around a loaded instance (`PluginHost::load_transform*`).
+    pub(super) fn new(instance: Instance<bindings::Transform>) -> Self {
+        Transform {
+            calls: instance.calls("apply"),
+            instance,
             input: Vec::new(),
-            calls,
-        })
+        }
     }
 
     /// The plugin's name (its file name).
