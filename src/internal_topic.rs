@@ -286,6 +286,22 @@ impl InternalTopic {
     }
 }
 
+/// The metadata and replica manager of a broker's state in `dir`, as a (re)started
+/// broker opens them: for tests of the stores built on [`InternalTopic`].
+#[cfg(test)]
+pub(crate) fn test_owners(dir: &std::path::Path) -> (Arc<Metadata>, Arc<ReplicaManager>) {
+    let mut config = crate::config::BrokerConfig::defaults();
+    config.log_dir = dir.to_path_buf();
+    let metadata = Arc::new(Metadata::open(dir, 1).unwrap());
+    let replicas = ReplicaManager::open(
+        Arc::new(config),
+        &metadata,
+        Arc::new(crate::purgatory::Purgatory::new(10)),
+    )
+    .unwrap();
+    (metadata, replicas)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,15 +309,7 @@ mod tests {
     /// The internal topic `name` (`partitions` partitions) over a broker's state in
     /// `dir`, as a (re)started broker builds it.
     fn topic_in(dir: &std::path::Path, name: &'static str, partitions: i32) -> InternalTopic {
-        let mut config = crate::config::BrokerConfig::defaults();
-        config.log_dir = dir.to_path_buf();
-        let metadata = Arc::new(Metadata::open(dir, 1).unwrap());
-        let replicas = ReplicaManager::open(
-            Arc::new(config),
-            &metadata,
-            Arc::new(crate::purgatory::Purgatory::new(10)),
-        )
-        .unwrap();
+        let (metadata, replicas) = test_owners(dir);
         let spec = InternalTopicSpec {
             partitions,
             configs: BTreeMap::from([("segment.bytes".to_string(), "1048576".to_string())]),

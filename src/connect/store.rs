@@ -426,15 +426,7 @@ mod tests {
     /// The internal topic `name` over a broker's state in `dir`, as a (re)started broker
     /// builds it.
     fn topic_in(dir: &std::path::Path, name: &'static str) -> InternalTopic {
-        let mut config = crate::config::BrokerConfig::defaults();
-        config.log_dir = dir.to_path_buf();
-        let metadata = Arc::new(Metadata::open(dir, 1).unwrap());
-        let replicas = ReplicaManager::open(
-            Arc::new(config),
-            &metadata,
-            Arc::new(crate::purgatory::Purgatory::new(10)),
-        )
-        .unwrap();
+        let (metadata, replicas) = crate::internal_topic::test_owners(dir);
         connect_topic(name, metadata, replicas)
     }
 

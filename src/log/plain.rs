@@ -29,11 +29,6 @@ pub struct Record {
 
 /// One record at `offset_delta` within its batch, with a CreateTime of `timestamp_ms`
 /// (milliseconds since the Unix epoch), no producer id and no sequence.
-///
-/// The record's `sequence` is the batch's base sequence (-1: none) plus `offset_delta`,
-/// as kafka-protocol's decoder reports it: its encoder keeps consecutive records in one
-/// batch only while offset minus sequence stays the same, so a constant -1 would give
-/// every record a batch of its own.
 pub fn record(
     offset_delta: i64,
     timestamp_ms: i64,
