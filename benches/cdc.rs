@@ -19,6 +19,11 @@
 #[allow(dead_code)]
 #[path = "../tests/it/guests.rs"]
 mod guests;
+// The integration tests' broker start (`TestBroker`), shared so benches measure the broker
+// the tests run; the rest of the harness is unused here.
+#[allow(dead_code)]
+#[path = "../tests/it/harness.rs"]
+mod harness;
 
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -26,7 +31,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-use weir::config::{BrokerConfig, RawConfig};
 
 fn now_us() -> i64 {
     SystemTime::now()
@@ -40,41 +44,6 @@ fn env_u64(key: &str, default: u64) -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-/// An in-process broker: (bootstrap, shutdown sender, thread).
-fn start_broker(
-    dir: &Path,
-    overrides: &[String],
-) -> (
-    String,
-    tokio::sync::watch::Sender<bool>,
-    std::thread::JoinHandle<()>,
-) {
-    let mut raw = RawConfig::default();
-    raw.set("listeners", "PLAINTEXT://127.0.0.1:0").unwrap();
-    raw.set("log.dirs", dir.to_str().unwrap()).unwrap();
-    let o: Vec<&str> = overrides.iter().map(String::as_str).collect();
-    raw.apply_overrides(&o).unwrap();
-    let config = BrokerConfig::from_raw(raw).unwrap();
-    let (tx, rx) = tokio::sync::watch::channel(false);
-    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-    let thread = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let listeners = weir::broker::bind(&config).await.unwrap();
-            addr_tx
-                .send(listeners.kafka[0].local_addr().unwrap())
-                .unwrap();
-            weir::broker::run(config, listeners, rx).await.unwrap();
-        });
-    });
-    let addr = addr_rx.recv_timeout(Duration::from_secs(30)).unwrap();
-    (addr.to_string(), tx, thread)
 }
 
 fn percentile(sorted: &[i64], p: f64) -> i64 {
@@ -116,13 +85,14 @@ fn main() {
         ),
     )
     .unwrap();
-    let (bootstrap, shutdown, thread) = start_broker(
+    let broker = harness::TestBroker::start_in(
         &data,
         &[
-            format!("connect.config.dir={}", configs.display()),
-            format!("connect.plugin.path={}", plugins.display()),
+            &format!("connect.config.dir={}", configs.display()),
+            &format!("connect.plugin.path={}", plugins.display()),
         ],
     );
+    let bootstrap = broker.bootstrap.clone();
     // Wait for the connector's triggers.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -206,8 +176,7 @@ fn main() {
         }
     }
     let (late, took) = write.join().unwrap();
-    let _ = shutdown.send(true);
-    let _ = thread.join();
+    broker.stop();
     latencies_us.sort_unstable();
     println!(
         "sqlite-cdc end-to-end latency (row committed -> readable by an rdkafka consumer), \

@@ -19,55 +19,19 @@
 #[path = "../tests/it/guests.rs"]
 #[allow(dead_code)] // only build_workspace is used here
 mod guests;
+// The integration tests' broker start (`BinaryBroker`: the `weir` binary), shared so
+// benches measure the broker the tests run; the rest of the harness is unused here.
+#[allow(dead_code)]
+#[path = "../tests/it/harness.rs"]
+mod harness;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::ClientConfig;
-
-/// A `weir serve` child process; killed on drop.
-struct Broker {
-    bootstrap: String,
-    child: Child,
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_broker(dir: &Path, configs: &Path, plugins: &Path) -> Broker {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
-        .arg("serve")
-        .args(["--override", "listeners=PLAINTEXT://127.0.0.1:0"])
-        .args(["--override", "admin.listeners=http://127.0.0.1:0"])
-        .args(["--override", &format!("log.dirs={}", dir.display())])
-        .args([
-            "--override",
-            &format!("connect.config.dir={}", configs.display()),
-        ])
-        .args([
-            "--override",
-            &format!("connect.plugin.path={}", plugins.display()),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn weir serve");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = lines.next().expect("a line").expect("readable");
-    let bootstrap = first
-        .strip_prefix("weir listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
-        .to_string();
-    std::thread::spawn(move || for _ in lines {});
-    Broker { bootstrap, child }
-}
 
 /// The log end offset of partition 0 of `topic` (0 while it does not exist). A new
 /// client each time: one created before the topic existed keeps answering "unknown topic".
@@ -112,7 +76,14 @@ fn main() {
         ),
     )
     .unwrap();
-    let broker = start_broker(&tmp.path().join("data"), &configs, &plugins);
+    let broker = harness::BinaryBroker::spawn(
+        &tmp.path().join("data"),
+        0,
+        &[
+            &format!("connect.config.dir={}", configs.display()),
+            &format!("connect.plugin.path={}", plugins.display()),
+        ],
+    );
 
     // Baseline: weir produce of the same file.
     let t0 = Instant::now();

@@ -28,32 +28,12 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
-use tokio::sync::watch;
-use weir::config::{BrokerConfig, RawConfig};
 
-fn start_broker(
-    dir: &std::path::Path,
-) -> (String, watch::Sender<bool>, std::thread::JoinHandle<()>) {
-    let mut raw = RawConfig::default();
-    raw.set("listeners", "PLAINTEXT://127.0.0.1:0").unwrap();
-    raw.set("admin.listeners", "").unwrap();
-    raw.set("log.dirs", dir.to_str().unwrap()).unwrap();
-    let config = BrokerConfig::from_raw(raw).unwrap();
-    let (tx, rx) = watch::channel(false);
-    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-    let thread = std::thread::spawn(move || {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(async move {
-            let listeners = weir::broker::bind(&config).await.unwrap();
-            addr_tx
-                .send(listeners.kafka[0].local_addr().unwrap())
-                .unwrap();
-            weir::broker::run(config, listeners, rx).await.unwrap();
-        });
-    });
-    let addr = addr_rx.recv().unwrap();
-    (addr.to_string(), tx, thread)
-}
+// The integration tests' broker start (`TestBroker`), shared so benches measure the broker
+// the tests run; the rest of the harness is unused here.
+#[allow(dead_code)]
+#[path = "../tests/it/harness.rs"]
+mod harness;
 
 fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
@@ -293,7 +273,8 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(5);
     let dir = tempfile::tempdir().unwrap();
-    let (bootstrap, shutdown, thread) = start_broker(dir.path());
+    let broker = harness::TestBroker::start_in(dir.path(), &["admin.listeners="]);
+    let bootstrap = broker.bootstrap.clone();
     create_topic(&bootstrap, "bench-small", 12);
     create_topic(&bootstrap, "bench-big", 6);
     produce(&bootstrap, "bench-small", 1200, 100);
@@ -302,6 +283,5 @@ fn main() {
     let records = 2_000_000;
     produce(&bootstrap, "bench-big", records, 100);
     consume_throughput(&bootstrap, records);
-    let _ = shutdown.send(true);
-    let _ = thread.join();
+    broker.stop();
 }

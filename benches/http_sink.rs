@@ -23,6 +23,11 @@
 #[path = "../tests/it/guests.rs"]
 #[allow(dead_code)]
 mod guests;
+// The integration tests' broker start (`TestBroker`), shared so benches measure the broker
+// the tests run; the rest of the harness is unused here.
+#[allow(dead_code)]
+#[path = "../tests/it/harness.rs"]
+mod harness;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -32,7 +37,6 @@ use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use weir::config::{BrokerConfig, RawConfig};
 
 /// A ~100-byte JSON value.
 fn value(i: usize) -> String {
@@ -147,35 +151,14 @@ fn main() {
         ),
     )
     .unwrap();
-    let mut raw = RawConfig::default();
-    raw.set("listeners", "PLAINTEXT://127.0.0.1:0").unwrap();
-    raw.set("log.dirs", tmp.path().join("data").to_str().unwrap())
-        .unwrap();
-    raw.set("connect.config.dir", configs.to_str().unwrap())
-        .unwrap();
-    raw.set("connect.plugin.path", plugin_path.to_str().unwrap())
-        .unwrap();
-    let config = BrokerConfig::from_raw(raw).unwrap();
-    let (tx, rx) = tokio::sync::watch::channel(false);
-    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-    let thread = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let listeners = weir::broker::bind(&config).await.unwrap();
-            addr_tx
-                .send(listeners.kafka[0].local_addr().unwrap())
-                .unwrap();
-            weir::broker::run(config, listeners, rx).await.unwrap();
-        });
-    });
-    let bootstrap = addr_rx
-        .recv_timeout(Duration::from_secs(30))
-        .unwrap()
-        .to_string();
+    let broker = harness::TestBroker::start_in(
+        &tmp.path().join("data"),
+        &[
+            &format!("connect.config.dir={}", configs.display()),
+            &format!("connect.plugin.path={}", plugin_path.display()),
+        ],
+    );
+    let bootstrap = broker.bootstrap.clone();
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", &bootstrap)
         .set("linger.ms", "5")
@@ -203,8 +186,7 @@ fn main() {
     // The first request's own time is not in first..last: count the records after it.
     let sink_s = last.duration_since(first).as_secs_f64().max(1e-9);
     let sink_rate = (n - batch.min(n)) as f64 / sink_s;
-    let _ = tx.send(true);
-    let _ = thread.join();
+    broker.stop();
 
     println!("http sink: {n} records of ~100 B, batches of {batch}, one connection per request");
     println!("  baseline (plain Rust loop POSTing the batches): {base_rate:>12.0} records/s");

@@ -17,6 +17,11 @@
 
 #[path = "../tests/it/guests.rs"]
 mod guests;
+// The integration tests' broker start (`TestBroker`), shared so benches measure the broker
+// the tests run; the rest of the harness is unused here.
+#[allow(dead_code)]
+#[path = "../tests/it/harness.rs"]
+mod harness;
 
 use std::hint::black_box;
 use std::io::{Read, Write};
@@ -26,7 +31,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
-use weir::config::{BrokerConfig, RawConfig};
 use weir::log::{split_batches, ValidatedBatch};
 use weir::plugin::{PluginHost, PluginHostConfig};
 use weir::protocol::records::{validate_records, RecordLimits};
@@ -141,46 +145,6 @@ fn broker_side(runtime: &tokio::runtime::Runtime) -> Result<(), Box<dyn std::err
     Ok(())
 }
 
-/// An in-process broker: (bootstrap, admin url, shutdown sender, thread).
-fn start_broker(
-    dir: &std::path::Path,
-) -> (
-    String,
-    String,
-    tokio::sync::watch::Sender<bool>,
-    std::thread::JoinHandle<()>,
-) {
-    let mut raw = RawConfig::default();
-    raw.set("listeners", "PLAINTEXT://127.0.0.1:0").unwrap();
-    raw.set("log.dirs", dir.to_str().unwrap()).unwrap();
-    raw.set("admin.listeners", "http://127.0.0.1:0").unwrap();
-    let config = BrokerConfig::from_raw(raw).unwrap();
-    let (tx, rx) = tokio::sync::watch::channel(false);
-    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-    let thread = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let listeners = weir::broker::bind(&config).await.unwrap();
-            let admin = listeners.admin.as_ref().map(|l| l.local_addr().unwrap());
-            addr_tx
-                .send((listeners.kafka[0].local_addr().unwrap(), admin))
-                .unwrap();
-            weir::broker::run(config, listeners, rx).await.unwrap();
-        });
-    });
-    let (addr, admin) = addr_rx.recv_timeout(Duration::from_secs(30)).unwrap();
-    (
-        addr.to_string(),
-        admin.map(|a| a.to_string()).unwrap_or_default(),
-        tx,
-        thread,
-    )
-}
-
 fn deploy_redact(admin: &str, topic: &str) -> Result<(), String> {
     let body = serde_json::json!({
         "name": "redact-bench",
@@ -241,12 +205,13 @@ fn end_to_end(runtime: &tokio::runtime::Runtime) -> Result<(), Box<dyn std::erro
         .and_then(|v| v.parse().ok())
         .unwrap_or(200_000);
     let dir = tempfile::tempdir()?;
-    let (bootstrap, admin, shutdown, thread) = start_broker(dir.path());
+    let broker = harness::TestBroker::start_in(dir.path(), &[]);
+    let bootstrap = broker.bootstrap.clone();
+    let admin = broker.admin_url.trim_start_matches("http://").to_string();
     let values: Vec<String> = (0..n).map(value).collect();
     if let Err(e) = deploy_redact(&admin, "inline") {
         println!("end to end: cannot deploy through POST /transforms (not merged yet?): {e}");
-        let _ = shutdown.send(true);
-        let _ = thread.join();
+        broker.stop();
         return Ok(());
     }
     println!(
@@ -273,8 +238,7 @@ fn end_to_end(runtime: &tokio::runtime::Runtime) -> Result<(), Box<dyn std::erro
         inline
     );
     println!("{:>10} {:>12.2}", "ratio", best(&inline) / best(&plain));
-    let _ = shutdown.send(true);
-    let _ = thread.join();
+    broker.stop();
     Ok(())
 }
 

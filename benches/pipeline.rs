@@ -27,44 +27,14 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
-use tokio::sync::watch;
-use weir::config::{BrokerConfig, RawConfig};
+
+// The integration tests' broker start (`TestBroker`), shared so benches measure the broker
+// the tests run; the rest of the harness is unused here.
+#[allow(dead_code)]
+#[path = "../tests/it/harness.rs"]
+mod harness;
 
 const PARTITIONS: i32 = 2;
-
-struct Broker {
-    bootstrap: String,
-    admin: std::net::SocketAddr,
-    stop: watch::Sender<bool>,
-    thread: std::thread::JoinHandle<()>,
-}
-
-fn start_broker(dir: &std::path::Path) -> Broker {
-    let mut raw = RawConfig::default();
-    raw.set("listeners", "PLAINTEXT://127.0.0.1:0").unwrap();
-    raw.set("admin.listeners", "http://127.0.0.1:0").unwrap();
-    raw.set("log.dirs", dir.to_str().unwrap()).unwrap();
-    let config = BrokerConfig::from_raw(raw).unwrap();
-    let (tx, rx) = watch::channel(false);
-    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-    let thread = std::thread::spawn(move || {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(async move {
-            let listeners = weir::broker::bind(&config).await.unwrap();
-            let kafka = listeners.kafka[0].local_addr().unwrap();
-            let admin = listeners.admin.as_ref().unwrap().local_addr().unwrap();
-            addr_tx.send((kafka, admin)).unwrap();
-            weir::broker::run(config, listeners, rx).await.unwrap();
-        });
-    });
-    let (kafka, admin) = addr_rx.recv().unwrap();
-    Broker {
-        bootstrap: kafka.to_string(),
-        admin,
-        stop: tx,
-        thread,
-    }
-}
 
 fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
@@ -186,7 +156,7 @@ fn http(addr: std::net::SocketAddr, method: &str, path: &str, body: &str) -> (u1
 }
 
 /// Deploys the identity transform `in` → `ident-out` and waits for every record; seconds.
-fn identity_pipeline(b: &Broker, n: usize) -> f64 {
+fn identity_pipeline(b: &harness::TestBroker, admin: std::net::SocketAddr, n: usize) -> f64 {
     let wasm = guests::guest("identity");
     let watcher: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", &b.bootstrap)
@@ -199,7 +169,7 @@ fn identity_pipeline(b: &Broker, n: usize) -> f64 {
         "outputs": ["ident-out"],
     });
     let t0 = Instant::now();
-    let (status, body) = http(b.admin, "POST", "/transforms", &spec.to_string());
+    let (status, body) = http(admin, "POST", "/transforms", &spec.to_string());
     assert_eq!(status, 201, "deploy: {body}");
     let deadline = Instant::now() + Duration::from_secs(600);
     while log_end(&watcher, "ident-out") < n as i64 {
@@ -216,13 +186,18 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(300_000);
     let dir = tempfile::tempdir().unwrap();
-    let b = start_broker(dir.path());
+    let b = harness::TestBroker::start_in(dir.path(), &[]);
+    let admin: std::net::SocketAddr = b
+        .admin_url
+        .trim_start_matches("http://")
+        .parse()
+        .expect("the admin listener's address");
     for t in ["in", "copy-out", "ident-out"] {
         create_topic(&b.bootstrap, t, PARTITIONS);
     }
     produce_input(&b.bootstrap, n);
     let copy_s = plain_copy(&b.bootstrap, n);
-    let pipe_s = identity_pipeline(&b, n);
+    let pipe_s = identity_pipeline(&b, admin, n);
     let rate = |s: f64| n as f64 / s;
     println!("pipeline: {n} records of 100 B, {PARTITIONS} partitions");
     println!(
@@ -234,6 +209,5 @@ fn main() {
         rate(pipe_s)
     );
     println!("  ratio transform / copy     : {:.2}", copy_s / pipe_s);
-    let _ = b.stop.send(true);
-    let _ = b.thread.join();
+    b.stop();
 }

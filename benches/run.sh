@@ -27,7 +27,18 @@
 # pages backed by never-touched guest memory cost ~5x more kernel CPU to fill than
 # recycled ones, which made produce figures drift by 4x from run to run, the floor's too.
 #
+# A/B (WEIR_BIN_BEFORE set): one broker per binary, side by side in the same run, each on
+# its own free port and log dir (the idle one sleeps), and every phase for both,
+# alternately, REPEAT rounds: odd rounds baseline then candidate, even rounds candidate
+# then baseline, so the two runs of a pair are seconds apart and the machine's noise hits
+# both (each produce still starts from a dropped page cache). Each pair is one unit: the
+# rdkafka produce and its consume, the wire produce and its fetch, one latency run. The
+# report lists every run's row, then per phase the median of each figure for both,
+# candidate/baseline, and whether the candidate is within AB_TOLERANCE% of the baseline
+# (or better); load averages seen at the start of each round are printed with it.
+#
 # Usage: benches/run.sh
+#        WEIR_BIN_BEFORE=/path/to/old/weir [WEIR_BIN=/path/to/new/weir] REPEAT=3 benches/run.sh
 # Environment (defaults):
 #   RECORDS=5000000 RECORD_BYTES=100 PARTITIONS="1 8" LINGER_MS=5 BATCH_BYTES=1000000
 #   LAT_RECORDS=1000000  records of each latency run (0 skips them)
@@ -42,9 +53,18 @@
 #   SKIP_BUILD=1         use the binaries already built
 #   PROFILE=1            perf-record the broker in each phase and print its top
 #                        functions (perf's overhead inflates that run's CPU figures)
-#   BROKER_ENV="K=V ..." extra environment for the broker, for A/B runs, e.g.
+#   BROKER_ENV="K=V ..." extra environment for the broker (both brokers in A/B), e.g.
 #                        BROKER_ENV=GLIBC_TUNABLES=glibc.malloc.mmap_threshold=67108864
-# Only 127.0.0.1 traffic. The broker is stopped on exit (trap), whatever happens.
+#   WEIR_BIN=PATH        the broker binary to measure (the candidate); unset: the weir
+#                        built here (when set, only benches/floor.rs and wire.rs are built)
+#   WEIR_BIN_BEFORE=PATH the baseline broker binary: A/B mode, above (unset: one broker)
+#   REPEAT=1             rounds of every phase; with REPEAT>1 or A/B each round writes its
+#                        own topics (bench-pN-rR...), deleted after its unit, and every
+#                        run's row carries its side and round (the single-run table and
+#                        topic names are unchanged otherwise)
+#   AB_TOLERANCE=5       % by which a candidate median may be worse than the baseline's
+#                        and still count as "ok" (rates lower, CPU/RSS/latency higher)
+# Only 127.0.0.1 traffic. The brokers are stopped on exit (trap), whatever happens.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -60,6 +80,10 @@ STICKY_MS=${STICKY_MS:-0}
 STEP_TIMEOUT=${STEP_TIMEOUT:-600}
 DROP_CACHES=${DROP_CACHES:-1}
 PROFILE=${PROFILE:-}
+WEIR_BIN=${WEIR_BIN:-}
+WEIR_BIN_BEFORE=${WEIR_BIN_BEFORE:-}
+REPEAT=${REPEAT:-1}
+AB_TOLERANCE=${AB_TOLERANCE:-5}
 CACHE=${WEIR_BENCH_CACHE:-/var/tmp/weir-bench}
 LRK_VERSION=4.10.0+2.12.1
 
@@ -73,8 +97,10 @@ if [ -z "${SKIP_BUILD:-}" ]; then
   if pgrep -x rustc >/dev/null 2>&1; then
     say "warning: other rustc processes are running; figures will be noisier"
   fi
-  say "building weir (release) into $CARGO_TARGET_DIR"
-  (cd "$ROOT" && timeout 3600 cargo build --release --bin weir) || die "cargo build failed"
+  if [ -z "$WEIR_BIN" ]; then
+    say "building weir (release) into $CARGO_TARGET_DIR"
+    (cd "$ROOT" && timeout 3600 cargo build --release --bin weir) || die "cargo build failed"
+  fi
   say "building benches/floor.rs and benches/wire.rs"
   built=$(cd "$ROOT" && timeout 1200 cargo build --release --bench floor --bench wire --message-format=json 2>/dev/null |
     grep -o '"executable":"[^"]*"' | sed 's/.*:"//; s/"$//') || true
@@ -85,7 +111,13 @@ if [ -z "${SKIP_BUILD:-}" ]; then
   ln -sf "$floor_exe" "$FLOOR_LINK"
   ln -sf "$wire_exe" "$WIRE_LINK"
 fi
-[ -x "$CARGO_TARGET_DIR/release/weir" ] || die "no $CARGO_TARGET_DIR/release/weir (run without SKIP_BUILD)"
+case $REPEAT in '' | *[!0-9]* | 0) die "REPEAT must be a positive integer, not '$REPEAT'" ;; esac
+if [ -n "$WEIR_BIN" ]; then
+  [ -x "$WEIR_BIN" ] || die "WEIR_BIN=$WEIR_BIN is not an executable"
+else
+  [ -x "$CARGO_TARGET_DIR/release/weir" ] || die "no $CARGO_TARGET_DIR/release/weir (run without SKIP_BUILD)"
+fi
+[ -z "$WEIR_BIN_BEFORE" ] || [ -x "$WEIR_BIN_BEFORE" ] || die "WEIR_BIN_BEFORE=$WEIR_BIN_BEFORE is not an executable"
 [ -x "$FLOOR_LINK" ] && [ -x "$WIRE_LINK" ] || die "no $FLOOR_LINK or $WIRE_LINK (run without SKIP_BUILD)"
 
 # librdkafka's rdkafka_performance, statically linked, built once into $CACHE.
@@ -111,25 +143,37 @@ fi
 # ---------------------------------------------------------------------------- broker
 mkdir -p "${WEIR_BENCH_DIR:-/var/tmp}"
 RUN=$(mktemp -d "${WEIR_BENCH_DIR:-/var/tmp}/weir-bench.XXXXXX")
-LOG=$RUN/log
 # Snapshots: the shared target dir may be rebuilt by someone else during the run.
-cp "$CARGO_TARGET_DIR/release/weir" "$RUN/weir"
+cp "${WEIR_BIN:-$CARGO_TARGET_DIR/release/weir}" "$RUN/weir"
 cp "$(readlink -f "$FLOOR_LINK")" "$RUN/floor"
 cp "$(readlink -f "$WIRE_LINK")" "$RUN/wire"
-WEIR=$RUN/weir
 FLOOR=$RUN/floor
 WIRE=$RUN/wire
-TPID= BPID= FPID= PERFPID=
+# Sides: "cand" (the broker measured) and, in A/B mode, "base" (WEIR_BIN_BEFORE).
+declare -A SIDE_BIN=([cand]=$RUN/weir) SIDE_LOG=() SIDE_ADDR=() SIDE_BPID=() SIDE_TPID=()
+SIDES=(cand)
+if [ -n "$WEIR_BIN_BEFORE" ]; then
+  cp "$WEIR_BIN_BEFORE" "$RUN/weir-base"
+  SIDE_BIN[base]=$RUN/weir-base
+  SIDES=(base cand)
+fi
+MULTI=; { [ "${#SIDES[@]}" -gt 1 ] || [ "$REPEAT" -gt 1 ]; } && MULTI=1
+# The current side's broker (use_side): binary, log dir, address, pid.
+WEIR= LOG= ADDR= BPID=
+FPID= PERFPID=
 cleanup() {
-  local rc=$?
+  local rc=$? s b
   [ -n "$PERFPID" ] && kill -INT "$PERFPID" 2>/dev/null || true
   [ -n "$FPID" ] && kill "$FPID" 2>/dev/null || true
-  if [ -n "$BPID" ] && kill -0 "$BPID" 2>/dev/null; then
-    kill -TERM "$BPID" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$BPID" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$BPID" 2>/dev/null || true
-  fi
-  [ -n "$TPID" ] && kill "$TPID" 2>/dev/null || true
+  for s in "${!SIDE_TPID[@]}"; do
+    b=${SIDE_BPID[$s]:-}
+    if [ -n "$b" ] && kill -0 "$b" 2>/dev/null; then
+      kill -TERM "$b" 2>/dev/null || true
+      for _ in $(seq 50); do kill -0 "$b" 2>/dev/null || break; sleep 0.1; done
+      kill -KILL "$b" 2>/dev/null || true
+    fi
+    kill "${SIDE_TPID[$s]}" 2>/dev/null || true
+  done
   wait 2>/dev/null || true
   if [ -n "${KEEP:-}" ]; then say "kept $RUN"; else rm -rf "$RUN"; fi
   exit "$rc"
@@ -137,24 +181,34 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# The broker runs under timeout (a bound even if this script is killed -9).
-# shellcheck disable=SC2086
-env ${BROKER_ENV:-} timeout -s TERM 7200 "$WEIR" serve --override listeners=PLAINTEXT://127.0.0.1:0 \
-  --override admin.listeners=http://127.0.0.1:0 \
-  --override log.dirs="$LOG" >"$RUN/broker.out" 2>"$RUN/broker.err" &
-TPID=$!
-ADDR=
-for _ in $(seq 300); do
-  ADDR=$(sed -n 's/^weir listening on //p' "$RUN/broker.out" | head -1)
-  [ -n "$ADDR" ] && break
-  kill -0 "$TPID" 2>/dev/null || { cat "$RUN/broker.err" >&2; die "broker exited at start"; }
-  sleep 0.1
-done
-[ -n "$ADDR" ] || die "broker did not listen within 30 s"
-case $ADDR in 127.0.0.1:*) ;; *) die "broker listens on $ADDR, not loopback" ;; esac
-BPID=$(pgrep -P "$TPID" -x weir | head -1) || true
-[ -n "$BPID" ] || die "cannot find the broker process under timeout ($TPID)"
-say "broker pid $BPID on $ADDR, log dir $LOG"
+# start_broker SIDE: SIDE's binary on a free 127.0.0.1 port, log dir $RUN/log (one
+# broker) or $RUN/SIDE/log (A/B), under timeout (a bound even if this script is killed -9).
+start_broker() {
+  local side=$1 dir=$RUN tpid addr= bpid
+  [ -z "$WEIR_BIN_BEFORE" ] || { dir=$RUN/$side; mkdir -p "$dir"; }
+  SIDE_LOG[$side]=$dir/log
+  # shellcheck disable=SC2086
+  env ${BROKER_ENV:-} timeout -s TERM 7200 "${SIDE_BIN[$side]}" serve --override listeners=PLAINTEXT://127.0.0.1:0 \
+    --override admin.listeners=http://127.0.0.1:0 \
+    --override log.dirs="$dir/log" >"$dir/broker.out" 2>"$dir/broker.err" &
+  tpid=$!
+  SIDE_TPID[$side]=$tpid
+  for _ in $(seq 300); do
+    addr=$(sed -n 's/^weir listening on //p' "$dir/broker.out" | head -1)
+    [ -n "$addr" ] && break
+    kill -0 "$tpid" 2>/dev/null || { cat "$dir/broker.err" >&2; die "broker ($side) exited at start"; }
+    sleep 0.1
+  done
+  [ -n "$addr" ] || die "broker ($side) did not listen within 30 s"
+  case $addr in 127.0.0.1:*) ;; *) die "broker ($side) listens on $addr, not loopback" ;; esac
+  bpid=$(pgrep -P "$tpid" -x "$(basename "${SIDE_BIN[$side]}")" | head -1) || true
+  [ -n "$bpid" ] || die "cannot find the broker process ($side) under timeout ($tpid)"
+  SIDE_ADDR[$side]=$addr
+  SIDE_BPID[$side]=$bpid
+  say "broker${MULTI:+ ($side)} pid $bpid on $addr, log dir $dir/log"
+}
+use_side() { WEIR=${SIDE_BIN[$1]} LOG=${SIDE_LOG[$1]} ADDR=${SIDE_ADDR[$1]} BPID=${SIDE_BPID[$1]}; }
+for s in "${SIDES[@]}"; do start_broker "$s"; done
 
 # ---------------------------------------------------------------------------- helpers
 TCK=$(getconf CLK_TCK)
@@ -260,122 +314,180 @@ wire_field() { grep '^wire:' "$1" | tail -1 | tr ' ' '\n' | sed -n "s|^$2=||p"; 
 
 ROWS=()
 # row PHASE RECS RECS/S MB/S P50 P99 CPU_US PEAK_MB CLIENT_CPU_S FLOOR_RECS/S FLOOR_MB/S FLOOR_CPU_US
-row() { ROWS+=("$(printf '%s|' "$@")"); }
+# (stored behind the current side and round: SIDE|ROUND|PHASE|...)
+SIDE=cand ROUND=1
+row() { ROWS+=("$(printf '%s|' "$SIDE" "$ROUND" "$@")"); }
 
 # ---------------------------------------------------------------------------- phases
-REV="$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo '?')$(cd "$ROOT" && git diff --quiet HEAD -- src Cargo.toml 2>/dev/null || echo '+local changes')"
-say "machine: $(nproc) cpus, $(uname -r); weir $REV"
-FAILED=0
-for P in $PARTITIONS; do
-  T=bench-p$P
-  for t in "$T" "$T-wire" "$T-lat" "$T-paced"; do
-    timeout 60 "$WEIR" topic create "$t" -p "$P" -b "$ADDR" >/dev/null || die "topic create $t failed"
-  done
+# Every unit below runs on the current side's broker (use_side) with the current
+# partition count P, topic prefix T and output-file suffix TAG (empty for a single run).
+create_topic() { timeout 60 "$WEIR" topic create "$1" -p "$P" -b "$ADDR" >/dev/null || die "topic create $1 failed"; }
+# drop_topic NAME: with REPEAT>1 or A/B, each unit's topic goes once measured
+drop_topic() {
+  [ -n "$MULTI" ] || return 0
+  timeout 60 "$WEIR" topic delete "$1" -b "$ADDR" >/dev/null || say "warning: topic delete $1 failed"
+}
+set_common() {
   if [ "$P" = 1 ]; then PROD_PART=(-p 0); EXTRA=(); else PROD_PART=(); EXTRA=(-X "sticky.partitioning.linger.ms=$STICKY_MS"); fi
   COMMON=(-b "$ADDR" -s "$RECORD_BYTES" -a 1 -X "linger.ms=$LINGER_MS" -X "batch.size=$BATCH_BYTES"
     -X compression.codec=none "${EXTRA[@]}")
+}
 
-  # -- produce: throughput, broker CPU and RSS; then the floor with the bytes weir stored
-  say "produce $RECORDS x $RECORD_BYTES B to $T ($P partition(s))"
-  fresh_cache; reset_peak; profile_start "produce-p$P"; c0=$(cpu_ticks)
-  timed "$RUN/produce-p$P.out" "$PERF" -P -t "$T" "${PROD_PART[@]}" -c "$RECORDS" -q "${COMMON[@]}" || true
-  c1=$(cpu_ticks); peak=$(peak_mb); profile_stop "produce-p$P"
-  summary=$(prod_summary "$RUN/produce-p$P.out")
+# -- produce: throughput, broker CPU and RSS; then the floor with the bytes weir stored;
+#    then consume everything back (page cache), then the floor the other way
+unit_rdkafka() {
+  local summary bytes frps fmbps fcpu c0 c1 peak got
+  create_topic "$T"
+  say "produce $RECORDS x $RECORD_BYTES B to $T ($P partition(s))${MULTI:+ [$SIDE #$ROUND]}"
+  fresh_cache; reset_peak; profile_start "produce-p$P$TAG"; c0=$(cpu_ticks)
+  timed "$RUN/produce-p$P$TAG.out" "$PERF" -P -t "$T" "${PROD_PART[@]}" -c "$RECORDS" -q "${COMMON[@]}" || true
+  c1=$(cpu_ticks); peak=$(peak_mb); profile_stop "produce-p$P$TAG"
+  summary=$(prod_summary "$RUN/produce-p$P$TAG.out")
   if ! prod_ok "$summary" "$RECORDS"; then
-    say "produce to $T FAILED: ${summary:-no summary}"; tail -5 "$RUN/produce-p$P.out" >&2; FAILED=1; continue
+    say "produce to $T FAILED: ${summary:-no summary}"; tail -5 "$RUN/produce-p$P$TAG.out" >&2; FAILED=1
+    drop_topic "$T"; return 0
   fi
   bytes=$(log_bytes "$T")
   read -r frps fmbps fcpu < <(floor_in "$bytes" "$RECORDS")
   row "produce p$P" "$RECORDS" "$(prod_rate "$summary")" "$(prod_mbps "$summary")" - - \
-    "$(per_record_us $((c1 - c0)) "$RECORDS")" "$peak" "$(client_cpu "$RUN/produce-p$P.out")" "$frps" "$fmbps" "$fcpu"
+    "$(per_record_us $((c1 - c0)) "$RECORDS")" "$peak" "$(client_cpu "$RUN/produce-p$P$TAG.out")" "$frps" "$fmbps" "$fcpu"
   say "  weir stored $bytes B ($(awk -v b="$bytes" -v r="$RECORDS" 'BEGIN {printf "%.1f", b/r}') B/record)"
 
-  # -- consume everything back (page cache), then the floor the other way
   say "consume $RECORDS from $T"
-  reset_peak; profile_start "consume-p$P"; c0=$(cpu_ticks)
+  reset_peak; profile_start "consume-p$P$TAG"; c0=$(cpu_ticks)
   # shellcheck disable=SC2046
-  timed "$RUN/consume-p$P.out" "$PERF" -C -t "$T" $(partition_args "$P") -o beginning -c "$RECORDS" -q -b "$ADDR" || true
-  c1=$(cpu_ticks); peak=$(peak_mb); profile_stop "consume-p$P"
-  summary=$(grep 'consumed in' "$RUN/consume-p$P.out" | tail -1)
+  timed "$RUN/consume-p$P$TAG.out" "$PERF" -C -t "$T" $(partition_args "$P") -o beginning -c "$RECORDS" -q -b "$ADDR" || true
+  c1=$(cpu_ticks); peak=$(peak_mb); profile_stop "consume-p$P$TAG"
+  summary=$(grep 'consumed in' "$RUN/consume-p$P$TAG.out" | tail -1)
   got=$(sed -n 's/^% \([0-9]*\) messages.*/\1/p' <<<"$summary")
   if [ "${got:-0}" -lt "$RECORDS" ]; then
-    say "consume from $T FAILED: ${summary:-no summary}"; tail -5 "$RUN/consume-p$P.out" >&2; FAILED=1
+    say "consume from $T FAILED: ${summary:-no summary}"; tail -5 "$RUN/consume-p$P$TAG.out" >&2; FAILED=1
   else
     read -r frps fmbps fcpu < <(floor_out "$RECORDS")
     row "consume p$P" "$RECORDS" "$(sed -n 's/.*ms: \([0-9]*\) msgs\/s.*/\1/p' <<<"$summary")" \
       "$(sed -n 's/.*msgs\/s (\([0-9.]*\) MB\/s).*/\1/p' <<<"$summary")" - - \
-      "$(per_record_us $((c1 - c0)) "$RECORDS")" "$peak" "$(client_cpu "$RUN/consume-p$P.out")" "$frps" "$fmbps" "$fcpu"
+      "$(per_record_us $((c1 - c0)) "$RECORDS")" "$peak" "$(client_cpu "$RUN/consume-p$P$TAG.out")" "$frps" "$fmbps" "$fcpu"
   fi
   rm -f "$RUN/floor.bin"
+  drop_topic "$T"
+}
 
-  # -- the broker-bound pair: the wire client, then the floor, in each direction
-  say "wire produce $RECORDS x $RECORD_BYTES B to $T-wire"
-  fresh_cache; reset_peak; profile_start "wire-produce-p$P"; c0=$(cpu_ticks)
-  timed "$RUN/wire-produce-p$P.out" "$WIRE" produce "$ADDR" "$T-wire" "$P" "$RECORDS" "$RECORD_BYTES" "$BATCH_BYTES" || true
-  c1=$(cpu_ticks); peak=$(peak_mb); profile_stop "wire-produce-p$P"
-  n=$(wire_field "$RUN/wire-produce-p$P.out" records)
+# -- the broker-bound pair: the wire client, then the floor, in each direction
+unit_wire() {
+  local n got bytes frps fmbps fcpu c0 c1 peak
+  create_topic "$T-wire"
+  say "wire produce $RECORDS x $RECORD_BYTES B to $T-wire${MULTI:+ [$SIDE #$ROUND]}"
+  fresh_cache; reset_peak; profile_start "wire-produce-p$P$TAG"; c0=$(cpu_ticks)
+  timed "$RUN/wire-produce-p$P$TAG.out" "$WIRE" produce "$ADDR" "$T-wire" "$P" "$RECORDS" "$RECORD_BYTES" "$BATCH_BYTES" || true
+  c1=$(cpu_ticks); peak=$(peak_mb); profile_stop "wire-produce-p$P$TAG"
+  n=$(wire_field "$RUN/wire-produce-p$P$TAG.out" records)
   if [ -z "$n" ]; then
-    say "wire produce to $T-wire FAILED"; tail -5 "$RUN/wire-produce-p$P.out" >&2; FAILED=1
+    say "wire produce to $T-wire FAILED"; tail -5 "$RUN/wire-produce-p$P$TAG.out" >&2; FAILED=1
   else
     bytes=$(log_bytes "$T-wire")
     read -r frps fmbps fcpu < <(floor_in "$bytes" "$n")
-    row "wire produce p$P" "$n" "$(wire_field "$RUN/wire-produce-p$P.out" records/s)" \
-      "$(wire_field "$RUN/wire-produce-p$P.out" MB/s)" - - "$(per_record_us $((c1 - c0)) "$n")" "$peak" \
-      "$(client_cpu "$RUN/wire-produce-p$P.out")" "$frps" "$fmbps" "$fcpu"
+    row "wire produce p$P" "$n" "$(wire_field "$RUN/wire-produce-p$P$TAG.out" records/s)" \
+      "$(wire_field "$RUN/wire-produce-p$P$TAG.out" MB/s)" - - "$(per_record_us $((c1 - c0)) "$n")" "$peak" \
+      "$(client_cpu "$RUN/wire-produce-p$P$TAG.out")" "$frps" "$fmbps" "$fcpu"
     say "wire fetch $n from $T-wire"
-    reset_peak; profile_start "wire-fetch-p$P"; c0=$(cpu_ticks)
-    timed "$RUN/wire-fetch-p$P.out" "$WIRE" fetch "$ADDR" "$T-wire" "$P" "$n" "$RECORD_BYTES" || true
-    c1=$(cpu_ticks); peak=$(peak_mb); profile_stop "wire-fetch-p$P"
-    got=$(wire_field "$RUN/wire-fetch-p$P.out" records)
+    reset_peak; profile_start "wire-fetch-p$P$TAG"; c0=$(cpu_ticks)
+    timed "$RUN/wire-fetch-p$P$TAG.out" "$WIRE" fetch "$ADDR" "$T-wire" "$P" "$n" "$RECORD_BYTES" || true
+    c1=$(cpu_ticks); peak=$(peak_mb); profile_stop "wire-fetch-p$P$TAG"
+    got=$(wire_field "$RUN/wire-fetch-p$P$TAG.out" records)
     if [ "${got:-0}" -lt "$n" ]; then
-      say "wire fetch from $T-wire FAILED"; tail -5 "$RUN/wire-fetch-p$P.out" >&2; FAILED=1
+      say "wire fetch from $T-wire FAILED"; tail -5 "$RUN/wire-fetch-p$P$TAG.out" >&2; FAILED=1
     else
       read -r frps fmbps fcpu < <(floor_out "$n")
-      row "wire fetch p$P" "$got" "$(wire_field "$RUN/wire-fetch-p$P.out" records/s)" \
-        "$(wire_field "$RUN/wire-fetch-p$P.out" MB/s)" - - "$(per_record_us $((c1 - c0)) "$got")" "$peak" \
-        "$(client_cpu "$RUN/wire-fetch-p$P.out")" "$frps" "$fmbps" "$fcpu"
+      row "wire fetch p$P" "$got" "$(wire_field "$RUN/wire-fetch-p$P$TAG.out" records/s)" \
+        "$(wire_field "$RUN/wire-fetch-p$P$TAG.out" MB/s)" - - "$(per_record_us $((c1 - c0)) "$got")" "$peak" \
+        "$(client_cpu "$RUN/wire-fetch-p$P$TAG.out")" "$frps" "$fmbps" "$fcpu"
     fi
     rm -f "$RUN/floor.bin"
   fi
+  drop_topic "$T-wire"
+}
 
-  # -- latency: per-message (-l costs the client a timestamp, a copy and a line of output
-  #    per record, so the full-speed latency run is slower than the produce run above)
-  if [ "$LAT_RECORDS" != 0 ]; then
-    for kind in full paced; do
-      if [ "$kind" = full ]; then RATE=(); topic=$T-lat; label="latency p$P full"
-      else [ "$PACED_RATE" != 0 ] || continue; RATE=(-r "$PACED_RATE"); topic=$T-paced; label="latency p$P @$PACED_RATE/s"; fi
-      say "$label: $LAT_RECORDS records to $topic"
-      fresh_cache; reset_peak; c0=$(cpu_ticks)
-      timed "$RUN/lat-$kind-p$P.out" "$PERF" -P -t "$topic" "${PROD_PART[@]}" -c "$LAT_RECORDS" "${RATE[@]}" -q \
-        -l -A "$RUN/lat-$kind-p$P.txt" "${COMMON[@]}" || true
-      c1=$(cpu_ticks); peak=$(peak_mb)
-      summary=$(prod_summary "$RUN/lat-$kind-p$P.out")
-      if ! prod_ok "$summary" "$LAT_RECORDS"; then
-        say "$label FAILED: ${summary:-no summary}"; FAILED=1; continue
-      fi
-      read -r p50 p99 < <(percentiles "$RUN/lat-$kind-p$P.txt")
-      rm -f "$RUN/lat-$kind-p$P.txt"
-      row "$label" "$LAT_RECORDS" "$(prod_rate "$summary")" "$(prod_mbps "$summary")" "$p50" "$p99" \
-        "$(per_record_us $((c1 - c0)) "$LAT_RECORDS")" "$peak" "$(client_cpu "$RUN/lat-$kind-p$P.out")" - - -
-    done
+# -- latency KIND (full|paced): per-message (-l costs the client a timestamp, a copy and a
+#    line of output per record, so the full-speed latency run is slower than the produce
+#    run above)
+unit_latency() {
+  local kind=$1 topic label summary p50 p99 c0 c1 peak RATE
+  if [ "$kind" = full ]; then RATE=(); topic=$T-lat; label="latency p$P full"
+  else RATE=(-r "$PACED_RATE"); topic=$T-paced; label="latency p$P @$PACED_RATE/s"; fi
+  create_topic "$topic"
+  say "$label: $LAT_RECORDS records to $topic${MULTI:+ [$SIDE #$ROUND]}"
+  fresh_cache; reset_peak; c0=$(cpu_ticks)
+  timed "$RUN/lat-$kind-p$P$TAG.out" "$PERF" -P -t "$topic" "${PROD_PART[@]}" -c "$LAT_RECORDS" "${RATE[@]}" -q \
+    -l -A "$RUN/lat-$kind-p$P$TAG.txt" "${COMMON[@]}" || true
+  c1=$(cpu_ticks); peak=$(peak_mb)
+  summary=$(prod_summary "$RUN/lat-$kind-p$P$TAG.out")
+  if ! prod_ok "$summary" "$LAT_RECORDS"; then
+    say "$label FAILED: ${summary:-no summary}"; FAILED=1
+  else
+    read -r p50 p99 < <(percentiles "$RUN/lat-$kind-p$P$TAG.txt")
+    row "$label" "$LAT_RECORDS" "$(prod_rate "$summary")" "$(prod_mbps "$summary")" "$p50" "$p99" \
+      "$(per_record_us $((c1 - c0)) "$LAT_RECORDS")" "$peak" "$(client_cpu "$RUN/lat-$kind-p$P$TAG.out")" - - -
   fi
+  rm -f "$RUN/lat-$kind-p$P$TAG.txt"
+  drop_topic "$topic"
+}
+
+REV="$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo '?')$(cd "$ROOT" && git diff --quiet HEAD -- src Cargo.toml 2>/dev/null || echo '+local changes')"
+# bin_id FILE: the first 12 hex digits of a binary's sha256 (which build ran)
+bin_id() { sha256sum "$1" | cut -c1-12; }
+if [ -n "$WEIR_BIN" ]; then WHAT="$WEIR_BIN (sha256 $(bin_id "$RUN/weir"))"; else WHAT="$REV"; fi
+say "machine: $(nproc) cpus, $(uname -r); weir $WHAT${WEIR_BIN_BEFORE:+; baseline $WEIR_BIN_BEFORE (sha256 $(bin_id "$RUN/weir-base"))}"
+UNITS=(rdkafka wire)
+if [ "$LAT_RECORDS" != 0 ]; then
+  UNITS+=(latency-full)
+  [ "$PACED_RATE" = 0 ] || UNITS+=(latency-paced)
+fi
+LOADS=()
+FAILED=0
+for P in $PARTITIONS; do
+  for ((ROUND = 1; ROUND <= REPEAT; ROUND++)); do
+    LOADS+=("p$P #$ROUND: $(cut -d' ' -f1-3 /proc/loadavg)")
+    # odd rounds in SIDES order (baseline first), even rounds reversed
+    order=("${SIDES[@]}")
+    if [ $((ROUND % 2)) = 0 ] && [ "${#SIDES[@]}" = 2 ]; then order=("${SIDES[1]}" "${SIDES[0]}"); fi
+    for unit in "${UNITS[@]}"; do
+      for SIDE in "${order[@]}"; do
+        use_side "$SIDE"; set_common
+        T=bench-p$P TAG=
+        if [ -n "$MULTI" ]; then T=bench-p$P-r$ROUND TAG=-$SIDE-r$ROUND; fi
+        case $unit in
+          rdkafka) unit_rdkafka ;;
+          wire) unit_wire ;;
+          latency-full) unit_latency full ;;
+          latency-paced) unit_latency paced ;;
+        esac
+      done
+    done
+  done
 done
+LOADS+=("end: $(cut -d' ' -f1-3 /proc/loadavg)")
 
 # ---------------------------------------------------------------------------- report
 echo
 echo "weir end-to-end on loopback: ${RECORD_BYTES}-byte records, acks=1, linger.ms=$LINGER_MS, batch.size=$BATCH_BYTES, no compression"
-echo "weir $REV${BROKER_ENV:+ (broker env: $BROKER_ENV)}; $(nproc) CPUs, $(uname -r); client: rdkafka_performance (librdkafka $LRK_VERSION); floor: benches/floor.rs; page cache dropped before produce phases: $DROPPED"
+echo "weir $WHAT${WEIR_BIN_BEFORE:+ against baseline $WEIR_BIN_BEFORE (sha256 $(bin_id "$RUN/weir-base"))}${BROKER_ENV:+ (broker env: $BROKER_ENV)}; $(nproc) CPUs, $(uname -r); client: rdkafka_performance (librdkafka $LRK_VERSION); floor: benches/floor.rs; page cache dropped before produce phases: $DROPPED"
 echo
 H='| %-22s | %8s | %10s | %7s | %7s | %7s | %10s | %7s | %8s | %11s | %10s | %12s | %10s | %14s |\n'
+RH=
+if [ -n "$MULTI" ]; then # every run's row, with its side (base/cand) and round
+  H="| %-8s $H" RH='| run      '
+  echo "every run (base: the baseline, cand: the candidate; #round), in the order they ran:"
+  echo
+fi
 # (hand-aligned: printf pads bytes, and "µ" is two)
-echo '| phase                  |  records |  records/s |    MB/s |  p50 ms |  p99 ms | µs CPU/rec | peak MB | client s | floor rec/s | floor MB/s | floor µs/rec | rate/floor | CPU floor/weir |'
-echo '|------------------------|---------:|-----------:|--------:|--------:|--------:|-----------:|--------:|---------:|------------:|-----------:|-------------:|-----------:|---------------:|'
+echo "$RH"'| phase                  |  records |  records/s |    MB/s |  p50 ms |  p99 ms | µs CPU/rec | peak MB | client s | floor rec/s | floor MB/s | floor µs/rec | rate/floor | CPU floor/weir |'
+echo "${RH:+|----------}"'|------------------------|---------:|-----------:|--------:|--------:|--------:|-----------:|--------:|---------:|------------:|-----------:|-------------:|-----------:|---------------:|'
 for r in "${ROWS[@]}"; do
-  IFS='|' read -r ph n rps mb p50 p99 cpu pk cc frps fmb fcpu <<<"$r"
+  IFS='|' read -r side round ph n rps mb p50 p99 cpu pk cc frps fmb fcpu <<<"$r"
   ratio=$(awk -v a="$rps" -v b="$frps" 'BEGIN { if (b+0 > 0 && a+0 > 0) printf "%.0f%%", 100*a/b; else print "-" }')
   cratio=$(awk -v a="$fcpu" -v b="$cpu" 'BEGIN { if (b+0 > 0 && a+0 > 0) printf "%.0f%%", 100*a/b; else print "-" }')
   # shellcheck disable=SC2059
-  printf "$H" "$ph" "$n" "$rps" "$mb" "$p50" "$p99" "$cpu" "$pk" "$cc" "$frps" "$fmb" "$fcpu" "$ratio" "$cratio"
+  printf "$H" ${MULTI:+"$side #$round"} "$ph" "$n" "$rps" "$mb" "$p50" "$p99" "$cpu" "$pk" "$cc" "$frps" "$fmb" "$fcpu" "$ratio" "$cratio"
 done
 cat <<EOF
 
@@ -393,5 +505,66 @@ rate/floor: weir records/s / floor records/s.  CPU floor/weir: floor CPU per rec
 targets (DESIGN.md, an in-memory peer): produce >= 2.46 M rec/s at <= 0.13 µs CPU/rec,
   consume >= 3.15 M rec/s, and >= 70% of the floor.
 EOF
+if [ -n "$MULTI" ]; then
+  echo
+  printf 'load average (1, 5, 15 min) at the start of each round: %s' "${LOADS[0]}"
+  printf '; %s' "${LOADS[@]:1}"; echo
+  echo
+  if [ -n "$WEIR_BIN_BEFORE" ]; then
+    echo "A/B, medians of $REPEAT round(s): baseline $WEIR_BIN_BEFORE, candidate ${WEIR_BIN:-$REV};"
+    echo "cand/base = candidate median / baseline median; ok = candidate within $AB_TOLERANCE% of the baseline or better"
+    echo "(records/s: higher is better; CPU, RSS and latency: lower is better; floor rows: the machine, each side's"
+    echo "floor run right after its own run; rate/floor: records/s over that floor, a cross-check against machine noise)."
+  else
+    echo "medians of $REPEAT rounds:"
+  fi
+  echo
+  printf '%s\n' "${ROWS[@]}" | awk -F'|' -v tol="$AB_TOLERANCE" -v ab="${WEIR_BIN_BEFORE:+1}" '
+    function add(ph, m, side, v,   k) { if (v == "" || v == "-") return; k = ph SUBSEP m; has[k] = 1
+      if ((k, side) in vals) vals[k, side] = vals[k, side] " " v; else vals[k, side] = v }
+    function median(str,   a, n, i, j, t) { n = split(str, a, " ")
+      for (i = 2; i <= n; i++) { t = a[i] + 0; for (j = i - 1; j >= 1 && a[j] + 0 > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
+      return n % 2 ? a[(n + 1) / 2] + 0 : (a[n / 2] + a[n / 2 + 1]) / 2 }
+    {
+      if (!($3 in seen)) { seen[$3] = 1; order[++np] = $3 }
+      add($3, "records/s", $1, $5)
+      if ($12 + 0 > 0 && $5 + 0 > 0) add($3, "rate/floor %", $1, sprintf("%.1f", 100 * $5 / $12))
+      add($3, "µs CPU/rec", $1, $9); add($3, "peak MB", $1, $10)
+      add($3, "p50 ms", $1, $7); add($3, "p99 ms", $1, $8); add($3, "floor rec/s", $1, $12)
+    }
+    END {
+      nm = split("records/s|rate/floor %|µs CPU/rec|peak MB|p50 ms|p99 ms|floor rec/s", ms, "|")
+      split("hi|-|lo|lo|lo|lo|-", dir, "|"); split("%.0f|%.1f|%.3f|%.0f|%.2f|%.2f|%.0f", fmt, "|")
+      if (ab) {
+        print "| phase | figure | baseline | candidate | cand/base | verdict | baseline runs | candidate runs |"
+        print "|---|---|---:|---:|---:|---|---|---|"
+      } else {
+        print "| phase | figure | median | runs |"
+        print "|---|---|---:|---|"
+      }
+      worse = ""
+      for (i = 1; i <= np; i++) for (j = 1; j <= nm; j++) {
+        k = order[i] SUBSEP ms[j]; if (!(k in has)) continue
+        if (!ab) { printf "| %s | %s | " fmt[j] " | %s |\n", order[i], ms[j], median(vals[k, "cand"]), vals[k, "cand"]; continue }
+        if (!((k SUBSEP "base") in vals) || !((k SUBSEP "cand") in vals)) {
+          printf "| %s | %s | %s | %s | - | missing | %s | %s |\n", order[i], ms[j], "-", "-", vals[k, "base"], vals[k, "cand"]
+          worse = worse "\n  " order[i] " " ms[j] ": a side has no run"; continue }
+        b = median(vals[k, "base"]); c = median(vals[k, "cand"])
+        r = b > 0 ? c / b : 0; v = "ok"
+        if (dir[j] == "-") v = ms[j] ~ /^floor/ ? "(machine)" : "(cross-check)"
+        else if (b <= 0) v = "-"
+        else if (dir[j] == "hi" && r < 1 - tol / 100) v = sprintf("worse by %.1f%%", 100 * (1 - r))
+        else if (dir[j] == "lo" && r > 1 + tol / 100) v = sprintf("worse by %.1f%%", 100 * (r - 1))
+        if (v ~ /^worse/) worse = worse "\n  " order[i] " " ms[j] ": " v
+        printf "| %s | %s | " fmt[j] " | " fmt[j] " | %s | %s | %s | %s |\n", order[i], ms[j], b, c,
+          (b > 0 ? sprintf("%.3f", r) : "-"), v, vals[k, "base"], vals[k, "cand"]
+      }
+      if (ab) {
+        print ""
+        if (worse == "") printf "verdict: every figure within %s%% of the baseline (or better)\n", tol
+        else printf "verdict: NOT every figure within %s%% of the baseline:%s\n", tol, worse
+      }
+    }'
+fi
 if [ -n "$PROFILE" ] && [ -f "$RUN/profile.txt" ]; then echo; cat "$RUN/profile.txt"; fi
 exit "$FAILED"

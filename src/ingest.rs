@@ -28,7 +28,6 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use kafka_protocol::records::Record as KafkaRecord;
 use kafka_protocol::ResponseError;
 
 use crate::cluster::{is_internal_topic, TopicMeta};
@@ -37,6 +36,14 @@ use crate::log::{plain, split_batches};
 use crate::plugin::{Partitioner, PluginHost, Record};
 use crate::replica::effective_topic_configs;
 use crate::topics::{self, Topics};
+
+/// Kafka's key hash: `murmur2(bytes)` as the Java client's `Utils.murmur2` computes it,
+/// and `partition_for_bytes` (masked positive, mod the partition count). The one copy is
+/// the guest SDK's file, compiled here too, so the broker's default partitioner and the
+/// `murmur2`/`json-field` plugins cannot drift apart.
+#[path = "../plugins/sdk/src/murmur2.rs"]
+pub mod murmur2;
+use murmur2::partition_for_bytes;
 
 /// Most partitioner components kept loaded; the least recently used goes first.
 pub const MAX_CACHED_PARTITIONERS: usize = 64;
@@ -149,11 +156,12 @@ impl Ingest {
     /// `partitions`) — the same as the Java client, librdkafka's `murmur2_random` and the
     /// `murmur2` plugin —, keyless records round-robin. `partitions` ≥ 1.
     pub fn default_partition(&self, key: Option<&[u8]>, partitions: i32) -> i32 {
-        let n = partitions.max(1);
-        match key {
-            Some(k) => (murmur2(k) & 0x7fff_ffff) % n,
-            None => (self.next_keyless.fetch_add(1, Ordering::Relaxed) % n as u32) as i32,
-        }
+        let n = partitions.max(1) as u32;
+        let partition = match key {
+            Some(k) => partition_for_bytes(k, n),
+            None => self.next_keyless.fetch_add(1, Ordering::Relaxed) % n,
+        };
+        partition as i32
     }
 
     /// Appends `records` to `topic`: each to `partition` when given, else to the
@@ -474,7 +482,7 @@ impl Ingest {
         max_message_bytes: usize,
         records: &[&Record],
     ) -> Result<(i64, i64), (ResponseError, String)> {
-        let encoded: Vec<KafkaRecord> = records
+        let encoded: Vec<plain::Record> = records
             .iter()
             .enumerate()
             .map(|(i, r)| {
@@ -506,7 +514,7 @@ impl Ingest {
             .topics
             .replicas
             .append(partition, batches)
-            .map_err(|e| (e.append_error(), e.to_string()))?;
+            .map_err(|e| (e.kafka_error(), e.to_string()))?;
         Ok((info.base_offset, info.log_append_time_ms))
     }
 }
@@ -522,67 +530,4 @@ fn max_encoded_size(r: &Record) -> usize {
             .iter()
             .map(|h| 10 + h.key.len() + field(&h.value))
             .sum::<usize>()
-}
-
-/// Kafka's murmur2 (the Java client's `Utils.murmur2`, seed 0x9747b28c), as a signed
-/// 32-bit value. Partitioners mask it with `0x7fffffff` before taking the modulus.
-pub fn murmur2(data: &[u8]) -> i32 {
-    const SEED: u32 = 0x9747_b28c;
-    const M: u32 = 0x5bd1_e995;
-    const R: u32 = 24;
-    let len = data.len();
-    let mut h: u32 = SEED ^ (len as u32);
-    let mut chunks = data.chunks_exact(4);
-    for c in &mut chunks {
-        let mut k = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-        k = k.wrapping_mul(M);
-        k ^= k >> R;
-        k = k.wrapping_mul(M);
-        h = h.wrapping_mul(M);
-        h ^= k;
-    }
-    let rest = chunks.remainder();
-    if rest.len() >= 3 {
-        h ^= u32::from(rest[2]) << 16;
-    }
-    if rest.len() >= 2 {
-        h ^= u32::from(rest[1]) << 8;
-    }
-    if !rest.is_empty() {
-        h ^= u32::from(rest[0]);
-        h = h.wrapping_mul(M);
-    }
-    h ^= h >> 13;
-    h = h.wrapping_mul(M);
-    h ^= h >> 15;
-    h as i32
-}
-
-#[cfg(test)]
-mod tests {
-    use super::murmur2;
-
-    /// Vectors from the Java client's `UtilsTest.testMurmur2`.
-    #[test]
-    fn murmur2_matches_the_java_client() {
-        let cases: &[(&[u8], i32)] = &[
-            (b"21", -973932308),
-            (b"foobar", -790332482),
-            (b"a-little-bit-long-string", -985981536),
-            (b"a-little-bit-longer-string", -1486304829),
-            (
-                b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8",
-                -58897971,
-            ),
-            (b"abc", 479470107),
-        ];
-        for (input, want) in cases {
-            assert_eq!(
-                murmur2(input),
-                *want,
-                "{:?}",
-                String::from_utf8_lossy(input)
-            );
-        }
-    }
 }

@@ -13,8 +13,13 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod connect;
+pub mod dead_letter;
+pub mod fswatch;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod group;
 pub mod ingest;
+pub mod internal_topic;
 pub mod log;
 pub mod metrics;
 pub mod plugin;

@@ -465,123 +465,27 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
-/// `days_from_civil`).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// The date of a day count since 1970-01-01 (`civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
-fn days_in_month(year: i64, month: i64) -> i64 {
-    match month {
-        2 if (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
 /// Milliseconds since the Unix epoch of an RFC 3339 date-time
-/// (`2024-05-01T12:00:00.123456Z`, `...+02:00`; `t`/`z` and a space separator accepted;
-/// digits past milliseconds truncated; a leap second 60 read as 59). `None` when it is
-/// not one.
+/// (`2024-05-01T12:00:00.123456Z`, `...+02:00`; `t`/`z`, a space separator and ISO 8601's
+/// `+0200` accepted;
+/// digits past milliseconds truncated; a leap second 60 read as 59), parsed by `jiff`.
+/// `None` when it is not one (an offset is required: a date-time without one names no
+/// instant).
 pub fn parse_rfc3339_ms(text: &str) -> Option<i64> {
-    let b = text.trim().as_bytes();
-    let num = |range: std::ops::Range<usize>| -> Option<i64> {
-        let digits = b.get(range)?;
-        if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-            return None;
-        }
-        std::str::from_utf8(digits).ok()?.parse().ok()
-    };
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[13] != b':' || b[16] != b':' {
-        return None;
-    }
-    if !matches!(b[10], b'T' | b't' | b' ') {
-        return None;
-    }
-    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&month)
-        || !(1..=days_in_month(year, month)).contains(&day)
-        || hour > 23
-        || minute > 59
-        || second > 60
-    {
-        return None;
-    }
-    let mut i = 19;
-    let mut millis = 0i64;
-    if b[i] == b'.' {
-        let start = i + 1;
-        let mut end = start;
-        while end < b.len() && b[end].is_ascii_digit() {
-            end += 1;
-        }
-        if end == start {
-            return None;
-        }
-        // The first three digits, padded with zeros: `.5` is 500 ms.
-        let digits = &b[start..end];
-        for k in 0..3 {
-            let digit = digits.get(k).map_or(0, |d| i64::from(d - b'0'));
-            millis = millis * 10 + digit;
-        }
-        i = end;
-    }
-    let offset_minutes = match b.get(i)? {
-        b'Z' | b'z' if i + 1 == b.len() => 0,
-        sign @ (b'+' | b'-') if i + 6 == b.len() && b[i + 3] == b':' => {
-            let (h, m) = (num(i + 1..i + 3)?, num(i + 4..i + 6)?);
-            if h > 23 || m > 59 {
-                return None;
-            }
-            let minutes = h * 60 + m;
-            if *sign == b'-' {
-                -minutes
-            } else {
-                minutes
-            }
-        }
-        _ => return None,
-    };
-    let days = days_from_civil(year, month, day);
-    let seconds = days * 86_400 + hour * 3_600 + minute * 60 + second.min(59) - offset_minutes * 60;
-    Some(seconds * 1_000 + millis)
+    let ts: jiff::Timestamp = text.trim().parse().ok()?;
+    Some(ts.as_millisecond())
 }
 
 /// `ms` since the Unix epoch as RFC 3339 in UTC with milliseconds
-/// (`2024-05-01T12:00:00.123Z`), as REST Proxy writes timestamps.
+/// (`2024-05-01T12:00:00.123Z`), as REST Proxy writes timestamps. Instants outside
+/// jiff's range (about years -9999..=9999) are written as its nearest bound.
 pub fn format_rfc3339_ms(ms: i64) -> String {
-    let days = ms.div_euclid(86_400_000);
-    let in_day = ms.rem_euclid(86_400_000);
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        in_day / 3_600_000,
-        in_day / 60_000 % 60,
-        in_day / 1_000 % 60,
-        in_day % 1_000
-    )
+    let ts = jiff::Timestamp::from_millisecond(ms).unwrap_or(if ms < 0 {
+        jiff::Timestamp::MIN
+    } else {
+        jiff::Timestamp::MAX
+    });
+    format!("{ts:.3}")
 }
 
 #[cfg(test)]
@@ -600,6 +504,11 @@ mod tests {
             Some(1_612_552_482_274)
         );
         assert_eq!(parse_rfc3339_ms("1969-12-31T23:59:59.9Z"), Some(-100));
+        // ISO 8601's offset without a colon is accepted too (jiff's parser).
+        assert_eq!(
+            parse_rfc3339_ms("2021-02-05T19:14:42+0200"),
+            Some(1_612_545_282_000)
+        );
         assert_eq!(
             parse_rfc3339_ms("2024-02-29T00:00:00z"),
             Some(1_709_164_800_000)
@@ -613,7 +522,6 @@ mod tests {
             "2021-02-05T24:00:00Z",
             "2021-02-05T19:14:42",
             "2021-02-05T19:14:42.Z",
-            "2021-02-05T19:14:42+0200",
             "2021-02-05T19:14:42Zjunk",
             "２０２１-02-05T19:14:42Z",
             "+021-02-05T19:14:42Z",
@@ -624,11 +532,14 @@ mod tests {
             0,
             -1,
             1_612_552_482_274,
-            253_402_300_799_999,
+            // jiff's last instant (9999-12-30T22:00:00.999Z: its range leaves room for
+            // any UTC offset).
+            253_402_207_200_999,
             -62_135_596_800_000,
         ] {
             assert_eq!(parse_rfc3339_ms(&format_rfc3339_ms(ms)), Some(ms), "{ms}");
         }
+        assert_eq!(format_rfc3339_ms(i64::MAX), "9999-12-30T22:00:00.999Z");
         assert_eq!(
             format_rfc3339_ms(1_612_552_482_274),
             "2021-02-05T19:14:42.274Z"

@@ -39,7 +39,8 @@ pub struct Replayed {
 /// Errors: the topic cannot be read, as a message.
 pub fn replay(topic: &InternalTopic) -> Result<Replayed, String> {
     let mut out = Replayed::default();
-    for (key, value) in topic.replay()? {
+    for record in topic.replay().map_err(|e| e.to_string())? {
+        let (key, value) = (record.key, record.value);
         let key = String::from_utf8_lossy(&key).into_owned();
         let value: Option<Value> = value.and_then(|v| serde_json::from_slice(&v).ok());
         if let Some(name) = key.strip_prefix("connector-") {

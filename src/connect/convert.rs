@@ -85,6 +85,16 @@ impl Converter {
         }
     }
 
+    /// Kafka Connect's class of this converter (the dead-letter header
+    /// `__connect.errors.class.name` of a record it failed).
+    pub fn class_name(self) -> &'static str {
+        match self {
+            Converter::Bytes => "org.apache.kafka.connect.converters.ByteArrayConverter",
+            Converter::String => "org.apache.kafka.connect.storage.StringConverter",
+            Converter::Json { .. } => "org.apache.kafka.connect.json.JsonConverter",
+        }
+    }
+
     /// True when data passes unchanged both ways (`bytes`, `string`).
     pub fn passes_through(self) -> bool {
         matches!(self, Converter::Bytes | Converter::String)

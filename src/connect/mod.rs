@@ -326,7 +326,7 @@ impl Deps {
             ),
             (Bytes::from(format!("status-task-{name}-0")), task),
         ];
-        if let Err(e) = self.status_topic.append(&records) {
+        if let Err(e) = self.status_topic.append(0, &records) {
             tracing::warn!(connector = name, error = %e, "cannot write {STATUS_TOPIC}");
         }
     }
@@ -429,16 +429,16 @@ impl ConnectRuntime {
     )> {
         use anyhow::Context as _;
         let offsets_topic =
-            InternalTopic::new(OFFSETS_TOPIC, ctx.metadata.clone(), ctx.replicas.clone());
+            store::connect_topic(OFFSETS_TOPIC, ctx.metadata.clone(), ctx.replicas.clone());
         let offsets = SourceOffsets::load(offsets_topic)
             .map_err(|e| anyhow::anyhow!(e))
             .context("cannot replay __connect_offsets")?;
         let state_topic =
-            InternalTopic::new(STATE_TOPIC, ctx.metadata.clone(), ctx.replicas.clone());
+            store::connect_topic(STATE_TOPIC, ctx.metadata.clone(), ctx.replicas.clone());
         let state = ConnectorStates::load(state_topic)
             .map_err(|e| anyhow::anyhow!(e))
             .context("cannot replay __connect_state")?;
-        let configs_topic = InternalTopic::new(
+        let configs_topic = store::connect_topic(
             configs::CONFIGS_TOPIC,
             ctx.metadata.clone(),
             ctx.replicas.clone(),
@@ -448,7 +448,7 @@ impl ConnectRuntime {
             .context("cannot replay __connect_configs")?;
         let deps = Arc::new(Deps {
             worker_id: settings.worker_id.clone(),
-            status_topic: InternalTopic::new(
+            status_topic: store::connect_topic(
                 STATUS_TOPIC,
                 ctx.metadata.clone(),
                 ctx.replicas.clone(),
@@ -672,7 +672,7 @@ impl ConnectRuntime {
             (Bytes::from(format!("status-connector-{name}")), None),
             (Bytes::from(format!("status-task-{name}-0")), None),
         ];
-        if let Err(e) = self.inner.deps.status_topic.append(&records) {
+        if let Err(e) = self.inner.deps.status_topic.append(0, &records) {
             tracing::warn!(connector = name, error = %e, "cannot write {STATUS_TOPIC}");
         }
     }
@@ -694,7 +694,7 @@ impl ConnectRuntime {
     }
 
     fn store(&self, records: &[(Bytes, Option<Bytes>)]) -> Result<(), ConnectError> {
-        self.inner.configs_topic.append(records).map_err(|e| {
+        self.inner.configs_topic.append(0, records).map_err(|e| {
             ConnectError::Store(format!("cannot write {}: {e}", configs::CONFIGS_TOPIC))
         })
     }

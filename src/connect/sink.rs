@@ -10,18 +10,18 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use kafka_protocol::records::RecordBatchDecoder;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{Deps, Progress, TaskError};
-use crate::connect::config::{ConnectorConfig, ErrorTolerance, TopicsRegex};
+use crate::connect::config::{ConnectorClass, ConnectorConfig, ErrorTolerance, TopicsRegex};
 use crate::connect::smt::{Chain, ChainRecord};
+use crate::dead_letter::{self, DeadLetter, Owner, Stage};
 use crate::group::{CommitRequest, OffsetToCommit};
+use crate::log::records::{StoredBatches, MAX_DECOMPRESSED_BATCH_BYTES};
 use crate::log::LogError;
-use crate::plugin::{ErrantRecord, Header, Record, SinkConnector, SinkRecord, TopicOffset};
+use crate::plugin::{ErrantRecord, Record, SinkConnector, SinkRecord, TopicOffset};
 use crate::replica::FetchIsolation;
-use crate::transform::runner::{push_error_headers, ErrorOrigin};
 
 /// Most bytes read from one partition per read.
 const READ_BYTES: usize = 1 << 20;
@@ -188,7 +188,7 @@ async fn run_assigned(
         let batch = read_batch(deps, &mut positions, c.batch_size as usize)?;
         let read_some = !batch.is_empty();
         let (batch, failed) = prepare(c, &mut chain, batch).await?;
-        dead_letter(c, deps, failed).await?;
+        tolerate(c, deps, failed).await?;
         if batch.is_empty() {
             // Everything read was skipped or dead-lettered: handled.
             if read_some {
@@ -299,7 +299,7 @@ async fn deliver(
     }
 }
 
-/// The errant records of a `put` of `batch` (KIP-610), as [`dead_letter`] takes them.
+/// The errant records of a `put` of `batch` (KIP-610), as [`tolerate`] takes them.
 async fn report_errant(
     c: &ConnectorConfig,
     deps: &Deps,
@@ -312,35 +312,34 @@ async fn report_errant(
             let r = batch.get(e.index as usize)?;
             Some(Failed {
                 record: r.clone(),
+                stage: Stage::TaskPut,
                 kind: "ErrantRecord",
                 reason: e.reason.clone(),
             })
         })
         .collect();
-    dead_letter(c, deps, failed).await
+    tolerate(c, deps, failed).await
 }
 
 /// A record that failed on its way to the connector: as read from the topic, the stage
-/// that failed it (the DLQ's exception class name) and why.
+/// that failed it, the kind of failure (the DLQ's exception class name) and why.
 struct Failed {
     record: SinkRecord,
+    stage: Stage,
     kind: &'static str,
     reason: String,
 }
 
 /// Applies `errors.tolerance` to failed records: under `none` the first one fails the
 /// task; under `all` each goes to `errors.deadletterqueue.topic.name` as it was read from
-/// the topic, with Kafka Connect's `__connect.errors.*` headers (class name
-/// `ErrantRecord` for a sink's report, `DataException` for a converter, `Transform` for
-/// the chain) and `weir.errors.connector`, or is logged and skipped without one.
+/// the topic, written by [`dead_letter::write`] (stage `TASK_PUT` and exception class
+/// `ErrantRecord` for a sink's report, `KEY_CONVERTER`/`VALUE_CONVERTER` and
+/// `DataException` for a converter, `TRANSFORMATION` and `Transform` for the chain), or is
+/// logged and skipped without one.
 ///
 /// Errors: as said, and a failed DLQ append.
-async fn dead_letter(
-    c: &ConnectorConfig,
-    deps: &Deps,
-    failed: Vec<Failed>,
-) -> Result<(), TaskError> {
-    let mut dead: Vec<Record> = Vec::with_capacity(failed.len());
+async fn tolerate(c: &ConnectorConfig, deps: &Deps, failed: Vec<Failed>) -> Result<(), TaskError> {
+    let mut dead: Vec<DeadLetter> = Vec::with_capacity(failed.len());
     for f in failed {
         let r = &f.record;
         let located = format!(
@@ -352,32 +351,42 @@ async fn dead_letter(
             (ErrorTolerance::All, None) => {
                 tracing::warn!(connector = %c.name, error = %located, "record skipped (errors.tolerance=all, no dead-letter topic)");
             }
-            (ErrorTolerance::All, Some(_)) => {
-                let mut record = r.record.clone();
-                push_error_headers(
-                    &mut record,
-                    &ErrorOrigin {
-                        topic: &r.topic,
-                        partition: r.partition,
-                        offset: r.offset,
-                        kind: f.kind,
-                        message: &f.reason,
-                    },
-                );
-                record.headers.push(Header {
-                    key: "weir.errors.connector".into(),
-                    value: Some(c.name.clone().into()),
-                });
-                dead.push(record);
-            }
+            (ErrorTolerance::All, Some(_)) => dead.push(DeadLetter {
+                record: r.record.clone(),
+                topic: r.topic.clone(),
+                partition: r.partition,
+                offset: r.offset,
+                stage: f.stage,
+                class_name: stage_class(c, f.stage),
+                kind: f.kind,
+                message: f.reason,
+            }),
         }
     }
-    if let (Some(dlq), false) = (&c.dlq_topic, dead.is_empty()) {
-        deps.ingest.append(dlq, None, &dead).await.map_err(|e| {
-            TaskError::Runtime(format!("cannot write to the dead-letter topic {dlq}: {e}"))
-        })?;
+    if let Some(dlq) = &c.dlq_topic {
+        let owner = Owner::Connector { name: &c.name };
+        dead_letter::write(&deps.ingest, dlq, owner, dead)
+            .await
+            .map_err(|e| {
+                TaskError::Runtime(format!("cannot write to the dead-letter topic {dlq}: {e}"))
+            })?;
     }
     Ok(())
+}
+
+/// The component of a failed stage, for the DLQ's `__connect.errors.class.name`: the
+/// connector's `connector.class` for its own `put`, the converter's name, or `smt` for
+/// the transform chain.
+fn stage_class(c: &ConnectorConfig, stage: Stage) -> String {
+    match stage {
+        Stage::TaskPut | Stage::KafkaProduce => match &c.class {
+            ConnectorClass::BuiltIn(name) => name.to_string(),
+            ConnectorClass::Path(path) => path.display().to_string(),
+        },
+        Stage::KeyConverter => c.key_converter.class_name().to_string(),
+        Stage::ValueConverter => c.value_converter.class_name().to_string(),
+        Stage::Transformation => "smt".to_string(),
+    }
 }
 
 async fn flush_and_commit(
@@ -422,9 +431,9 @@ async fn flush_and_commit(
 
 /// Converts each record's key and value for the connector (`key.converter`,
 /// `value.converter`), then runs the `transforms` chain. Returns the records to put and
-/// those that failed either stage (as read, for [`dead_letter`]; their offsets are still
+/// those that failed either stage (as read, for [`tolerate`]; their offsets are still
 /// committed: they were handled). Under `errors.tolerance=none` the chain's first
-/// failure fails the task here; a conversion failure does through [`dead_letter`].
+/// failure fails the task here; a conversion failure does through [`tolerate`].
 async fn prepare(
     c: &ConnectorConfig,
     chain: &mut Chain,
@@ -452,8 +461,14 @@ async fn prepare(
                 originals.push(r);
             }
             Err(e) => {
+                let stage = if e.side == "key" {
+                    Stage::KeyConverter
+                } else {
+                    Stage::ValueConverter
+                };
                 failed.push(Failed {
                     record: r,
+                    stage,
                     kind: "DataException",
                     reason: e.to_string(),
                 });
@@ -475,6 +490,7 @@ async fn prepare(
     for (i, reason) in chain_failed {
         failed.push(Failed {
             record: originals[i].clone(),
+            stage: Stage::Transformation,
             kind: "Transform",
             reason,
         });
@@ -520,35 +536,29 @@ fn read_batch(
         if read.bytes.is_empty() {
             continue;
         }
-        let mut bytes = read.bytes;
-        let sets = RecordBatchDecoder::decode_all(&mut bytes)
+        // Every batch of the read decodes before the position moves (as before: a bad
+        // batch fails the read as a whole).
+        let batches = StoredBatches::new(read.bytes, MAX_DECOMPRESSED_BATCH_BYTES)
+            .collect::<Result<Vec<_>, _>>()
             .map_err(|e| TaskError::Runtime(format!("decoding {topic}-{p} at {position}: {e}")))?;
-        'sets: for set in sets {
-            for r in set.records {
-                if r.offset < *position || r.control || r.transactional {
+        'batches: for batch in batches {
+            if batch.is_control || batch.is_transactional {
+                continue;
+            }
+            for r in batch.records {
+                let offset = batch.base_offset + i64::from(r.offset_delta);
+                if offset < *position {
                     continue;
                 }
                 if out.len() >= max {
-                    break 'sets;
+                    break 'batches;
                 }
-                *position = r.offset + 1;
+                *position = offset + 1;
                 out.push(SinkRecord {
-                    record: Record {
-                        key: r.key,
-                        value: r.value,
-                        headers: r
-                            .headers
-                            .into_iter()
-                            .map(|(k, v)| Header {
-                                key: k.to_string(),
-                                value: v,
-                            })
-                            .collect(),
-                        timestamp_ms: r.timestamp,
-                    },
+                    record: Record::from(r),
                     topic: topic.clone(),
                     partition: *p,
-                    offset: r.offset,
+                    offset,
                 });
             }
         }

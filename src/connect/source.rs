@@ -74,14 +74,16 @@ fn watch(
     connector: &str,
     dir: &Path,
     changed: Arc<tokio::sync::Notify>,
-) -> Option<notify::RecommendedWatcher> {
-    let made = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        if let Ok(e) = event {
-            if !matches!(e.kind, notify::EventKind::Access(_)) {
+) -> Option<crate::fswatch::ChangesOnly> {
+    // Not debounced: a tailing task wakes as soon as the file grows.
+    let made = crate::fswatch::ChangesOnly::new(
+        move |event: notify::Result<notify::Event>| {
+            if event.is_ok() {
                 changed.notify_one();
             }
-        }
-    });
+        },
+        notify::Config::default(),
+    );
     let mut watcher = match made {
         Ok(w) => w,
         Err(e) => {

@@ -24,12 +24,12 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use kafka_protocol::records::{Record as KafkaRecord, RecordBatchDecoder};
 
-use crate::cluster::{Metadata, NewTopic};
-use crate::log::{plain, split_batches};
+use crate::cluster::Metadata;
+pub use crate::internal_topic::InternalTopic;
+use crate::internal_topic::InternalTopicSpec;
 use crate::plugin::SourcePosition;
-use crate::replica::{now_ms, FetchIsolation, ReplicaManager};
+use crate::replica::ReplicaManager;
 
 /// Source offsets topic.
 pub const OFFSETS_TOPIC: &str = "__connect_offsets";
@@ -48,127 +48,30 @@ pub const STATE_MAX_KEYS: usize = 10_000;
 /// memory, so a plugin must not be able to make the broker hold more than this.
 pub const STATE_MAX_BYTES: usize = 16 << 20;
 
-/// Most bytes read per log read while replaying.
-const REPLAY_READ_BYTES: usize = 1 << 20;
-
-/// One compacted single-partition topic the runtime owns.
-#[derive(Debug, Clone)]
-pub struct InternalTopic {
+/// The connect runtime's internal topic `name`: compacted, one partition, created on
+/// first use (Kafka Connect's defaults for its own topics, at replication factor 1).
+pub fn connect_topic(
     name: &'static str,
     metadata: Arc<Metadata>,
     replicas: Arc<ReplicaManager>,
+) -> InternalTopic {
+    let spec = InternalTopicSpec {
+        partitions: 1,
+        configs: BTreeMap::new(),
+    };
+    InternalTopic::new(name, spec, metadata, replicas)
 }
 
-impl InternalTopic {
-    /// The topic `name` over the broker's owners (created on first use).
-    pub fn new(name: &'static str, metadata: Arc<Metadata>, replicas: Arc<ReplicaManager>) -> Self {
-        InternalTopic {
-            name,
-            metadata,
-            replicas,
-        }
-    }
-
-    /// Creates the topic (compacted, one partition) unless it exists.
-    ///
-    /// Errors: metadata or the log cannot be written, as a message.
-    pub fn ensure(&self) -> Result<(), String> {
-        if self.metadata.image().topic(self.name).is_some() {
-            return Ok(());
-        }
-        // The path of a client's CreateTopics: validated, all or nothing.
-        self.metadata
-            .ensure_topic(NewTopic {
-                name: self.name.to_string(),
-                partitions: 1,
-                replication_factor: 1,
-                configs: BTreeMap::from([("cleanup.policy".to_string(), "compact".to_string())]),
-            })
-            .map_err(|e| format!("creating {}: {}", self.name, e.message))?;
-        Ok(())
-    }
-
-    /// Appends `records` (key, value; `None` = tombstone) as one batch.
-    ///
-    /// Errors: the topic cannot be created or the append fails, as a message.
-    pub fn append(&self, records: &[(Bytes, Option<Bytes>)]) -> Result<(), String> {
-        if records.is_empty() {
-            return Ok(());
-        }
-        self.ensure()?;
-        let fail = |m: String| format!("{}-0: {m}", self.name);
-        let partition = self
-            .replicas
-            .partition(self.name, 0)
-            .ok_or_else(|| fail("partition is not open".into()))?;
-        let now = now_ms();
-        let encoded: Vec<KafkaRecord> = records
-            .iter()
-            .enumerate()
-            .map(|(i, (key, value))| {
-                plain::record(
-                    i as i64,
-                    now,
-                    Some(key.clone()),
-                    value.clone(),
-                    Default::default(),
-                )
-            })
-            .collect();
-        let batch = plain::encode(&encoded).map_err(fail)?;
-        let batches = split_batches(batch).map_err(|e| fail(e.to_string()))?;
-        self.replicas
-            .append(&partition, batches)
-            .map_err(|e| fail(e.to_string()))?;
-        Ok(())
-    }
-
-    /// Every keyed record in offset order (key, value), or nothing when the topic does
-    /// not exist.
-    ///
-    /// Errors: a read fails (I/O), as a message. An undecodable batch ends the replay
-    /// with a warning (what precedes it is returned).
-    pub fn replay(&self) -> Result<Vec<(Bytes, Option<Bytes>)>, String> {
-        let Some(partition) = self.replicas.partition(self.name, 0) else {
-            return Ok(Vec::new());
-        };
-        let mut out = Vec::new();
-        let offsets = partition.offsets();
-        let (mut offset, end) = (offsets.log_start_offset, offsets.log_end_offset);
-        while offset < end {
-            let read = partition
-                .read(offset, REPLAY_READ_BYTES, FetchIsolation::LogEnd)
-                .map_err(|e| format!("{}-0 at {offset}: {e}", self.name))?;
-            if read.bytes.is_empty() {
-                break;
-            }
-            let mut bytes = read.bytes;
-            let sets = match RecordBatchDecoder::decode_all(&mut bytes) {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(offset, error = %e, "unreadable batch in {}; replay stops here", self.name);
-                    break;
-                }
-            };
-            let mut next = offset;
-            for set in sets {
-                for r in set.records {
-                    next = next.max(r.offset + 1);
-                    if r.offset < offset || r.control {
-                        continue;
-                    }
-                    if let Some(key) = r.key {
-                        out.push((key, r.value));
-                    }
-                }
-            }
-            if next <= offset {
-                break;
-            }
-            offset = next;
-        }
-        Ok(out)
-    }
+/// Every keyed record of `topic` in offset order, as (key, value).
+///
+/// Errors: a read fails (I/O), as a message.
+fn replay_pairs(topic: &InternalTopic) -> Result<Vec<(Bytes, Option<Bytes>)>, String> {
+    Ok(topic
+        .replay()
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(|r| (r.key, r.value))
+        .collect())
 }
 
 /// The JSON key of a source partition: `["name", {partition}]`, map keys sorted.
@@ -215,7 +118,7 @@ impl SourceOffsets {
     /// Errors: the topic cannot be read, as a message.
     pub fn load(topic: InternalTopic) -> Result<SourceOffsets, String> {
         let mut latest: BTreeMap<String, BTreeMap<String, SourcePosition>> = BTreeMap::new();
-        for (key, value) in topic.replay()? {
+        for (key, value) in replay_pairs(&topic)? {
             let parsed: Option<(String, Vec<(String, String)>)> =
                 serde_json::from_slice::<serde_json::Value>(&key)
                     .ok()
@@ -290,7 +193,7 @@ impl SourceOffsets {
                 )
             })
             .collect();
-        self.topic.append(&records)?;
+        self.topic.append(0, &records).map_err(|e| e.to_string())?;
         let mut latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
         let entry = latest.entry(connector.to_string()).or_default();
         for p in positions {
@@ -321,7 +224,7 @@ impl SourceOffsets {
             .iter()
             .map(|k| (Bytes::from(k.clone()), None))
             .collect();
-        self.topic.append(&records)?;
+        self.topic.append(0, &records).map_err(|e| e.to_string())?;
         let mut latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
         latest.remove(connector);
         Ok(keys.len())
@@ -346,7 +249,7 @@ impl SourceOffsets {
                 (key, value)
             })
             .collect();
-        self.topic.append(&records)?;
+        self.topic.append(0, &records).map_err(|e| e.to_string())?;
         let mut latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
         let entry = latest.entry(connector.to_string()).or_default();
         for (partition, offset) in changes {
@@ -399,7 +302,7 @@ impl ConnectorStates {
     /// Errors: the topic cannot be read, as a message.
     pub fn load(topic: InternalTopic) -> Result<ConnectorStates, String> {
         let mut entries: BTreeMap<String, BTreeMap<String, Bytes>> = BTreeMap::new();
-        for (key, value) in topic.replay()? {
+        for (key, value) in replay_pairs(&topic)? {
             let parsed = serde_json::from_slice::<(String, String)>(&key).ok();
             let Some((name, k)) = parsed else {
                 tracing::warn!(key = %String::from_utf8_lossy(&key), "not a [connector, key] pair in {STATE_TOPIC}; skipped");
@@ -476,7 +379,10 @@ impl crate::plugin::StateStore for ConnectorStates {
         }
         let value = value.map(Bytes::from);
         self.topic
-            .append(&[(Bytes::from(state_key(connector, key)), value.clone())])
+            .append(
+                0,
+                &[(Bytes::from(state_key(connector, key)), value.clone())],
+            )
             .map_err(|e| format!("state: cannot store {key}: {e}"))?;
         match value {
             Some(v) => {
@@ -520,49 +426,14 @@ mod tests {
     /// The internal topic `name` over a broker's state in `dir`, as a (re)started broker
     /// builds it.
     fn topic_in(dir: &std::path::Path, name: &'static str) -> InternalTopic {
-        let mut config = crate::config::BrokerConfig::defaults();
-        config.log_dir = dir.to_path_buf();
-        let metadata = Arc::new(Metadata::open(dir, 1).unwrap());
-        let replicas = ReplicaManager::open(
-            Arc::new(config),
-            &metadata,
-            Arc::new(crate::purgatory::Purgatory::new(10)),
-        )
-        .unwrap();
-        InternalTopic::new(name, metadata, replicas)
+        let (metadata, replicas) = crate::internal_topic::test_owners(dir);
+        connect_topic(name, metadata, replicas)
     }
 
     /// The connector states over a broker's state in `dir`, as a (re)started broker
     /// builds them.
     fn states_in(dir: &std::path::Path) -> ConnectorStates {
         ConnectorStates::load(topic_in(dir, STATE_TOPIC)).unwrap()
-    }
-
-    #[test]
-    fn a_failed_internal_topic_creation_leaves_nothing_behind() {
-        let dir = tempfile::tempdir().unwrap();
-        let topic = topic_in(dir.path(), OFFSETS_TOPIC);
-        // A file where the partition directory goes: its log cannot be created.
-        let blocker = dir.path().join(format!("{OFFSETS_TOPIC}-0"));
-        std::fs::write(&blocker, "x").unwrap();
-        let record = [(Bytes::from_static(b"k"), Some(Bytes::from_static(b"v")))];
-        let e = topic.append(&record).unwrap_err();
-        assert!(e.contains("creating __connect_offsets"), "{e}");
-        assert!(topic.metadata.topic(OFFSETS_TOPIC).is_none());
-        assert!(topic.replicas.partition(OFFSETS_TOPIC, 0).is_none());
-        std::fs::remove_file(&blocker).unwrap();
-        topic.append(&record).unwrap();
-        assert_eq!(
-            topic.metadata.topic(OFFSETS_TOPIC).unwrap().configs["cleanup.policy"],
-            "compact"
-        );
-        assert_eq!(topic.replay().unwrap(), record.to_vec());
-        // And it is there after a restart.
-        drop(topic);
-        assert_eq!(
-            topic_in(dir.path(), OFFSETS_TOPIC).replay().unwrap(),
-            record.to_vec()
-        );
     }
 
     #[test]

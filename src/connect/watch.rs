@@ -1,23 +1,21 @@
-//! Watching `connect.config.dir` with notify: any create, change, rename or removal of a
-//! file in it wakes the runtime, which re-reads the whole directory (so renames and
-//! editors' write-to-temp-then-rename are handled the same way). Events are debounced:
-//! after the first, the runtime waits [`DEBOUNCE_MS`] and takes every event that arrived
-//! meanwhile as one change, as `transform.config.dir` reloads do.
+//! Watching `connect.config.dir`: any create, change, rename or removal of a file in it
+//! wakes the runtime, which re-reads the whole directory (so renames and editors'
+//! write-to-temp-then-rename are handled the same way). Events are debounced by
+//! [`crate::fswatch`] (quiet for [`crate::fswatch::DEBOUNCE_MS`]), as
+//! `transform.config.dir` reloads are; changes that arrive before the runtime looks
+//! coalesce into one.
 
 use std::path::Path;
-use std::time::Duration;
 
-use notify::Watcher as _;
 use tokio::sync::mpsc;
 
-/// Quiet time after an event before the directory is re-read (ms).
-pub const DEBOUNCE_MS: u64 = 200;
+use crate::fswatch;
 
 /// A watch on one directory.
 pub struct DirWatch {
     /// Kept alive for the watch to last; `None` when notify could not start.
-    _watcher: Option<notify::RecommendedWatcher>,
-    /// One slot: an event waiting to be seen (more coalesce into it).
+    _watcher: Option<fswatch::Debounced>,
+    /// One slot: a change waiting to be seen (more coalesce into it).
     events: mpsc::Receiver<()>,
 }
 
@@ -26,16 +24,13 @@ impl DirWatch {
     /// directory is then read at start only.
     pub fn new(dir: &Path) -> DirWatch {
         let (tx, events) = mpsc::channel(1);
-        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            let Ok(event) = event else { return };
-            if matches!(event.kind, notify::EventKind::Access(_)) {
-                return;
-            }
+        let watcher = fswatch::debounced(move |_paths| {
             // Full means a change is already waiting to be seen: this one joins it.
             let _ = tx.try_send(());
         })
         .and_then(|mut w| {
-            w.watch(dir, notify::RecursiveMode::NonRecursive)?;
+            w.watcher()
+                .watch(dir, notify::RecursiveMode::NonRecursive)?;
             Ok(w)
         });
         let watcher = match watcher {
@@ -51,13 +46,8 @@ impl DirWatch {
         }
     }
 
-    /// Waits for a change (debounced); `false` when no change can come any more.
+    /// Waits for a change (already debounced); `false` when no change can come any more.
     pub async fn changed(&mut self) -> bool {
-        if self.events.recv().await.is_none() {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(DEBOUNCE_MS)).await;
-        while self.events.try_recv().is_ok() {}
-        true
+        self.events.recv().await.is_some()
     }
 }

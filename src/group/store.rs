@@ -14,12 +14,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::records::{Record, RecordBatchDecoder};
 
-use crate::cluster::{Metadata, NewTopic};
+use crate::cluster::Metadata;
 use crate::config::GroupSettings;
-use crate::log::{plain, split_batches};
-use crate::replica::{now_ms, FetchIsolation, ReplicaManager};
+use crate::internal_topic::{InternalTopic, InternalTopicError, InternalTopicSpec};
+use crate::replica::{now_ms, ReplicaManager};
 
 /// The internal topic holding committed offsets and group metadata.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
@@ -53,23 +52,6 @@ pub struct LoadedGroup {
 pub struct StoreRecord {
     key: Bytes,
     value: Option<Bytes>,
-}
-
-/// Errors of the offsets store. Clients see COORDINATOR_NOT_AVAILABLE (15) for these, as
-/// Kafka answers when the offsets topic cannot be written.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// The topic could not be created (metadata or partition logs).
-    #[error("cannot create {OFFSETS_TOPIC}: {0}")]
-    Create(String),
-    /// The append failed (I/O).
-    #[error("cannot append to {OFFSETS_TOPIC}-{partition}: {message}")]
-    Append {
-        /// Partition of the offsets topic.
-        partition: i32,
-        /// The log's error.
-        message: String,
-    },
 }
 
 /// Java's `String.hashCode` over UTF-16 code units, so a group lands on the same
@@ -303,11 +285,7 @@ fn decode_record(key: &Bytes, value: Option<&Bytes>) -> Option<Decoded> {
 /// The offsets topic: where each group's records go, and the writes.
 #[derive(Debug)]
 pub struct OffsetStore {
-    metadata: Arc<Metadata>,
-    replicas: Arc<ReplicaManager>,
-    settings: GroupSettings,
-    /// Partitions of the topic once it exists (fixed at creation, like Kafka).
-    partitions: std::sync::Mutex<Option<i32>>,
+    topic: InternalTopic,
 }
 
 impl OffsetStore {
@@ -317,12 +295,15 @@ impl OffsetStore {
         replicas: Arc<ReplicaManager>,
         settings: GroupSettings,
     ) -> OffsetStore {
-        let existing = metadata.topic(OFFSETS_TOPIC).map(|t| t.partitions);
+        let spec = InternalTopicSpec {
+            partitions: settings.offsets_topic_num_partitions,
+            configs: BTreeMap::from([(
+                "segment.bytes".to_string(),
+                settings.offsets_topic_segment_bytes.to_string(),
+            )]),
+        };
         OffsetStore {
-            metadata,
-            replicas,
-            settings,
-            partitions: std::sync::Mutex::new(existing),
+            topic: InternalTopic::new(OFFSETS_TOPIC, spec, metadata, replicas),
         }
     }
 
@@ -330,74 +311,32 @@ impl OffsetStore {
     /// partitions, `offsets.topic.segment.bytes` segments), as Kafka does on the first
     /// FindCoordinator. Returns the partition count.
     ///
-    /// Errors: [`StoreError::Create`] when metadata or logs cannot be written.
-    pub fn ensure_topic(&self) -> Result<i32, StoreError> {
-        let mut partitions = self.partitions.lock().expect("offsets store lock poisoned");
-        if let Some(n) = *partitions {
-            return Ok(n);
-        }
-        let configs = BTreeMap::from([
-            ("cleanup.policy".to_string(), "compact".to_string()),
-            (
-                "segment.bytes".to_string(),
-                self.settings.offsets_topic_segment_bytes.to_string(),
-            ),
-        ]);
-        // The path of a client's CreateTopics: validated, all or nothing.
-        let meta = self
-            .metadata
-            .ensure_topic(NewTopic {
-                name: OFFSETS_TOPIC.to_string(),
-                partitions: self.settings.offsets_topic_num_partitions,
-                replication_factor: 1,
-                configs,
-            })
-            .map_err(|e| StoreError::Create(e.message))?;
-        tracing::info!(
-            partitions = meta.partitions,
-            "internal topic {OFFSETS_TOPIC} ready"
-        );
-        *partitions = Some(meta.partitions);
-        Ok(meta.partitions)
+    /// Errors: [`InternalTopicError::Create`] when metadata or logs cannot be written.
+    pub fn ensure_topic(&self) -> Result<i32, InternalTopicError> {
+        self.topic.ensure()
     }
 
-    /// Appends `records` for `group_id` as one batch (all or nothing).
+    /// Appends `records` for `group_id` as one batch (all or nothing) to the group's
+    /// partition (`partition_for`).
     ///
-    /// Errors: [`StoreError`] when the topic cannot be created or the append fails.
-    pub fn append(&self, group_id: &str, records: &[StoreRecord]) -> Result<(), StoreError> {
+    /// Errors: [`InternalTopicError`] when the topic cannot be created or the append
+    /// fails; clients then see COORDINATOR_NOT_AVAILABLE (15), as Kafka answers when
+    /// the offsets topic cannot be written.
+    pub fn append(
+        &self,
+        group_id: &str,
+        records: &[StoreRecord],
+    ) -> Result<(), InternalTopicError> {
         if records.is_empty() {
             return Ok(());
         }
-        let partitions = self.ensure_topic()?;
-        let index = partition_for(group_id, partitions);
-        let fail = |message: String| StoreError::Append {
-            partition: index,
-            message,
-        };
-        let partition = self
-            .replicas
-            .partition(OFFSETS_TOPIC, index)
-            .ok_or_else(|| fail("partition is not open".into()))?;
-        let now = now_ms();
-        let records: Vec<Record> = records
+        let partitions = self.topic.ensure()?;
+        let pairs: Vec<(Bytes, Option<Bytes>)> = records
             .iter()
-            .enumerate()
-            .map(|(i, r)| {
-                plain::record(
-                    i as i64,
-                    now,
-                    Some(r.key.clone()),
-                    r.value.clone(),
-                    Default::default(),
-                )
-            })
+            .map(|r| (r.key.clone(), r.value.clone()))
             .collect();
-        let batch = plain::encode(&records).map_err(fail)?;
-        let batches = split_batches(batch).map_err(|e| fail(e.to_string()))?;
-        self.replicas
-            .append(&partition, batches)
-            .map_err(|e| fail(e.to_string()))?;
-        Ok(())
+        self.topic
+            .append(partition_for(group_id, partitions), &pairs)
     }
 
     /// Replays every partition of `__consumer_offsets` (if it exists): the last record per
@@ -406,51 +345,14 @@ impl OffsetStore {
     /// Errors: a partition log that cannot be read (I/O), as a message.
     pub fn load(&self) -> Result<BTreeMap<String, LoadedGroup>, String> {
         let mut groups: BTreeMap<String, LoadedGroup> = BTreeMap::new();
-        let Some(partitions) = *self.partitions.lock().expect("offsets store lock poisoned") else {
-            return Ok(groups);
-        };
-        for index in 0..partitions {
-            let Some(partition) = self.replicas.partition(OFFSETS_TOPIC, index) else {
-                continue;
-            };
-            let offsets = partition.offsets();
-            let (mut offset, end) = (offsets.log_start_offset, offsets.log_end_offset);
-            while offset < end {
-                let read = partition
-                    .read(offset, 1 << 20, FetchIsolation::LogEnd)
-                    .map_err(|e| format!("{OFFSETS_TOPIC}-{index} at {offset}: {e}"))?;
-                if read.bytes.is_empty() {
-                    break;
-                }
-                let mut bytes = read.bytes;
-                let sets = match RecordBatchDecoder::decode_all(&mut bytes) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        tracing::warn!(partition = index, offset, error = %e, "unreadable batch in {OFFSETS_TOPIC}; skipping the rest of this partition");
-                        break;
-                    }
-                };
-                let mut next = offset;
-                for set in sets {
-                    for record in set.records {
-                        next = next.max(record.offset + 1);
-                        let Some(key) = record.key.as_ref() else {
-                            continue;
-                        };
-                        match decode_record(key, record.value.as_ref()) {
-                            Some(d) => apply(&mut groups, d),
-                            None => tracing::warn!(
-                                partition = index,
-                                offset = record.offset,
-                                "unparseable record in {OFFSETS_TOPIC}; skipped"
-                            ),
-                        }
-                    }
-                }
-                if next <= offset {
-                    break;
-                }
-                offset = next;
+        for record in self.topic.replay().map_err(|e| e.to_string())? {
+            match decode_record(&record.key, record.value.as_ref()) {
+                Some(d) => apply(&mut groups, d),
+                None => tracing::warn!(
+                    partition = record.partition,
+                    offset = record.offset,
+                    "unparseable record in {OFFSETS_TOPIC}; skipped"
+                ),
             }
         }
         groups.retain(|_, g| g.protocol_type.is_some() || !g.offsets.is_empty());

@@ -3,8 +3,8 @@
 //!
 //! Owns: the byte layout of the 61-byte record batch header (Kafka protocol guide,
 //! "Record Batch", magic 2) and its CRC-32C. Never does: decompress, decode or re-encode
-//! records (apart from [`first_record_at_or_after`], a bounded scan of *uncompressed*
-//! record timestamps used by ListOffsets), touch files, or know about requests.
+//! records (apart from [`first_record_at_or_after`], a walk with `records` over
+//! *uncompressed* record timestamps used by ListOffsets), touch files, or know about requests.
 //!
 //! Layout (big-endian):
 //!
@@ -26,6 +26,8 @@
 //! | 61..   | records               | yes    |
 
 use bytes::Bytes;
+
+use super::records::Records;
 
 /// Size of the record batch v2 header in bytes (protocol guide, "Record Batch").
 pub const BATCH_HEADER_BYTES: usize = 61;
@@ -473,6 +475,10 @@ impl BatchHeader {
         self.attributes & CONTROL_BIT != 0
     }
 
+    pub fn is_transactional(&self) -> bool {
+        self.attributes & TRANSACTIONAL_BIT != 0
+    }
+
     /// The codec, or `None` for codec bits outside 0..=4 (only possible on corrupt data).
     pub fn compression(&self) -> Option<Compression> {
         match self.attributes & COMPRESSION_MASK {
@@ -487,49 +493,23 @@ impl BatchHeader {
 }
 
 /// For an uncompressed CreateTime batch (`bytes` = one whole batch), the offset and
-/// timestamp of the first record whose timestamp is >= `target_ms`. Returns `None` when
-/// no record qualifies or the records do not decode (the caller then falls back to the
-/// batch's base offset and maxTimestamp). Records are bounded by the batch bytes.
+/// timestamp of the first record whose timestamp is >= `target_ms`, walking its records
+/// with the record walker (`records`) only as far as that record. Returns `None` when no
+/// record qualifies or the records before it do not decode (the caller then falls back to
+/// the batch's base offset and maxTimestamp).
 pub(crate) fn first_record_at_or_after(bytes: &[u8], target_ms: i64) -> Option<(i64, i64)> {
     let header = BatchHeader::parse(bytes.get(..BATCH_HEADER_BYTES)?);
-    let mut cursor = &bytes[BATCH_HEADER_BYTES..];
-    for _ in 0..header.record_count {
-        let length = read_varint(&mut cursor)?;
-        let length = usize::try_from(length).ok()?;
-        let body = cursor.get(..length)?;
-        cursor = &cursor[length..];
-        let mut record = body;
-        let _attributes = *record.first()?;
-        record = &record[1..];
-        let timestamp_delta = read_varlong(&mut record)?;
-        let offset_delta = read_varint(&mut record)?;
-        let timestamp = header.base_timestamp.checked_add(timestamp_delta)?;
+    for record in Records::new(&bytes[BATCH_HEADER_BYTES..], header.record_count) {
+        let record = record.ok()?;
+        let timestamp = header.base_timestamp.checked_add(record.timestamp_delta)?;
         if timestamp >= target_ms {
-            return Some((header.base_offset + i64::from(offset_delta), timestamp));
+            return Some((
+                header.base_offset + i64::from(record.offset_delta),
+                timestamp,
+            ));
         }
     }
     None
-}
-
-pub(crate) fn read_varlong(cursor: &mut &[u8]) -> Option<i64> {
-    let mut raw: u64 = 0;
-    for shift in (0..70).step_by(7) {
-        let (&byte, rest) = cursor.split_first()?;
-        *cursor = rest;
-        if shift == 63 && byte > 1 {
-            return None;
-        }
-        raw |= u64::from(byte & 0x7f) << shift;
-        if byte & 0x80 == 0 {
-            return Some((raw >> 1) as i64 ^ -((raw & 1) as i64));
-        }
-    }
-    None
-}
-
-pub(crate) fn read_varint(cursor: &mut &[u8]) -> Option<i32> {
-    let value = read_varlong(cursor)?;
-    i32::try_from(value).ok()
 }
 
 fn read_i16(bytes: &[u8], at: usize) -> i16 {

@@ -59,7 +59,8 @@
 //! Limits: the offset map holds at most [`OFFSET_MAP_MAX_BYTES`] of keys (Kafka's
 //! `log.cleaner.dedupe.buffer.size` default); keys seen after it is full are simply kept
 //! everywhere. A batch is decompressed into at most [`MAX_DECOMPRESSED_BATCH_BYTES`]; a
-//! larger one is kept whole. Corrupt data (CRC, header or record layout) aborts the run
+//! larger one is kept whole. Corrupt data (CRC, header, or record layout as the walker in
+//! `records` checks it, headers included) aborts the run
 //! with [`LogError::Corrupt`] in the prepare step, before anything is swapped. The
 //! prepared copies of a run take up to the cleanable bytes again on disk until installed.
 //!
@@ -75,11 +76,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::batch::{
-    read_varint, read_varlong, BatchHeader, Compression, ATTRIBUTES_AT, BATCH_HEADER_BYTES,
-    BATCH_LENGTH_AT, COMPRESSION_MASK, CRC_AT, LOG_OVERHEAD_BYTES, MAX_TIMESTAMP_AT,
-    RECORD_COUNT_AT,
+    BatchHeader, Compression, ATTRIBUTES_AT, BATCH_HEADER_BYTES, BATCH_LENGTH_AT, COMPRESSION_MASK,
+    CRC_AT, LOG_OVERHEAD_BYTES, MAX_TIMESTAMP_AT, RECORD_COUNT_AT,
 };
 use super::codec::{self, DecompressError};
+use super::records::{RecordView, Records, MAX_DECOMPRESSED_BATCH_BYTES};
 use super::segment::{cleaned_path_of, io_error, remove_if_exists, Segment, SegmentSnapshot};
 use super::{LogError, PartitionLog};
 
@@ -92,9 +93,6 @@ pub(crate) const CHECKPOINT_FILE: &str = "cleaner-offset-checkpoint";
 pub const OFFSET_MAP_MAX_BYTES: usize = 128 << 20;
 /// Bytes counted per offset map entry on top of its key (hash table slot and offset).
 const MAP_ENTRY_OVERHEAD_BYTES: usize = 48;
-/// Largest decompressed records section the cleaner handles for one batch (8 × an 8 MiB
-/// `max.message.bytes`); a batch beyond it is kept whole and its keys left out of the map.
-pub const MAX_DECOMPRESSED_BATCH_BYTES: usize = 64 << 20;
 /// A rewritten segment must stay addressable by 32-bit index positions.
 const MAX_SEGMENT_BYTES: u64 = i32::MAX as u64;
 
@@ -159,61 +157,13 @@ impl OffsetMap {
     }
 }
 
-/// One record, as much of it as the cleaner needs.
-#[derive(Debug, Clone, Copy)]
-struct RecordView<'a> {
-    offset_delta: i32,
-    timestamp_delta: i64,
-    key: Option<&'a [u8]>,
-    tombstone: bool,
-    /// The whole record as stored: length varint and body.
-    raw: &'a [u8],
-}
-
-/// Parses the records section of a batch (`records` = decompressed bytes), `count`
-/// records. Errors: what is malformed, for [`LogError::Corrupt`].
+/// Walks the records section of a batch (`records` = decompressed bytes), `count`
+/// records, with the record walker. Errors: what is malformed, naming the record, for
+/// [`LogError::Corrupt`].
 fn parse_records(records: &[u8], count: i32) -> Result<Vec<RecordView<'_>>, String> {
-    let mut out = Vec::new();
-    let mut cursor = records;
-    for index in 0..count {
-        let start = records.len() - cursor.len();
-        let fail = |what: &str| format!("record {index}: {what}");
-        let length = read_varint(&mut cursor).ok_or_else(|| fail("bad length varint"))?;
-        let length = usize::try_from(length).map_err(|_| fail("negative length"))?;
-        let mut body = cursor
-            .get(..length)
-            .ok_or_else(|| fail("length runs past the records"))?;
-        cursor = &cursor[length..];
-        let raw = &records[start..records.len() - cursor.len()];
-        body = body.get(1..).ok_or_else(|| fail("no attributes"))?;
-        let timestamp_delta = read_varlong(&mut body).ok_or_else(|| fail("bad timestampDelta"))?;
-        let offset_delta = read_varint(&mut body).ok_or_else(|| fail("bad offsetDelta"))?;
-        let key = nullable_bytes(&mut body).ok_or_else(|| fail("bad key"))?;
-        let value = nullable_bytes(&mut body).ok_or_else(|| fail("bad value"))?;
-        out.push(RecordView {
-            offset_delta,
-            timestamp_delta,
-            key,
-            tombstone: value.is_none(),
-            raw,
-        });
-    }
-    if !cursor.is_empty() {
-        return Err(format!("{} bytes after record {count}", cursor.len()));
-    }
-    Ok(out)
-}
-
-/// A varint length (-1 = null) and that many bytes.
-fn nullable_bytes<'a>(cursor: &mut &'a [u8]) -> Option<Option<&'a [u8]>> {
-    let length = read_varint(cursor)?;
-    if length == -1 {
-        return Some(None);
-    }
-    let length = usize::try_from(length).ok()?;
-    let bytes = cursor.get(..length)?;
-    *cursor = &cursor[length..];
-    Some(Some(bytes))
+    Records::new(records, count)
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())
 }
 
 /// The records of a stored batch (`bytes`, whole): borrowed when uncompressed, else
@@ -366,7 +316,7 @@ impl Rules<'_> {
         if self.map.get(key).is_some_and(|latest| latest > offset) {
             return false;
         }
-        if record.tombstone {
+        if record.value.is_none() {
             let ts = header.max_timestamp;
             return !(ts >= 0 && self.now_ms.saturating_sub(ts) > self.delete_retention_ms);
         }

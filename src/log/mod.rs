@@ -28,6 +28,7 @@ mod compact;
 mod index;
 pub mod plain;
 mod producer;
+pub mod records;
 pub mod rewrite;
 mod segment;
 
@@ -162,7 +163,7 @@ pub struct ReadResult {
 }
 
 /// Errors of the partition log. Kafka codes are given for the protocol layer
-/// ([`LogError::kafka_error_code`]).
+/// ([`LogError::kafka_error`]).
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
     /// The file system failed. Kafka `KAFKA_STORAGE_ERROR` (56).
@@ -233,31 +234,32 @@ pub enum LogError {
 }
 
 impl LogError {
-    /// The Kafka error code for this error (see each variant).
-    pub fn kafka_error_code(&self) -> i16 {
-        match self {
-            LogError::Io { .. } | LogError::Corrupt { .. } => 56,
-            LogError::OffsetOutOfRange { .. } => 1,
-            LogError::InvalidProducerEpoch { .. } => 47,
-            LogError::OutOfOrderSequence { .. } => 45,
-            LogError::InvalidConfig { .. } => 40,
-        }
-    }
-
-    /// The Kafka error an append on a client's behalf answers with (Produce, and the
-    /// broker's own writes through `ingest`): OUT_OF_ORDER_SEQUENCE_NUMBER (45),
-    /// INVALID_PRODUCER_EPOCH (47), OFFSET_OUT_OF_RANGE (1), else KAFKA_STORAGE_ERROR
-    /// (56). Unlike [`LogError::kafka_error_code`] that includes `InvalidConfig`, which an
-    /// append cannot cause (issue 11 §4 makes the two one mapping).
-    pub fn append_error(&self) -> kafka_protocol::ResponseError {
+    /// The Kafka error for this error: the one mapping from a log failure to a response
+    /// code, used by every API that touches a log (Produce, Fetch, ListOffsets,
+    /// CreateTopics, CreatePartitions, AlterConfigs) and by the REST produce path.
+    ///
+    /// Each is the code Kafka's own broker sends for the same failure (`Errors.java`):
+    /// - `Io`, `Corrupt` → `KAFKA_STORAGE_ERROR` (56): Kafka wraps a failed log-dir
+    ///   operation in `KafkaStorageException`; the client retries or moves to another
+    ///   replica, and the broker keeps serving the other partitions.
+    /// - `OffsetOutOfRange` → `OFFSET_OUT_OF_RANGE` (1): the consumer resets by its
+    ///   `auto.offset.reset`.
+    /// - `InvalidProducerEpoch` → `INVALID_PRODUCER_EPOCH` (47): a fenced producer, as
+    ///   `ProducerStateManager` reports it.
+    /// - `OutOfOrderSequence` → `OUT_OF_ORDER_SEQUENCE_NUMBER` (45).
+    /// - `InvalidConfig` → `INVALID_CONFIG` (40): Kafka's `LogConfig.validate` throws
+    ///   `InvalidConfigurationException`, which is 40 in CreateTopics and AlterConfigs —
+    ///   the only requests that hand the log a config. It was 56 (a storage error) on
+    ///   the produce path, which would have told a client to retry a request that cannot
+    ///   succeed.
+    pub fn kafka_error(&self) -> kafka_protocol::ResponseError {
         use kafka_protocol::ResponseError;
         match self {
-            LogError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
-            LogError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
+            LogError::Io { .. } | LogError::Corrupt { .. } => ResponseError::KafkaStorageError,
             LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
-            LogError::Io { .. } | LogError::Corrupt { .. } | LogError::InvalidConfig { .. } => {
-                ResponseError::KafkaStorageError
-            }
+            LogError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
+            LogError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
+            LogError::InvalidConfig { .. } => ResponseError::InvalidConfig,
         }
     }
 }

@@ -2,7 +2,7 @@
 //! inline transform (`transform::apply`) needs to rewrite a batch before it is appended.
 //!
 //! Owns: decoding a batch's records ([`decode_records`]: bounded decompression through
-//! `codec`, every length checked), encoding records into a batch that takes the producer
+//! `codec`, then the record walker `records`), encoding records into a batch that takes the producer
 //! fields of the batch it replaces ([`BatchBuilder`]), and compressing a records section
 //! with any of Kafka's codecs as clients write them. Never does: call plugins, touch files,
 //! or decide which records to keep.
@@ -22,17 +22,18 @@ use std::io::Write;
 use bytes::Bytes;
 
 use super::batch::{
-    read_varint, read_varlong, validate_rewritten, BatchError, Compression, TimestampType,
-    ValidatedBatch, BATCH_HEADER_BYTES, LOG_OVERHEAD_BYTES, MAGIC_V2,
+    validate_rewritten, BatchError, Compression, TimestampType, ValidatedBatch, BATCH_HEADER_BYTES,
+    LOG_OVERHEAD_BYTES, MAGIC_V2,
 };
 use super::codec::{self, DecompressError};
+use super::records::decode_section;
 
 /// Why a batch could not be decoded or re-encoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RewriteError {
     /// The records do not decompress or parse (the message says where). The produce path
     /// validated them first (`protocol::records`), so this means a limit was hit.
-    #[error("cannot decode record {index}: {reason}")]
+    #[error("cannot decode records: {reason}")]
     Decode {
         /// Index of the record in the batch (the record count when the section has
         /// trailing bytes).
@@ -73,26 +74,14 @@ pub enum RewriteError {
     Invalid(#[from] BatchError),
 }
 
-/// One record of a batch, decoded: fields are zero-copy slices of the (decompressed)
-/// records section.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DecodedRecord {
-    /// offsetDelta in its batch.
-    pub offset_delta: i32,
-    /// baseTimestamp + timestampDelta, ms since the epoch (the client's CreateTime).
-    pub timestamp_ms: i64,
-    /// Key; `None` is null.
-    pub key: Option<Bytes>,
-    /// Value; `None` is null.
-    pub value: Option<Bytes>,
-    /// Headers in order: raw key bytes (UTF-8 by Kafka's contract) and value.
-    pub headers: Vec<(Bytes, Option<Bytes>)>,
-}
+pub use super::records::DecodedRecord;
 
-/// Decodes every record of `batch`, decompressing into at most `max_decompressed_bytes`.
+/// Decodes every record of `batch`, decompressing into at most `max_decompressed_bytes`,
+/// with the record walker (`log::records`).
 ///
 /// Errors: [`RewriteError::TooLarge`] past the cap; [`RewriteError::Decode`] for bytes
-/// that do not decompress or parse, or a record count that does not match.
+/// that do not decompress or parse, or a record count that does not match (naming the
+/// record, as [`super::records::WalkError`] does).
 pub fn decode_records(
     batch: &ValidatedBatch,
     max_decompressed_bytes: usize,
@@ -116,70 +105,12 @@ pub fn decode_records(
             }
         }
     };
-    let count = batch.record_count();
-    let base_timestamp = batch.base_timestamp();
-    // A count from the header is not trusted for the allocation beyond what the bytes
-    // could hold (a record takes at least 7 bytes).
-    let mut out = Vec::with_capacity((count.max(0) as usize).min(section.len() / 7 + 1));
-    let mut cursor: &[u8] = &section;
-    for index in 0..count {
-        let fail = |reason: &str| RewriteError::Decode {
-            index,
-            reason: reason.to_string(),
-        };
-        let length = read_varint(&mut cursor).ok_or_else(|| fail("bad length varint"))?;
-        let length = usize::try_from(length).map_err(|_| fail("negative length"))?;
-        let body_start = section.len() - cursor.len();
-        let mut body = cursor
-            .get(..length)
-            .ok_or_else(|| fail("length runs past the records"))?;
-        cursor = &cursor[length..];
-        let at = |rest: &[u8]| body_start + length - rest.len();
-        body = body.get(1..).ok_or_else(|| fail("no attributes"))?;
-        let timestamp_delta = read_varlong(&mut body).ok_or_else(|| fail("bad timestampDelta"))?;
-        let offset_delta = read_varint(&mut body).ok_or_else(|| fail("bad offsetDelta"))?;
-        let field = |body: &mut &[u8], what: &str| -> Result<Option<Bytes>, RewriteError> {
-            let len = read_varint(body).ok_or_else(|| fail(what))?;
-            if len == -1 {
-                return Ok(None);
-            }
-            let len = usize::try_from(len).map_err(|_| fail(what))?;
-            if body.len() < len {
-                return Err(fail(what));
-            }
-            let start = at(body);
-            *body = &body[len..];
-            Ok(Some(section.slice(start..start + len)))
-        };
-        let key = field(&mut body, "bad key")?;
-        let value = field(&mut body, "bad value")?;
-        let header_count = read_varint(&mut body).ok_or_else(|| fail("bad header count"))?;
-        let header_count = usize::try_from(header_count).map_err(|_| fail("bad header count"))?;
-        // A header takes at least 2 bytes: bound the reservation by what is left.
-        let mut headers = Vec::with_capacity(header_count.min(body.len() / 2));
-        for _ in 0..header_count {
-            let key = field(&mut body, "bad header key")?.ok_or_else(|| fail("null header key"))?;
-            let value = field(&mut body, "bad header value")?;
-            headers.push((key, value));
+    decode_section(&section, batch.record_count(), batch.base_timestamp()).map_err(|e| {
+        RewriteError::Decode {
+            index: e.index,
+            reason: e.to_string(),
         }
-        if !body.is_empty() {
-            return Err(fail("bytes after the last header"));
-        }
-        out.push(DecodedRecord {
-            offset_delta,
-            timestamp_ms: base_timestamp.saturating_add(timestamp_delta),
-            key,
-            value,
-            headers,
-        });
-    }
-    if !cursor.is_empty() {
-        return Err(RewriteError::Decode {
-            index: count,
-            reason: format!("{} bytes after the last record", cursor.len()),
-        });
-    }
-    Ok(out)
+    })
 }
 
 /// Builds the batch that replaces `template`: records pushed in increasing offset-delta
@@ -203,12 +134,29 @@ pub struct BatchBuilder {
 impl BatchBuilder {
     /// A builder for a batch replacing `template`, compressed with `codec`.
     pub fn new(template: &ValidatedBatch, codec: Compression) -> BatchBuilder {
-        BatchBuilder {
-            template: *template.header(),
-            last_offset_delta: template.last_offset_delta(),
-            timestamp_type: template.timestamp_type(),
+        BatchBuilder::with_header(
+            *template.header(),
+            template.last_offset_delta(),
+            template.timestamp_type(),
             codec,
-            records: Vec::with_capacity(template.len()),
+        )
+    }
+
+    /// A builder from a header's bytes (see [`BatchBuilder::new`]); `last_offset_delta`
+    /// and `timestamp_type` must be the ones in `header`. For `plain`, which has no
+    /// batch to replace.
+    pub(crate) fn with_header(
+        header: [u8; BATCH_HEADER_BYTES],
+        last_offset_delta: i32,
+        timestamp_type: TimestampType,
+        codec: Compression,
+    ) -> BatchBuilder {
+        BatchBuilder {
+            template: header,
+            last_offset_delta,
+            timestamp_type,
+            codec,
+            records: Vec::new(),
             body: Vec::new(),
             count: 0,
             previous_delta: -1,

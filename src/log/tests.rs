@@ -189,7 +189,10 @@ fn kip74_max_bytes_max_offset_and_range_errors() {
     // LEO reads empty; beyond it is out of range.
     assert!(log.read(9, 100, i64::MAX).unwrap().bytes.is_empty());
     match log.read(10, 100, i64::MAX) {
-        Err(e @ LogError::OffsetOutOfRange { .. }) => assert_eq!(e.kafka_error_code(), 1),
+        Err(e @ LogError::OffsetOutOfRange { .. }) => assert_eq!(
+            e.kafka_error(),
+            kafka_protocol::ResponseError::OffsetOutOfRange
+        ),
         other => panic!("{other:?}"),
     }
     assert!(matches!(
@@ -330,7 +333,10 @@ fn read_checks_stored_base_offsets() {
     std::fs::write(&first, raw).unwrap();
     let (_, base3) = positions[3];
     match log.read(base3, 1, i64::MAX) {
-        Err(e @ LogError::Corrupt { .. }) => assert_eq!(e.kafka_error_code(), 56),
+        Err(e @ LogError::Corrupt { .. }) => assert_eq!(
+            e.kafka_error(),
+            kafka_protocol::ResponseError::KafkaStorageError
+        ),
         other => panic!("{other:?}"),
     }
     assert!(log.read(0, 1, i64::MAX).is_ok());
@@ -507,7 +513,10 @@ fn idempotent_producer_duplicates_ordering_and_fencing() {
     let gap = log
         .append(idempotent(1, 42, 0, 7), opts(), NOW_MS)
         .unwrap_err();
-    assert_eq!(gap.kafka_error_code(), 45);
+    assert_eq!(
+        gap.kafka_error(),
+        kafka_protocol::ResponseError::OutOfOrderSequenceNumber
+    );
     assert!(matches!(
         log.append(idempotent(2, 42, 0, 1), opts(), NOW_MS),
         Err(LogError::OutOfOrderSequence {
@@ -524,7 +533,10 @@ fn idempotent_producer_duplicates_ordering_and_fencing() {
     let fenced = log
         .append(idempotent(1, 42, 0, 5), opts(), NOW_MS)
         .unwrap_err();
-    assert_eq!(fenced.kafka_error_code(), 47);
+    assert_eq!(
+        fenced.kafka_error(),
+        kafka_protocol::ResponseError::InvalidProducerEpoch
+    );
     // Unknown producer: any sequence (KIP-360).
     log.append(idempotent(1, 77, 4, 1_000), opts(), NOW_MS)
         .unwrap();
@@ -634,7 +646,10 @@ fn invalid_config_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = small_config(0);
     let err = PartitionLog::open(dir.path(), config.clone(), NOW_MS).unwrap_err();
-    assert_eq!(err.kafka_error_code(), 40);
+    assert_eq!(
+        err.kafka_error(),
+        kafka_protocol::ResponseError::InvalidConfig
+    );
     config.segment_bytes = 1 << 40;
     assert!(PartitionLog::open(dir.path(), config, NOW_MS).is_err());
 }

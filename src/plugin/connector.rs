@@ -22,9 +22,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::component::{HasSelf, InstancePre, Linker};
 use wasmtime::Store;
 
+use super::instance::{begin_call, link, sandboxed_store, wasi_linker, Bindings};
 use super::sandbox::StoreState;
 use super::sqlite::{SqlValue, SqliteConns, DEFAULT_BUSY_TIMEOUT_MS};
 use super::{call_error, Header, PluginError, PluginHost, Record, Shared};
@@ -182,6 +183,12 @@ impl wasmtime_wasi_http::WasiHttpView for ConnectorState {
     }
 }
 
+impl AsMut<StoreState> for ConnectorState {
+    fn as_mut(&mut self) -> &mut StoreState {
+        &mut self.base
+    }
+}
+
 impl wasmtime_wasi::WasiView for ConnectorState {
     fn ctx(&mut self) -> wasmtime_wasi::WasiCtxView<'_> {
         self.base.ctx()
@@ -318,8 +325,8 @@ fn new_store(
             message: format!("connector {name}: {message}"),
         }
     })?;
-    let mut store = Store::new(
-        &shared.engine,
+    Ok(sandboxed_store(
+        shared,
         ConnectorState {
             base,
             name: name.clone(),
@@ -332,22 +339,14 @@ fn new_store(
             http_hooks: super::http::HttpHooks::new(name.clone(), &grants.http_hosts),
             state: grants.state.clone(),
         },
-    );
-    store.limiter(|s| s.base.limiter());
-    let deadline = store.data().base.deadline().clone();
-    deadline.install(&mut store);
-    deadline.arm(&mut store, shared.limits.call_timeout_ms);
-    Ok(store)
+    ))
 }
 
 /// The linker of both connector worlds: WASI, wasi:http, and weir's `log`, `sqlite` and
 /// `state` (one type per interface in both worlds, so one linker serves both; what a
 /// connector may reach through them is decided by its grants in the store).
 fn linker(shared: &Shared) -> Result<Linker<ConnectorState>, PluginError> {
-    let mut linker = Linker::new(&shared.engine);
-    wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| PluginError::Host {
-        message: format!("linking WASI: {e:#}"),
-    })?;
+    let mut linker = wasi_linker(&shared.engine)?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(|e| {
         PluginError::Host {
             message: format!("linking wasi:http: {e:#}"),
@@ -416,6 +415,38 @@ pub struct SinkConnector {
     flush_calls: PluginCalls,
 }
 
+impl Bindings<ConnectorState> for source_bindings::SourceConnector {
+    type Pre = source_bindings::SourceConnectorPre<ConnectorState>;
+    const WORLD: &'static str = "source-connector";
+
+    fn pre(pre: InstancePre<ConnectorState>) -> wasmtime::Result<Self::Pre> {
+        source_bindings::SourceConnectorPre::new(pre)
+    }
+
+    async fn instantiate(
+        pre: &Self::Pre,
+        store: &mut Store<ConnectorState>,
+    ) -> wasmtime::Result<Self> {
+        pre.instantiate_async(store).await
+    }
+}
+
+impl Bindings<ConnectorState> for sink_bindings::SinkConnector {
+    type Pre = sink_bindings::SinkConnectorPre<ConnectorState>;
+    const WORLD: &'static str = "sink-connector";
+
+    fn pre(pre: InstancePre<ConnectorState>) -> wasmtime::Result<Self::Pre> {
+        sink_bindings::SinkConnectorPre::new(pre)
+    }
+
+    async fn instantiate(
+        pre: &Self::Pre,
+        store: &mut Store<ConnectorState>,
+    ) -> wasmtime::Result<Self> {
+        pre.instantiate_async(store).await
+    }
+}
+
 impl PluginHost {
     /// Loads and instantiates a source connector component (world `source-connector`)
     /// from `path` with `grants`. Call [`SourceConnector::open`] next.
@@ -427,23 +458,13 @@ impl PluginHost {
         path: &Path,
         grants: &ConnectorGrants,
     ) -> Result<SourceConnector, PluginError> {
-        let (name, component) = self.component(path)?;
-        let shared = self.shared.clone();
-        let linker = linker(&shared)?;
-        let pre = instantiate_pre(&linker, &component, &name, "source-connector")?;
-        let pre = source_bindings::SourceConnectorPre::new(pre)
-            .map_err(|e| wrong_world(&name, "source-connector", e))?;
-        let mut store = new_store(&shared, &name, grants)?;
-        let world = match pre.instantiate_async(&mut store).await {
-            Ok(w) => w,
-            Err(e) => return Err(failed(&name, &shared, store.data(), &e)),
-        };
+        let (name, live) = self.load_connector(path, grants).await?;
         Ok(SourceConnector {
-            poll_calls: shared.calls(&name, "poll"),
-            commit_calls: shared.calls(&name, "commit"),
-            shared,
+            poll_calls: self.shared.calls(&name, "poll"),
+            commit_calls: self.shared.calls(&name, "commit"),
+            shared: self.shared.clone(),
             name,
-            live: Some((store, world)),
+            live: Some(live),
         })
     }
 
@@ -456,44 +477,33 @@ impl PluginHost {
         path: &Path,
         grants: &ConnectorGrants,
     ) -> Result<SinkConnector, PluginError> {
-        let (name, component) = self.component(path)?;
-        let shared = self.shared.clone();
-        let linker = linker(&shared)?;
-        let pre = instantiate_pre(&linker, &component, &name, "sink-connector")?;
-        let pre = sink_bindings::SinkConnectorPre::new(pre)
-            .map_err(|e| wrong_world(&name, "sink-connector", e))?;
-        let mut store = new_store(&shared, &name, grants)?;
-        let world = match pre.instantiate_async(&mut store).await {
-            Ok(w) => w,
-            Err(e) => return Err(failed(&name, &shared, store.data(), &e)),
-        };
+        let (name, live) = self.load_connector(path, grants).await?;
         Ok(SinkConnector {
-            put_calls: shared.calls(&name, "put"),
-            flush_calls: shared.calls(&name, "flush"),
-            shared,
+            put_calls: self.shared.calls(&name, "put"),
+            flush_calls: self.shared.calls(&name, "flush"),
+            shared: self.shared.clone(),
             name,
-            live: Some((store, world)),
+            live: Some(live),
         })
     }
-}
 
-fn wrong_world(name: &str, world: &'static str, e: wasmtime::Error) -> PluginError {
-    PluginError::WrongWorld {
-        plugin: name.to_string(),
-        world,
-        message: format!("{e:#}"),
+    /// The one loader of both connector worlds: the component at `path` linked as world
+    /// `W` ([`linker`]) and instantiated in a store with `grants`, not yet opened (each
+    /// world's `open` takes more than a config). Returns the plugin name and the live
+    /// instance.
+    async fn load_connector<W: Bindings<ConnectorState>>(
+        &self,
+        path: &Path,
+        grants: &ConnectorGrants,
+    ) -> Result<(Arc<str>, (Store<ConnectorState>, W)), PluginError> {
+        let (name, component) = self.component(path)?;
+        let pre = link::<_, W>(&linker(&self.shared)?, &component, &name)?;
+        let mut store = new_store(&self.shared, &name, grants)?;
+        match W::instantiate(&pre, &mut store).await {
+            Ok(world) => Ok((name, (store, world))),
+            Err(e) => Err(failed(&name, &self.shared, store.data(), &e)),
+        }
     }
-}
-
-fn instantiate_pre(
-    linker: &Linker<ConnectorState>,
-    component: &Component,
-    name: &str,
-    world: &'static str,
-) -> Result<wasmtime::component::InstancePre<ConnectorState>, PluginError> {
-    linker
-        .instantiate_pre(component)
-        .map_err(|e| wrong_world(name, world, e))
 }
 
 /// Runs one call on a live instance: a fresh deadline and stderr tail first; a wasmtime
@@ -505,9 +515,7 @@ macro_rules! call {
         let Some((store, world)) = $self.live.as_mut() else {
             return Err(dead(&$self.name));
         };
-        store.data_mut().base.begin_call();
-        let deadline = store.data().base.deadline().clone();
-        deadline.arm(store, timeout_ms);
+        begin_call(store, timeout_ms);
         let result = {
             let $store = &mut *store;
             let $world = &*world;
@@ -522,6 +530,16 @@ macro_rules! call {
             }
         }
     }};
+}
+
+fn to_wit_positions(positions: &[SourcePosition]) -> Vec<src_types::SourcePosition> {
+    positions
+        .iter()
+        .map(|p| src_types::SourcePosition {
+            source_partition: p.source_partition.clone(),
+            source_offset: p.source_offset.clone(),
+        })
+        .collect()
 }
 
 fn plugin_failed(name: &str, message: String, record_index: Option<u32>) -> PluginError {
@@ -548,13 +566,7 @@ impl SourceConnector {
         offsets: &[SourcePosition],
     ) -> Result<(), PluginError> {
         let config = config.to_vec();
-        let offsets: Vec<src_types::SourcePosition> = offsets
-            .iter()
-            .map(|p| src_types::SourcePosition {
-                source_partition: p.source_partition.clone(),
-                source_offset: p.source_offset.clone(),
-            })
-            .collect();
+        let offsets = to_wit_positions(offsets);
         let r = call!(self, |store, world| world
             .weir_plugin_source()
             .call_open(store, &config, &offsets))?;
@@ -627,13 +639,7 @@ impl SourceConnector {
 
     /// [`SourceConnector::commit`], untimed.
     async fn commit_once(&mut self, offsets: &[SourcePosition]) -> Result<(), PluginError> {
-        let offsets: Vec<src_types::SourcePosition> = offsets
-            .iter()
-            .map(|p| src_types::SourcePosition {
-                source_partition: p.source_partition.clone(),
-                source_offset: p.source_offset.clone(),
-            })
-            .collect();
+        let offsets = to_wit_positions(offsets);
         call!(self, |store, world| world
             .weir_plugin_source()
             .call_commit(store, &offsets))

@@ -5,16 +5,20 @@
 //! after a failed call.
 //!
 //! Generic over the `bindgen!` world through [`World`]; the runtimes keep only their
-//! calls (`partition`, `apply`) and what they check in the results.
+//! calls (`partition`, `apply`) and what they check in the results. The
+//! connector worlds (`connector.rs`) share the rest: [`Bindings`], [`wasi_linker`],
+//! [`link`], [`sandboxed_store`] and [`begin_call`].
 
 use std::future::Future;
 use std::sync::Arc;
 
 use wasmtime::component::{Component, InstancePre, Linker};
 use wasmtime::Store;
+use wasmtime_wasi::WasiView;
 
 use super::sandbox::StoreState;
 use super::{call_error, PluginError, Shared};
+use crate::metrics::PluginCalls;
 
 /// The version of weir's WIT package this host provides.
 pub(crate) const PACKAGE_VERSION: &str = "0.1.0";
@@ -30,23 +34,29 @@ const LINKED_WASI: &[&str] = &[
     "wasi:sockets/",
 ];
 
-/// A `bindgen!` world the host can load: how to link, instantiate and open it.
-pub(crate) trait World: Sized + Send + 'static {
+/// A `bindgen!` world's bindings for a store holding `T`: how to wrap a linked
+/// component and instantiate it. Implemented by each world's `bindgen!` struct.
+pub(crate) trait Bindings<T>: Sized + Send + 'static {
     /// The world's `InstancePre` wrapper (`PartitionerPre<StoreState>`, ...).
     type Pre: Send + Sync;
-    /// World name for messages (`partitioner`, `transform`).
+    /// World name for messages (`partitioner`, `transform`, `source-connector`, ...).
     const WORLD: &'static str;
-    /// The interface the world exports, unversioned (`weir:plugin/partition`).
-    const EXPORT: &'static str;
 
     /// Wraps a linked component, checking its exports' types.
-    fn pre(pre: InstancePre<StoreState>) -> wasmtime::Result<Self::Pre>;
+    fn pre(pre: InstancePre<T>) -> wasmtime::Result<Self::Pre>;
 
     /// Instantiates in `store`.
     fn instantiate(
         pre: &Self::Pre,
-        store: &mut Store<StoreState>,
+        store: &mut Store<T>,
     ) -> impl Future<Output = wasmtime::Result<Self>> + Send;
+}
+
+/// A world [`Instance`] loads (partitioner, transform): checked against its export
+/// before linking, and opened with its config.
+pub(crate) trait World: Bindings<StoreState> {
+    /// The interface the world exports, unversioned (`weir:plugin/partition`).
+    const EXPORT: &'static str;
 
     /// Calls the world's `open(config)`: `Ok(Err(message))` is the plugin refusing it.
     #[allow(clippy::ptr_arg)] // `bindgen!` generates `call_open(&Vec<..>)`
@@ -68,38 +78,28 @@ pub(crate) struct Instance<W: World> {
 }
 
 impl<W: World> Instance<W> {
-    /// Checks `component` against world `W` ([`check_world`]), links it and makes the
-    /// first instance (opened with `config`).
+    /// The one loader of the partitioner and transform worlds: checks `component`
+    /// against world `W` ([`check_world`]), links it and makes the first instance
+    /// (opened with `config`).
     ///
     /// Errors: [`PluginError::WrongWorld`] naming the import weir withholds, the missing
     /// export or the other version of weir's package; [`PluginError::Open`]; a limit hit
     /// while instantiating or opening.
     pub(crate) async fn load(
-        shared: Arc<Shared>,
+        shared: &Arc<Shared>,
         name: Arc<str>,
         component: &Component,
-        config: Vec<(String, String)>,
+        config: &[(String, String)],
     ) -> Result<Self, PluginError> {
-        let wrong_world = |message: String| PluginError::WrongWorld {
-            plugin: name.to_string(),
-            world: W::WORLD,
-            message,
-        };
         let (imports, exports) = names(&shared.engine, component);
-        check_world(&imports, &exports, W::EXPORT).map_err(wrong_world)?;
-        let mut linker = Linker::new(&shared.engine);
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| PluginError::Host {
-            message: format!("linking WASI: {e:#}"),
-        })?;
-        let pre = linker
-            .instantiate_pre(component)
-            .map_err(|e| wrong_world(format!("{e:#}")))?;
-        let pre = W::pre(pre).map_err(|e| wrong_world(format!("{e:#}")))?;
+        check_world(&imports, &exports, W::EXPORT)
+            .map_err(|message| wrong_world(&name, W::WORLD, message))?;
+        let pre = link::<_, W>(&wasi_linker(&shared.engine)?, component, &name)?;
         let mut instance = Instance {
-            shared,
+            shared: shared.clone(),
             name,
             pre,
-            config,
+            config: config.to_vec(),
             live: None,
         };
         instance.instantiate().await?;
@@ -111,17 +111,19 @@ impl<W: World> Instance<W> {
         &self.name
     }
 
+    /// The metric handles of this plugin's calls named `call`.
+    pub(crate) fn calls(&self, call: &'static str) -> PluginCalls {
+        self.shared.calls(&self.name, call)
+    }
+
     /// A fresh store and instance, opened with the config.
     async fn instantiate(&mut self) -> Result<(), PluginError> {
         self.live = None;
-        let mut store = Store::new(
-            &self.shared.engine,
+        let mut store = sandboxed_store(
+            &self.shared,
             StoreState::new(&self.name, &self.shared.limits),
         );
-        StoreState::limit(&mut store);
         let deadline = store.data().deadline().clone();
-        deadline.install(&mut store);
-        deadline.arm(&mut store, self.shared.limits.call_timeout_ms);
         let world = match W::instantiate(&self.pre, &mut store).await {
             Ok(w) => w,
             Err(e) => return Err(self.error(&store, &e)),
@@ -158,9 +160,7 @@ impl<W: World> Instance<W> {
                 message: format!("plugin {}: no live instance", self.name),
             });
         };
-        store.data_mut().begin_call();
-        let deadline = store.data().deadline().clone();
-        deadline.arm(store, timeout_ms);
+        begin_call(store, timeout_ms);
         Ok((store, &*world))
     }
 
@@ -180,6 +180,63 @@ impl<W: World> Instance<W> {
         }
         err
     }
+}
+
+/// A linker with WASI 0.2 (`wasmtime_wasi::p2::add_to_linker_async`), nothing else yet.
+///
+/// Errors: [`PluginError::Host`] when WASI cannot be linked.
+pub(crate) fn wasi_linker<T: WasiView + 'static>(
+    engine: &wasmtime::Engine,
+) -> Result<Linker<T>, PluginError> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| PluginError::Host {
+        message: format!("linking WASI: {e:#}"),
+    })?;
+    Ok(linker)
+}
+
+/// Links `component` with `linker` as world `W` (checking its exports' types).
+///
+/// Errors: [`PluginError::WrongWorld`] with wasmtime's message.
+pub(crate) fn link<T, W: Bindings<T>>(
+    linker: &Linker<T>,
+    component: &Component,
+    plugin: &str,
+) -> Result<W::Pre, PluginError> {
+    let wrong = |e: wasmtime::Error| wrong_world(plugin, W::WORLD, format!("{e:#}"));
+    let pre = linker.instantiate_pre(component).map_err(wrong)?;
+    W::pre(pre).map_err(wrong)
+}
+
+fn wrong_world(plugin: &str, world: &'static str, message: String) -> PluginError {
+    PluginError::WrongWorld {
+        plugin: plugin.to_string(),
+        world,
+        message,
+    }
+}
+
+/// A store holding `data` (which wraps a [`StoreState`]) with its memory limiter and
+/// call deadline installed, the deadline armed for instantiation.
+pub(crate) fn sandboxed_store<T: AsMut<StoreState> + Send + 'static>(
+    shared: &Shared,
+    data: T,
+) -> Store<T> {
+    let mut store = Store::new(&shared.engine, data);
+    store.limiter(|s| s.as_mut().limiter());
+    let deadline = store.data_mut().as_mut().deadline().clone();
+    deadline.install(&mut store);
+    deadline.arm(&mut store, shared.limits.call_timeout_ms);
+    store
+}
+
+/// Readies `store` for one call: the stderr tail of earlier calls forgotten, the call
+/// deadline armed for `timeout_ms`.
+pub(crate) fn begin_call<T: AsMut<StoreState>>(store: &mut Store<T>, timeout_ms: u64) {
+    let state = store.data_mut().as_mut();
+    state.begin_call();
+    let deadline = state.deadline().clone();
+    deadline.arm(store, timeout_ms);
 }
 
 /// The component's import and export names (`wasi:io/streams@0.2.6`,

@@ -56,10 +56,15 @@ pub use connector::{
     SourceConnector, SourcePosition, SourceRecord, StringMap, TopicOffset,
 };
 pub use http::HttpHost;
+use instance::Instance;
 pub use partitioner::Partitioner;
 pub use sqlite::{SqlRows, SqlValue, DEFAULT_BUSY_TIMEOUT_MS, MAX_CONNECTIONS, MAX_QUERY_ROWS};
 pub use state::{StateGrant, StateStore};
 pub use transform::{BatchContext, Header, Output, OutputBatch, OutputRecord, Record, Transform};
+// For `crate::fuzzing` only: the "weir batch v1" codec.
+pub(crate) use transform::{
+    decode_output as transform_decode_output, encode_input as transform_encode_input,
+};
 
 /// How often the engine's epoch advances, in milliseconds: the granularity of call
 /// deadlines.
@@ -338,7 +343,9 @@ impl PluginHost {
         config: &[(String, String)],
     ) -> Result<Partitioner, PluginError> {
         let (name, component) = self.component(path)?;
-        Partitioner::load(self.shared.clone(), name, &component, config.to_vec()).await
+        Instance::load(&self.shared, name, &component, config)
+            .await
+            .map(Partitioner::new)
     }
 
     /// Loads a transform component (world `transform`) from `path` and opens it with
@@ -351,7 +358,9 @@ impl PluginHost {
         config: &[(String, String)],
     ) -> Result<Transform, PluginError> {
         let (name, component) = self.component(path)?;
-        Transform::load(self.shared.clone(), name, &component, config.to_vec()).await
+        Instance::load(&self.shared, name, &component, config)
+            .await
+            .map(Transform::new)
     }
 
     /// As [`PluginHost::load_transform`], from the component's bytes already read (the
@@ -368,7 +377,9 @@ impl PluginHost {
     ) -> Result<Transform, PluginError> {
         let name: Arc<str> = name.into();
         let component = self.cache.get(&self.shared.engine, &name, bytes)?;
-        Transform::load(self.shared.clone(), name, &component, config.to_vec()).await
+        Instance::load(&self.shared, name, &component, config)
+            .await
+            .map(Transform::new)
     }
 
     /// Reads and compiles (or finds in the cache) the component at `path`; its name is

@@ -1,15 +1,14 @@
 //! The partitioner runtime: one instance of a `partitioner` component, called once per
 //! record.
 
-use std::sync::Arc;
 use std::time::Instant;
 
-use wasmtime::component::{Component, InstancePre};
+use wasmtime::component::InstancePre;
 use wasmtime::Store;
 
-use super::instance::{Instance, World};
+use super::instance::{Bindings, Instance, World};
 use super::sandbox::StoreState;
-use super::{PluginError, Shared};
+use super::PluginError;
 use crate::metrics::PluginCalls;
 
 mod bindings {
@@ -20,20 +19,21 @@ mod bindings {
     });
 }
 
-use bindings::{Partitioner as Bindings, PartitionerPre as BindingsPre};
-
-impl World for Bindings {
-    type Pre = BindingsPre<StoreState>;
+impl Bindings<StoreState> for bindings::Partitioner {
+    type Pre = bindings::PartitionerPre<StoreState>;
     const WORLD: &'static str = "partitioner";
-    const EXPORT: &'static str = "weir:plugin/partition";
 
     fn pre(pre: InstancePre<StoreState>) -> wasmtime::Result<Self::Pre> {
-        BindingsPre::new(pre)
+        bindings::PartitionerPre::new(pre)
     }
 
     async fn instantiate(pre: &Self::Pre, store: &mut Store<StoreState>) -> wasmtime::Result<Self> {
         pre.instantiate_async(store).await
     }
+}
+
+impl World for bindings::Partitioner {
+    const EXPORT: &'static str = "weir:plugin/partition";
 
     async fn open(
         &self,
@@ -54,23 +54,18 @@ impl World for Bindings {
 /// the instance is replaced (and re-opened with the same config) before the next call.
 /// Calls take `&mut self`: use one `Partitioner` per concurrent user.
 pub struct Partitioner {
-    instance: Instance<Bindings>,
+    instance: Instance<bindings::Partitioner>,
     /// `partition` durations and failures.
     calls: PluginCalls,
 }
 
 impl Partitioner {
-    pub(super) async fn load(
-        shared: Arc<Shared>,
-        name: Arc<str>,
-        component: &Component,
-        config: Vec<(String, String)>,
-    ) -> Result<Self, PluginError> {
-        let calls = shared.calls(&name, "partition");
-        Ok(Partitioner {
-            instance: Instance::load(shared, name, component, config).await?,
-            calls,
-        })
+    /// The runtime around a loaded instance (`PluginHost::load_partitioner*`).
+    pub(super) fn new(instance: Instance<bindings::Partitioner>) -> Self {
+        Partitioner {
+            calls: instance.calls("partition"),
+            instance,
+        }
     }
 
     /// The plugin's name (its file name).

@@ -126,25 +126,7 @@ impl StoreState {
 
     /// A fresh state: empty WASI context with stdout/stderr logged as `plugin`.
     pub(crate) fn new(plugin: &Arc<str>, limits: &PluginLimits) -> Self {
-        let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
-        let wasi = WasiCtxBuilder::new()
-            .stdout(GuestLog::new(plugin.clone(), "stdout", None))
-            .stderr(GuestLog::new(
-                plugin.clone(),
-                "stderr",
-                Some(stderr_tail.clone()),
-            ))
-            .build();
-        StoreState {
-            wasi,
-            table: ResourceTable::new(),
-            limiter: Limiter {
-                memory_bytes: limits.memory_bytes,
-                denied_bytes: None,
-            },
-            stderr_tail,
-            deadline: CallDeadline::default(),
-        }
+        Self::build(plugin, limits, WasiCtxBuilder::new())
     }
 
     /// A state whose WASI context also preopens `dirs` (a connector's granted
@@ -156,14 +138,7 @@ impl StoreState {
         limits: &PluginLimits,
         dirs: &[super::DirGrant],
     ) -> Result<Self, String> {
-        let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
         let mut wasi = WasiCtxBuilder::new();
-        wasi.stdout(GuestLog::new(plugin.clone(), "stdout", None))
-            .stderr(GuestLog::new(
-                plugin.clone(),
-                "stderr",
-                Some(stderr_tail.clone()),
-            ));
         for d in dirs {
             let perms = if d.writable {
                 FsPerms::ReadWrite
@@ -173,7 +148,19 @@ impl StoreState {
             wasi.preopened_dir(&d.host, &d.guest, perms)
                 .map_err(|e| format!("cannot grant directory {}: {e:#}", d.host.display()))?;
         }
-        Ok(StoreState {
+        Ok(Self::build(plugin, limits, wasi))
+    }
+
+    /// The state around `wasi`, with stdout/stderr logged as `plugin`.
+    fn build(plugin: &Arc<str>, limits: &PluginLimits, mut wasi: WasiCtxBuilder) -> Self {
+        let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
+        wasi.stdout(GuestLog::new(plugin.clone(), "stdout", None))
+            .stderr(GuestLog::new(
+                plugin.clone(),
+                "stderr",
+                Some(stderr_tail.clone()),
+            ));
+        StoreState {
             wasi: wasi.build(),
             table: ResourceTable::new(),
             limiter: Limiter {
@@ -182,17 +169,12 @@ impl StoreState {
             },
             stderr_tail,
             deadline: CallDeadline::default(),
-        })
+        }
     }
 
     /// The memory limiter, for a store whose data wraps a `StoreState`.
     pub(crate) fn limiter(&mut self) -> &mut dyn wasmtime::ResourceLimiter {
         &mut self.limiter
-    }
-
-    /// Installs the limiter on `store`.
-    pub(crate) fn limit(store: &mut wasmtime::Store<StoreState>) {
-        store.limiter(|s| &mut s.limiter);
     }
 
     /// The memory size a guest was refused, if any growth was refused.
@@ -221,6 +203,12 @@ impl StoreState {
             .filter(|l| !l.is_empty())
             .collect();
         (!lines.is_empty()).then(|| lines.join(" | "))
+    }
+}
+
+impl AsMut<StoreState> for StoreState {
+    fn as_mut(&mut self) -> &mut StoreState {
+        self
     }
 }
 

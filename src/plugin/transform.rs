@@ -8,16 +8,16 @@
 //! per record (an earlier version handed out a `Bytes` slice per key and value; its
 //! atomic reference counts were a third of the host's cost per record).
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use wasmtime::component::{Component, InstancePre};
+use wasmtime::component::InstancePre;
 use wasmtime::Store;
 
-use super::instance::{Instance, World};
+use super::instance::{Bindings, Instance, World};
 use super::sandbox::StoreState;
-use super::{PluginError, Shared};
+use super::PluginError;
+use crate::log::records::DecodedRecord;
 use crate::metrics::PluginCalls;
 
 mod bindings {
@@ -29,20 +29,22 @@ mod bindings {
 }
 
 use bindings::weir::plugin::types::BatchContext as WitContext;
-use bindings::{Transform as Bindings, TransformPre as BindingsPre};
 
-impl World for Bindings {
-    type Pre = BindingsPre<StoreState>;
+impl Bindings<StoreState> for bindings::Transform {
+    type Pre = bindings::TransformPre<StoreState>;
     const WORLD: &'static str = "transform";
-    const EXPORT: &'static str = "weir:plugin/transformer";
 
     fn pre(pre: InstancePre<StoreState>) -> wasmtime::Result<Self::Pre> {
-        BindingsPre::new(pre)
+        bindings::TransformPre::new(pre)
     }
 
     async fn instantiate(pre: &Self::Pre, store: &mut Store<StoreState>) -> wasmtime::Result<Self> {
         pre.instantiate_async(store).await
     }
+}
+
+impl World for bindings::Transform {
+    const EXPORT: &'static str = "weir:plugin/transformer";
 
     async fn open(
         &self,
@@ -79,6 +81,26 @@ pub struct Record {
     pub timestamp_ms: i64,
 }
 
+impl From<DecodedRecord> for Record {
+    /// A record read from the log (`log::records`), as a guest sees it: headers in
+    /// order with repeated keys kept, keys read as UTF-8 leniently (as the Java client).
+    fn from(r: DecodedRecord) -> Record {
+        Record {
+            key: r.key,
+            value: r.value,
+            headers: r
+                .headers
+                .into_iter()
+                .map(|(k, v)| Header {
+                    key: String::from_utf8_lossy(&k).into_owned(),
+                    value: v,
+                })
+                .collect(),
+            timestamp_ms: r.timestamp_ms,
+        }
+    }
+}
+
 /// One output record of a transform, owned (see [`OutputBatch::to_vec`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Output {
@@ -108,7 +130,7 @@ pub struct BatchContext {
 /// the instance is replaced (and re-opened with the same config) before the next call.
 /// Calls take `&mut self`: use one `Transform` per concurrent user.
 pub struct Transform {
-    instance: Instance<Bindings>,
+    instance: Instance<bindings::Transform>,
     /// Reused input buffer.
     input: Vec<u8>,
     /// `apply` durations and failures.
@@ -116,18 +138,13 @@ pub struct Transform {
 }
 
 impl Transform {
-    pub(super) async fn load(
-        shared: Arc<Shared>,
-        name: Arc<str>,
-        component: &Component,
-        config: Vec<(String, String)>,
-    ) -> Result<Self, PluginError> {
-        let calls = shared.calls(&name, "apply");
-        Ok(Transform {
-            instance: Instance::load(shared, name, component, config).await?,
+    /// The runtime around a loaded instance (`PluginHost::load_transform*`).
+    pub(super) fn new(instance: Instance<bindings::Transform>) -> Self {
+        Transform {
+            calls: instance.calls("apply"),
+            instance,
             input: Vec::new(),
-            calls,
-        })
+        }
     }
 
     /// The plugin's name (its file name).

@@ -114,10 +114,7 @@ fn read_once(
                 ),
                 Err(e) => {
                     tracing::error!(topic = %meta.name, partition = p.partition, error = %e, "fetch read failed");
-                    partitions.push(partition_error(
-                        p.partition,
-                        ResponseError::KafkaStorageError,
-                    ));
+                    partitions.push(partition_error(p.partition, e.kafka_error()));
                 }
             }
         }

@@ -52,11 +52,11 @@ pub fn handle(ctx: &Context, request: ListOffsetsRequest, version: i16) -> ListO
                         }
                         MAX_TIMESTAMP => partition.max_timestamp().map_err(|e| {
                             tracing::error!(topic = %name, partition = p.partition_index, error = %e, "max timestamp lookup failed");
-                            ResponseError::KafkaStorageError
+                            e.kafka_error()
                         }),
                         ts if ts >= 0 => partition.offset_for_timestamp(ts).map_err(|e| {
                             tracing::error!(topic = %name, partition = p.partition_index, error = %e, "time index lookup failed");
-                            ResponseError::KafkaStorageError
+                            e.kafka_error()
                         }),
                         _ => Err(ResponseError::InvalidRequest),
                     };

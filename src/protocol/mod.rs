@@ -12,7 +12,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -40,7 +40,7 @@ mod incremental_alter_configs;
 mod init_producer_id;
 mod join_group;
 mod leave_group;
-mod legacy;
+pub(crate) mod legacy;
 mod list_groups;
 mod list_offsets;
 mod metadata;
@@ -168,38 +168,63 @@ impl RequestHandler for Handler {
     }
 }
 
-/// Handles one request frame (without its size prefix).
-pub async fn handle_frame(ctx: &Context, mut frame: Bytes, peer: SocketAddr) -> Outcome {
+/// One request frame, decoded by [`decode_frame`].
+#[derive(Debug)]
+pub(crate) struct DecodedFrame {
+    /// The API key, implemented (in [`SUPPORTED_APIS`]).
+    pub key: ApiKey,
+    /// The request version, inside the key's supported range.
+    pub version: i16,
+    /// The header's correlation id.
+    pub correlation_id: i32,
+    /// The request header.
+    pub header: RequestHeader,
+    /// The request body.
+    pub request: RequestKind,
+    /// Bytes left after the body (ignored, as Kafka does; logged).
+    pub trailing: Bytes,
+}
+
+/// Decodes one request frame (without its size prefix): the fixed header prefix, the API
+/// key and version against [`SUPPORTED_APIS`], the request header and the body.
+///
+/// Errors (never a panic): the [`Outcome`] to answer with instead — `Close` with the reason
+/// for a short frame, an unknown or unsupported key or version, or bytes that do not
+/// decode; `Respond` with UNSUPPORTED_VERSION for ApiVersions at an unknown version
+/// (KIP-511).
+pub(crate) fn decode_frame(mut frame: Bytes) -> Result<DecodedFrame, Outcome> {
     if frame.len() < HEADER_PREFIX_BYTES {
-        return Outcome::Close(format!(
+        return Err(Outcome::Close(format!(
             "frame of {} bytes is shorter than a request header",
             frame.len()
-        ));
+        )));
     }
     let raw_key = i16::from_be_bytes([frame[0], frame[1]]);
     let version = i16::from_be_bytes([frame[2], frame[3]]);
     let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
     let Ok(key) = ApiKey::try_from(raw_key) else {
-        return Outcome::Close(format!("unknown API key {raw_key}"));
+        return Err(Outcome::Close(format!("unknown API key {raw_key}")));
     };
     let Some(spec) = supported(key) else {
-        return Outcome::Close(format!("API {key:?} (key {raw_key}) is not supported"));
+        return Err(Outcome::Close(format!(
+            "API {key:?} (key {raw_key}) is not supported"
+        )));
     };
     if version < spec.min_version || version > spec.max_version {
         if key == ApiKey::ApiVersions {
             // KIP-511: answer UNSUPPORTED_VERSION in a v0 body so the client retries lower.
-            return respond(
+            return Err(respond(
                 ResponseKind::ApiVersions(api_versions::unsupported_version()),
                 key,
                 0,
                 0,
                 correlation_id,
-            );
+            ));
         }
-        return Outcome::Close(format!(
+        return Err(Outcome::Close(format!(
             "{key:?} v{version} is outside the supported range v{}-v{}",
             spec.min_version, spec.max_version
-        ));
+        )));
     }
     let header_version = key.request_header_version(version);
     // The codec returns errors for malformed input; a panic inside it would be its bug, but
@@ -220,13 +245,38 @@ pub async fn handle_frame(ctx: &Context, mut frame: Bytes, peer: SocketAddr) -> 
     }));
     let (header, request) = match decoded {
         Ok(Ok(d)) => d,
-        Ok(Err(reason)) => return Outcome::Close(reason),
+        Ok(Err(reason)) => return Err(Outcome::Close(reason)),
         Err(_) => {
-            return Outcome::Close(format!("{key:?} v{version} request made the decoder panic"))
+            return Err(Outcome::Close(format!(
+                "{key:?} v{version} request made the decoder panic"
+            )))
         }
     };
-    if frame.has_remaining() {
-        tracing::debug!(%peer, ?key, version, extra = ?&frame[..frame.len().min(32)], "trailing bytes after request body");
+    Ok(DecodedFrame {
+        key,
+        version,
+        correlation_id,
+        header,
+        request,
+        trailing: frame,
+    })
+}
+
+/// Handles one request frame (without its size prefix).
+pub async fn handle_frame(ctx: &Context, frame: Bytes, peer: SocketAddr) -> Outcome {
+    let DecodedFrame {
+        key,
+        version,
+        correlation_id,
+        header,
+        request,
+        trailing,
+    } = match decode_frame(frame) {
+        Ok(d) => d,
+        Err(outcome) => return outcome,
+    };
+    if !trailing.is_empty() {
+        tracing::debug!(%peer, ?key, version, extra = ?&trailing[..trailing.len().min(32)], "trailing bytes after request body");
     }
     let client_id = header
         .client_id

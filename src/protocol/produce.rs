@@ -390,7 +390,7 @@ async fn append(
 
 /// Step 4: the partition's answer: where the batch went, or the append's error
 /// (OUT_OF_ORDER_SEQUENCE_NUMBER 45, INVALID_PRODUCER_EPOCH 47, KAFKA_STORAGE_ERROR 56,
-/// see [`LogError::append_error`]).
+/// see [`LogError::kafka_error`]).
 fn respond(
     topic: &str,
     index: i32,
@@ -403,7 +403,7 @@ fn respond(
             .with_log_append_time_ms(info.log_append_time_ms)
             .with_log_start_offset(info.log_start_offset),
         Err(e) => {
-            let code = e.append_error();
+            let code = e.kafka_error();
             if code == ResponseError::KafkaStorageError {
                 tracing::error!(topic, partition = index, error = %e, "append failed");
             } else {

@@ -3,28 +3,21 @@
 //! the broker never stores bytes a consumer cannot parse. Kafka's `LogValidator` does the
 //! same for client batches.
 //!
-//! Owns: the record layout (protocol guide, "Record", magic 2), the compression codecs'
-//! framing as Kafka clients write them (gzip; snappy both xerial-framed and raw; the
-//! standard LZ4 frame, with or without block/content checksums; zstd), and the cap on
-//! decompressed bytes. Never does: change the batch (it is stored exactly as sent), keep
-//! the decompressed bytes, or allocate per record.
-//!
-//! Record layout (varints are zigzag, as Kafka's `ByteUtils.readVarint`):
-//!
-//! ```text
-//! length varint | attributes i8 | timestampDelta varlong | offsetDelta varint |
-//! keyLength varint (-1 = null) | key | valueLength varint (-1 = null) | value |
-//! headerCount varint | headers: keyLength varint (>= 0) key valueLength varint (-1 = null) value
-//! ```
+//! Owns: the rules for client batches on top of the record layout (the layout and its
+//! bounds checks are `log::records`'s walker, shared with every other reader of records),
+//! and the cap on decompressed bytes (the codecs, as Kafka clients frame them, are
+//! `log::codec`'s). Never does: change the batch (it is stored exactly as sent), keep the
+//! decompressed bytes, or allocate per record.
 //!
 //! Checks, in order: no control batch and no transactional batch (weir has no
 //! transactions); the body decompresses within [`RecordLimits::max_decompressed_bytes`];
-//! then per record: each length fits in the bytes left, each field ends inside the record,
-//! the record's length equals what its fields take, offsetDelta is the record's index
-//! (Kafka requires consecutive deltas in v2 client batches); finally the record count equals
-//! the header's recordCount, the last offsetDelta equals lastOffsetDelta, and no bytes
-//! follow the last record. With [`RecordLimits::require_keys`] (compacted topics) every
-//! record with a null key is then reported, all at once ([`RecordError::Keyless`]).
+//! then the walk: per record, each length fits in the bytes left, each field ends inside
+//! the record, the record's length equals what its fields take, and here offsetDelta is
+//! the record's index (Kafka requires consecutive deltas in v2 client batches); the record
+//! count equals the header's recordCount and no bytes follow the last record; finally the
+//! last offsetDelta equals lastOffsetDelta. With [`RecordLimits::require_keys`] (compacted
+//! topics) every record with a null key is then reported, all at once
+//! ([`RecordError::Keyless`]).
 //!
 //! Error mapping, as Kafka: bytes that do not parse (lengths, varints, truncation,
 //! decompression, the cap) → CORRUPT_MESSAGE (2); well-formed bytes with wrong contents
@@ -35,6 +28,7 @@
 use kafka_protocol::ResponseError;
 
 use crate::log::codec::{self, DecompressError};
+use crate::log::records::{Records, WalkError};
 use crate::log::{Compression, ValidatedBatch};
 
 /// How many times `max.message.bytes` a batch may decompress to. Kafka has no such cap
@@ -165,96 +159,38 @@ pub fn validate_records(batch: &ValidatedBatch, limits: RecordLimits) -> Result<
 }
 
 // ---------------------------------------------------------------------------------------
-// Record walk
+// Record walk (the layout and its bounds checks are `log::records`'s)
 
-/// A record field, for error messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Field {
-    Length,
-    Attributes,
-    TimestampDelta,
-    OffsetDelta,
-    KeyLength,
-    ValueLength,
-    HeaderCount,
-    HeaderKeyLength,
-    HeaderValueLength,
-}
-
-impl Field {
-    fn name(self) -> &'static str {
-        match self {
-            Field::Length => "record length",
-            Field::Attributes => "attributes",
-            Field::TimestampDelta => "timestampDelta",
-            Field::OffsetDelta => "offsetDelta",
-            Field::KeyLength => "key length",
-            Field::ValueLength => "value length",
-            Field::HeaderCount => "header count",
-            Field::HeaderKeyLength => "header key length",
-            Field::HeaderValueLength => "header value length",
-        }
-    }
-}
-
-/// What went wrong inside one record. Small and `Copy` so the hot loop carries no
-/// strings; turned into a [`RecordError`] (with the record index) only on failure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fault {
-    /// The field runs past the end of the record (or of the records, for the length).
-    Truncated(Field),
-    /// A varint longer than 5 bytes (varlong: 10) or wider than 32 (64) bits.
-    VarintTooLong(Field),
-    /// A length or count below what the field allows (-1 for nullable fields, else 0).
-    Negative(Field, i32),
-    /// A length or count larger than the bytes left in the record.
-    PastEnd(Field, i32, usize),
-    /// The record's length does not match what its fields take.
-    LengthMismatch { declared: i32, used: usize },
-    /// offsetDelta is not the record's index.
-    OffsetDelta(i32),
-}
-
-/// Walks `count` records in `buf`; see the module doc.
+/// Walks `count` records in `buf` with the log's record walker and applies the client
+/// batch rules on top: offsetDelta is the record's index, the last one is
+/// `last_offset_delta`, and (with `require_keys`) no key is null. See the module doc.
 fn walk(
     buf: &[u8],
     count: i32,
     last_offset_delta: i32,
     require_keys: bool,
 ) -> Result<(), RecordError> {
-    let mut pos = 0usize;
-    let mut index: i32 = 0;
     // Allocated only when a keyless record is found where keys are required.
     let mut keyless: Vec<i32> = Vec::new();
-    while pos < buf.len() {
-        if index == count {
+    for record in Records::new(buf, count) {
+        let record = record.map_err(walk_error)?;
+        let index = record.index;
+        if record.offset_delta != index {
             return Err(RecordError::invalid(format!(
-                "recordCount is {count} but {} bytes follow record {} (the last one)",
-                buf.len() - pos,
-                i64::from(count) - 1
+                "record {index} (of {count}): offsetDelta is {}, expected {index} (offsets \
+                 must be consecutive from 0)",
+                record.offset_delta
             )));
         }
-        match record(buf, &mut pos, index) {
-            Ok(key_is_null) => {
-                if require_keys && key_is_null {
-                    keyless.push(index);
-                }
-            }
-            Err(fault) => return Err(describe(fault, index, count)),
+        if require_keys && record.key.is_none() {
+            keyless.push(index);
         }
-        index += 1;
     }
-    if index != count {
-        return Err(RecordError::invalid(format!(
-            "recordCount is {count} but the batch holds {index} records (record {index} is \
-             missing)"
-        )));
-    }
-    if count > 0 && index - 1 != last_offset_delta {
+    if count > 0 && count - 1 != last_offset_delta {
         return Err(RecordError::invalid(format!(
             "lastOffsetDelta is {last_offset_delta} but record {} has offsetDelta {}",
-            index - 1,
-            index - 1
+            count - 1,
+            count - 1
         )));
     }
     if !keyless.is_empty() {
@@ -263,184 +199,14 @@ fn walk(
     Ok(())
 }
 
-fn describe(fault: Fault, index: i32, count: i32) -> RecordError {
-    let at = format!("record {index} (of {count})");
-    match fault {
-        Fault::Truncated(f) => RecordError::corrupt(format!(
-            "{at}: {} runs past the end of the {}",
-            f.name(),
-            if f == Field::Length {
-                "records"
-            } else {
-                "record"
-            }
-        )),
-        Fault::VarintTooLong(f) => RecordError::corrupt(format!(
-            "{at}: {} is a malformed or too long varint",
-            f.name()
-        )),
-        Fault::Negative(f, v) => {
-            RecordError::corrupt(format!("{at}: {} {v} is invalid (negative)", f.name()))
-        }
-        Fault::PastEnd(f, v, left) => RecordError::corrupt(format!(
-            "{at}: {} {v} exceeds the {left} bytes left in the {}",
-            f.name(),
-            if f == Field::Length {
-                "records"
-            } else {
-                "record"
-            }
-        )),
-        Fault::LengthMismatch { declared, used } => RecordError::corrupt(format!(
-            "{at}: record length is {declared} but its fields take {used} bytes"
-        )),
-        Fault::OffsetDelta(found) => RecordError::invalid(format!(
-            "{at}: offsetDelta is {found}, expected {index} (offsets must be consecutive from 0)"
-        )),
+/// Kafka's codes for a walk error: bytes that do not parse → CORRUPT_MESSAGE; a record
+/// count that disagrees with well-formed records → INVALID_RECORD.
+fn walk_error(e: WalkError) -> RecordError {
+    if e.fault.is_count() {
+        RecordError::invalid(e.to_string())
+    } else {
+        RecordError::corrupt(e.to_string())
     }
-}
-
-/// One record starting at `*pos` in `buf`; advances `*pos` past it. Returns whether its
-/// key is null.
-#[inline(always)]
-fn record(buf: &[u8], pos: &mut usize, index: i32) -> Result<bool, Fault> {
-    let length = varint(buf, pos, Field::Length)?;
-    let left = buf.len() - *pos;
-    if length < 0 {
-        return Err(Fault::Negative(Field::Length, length));
-    }
-    if length as usize > left {
-        return Err(Fault::PastEnd(Field::Length, length, left));
-    }
-    let body = &buf[*pos..*pos + length as usize];
-    *pos += length as usize;
-
-    let mut p = 0usize;
-    // attributes (unused in v2 records)
-    if body.is_empty() {
-        return Err(Fault::Truncated(Field::Attributes));
-    }
-    p += 1;
-    varlong_skip(body, &mut p, Field::TimestampDelta)?;
-    let offset_delta = varint(body, &mut p, Field::OffsetDelta)?;
-    if offset_delta != index {
-        return Err(Fault::OffsetDelta(offset_delta));
-    }
-    let key_length = bytes_field(body, &mut p, Field::KeyLength, true)?;
-    bytes_field(body, &mut p, Field::ValueLength, true)?;
-    let headers = varint(body, &mut p, Field::HeaderCount)?;
-    if headers < 0 {
-        return Err(Fault::Negative(Field::HeaderCount, headers));
-    }
-    // Every header takes at least two bytes (two one-byte lengths).
-    if headers as usize > (body.len() - p) / 2 {
-        return Err(Fault::PastEnd(Field::HeaderCount, headers, body.len() - p));
-    }
-    for _ in 0..headers {
-        bytes_field(body, &mut p, Field::HeaderKeyLength, false)?;
-        bytes_field(body, &mut p, Field::HeaderValueLength, true)?;
-    }
-    if p != body.len() {
-        return Err(Fault::LengthMismatch {
-            declared: length,
-            used: p,
-        });
-    }
-    Ok(key_length < 0)
-}
-
-/// A length-prefixed byte field: reads the length (-1 = null) and skips the bytes.
-#[inline(always)]
-fn bytes_field(body: &[u8], p: &mut usize, field: Field, nullable: bool) -> Result<i32, Fault> {
-    let len = varint(body, p, field)?;
-    if len < 0 {
-        if len == -1 && nullable {
-            return Ok(len);
-        }
-        return Err(Fault::Negative(field, len));
-    }
-    let left = body.len() - *p;
-    if len as usize > left {
-        return Err(Fault::PastEnd(field, len, left));
-    }
-    *p += len as usize;
-    Ok(len)
-}
-
-/// A zigzag varint (Kafka `readVarint`): at most 5 bytes, and the value must fit 32 bits.
-/// One- and two-byte varints (values -8192..8192: every length and offset delta of a
-/// typical record) are decoded inline.
-#[inline(always)]
-fn varint(buf: &[u8], pos: &mut usize, field: Field) -> Result<i32, Fault> {
-    let p = *pos;
-    if let Some(&b0) = buf.get(p) {
-        if b0 < 0x80 {
-            *pos = p + 1;
-            return Ok(unzigzag(u32::from(b0)));
-        }
-        if let Some(&b1) = buf.get(p + 1) {
-            if b1 < 0x80 {
-                *pos = p + 2;
-                return Ok(unzigzag(u32::from(b0 & 0x7f) | u32::from(b1) << 7));
-            }
-        }
-    }
-    varint_slow(buf, pos, field)
-}
-
-#[inline(always)]
-fn unzigzag(raw: u32) -> i32 {
-    ((raw >> 1) as i32) ^ -((raw & 1) as i32)
-}
-
-#[inline(never)]
-fn varint_slow(buf: &[u8], pos: &mut usize, field: Field) -> Result<i32, Fault> {
-    let mut raw: u32 = 0;
-    for i in 0..5 {
-        let b = *buf.get(*pos + i).ok_or(Fault::Truncated(field))?;
-        if i == 4 && b > 0x0f {
-            // A continuation bit in the 5th byte, or bits beyond the 32nd.
-            return Err(Fault::VarintTooLong(field));
-        }
-        raw |= u32::from(b & 0x7f) << (7 * i);
-        if b < 0x80 {
-            *pos += i + 1;
-            return Ok(unzigzag(raw));
-        }
-    }
-    Err(Fault::VarintTooLong(field))
-}
-
-/// Skips a zigzag varlong (Kafka `readVarlong`): at most 10 bytes, fitting 64 bits.
-#[inline(always)]
-fn varlong_skip(buf: &[u8], pos: &mut usize, field: Field) -> Result<(), Fault> {
-    let p = *pos;
-    match (buf.get(p), buf.get(p + 1)) {
-        (Some(&b0), _) if b0 < 0x80 => {
-            *pos = p + 1;
-            Ok(())
-        }
-        (Some(_), Some(&b1)) if b1 < 0x80 => {
-            *pos = p + 2;
-            Ok(())
-        }
-        _ => varlong_skip_slow(buf, pos, field),
-    }
-}
-
-#[inline(never)]
-fn varlong_skip_slow(buf: &[u8], pos: &mut usize, field: Field) -> Result<(), Fault> {
-    for i in 0..10 {
-        let b = *buf.get(*pos + i).ok_or(Fault::Truncated(field))?;
-        if b < 0x80 {
-            if i == 9 && b > 0x01 {
-                return Err(Fault::VarintTooLong(field));
-            }
-            *pos += i + 1;
-            return Ok(());
-        }
-    }
-    Err(Fault::VarintTooLong(field))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -880,37 +646,6 @@ mod tests {
         body.extend_from_slice(&[0xff; 10]);
         body.push(0);
         assert_eq!(code(check(one_record_batch_with(&framed(&body)))), 2);
-    }
-
-    #[test]
-    fn unit_varint_decoding() {
-        for v in [
-            0i64,
-            1,
-            -1,
-            63,
-            -64,
-            64,
-            300,
-            -300,
-            i32::MAX as i64,
-            i32::MIN as i64,
-        ] {
-            let mut buf = Vec::new();
-            put_varint(&mut buf, v);
-            let mut pos = 0;
-            assert_eq!(varint(&buf, &mut pos, Field::Length), Ok(v as i32));
-            assert_eq!(pos, buf.len());
-        }
-        let mut buf = Vec::new();
-        put_varint(&mut buf, 1 << 40);
-        let mut pos = 0;
-        assert!(varint(&buf, &mut pos, Field::KeyLength).is_err());
-        let mut buf = Vec::new();
-        put_varint(&mut buf, i64::MIN);
-        let mut pos = 0;
-        assert_eq!(varlong_skip(&buf, &mut pos, Field::TimestampDelta), Ok(()));
-        assert_eq!(pos, 10);
     }
 
     #[test]

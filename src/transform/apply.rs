@@ -31,15 +31,15 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use bytes::Bytes;
 use kafka_protocol::ResponseError;
 
 use super::inline::InlineSlot;
 use super::Tolerance;
+use crate::dead_letter::{self, plugin_error_kind};
 use crate::ingest::Ingest;
-use crate::log::rewrite::{decode_records, BatchBuilder, DecodedRecord};
+use crate::log::rewrite::{decode_records, BatchBuilder};
 use crate::log::{Compression, ValidatedBatch};
-use crate::plugin::{BatchContext, Header, OutputBatch, PluginError, Record, Transform};
+use crate::plugin::{BatchContext, OutputBatch, PluginError, Record, Transform};
 
 /// Named plugin errors handled by re-running the rest of the batch; past this many in one
 /// batch the remaining records are run one by one.
@@ -82,6 +82,9 @@ pub struct DeadLetter {
     pub offset_delta: i32,
     /// The record as the producer sent it.
     pub record: Record,
+    /// Kind of failure (a plugin error kind, `Route` or `FanOut`; the DLQ's
+    /// `__connect.errors.exception.class.name`).
+    pub kind: &'static str,
     /// Why it failed.
     pub message: String,
 }
@@ -124,7 +127,7 @@ pub async fn apply(
                 message: format!("inline transform {}: {e}", slot.name),
                 record_errors: Vec::new(),
             })?;
-        let records: Vec<Record> = decoded.iter().map(to_plugin_record).collect();
+        let records: Vec<Record> = decoded.iter().cloned().map(Record::from).collect();
         let started = Instant::now();
         let outcome = run(&mut transform, &context, &records, slot.tolerance).await;
         let busy_ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
@@ -180,12 +183,18 @@ pub async fn apply(
                 if slot.dlq_topic.is_some() { " and sent to the dead-letter topic" } else { "" }
             );
         }
-        for (input, message) in failed {
+        for Failure {
+            input,
+            kind,
+            message,
+        } in failed
+        {
             if let (Some(source), Some(record)) = (decoded.get(input), records.get(input)) {
                 out.dead_letters.push(DeadLetter {
                     batch: batch_index,
                     offset_delta: source.offset_delta,
                     record: record.clone(),
+                    kind,
                     message,
                 });
             }
@@ -217,8 +226,26 @@ pub async fn apply(
 }
 
 /// The output records kept for each input index (input index → the call's output and
-/// where in it), and the failing input indexes with their messages.
-type Outcome = (Vec<(usize, Outputs)>, Vec<(usize, String)>);
+/// where in it), and the failing inputs.
+type Outcome = (Vec<(usize, Outputs)>, Vec<Failure>);
+
+/// A failing input record: its index in the batch, the kind of failure and why.
+#[derive(Debug)]
+struct Failure {
+    input: usize,
+    kind: &'static str,
+    message: String,
+}
+
+impl Failure {
+    fn plugin(input: usize, e: &PluginError) -> Failure {
+        Failure {
+            input,
+            kind: plugin_error_kind(e),
+            message: e.to_string(),
+        }
+    }
+}
 
 /// The output record of one input record (inline transforms are 1:1 or filter, so at most
 /// one): the batch of the call that produced it and its position there.
@@ -243,7 +270,7 @@ fn check_output(
     output: OutputBatch,
     indexes: &[usize],
     kept: &mut Vec<(usize, Outputs)>,
-    failed: &mut Vec<(usize, String)>,
+    failed: &mut Vec<Failure>,
 ) {
     let output = std::sync::Arc::new(output);
     // Input index → (output count, a route's message, position of its first output).
@@ -267,15 +294,20 @@ fn check_output(
             continue;
         };
         if let Some(message) = routed {
-            failed.push((input, message));
-        } else if count > 1 {
-            failed.push((
+            failed.push(Failure {
                 input,
-                format!(
+                kind: "Route",
+                message,
+            });
+        } else if count > 1 {
+            failed.push(Failure {
+                input,
+                kind: "FanOut",
+                message: format!(
                     "{count} output records for one input: inline transforms are 1:1 or \
                      filter (deploy it in async mode to fan out)"
                 ),
-            ));
+            });
         } else {
             kept.push((
                 input,
@@ -338,7 +370,7 @@ async fn run(
             } if named_retries < MAX_NAMED_RETRIES && (i as usize) < remaining.len() => {
                 named_retries += 1;
                 let input = remaining.remove(i as usize);
-                failed.push((input, error.to_string()));
+                failed.push(Failure::plugin(input, &error));
                 if remaining.is_empty() {
                     break;
                 }
@@ -352,8 +384,7 @@ async fn run(
                 }
             }
             PluginError::Timeout { .. } => {
-                let message = error.to_string();
-                failed.extend(remaining.iter().map(|&i| (i, message.clone())));
+                failed.extend(remaining.iter().map(|&i| Failure::plugin(i, &error)));
                 break;
             }
             _ => {
@@ -364,7 +395,7 @@ async fn run(
                         Ok(output) => {
                             check_output(context, output, &[input], &mut kept, &mut failed)
                         }
-                        Err(e) => failed.push((input, e.to_string())),
+                        Err(e) => failed.push(Failure::plugin(input, &e)),
                     }
                 }
                 break;
@@ -372,18 +403,26 @@ async fn run(
         }
     }
     kept.sort_by_key(|(i, _)| *i);
-    failed.sort_by_key(|(i, _)| *i);
+    failed.sort_by_key(|f| f.input);
     Ok((kept, failed))
 }
 
-fn refused_records(plugin: &str, failed: &[(usize, String)]) -> Refused {
-    let first = failed.first().map(|(_, m)| m.as_str()).unwrap_or_default();
+fn refused_records(plugin: &str, failed: &[Failure]) -> Refused {
+    let first = failed
+        .first()
+        .map(|f| f.message.as_str())
+        .unwrap_or_default();
     Refused {
         error: ResponseError::InvalidRecord,
         message: format!("inline transform (plugin {plugin}): {first}"),
         record_errors: failed
             .iter()
-            .map(|(i, m)| (i32::try_from(*i).unwrap_or(i32::MAX), m.clone()))
+            .map(|f| {
+                (
+                    i32::try_from(f.input).unwrap_or(i32::MAX),
+                    f.message.clone(),
+                )
+            })
             .collect(),
     }
 }
@@ -396,44 +435,12 @@ fn refused_invalid(slot: &InlineSlot, message: String, index: Option<i32>) -> Re
     }
 }
 
-fn to_plugin_record(r: &DecodedRecord) -> Record {
-    Record {
-        key: r.key.clone(),
-        value: r.value.clone(),
-        headers: r
-            .headers
-            .iter()
-            .map(|(k, v)| Header {
-                // Kafka header keys are UTF-8 strings; read leniently, as the Java client.
-                key: String::from_utf8_lossy(k).into_owned(),
-                value: v.clone(),
-            })
-            .collect(),
-        timestamp_ms: r.timestamp_ms,
-    }
-}
-
-/// Header names on dead-letter records (Kafka Connect's, plus the plugin).
-pub mod headers {
-    /// Source topic.
-    pub const TOPIC: &str = "__connect.errors.topic";
-    /// Source partition (decimal text).
-    pub const PARTITION: &str = "__connect.errors.partition";
-    /// Offset the record would have had (decimal text; a gap in the source partition).
-    pub const OFFSET: &str = "__connect.errors.offset";
-    /// The error message.
-    pub const MESSAGE: &str = "__connect.errors.exception.message";
-    /// Deployment name of the transform.
-    pub const PLUGIN: &str = "weir.errors.plugin";
-    /// Content hash of the component.
-    pub const PLUGIN_VERSION: &str = "weir.errors.plugin.version";
-}
-
-/// Writes `dead_letters` (from [`apply`]) to the slot's dead-letter topic through
-/// `ingest`, once their batches are appended: `batch_base_offsets[i]` is the base offset
-/// batch `i` got. Each keeps its key, value, timestamp and headers and gains the
-/// [`headers`] above. Nothing is written when the slot has no dead-letter topic (the
-/// records were counted in `stats.errors`).
+/// Writes `dead_letters` (from [`apply`]) to the slot's dead-letter topic, once their
+/// batches are appended: `batch_base_offsets[i]` is the base offset batch `i` got. Each
+/// keeps its key, value, timestamp and headers and gains the headers of
+/// [`crate::dead_letter`] (stage `TRANSFORMATION`, the offset it would have had). Nothing
+/// is written when the slot has no dead-letter topic (the records were counted in
+/// `stats.errors`).
 ///
 /// Errors are logged, not returned: the produce has succeeded by then.
 pub async fn write_dead_letters(
@@ -449,33 +456,29 @@ pub async fn write_dead_letters(
     if dead_letters.is_empty() {
         return;
     }
-    let text = |s: String| Some(Bytes::from(s));
-    let records: Vec<Record> = dead_letters
+    let plugin = slot.transform.lock().await.name().to_string();
+    let letters: Vec<dead_letter::DeadLetter> = dead_letters
         .into_iter()
-        .map(|d| {
-            let offset = batch_base_offsets
+        .map(|d| dead_letter::DeadLetter {
+            offset: batch_base_offsets
                 .get(d.batch)
                 .map(|base| base + i64::from(d.offset_delta))
-                .unwrap_or(-1);
-            let mut record = d.record;
-            for (key, value) in [
-                (headers::TOPIC, text(target.topic.to_string())),
-                (headers::PARTITION, text(target.partition.to_string())),
-                (headers::OFFSET, text(offset.to_string())),
-                (headers::MESSAGE, text(d.message)),
-                (headers::PLUGIN, text(slot.name.clone())),
-                (headers::PLUGIN_VERSION, text(slot.version.clone())),
-            ] {
-                record.headers.push(Header {
-                    key: key.to_string(),
-                    value,
-                });
-            }
-            record
+                .unwrap_or(-1),
+            record: d.record,
+            topic: target.topic.to_string(),
+            partition: target.partition,
+            stage: dead_letter::Stage::Transformation,
+            class_name: plugin.clone(),
+            kind: d.kind,
+            message: d.message,
         })
         .collect();
-    let n = records.len();
-    if let Err(e) = ingest.append(dlq, None, &records).await {
+    let n = letters.len();
+    let owner = dead_letter::Owner::Transform {
+        name: &slot.name,
+        version: &slot.version,
+    };
+    if let Err(e) = dead_letter::write(ingest, dlq, owner, letters).await {
         tracing::error!(
             transform = %slot.name, topic = target.topic, partition = target.partition,
             dead_letter_topic = dlq, records = n,

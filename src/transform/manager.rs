@@ -9,7 +9,8 @@
 //!   re-applied when a file changes (removing the file deletes the deployment). They are
 //!   not copied to `__transforms/`: the file is their source of truth.
 //! - Hot reload: a `notify` watcher on the directory of every deployed component (and on
-//!   `transform.config.dir`). After a change settles ([`DEBOUNCE_MS`]), the component is
+//!   `transform.config.dir`). After a change settles ([`crate::fswatch::DEBOUNCE_MS`],
+//!   debounced by [`crate::fswatch`]), the component is
 //!   read, hashed and loaded; a load that fails is retried while the file keeps changing
 //!   (a copy in progress), and only a stable file that fails is reported (`reload_error`,
 //!   and a log line) while the old version keeps running. Async deployments swap between
@@ -24,7 +25,6 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use notify::Watcher as _;
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
 use tokio::sync::{watch, Notify};
@@ -33,11 +33,10 @@ use super::inline::{InlineRegistry, InlineSlot};
 use super::runner::{short, Runner};
 use super::spec::{Mode, TransformSpec};
 use super::{Deployment, Loaded, Owners, RunState, Stats, Tolerance};
+use crate::fswatch;
 use crate::ingest::Ingest;
 use crate::plugin::PluginHost;
 
-/// Quiet time after a file event before a reload is tried, in milliseconds.
-pub const DEBOUNCE_MS: u64 = 200;
 /// Wait before re-reading a component whose load failed, in milliseconds: a file still
 /// being written changes meanwhile and is tried again; a stable one is reported.
 pub const RELOAD_SETTLE_MS: u64 = 300;
@@ -151,7 +150,7 @@ pub struct TransformManager {
     /// of one name cannot interleave.
     deployments: tokio::sync::Mutex<BTreeMap<String, Deployed>>,
     changes: Arc<Changes>,
-    watcher: Mutex<Option<notify::RecommendedWatcher>>,
+    watcher: Mutex<Option<fswatch::Debounced>>,
     watched: Mutex<BTreeSet<PathBuf>>,
 }
 
@@ -180,15 +179,11 @@ impl TransformManager {
         std::fs::create_dir_all(&dir)?;
         let changes = Arc::new(Changes::default());
         let sink = changes.clone();
-        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            let Ok(event) = event else { return };
-            if matches!(event.kind, notify::EventKind::Access(_)) {
-                return;
-            }
+        let watcher = fswatch::debounced(move |changed| {
             let mut paths = sink.paths.lock().unwrap_or_else(|e| e.into_inner());
             // Bounded: at most one entry per distinct file until the reload task drains them.
             if paths.len() < 10_000 {
-                paths.extend(event.paths);
+                paths.extend(changed);
             }
             drop(paths);
             sink.signal.notify_one();
@@ -532,25 +527,8 @@ impl TransformManager {
                     continue;
                 }
             }
-            // Let a write in several steps settle: wait until no event came for DEBOUNCE_MS.
-            loop {
-                let before = self
-                    .changes
-                    .paths
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .len();
-                tokio::time::sleep(Duration::from_millis(DEBOUNCE_MS)).await;
-                let after = self
-                    .changes
-                    .paths
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .len();
-                if after == before {
-                    break;
-                }
-            }
+            // The paths have settled already (the debouncer reports a path once it has
+            // been quiet for DEBOUNCE_MS).
             let paths =
                 std::mem::take(&mut *self.changes.paths.lock().unwrap_or_else(|e| e.into_inner()));
             for path in paths {
@@ -779,7 +757,7 @@ impl TransformManager {
         }
         let mut watcher = self.watcher.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(w) = watcher.as_mut() {
-            match w.watch(dir, notify::RecursiveMode::NonRecursive) {
+            match w.watcher().watch(dir, notify::RecursiveMode::NonRecursive) {
                 Ok(()) => {
                     watched.insert(dir.to_path_buf());
                 }

@@ -27,15 +27,16 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, Bytes};
-use kafka_protocol::records::RecordBatchDecoder;
+use bytes::Bytes;
 use tokio::sync::watch;
 
 use super::{Deployment, Owners, RunState, Tolerance};
+use crate::dead_letter::{self, DeadLetter, Owner, Stage};
 use crate::group::{CommitRequest, OffsetToCommit};
 use crate::ingest::Ingest;
+use crate::log::records::{StoredBatches, MAX_DECOMPRESSED_BATCH_BYTES};
 use crate::log::LogError;
-use crate::plugin::{BatchContext, Header, PluginError, Record, Transform};
+use crate::plugin::{BatchContext, PluginError, Record, Transform};
 use crate::replica::FetchIsolation;
 
 /// Most records given to the transform in one call.
@@ -258,13 +259,13 @@ impl Runner {
                 Ok(out) => {
                     let failed = self.write_outputs(&out, s).await;
                     for (i, message) in failed {
-                        self.fail_record(p, chunk[i].0, &records[i], &message, "OutputWrite")
+                        self.fail_record(p, chunk[i].0, &records[i], &message, OUTPUT_WRITE)
                             .await
                             .map_err(|f| (f, chunk[i].0))?;
                     }
                 }
                 Err(err) => {
-                    let kind = error_kind(&err);
+                    let kind = dead_letter::plugin_error_kind(&err);
                     let message = err.to_string();
                     let named = match &err {
                         PluginError::Failed {
@@ -356,28 +357,26 @@ impl Runner {
                     tracing::warn!(transform = %spec.name, error = %located, "record skipped (errors.tolerance=all, no dead-letter topic)");
                     return Ok(());
                 };
-                let plugin = format!("{}@{}", self.transform.name(), self.version);
-                let mut r = record.clone();
-                push_error_headers(
-                    &mut r,
-                    &ErrorOrigin {
-                        topic: &spec.input,
-                        partition: p,
-                        offset,
-                        kind,
-                        message,
-                    },
-                );
-                let mut add = |k: &str, v: String| {
-                    r.headers.push(Header {
-                        key: k.to_string(),
-                        value: Some(Bytes::from(v)),
-                    })
+                let stage = if kind == OUTPUT_WRITE {
+                    Stage::KafkaProduce
+                } else {
+                    Stage::Transformation
                 };
-                add("weir.errors.transform", spec.name.clone());
-                add("weir.errors.plugin", plugin);
-                self.ingest
-                    .append(dlq, None, std::slice::from_ref(&r))
+                let letter = DeadLetter {
+                    record: record.clone(),
+                    topic: spec.input.clone(),
+                    partition: p,
+                    offset,
+                    stage,
+                    class_name: self.transform.name().to_string(),
+                    kind,
+                    message: message.to_string(),
+                };
+                let owner = Owner::Transform {
+                    name: &spec.name,
+                    version: &self.version,
+                };
+                dead_letter::write(&self.ingest, dlq, owner, vec![letter])
                     .await
                     .map_err(|e| {
                         Fatal(format!(
@@ -411,66 +410,12 @@ impl Runner {
     }
 }
 
-/// Where a record sent to a dead-letter topic was read, and why it failed.
-pub(crate) struct ErrorOrigin<'a> {
-    /// Topic it was read from.
-    pub topic: &'a str,
-    /// Partition.
-    pub partition: i32,
-    /// Its offset.
-    pub offset: i64,
-    /// Kind of failure (`__connect.errors.exception.class.name`).
-    pub kind: &'a str,
-    /// The failure's message.
-    pub message: &'a str,
-}
-
-/// Appends Kafka Connect's dead-letter headers (`__connect.errors.topic`, `.partition`,
-/// `.offset`, `.exception.class.name`, `.exception.message`; KIP-298 with
-/// `errors.deadletterqueue.context.headers.enable=true`) to `record`. Shared by the
-/// transform runner and the sink connectors' DLQ.
-pub(crate) fn push_error_headers(record: &mut Record, origin: &ErrorOrigin<'_>) {
-    let mut add = |k: &str, v: String| {
-        record.headers.push(Header {
-            key: k.to_string(),
-            value: Some(Bytes::from(v)),
-        })
-    };
-    add("__connect.errors.topic", origin.topic.to_string());
-    add("__connect.errors.partition", origin.partition.to_string());
-    add("__connect.errors.offset", origin.offset.to_string());
-    add(
-        "__connect.errors.exception.class.name",
-        origin.kind.to_string(),
-    );
-    add(
-        "__connect.errors.exception.message",
-        origin.message.to_string(),
-    );
-}
+/// The failure kind of an output record that could not be written to its topic.
+const OUTPUT_WRITE: &str = "OutputWrite";
 
 /// The first 12 hex digits of a version.
 pub(crate) fn short(version: &str) -> &str {
     version.get(..12).unwrap_or(version)
-}
-
-/// A name for the kind of failure (the DLQ's `__connect.errors.exception.class.name`).
-fn error_kind(e: &PluginError) -> &'static str {
-    match e {
-        PluginError::Read { .. } => "Read",
-        PluginError::NotWasm { .. } => "NotWasm",
-        PluginError::NotComponent { .. } => "NotComponent",
-        PluginError::Compile { .. } => "Compile",
-        PluginError::WrongWorld { .. } => "WrongWorld",
-        PluginError::Open { .. } => "Open",
-        PluginError::Timeout { .. } => "Timeout",
-        PluginError::MemoryLimit { .. } => "MemoryLimit",
-        PluginError::Trap { .. } => "Trap",
-        PluginError::Failed { .. } => "Failed",
-        PluginError::BadOutput { .. } => "BadOutput",
-        PluginError::InvalidCall { .. } => "InvalidCall",
-        PluginError::Host { .. } => "Host",
-    }
 }
 
 /// Decodes stored batches (as [`crate::log::PartitionLog::read`] returns them) into
@@ -482,50 +427,29 @@ fn error_kind(e: &PluginError) -> &'static str {
 /// Errors: a batch that does not decode (the log validated it at append, so this is
 /// corruption).
 pub(crate) fn decode(
-    mut bytes: Bytes,
+    bytes: Bytes,
     from: i64,
     max: usize,
 ) -> Result<(Vec<(i64, Record)>, i64), String> {
     let mut out = Vec::new();
     let mut next = from;
-    while bytes.remaining() >= 12 {
-        let base = i64::from_be_bytes(bytes[0..8].try_into().unwrap_or_default());
-        let len = i32::from_be_bytes(bytes[8..12].try_into().unwrap_or_default());
-        let total =
-            12usize.saturating_add(usize::try_from(len).map_err(|_| "negative batch length")?);
-        if total > bytes.remaining() || total < 61 {
-            break; // a partial batch at the end of a read
-        }
-        let last_delta = i32::from_be_bytes(bytes[23..27].try_into().unwrap_or_default());
-        let batch_end = base + i64::from(last_delta) + 1;
-        let mut one = bytes.split_to(total);
-        let set = RecordBatchDecoder::decode(&mut one).map_err(|e| e.to_string())?;
+    for batch in StoredBatches::new(bytes, MAX_DECOMPRESSED_BATCH_BYTES) {
+        let batch = batch?;
+        let batch_end = batch.base_offset + i64::from(batch.last_offset_delta) + 1;
         let mut full = false;
-        for r in set.records {
-            if r.offset < from || r.control {
-                continue;
+        if !batch.is_control {
+            for r in batch.records {
+                let offset = batch.base_offset + i64::from(r.offset_delta);
+                if offset < from {
+                    continue;
+                }
+                if out.len() == max {
+                    full = true;
+                    break;
+                }
+                next = offset + 1;
+                out.push((offset, Record::from(r)));
             }
-            if out.len() == max {
-                full = true;
-                break;
-            }
-            next = r.offset + 1;
-            out.push((
-                r.offset,
-                Record {
-                    key: r.key,
-                    value: r.value,
-                    headers: r
-                        .headers
-                        .into_iter()
-                        .map(|(k, v)| Header {
-                            key: k.to_string(),
-                            value: v,
-                        })
-                        .collect(),
-                    timestamp_ms: r.timestamp,
-                },
-            ));
         }
         if full {
             break;

@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
-use crate::harness::TestBroker;
+use crate::harness::{poll_for, wait_until, TestBroker};
 
 /// Longest any single CLI invocation may take before the test fails, in seconds.
 const COMMAND_DEADLINE_SECS: u64 = 60;
@@ -808,18 +808,6 @@ fn reset_new_group(b: &str) {
     assert!(group_list(b, &[]).contains(&("fresh".to_string(), "Empty".to_string())));
 }
 
-/// Polls `check` every 100 ms until it holds or `deadline_secs` pass.
-fn wait_until(what: &str, deadline_secs: u64, mut check: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(deadline_secs);
-    while !check() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting: {what}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-}
-
 #[test]
 fn group_with_a_member_is_described_and_cannot_be_reset_or_deleted() {
     use rdkafka::config::ClientConfig;
@@ -992,17 +980,12 @@ fn group_consume_commits_on_sigterm() {
         .status()
         .expect("kill");
     assert!(term.success());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("weir consume did not end within 30 s of SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = poll_for("weir consume ends after SIGTERM", 30, || {
+        child
+            .try_wait()
+            .expect("try_wait")
+            .ok_or_else(|| "it is still running".to_string())
+    });
     assert!(status.success(), "{status}");
     // Committed on the way out (the run is shorter than the 5 s auto-commit interval), and
     // the member left: the group is Empty at once.

@@ -11,7 +11,7 @@ use rdkafka::producer::FutureRecord;
 use rdkafka::{Offset, TopicPartitionList};
 use weir::broker::MetadataStore;
 
-use crate::harness::{BinaryBroker, TestBroker};
+use crate::harness::{poll_for, wait_until, BinaryBroker, TestBroker};
 use crate::rdkafka_client::{create_topic, producer, read_partition};
 
 fn group_consumer(bootstrap: &str, group: &str) -> BaseConsumer {
@@ -118,18 +118,14 @@ async fn a_file_store_data_dir_is_migrated_with_records_and_committed_offsets() 
         committed(&again.bootstrap, "g", "kept", 2),
         [Offset::Offset(20), Offset::Offset(30)]
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let meta = loop {
-        let c = group_consumer(&again.bootstrap, "m");
-        let m = c
-            .fetch_metadata(None, Duration::from_secs(10))
-            .expect("metadata");
-        let names: Vec<String> = m.topics().iter().map(|t| t.name().to_string()).collect();
-        if names.contains(&"after".to_string()) || Instant::now() > deadline {
-            break names;
+    let meta = poll_for("Metadata lists the topic made since", 10, || {
+        let names = topic_names(&again.bootstrap);
+        if names.contains(&"after".to_string()) {
+            Ok(names)
+        } else {
+            Err(format!("Metadata lists {names:?}"))
         }
-    };
-    assert!(meta.contains(&"after".to_string()), "{meta:?}");
+    });
     assert!(meta.contains(&"kept".to_string()), "{meta:?}");
     again.stop();
 }
@@ -184,21 +180,6 @@ fn topic_names(bootstrap: &str) -> Vec<String> {
     }
 }
 
-/// Polls `f` every 100 ms until it gives a value, for at most `limit`.
-fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?}: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// Issue 12, tests 3 and 4 for the metadata quorum: three `weir` processes listing each
 /// other in `controller.quorum.voters` elect one leader; a topic created through node 2
 /// is in node 3's Metadata at once; after the leader's kill -9 the survivors elect
@@ -231,53 +212,39 @@ async fn three_nodes_share_the_metadata_log_and_survive_the_leaders_kill_9() {
     };
 
     // One leader, the same on every node.
-    let leader = wait_for(
-        "a quorum leader every node agrees on",
-        Duration::from_secs(20),
-        || {
-            let seen: Vec<Option<i32>> = nodes
-                .iter()
-                .map(|n| n.as_ref().and_then(logged_leader))
-                .collect();
-            match seen[..] {
-                [Some(a), Some(b), Some(c)] if a == b && b == c => Some(a),
-                _ => None,
-            }
-        },
-    );
+    let leader = poll_for("a quorum leader every node agrees on", 20, || {
+        let seen: Vec<Option<i32>> = nodes
+            .iter()
+            .map(|n| n.as_ref().and_then(logged_leader))
+            .collect();
+        match seen[..] {
+            [Some(a), Some(b), Some(c)] if a == b && b == c => Ok(a),
+            _ => Err(format!("leaders logged by nodes 1, 2, 3: {seen:?}")),
+        }
+    });
 
     create_topic(&node(&nodes, 2), "through-2", 3, &[]).await;
     let created = Instant::now();
     let b3 = node(&nodes, 3);
-    wait_for(
-        "node 3 lists the topic created through node 2",
-        Duration::from_secs(3),
-        || {
-            topic_names(&b3)
-                .contains(&"through-2".to_string())
-                .then_some(())
-        },
-    );
+    wait_until("node 3 lists the topic created through node 2", 3, || {
+        topic_names(&b3).contains(&"through-2".to_string())
+    });
     eprintln!("through-2 visible on node 3 after {:?}", created.elapsed());
 
     // kill -9 the leader: the two others elect a new one.
     let killed_at = Instant::now();
     nodes[(leader - 1) as usize].take().expect("leader").kill9();
     let survivors: Vec<i32> = (1..=3).filter(|id| *id != leader).collect();
-    let new_leader = wait_for(
-        "a new leader among the survivors",
-        Duration::from_secs(15),
-        || {
-            let seen: Vec<Option<i32>> = survivors
-                .iter()
-                .map(|id| nodes[(*id - 1) as usize].as_ref().and_then(logged_leader))
-                .collect();
-            match seen[..] {
-                [Some(a), Some(b)] if a == b && a != leader => Some(a),
-                _ => None,
-            }
-        },
-    );
+    let new_leader = poll_for("a new leader among the survivors", 15, || {
+        let seen: Vec<Option<i32>> = survivors
+            .iter()
+            .map(|id| nodes[(*id - 1) as usize].as_ref().and_then(logged_leader))
+            .collect();
+        match seen[..] {
+            [Some(a), Some(b)] if a == b && a != leader => Ok(a),
+            _ => Err(format!("leaders logged by nodes {survivors:?}: {seen:?}")),
+        }
+    });
     let other = *survivors
         .iter()
         .find(|id| **id != new_leader)
@@ -288,30 +255,23 @@ async fn three_nodes_share_the_metadata_log_and_survive_the_leaders_kill_9() {
     eprintln!("leader {leader} killed; {new_leader} leads; CreateTopics through {other} done {failover:?} after the kill");
     assert!(failover < Duration::from_secs(10), "{failover:?}");
     let bn = node(&nodes, new_leader);
-    wait_for(
-        "the new leader lists the topic",
-        Duration::from_secs(3),
-        || {
-            topic_names(&bn)
-                .contains(&"after-failover".to_string())
-                .then_some(())
-        },
-    );
+    wait_until("the new leader lists the topic", 3, || {
+        topic_names(&bn).contains(&"after-failover".to_string())
+    });
 
     // The killed node restarts over its data and catches up.
     let i = (leader - 1) as usize;
     nodes[i] = Some(quorum_node(dirs[i].path(), leader, &voters, ports[i]));
     let back = node(&nodes, leader);
-    wait_for(
-        "the restarted node lists both topics",
-        Duration::from_secs(20),
-        || {
-            let names = topic_names(&back);
-            (names.contains(&"through-2".to_string())
-                && names.contains(&"after-failover".to_string()))
-            .then_some(())
-        },
-    );
+    poll_for("the restarted node lists both topics", 20, || {
+        let names = topic_names(&back);
+        if names.contains(&"through-2".to_string()) && names.contains(&"after-failover".to_string())
+        {
+            Ok(())
+        } else {
+            Err(format!("it lists {names:?}"))
+        }
+    });
     for n in nodes.iter().flatten() {
         assert!(!n.stderr_text().contains("panicked"), "{}", n.stderr_text());
     }

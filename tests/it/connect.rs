@@ -12,7 +12,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use crate::harness::TestBroker;
+use crate::harness::{poll_for, wait_until, TestBroker};
 
 /// The built `connectors/` components (built once per test process).
 pub(crate) fn plugin_path() -> PathBuf {
@@ -43,24 +43,23 @@ pub(crate) fn lines(from: usize, to: usize) -> String {
 
 /// Waits until `path` holds exactly `want` (panics after 60 s, showing the difference).
 pub(crate) fn wait_for_file(path: &Path, want: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let got = std::fs::read_to_string(path).unwrap_or_default();
-        if got == want {
-            return;
-        }
-        if Instant::now() > deadline {
-            panic!(
-                "{} has {} bytes ({} lines), expected {} bytes ({} lines)",
-                path.display(),
+    poll_for(
+        &format!("{} holds what is expected", path.display()),
+        60,
+        || {
+            let got = std::fs::read_to_string(path).unwrap_or_default();
+            if got == want {
+                return Ok(());
+            }
+            Err(format!(
+                "it has {} bytes ({} lines), expected {} bytes ({} lines)",
                 got.len(),
                 got.lines().count(),
                 want.len(),
                 want.lines().count()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+            ))
+        },
+    )
 }
 
 /// Every record of partition 0 of `topic` from the beginning, as (key, value) strings,
@@ -193,6 +192,7 @@ fn file_source_to_topic_to_file_sink_and_resume_after_restart() {
     wait_for_file(&d.output, &want);
     // A last line without its newline waits for it, then goes as one joined line.
     append(&d.input, "half a ");
+    // Proves an absence (the half line is not written alone): a sleep, not a poll.
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(std::fs::read_to_string(&d.output).unwrap(), want);
     append(&d.input, "line\r\n");
@@ -424,22 +424,17 @@ fn file_source_to_file_sink_100k_lines_survive_kill_9() {
     let writer = std::thread::spawn(move || {
         for from in (30_000..TOTAL).step_by(2_000) {
             append(&input, &lines(from, from + 2_000));
+            // Pacing of the workload (an application writing over time), not a wait.
             std::thread::sleep(Duration::from_millis(20));
         }
     });
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while std::fs::read_to_string(&d.output)
-        .unwrap_or_default()
-        .lines()
-        .count()
-        < 40_000
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the sink never reached 40,000 lines"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until("the sink reaches 40,000 lines", 60, || {
+        std::fs::read_to_string(&d.output)
+            .unwrap_or_default()
+            .lines()
+            .count()
+            >= 40_000
+    });
     broker.kill9();
     let broker = crate::harness::BinaryBroker::spawn(&d.data, 0, &overrides);
     writer.join().unwrap();

@@ -15,7 +15,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
@@ -23,7 +23,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::connect::{plugin_path, read_topic_for, wait_for_status};
-use crate::harness::TestBroker;
+use crate::harness::{wait_until, TestBroker};
 
 /// One request the test server received.
 #[derive(Debug, Clone)]
@@ -192,15 +192,6 @@ fn produce(bootstrap: &str, topic: &str, values: &[String]) {
     p.flush(Duration::from_secs(30)).unwrap();
 }
 
-/// Waits (up to 60 s) until `cond` holds.
-fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// The ids in a request body: a JSON array of `{"id": n}` or one such object.
 fn ids(body: &[u8]) -> Vec<u64> {
     let v: serde_json::Value = serde_json::from_slice(body).unwrap();
@@ -306,6 +297,17 @@ fn http_sink_delivers_each_record_once_or_to_the_dlq_despite_503s_and_400s() {
             );
             let msg = h.get("__connect.errors.exception.message").unwrap();
             assert!(msg.contains("HTTP 400"), "{msg}");
+            let header = |k: &str| h.get(k).map(String::as_str);
+            assert_eq!(header("__connect.errors.stage"), Some("TASK_PUT"));
+            assert_eq!(header("__connect.errors.class.name"), Some("http-sink"));
+            assert_eq!(
+                header("__connect.errors.exception.class.name"),
+                Some("ErrantRecord")
+            );
+            assert_eq!(
+                header("__connect.errors.connector.name"),
+                Some(format!("posts-{mode}").as_str())
+            );
         }
     }
     // Every good record accepted (a 2xx) exactly once per connector. The server's
@@ -313,7 +315,7 @@ fn http_sink_delivers_each_record_once_or_to_the_dlq_despite_503s_and_400s() {
     let seen = server.seen();
     for mode in ["batch", "single"] {
         let path = format!("/{mode}");
-        wait_until(&format!("{mode}: every good record accepted"), || {
+        wait_until(&format!("{mode}: every good record accepted"), 60, || {
             accepted_ids(&server.seen(), &path, bad).len() >= RECORDS as usize - n_bad
         });
         let got = accepted_ids(&server.seen(), &path, bad);
@@ -360,30 +362,12 @@ fn accepted_ids(seen: &[Seen], path: &str, bad: impl Fn(u64) -> bool) -> Vec<u64
     out
 }
 
-/// An IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`) for `t`.
+/// An IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`) for `t` (RFC 9110 §5.6.7).
 fn http_date(t: SystemTime) -> String {
-    let secs = t.duration_since(UNIX_EPOCH).unwrap().as_secs();
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    let wd = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][days.rem_euclid(7) as usize];
-    let mon = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ][(m - 1) as usize];
-    format!(
-        "{wd}, {d:02} {mon} {y} {:02}:{:02}:{:02} GMT",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    let ts = jiff::Timestamp::try_from(t).unwrap();
+    jiff::fmt::rfc2822::DateTimePrinter::new()
+        .timestamp_to_rfc9110_string(&ts)
+        .unwrap()
 }
 
 #[test]
@@ -441,7 +425,7 @@ fn http_sink_honours_retry_after_without_busy_looping_or_blocking_stop() {
             &[format!("{{\"id\":1,\"n\":\"{name}\"}}")],
         );
     }
-    wait_until("the retried requests", || {
+    wait_until("the retried requests", 60, || {
         server.seen_on("/seconds").len() >= 2
             && server.seen_on("/date").len() >= 2
             && server.seen_on("/zero").iter().any(|r| {
@@ -686,7 +670,7 @@ fn edge_gateway_pipeline_redacts_and_posts() {
             .flat_map(|l| serde_json::from_str::<Vec<serde_json::Value>>(l).unwrap_or_default())
             .collect()
     };
-    wait_until("the endpoint receives the three lines", || {
+    wait_until("the endpoint receives the three lines", 60, || {
         posted().len() >= 3
     });
     let got = posted();

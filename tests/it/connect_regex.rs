@@ -3,12 +3,13 @@
 //! and nothing else.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 
 use crate::connect::{dirs, start};
+use crate::harness::poll_for;
 
 fn produce(bootstrap: &str, topic: &str, values: &[String]) {
     let p: BaseProducer = ClientConfig::new()
@@ -37,27 +38,23 @@ fn values(topic: &str, n: usize) -> Vec<String> {
 fn wait_for_lines(path: &Path, want: &[String]) {
     let mut want = want.to_vec();
     want.sort();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    poll_for(&format!("{} holds the lines", path.display()), 60, || {
         let text = std::fs::read_to_string(path).unwrap_or_default();
         let mut got: Vec<String> = text.lines().map(str::to_string).collect();
         got.sort();
         if got == want {
-            return;
+            return Ok(());
         }
-        assert!(
-            Instant::now() < deadline,
-            "{} holds {} lines, expected {}; unexpected: {:?}",
-            path.display(),
+        Err(format!(
+            "it holds {} lines, expected {}; unexpected: {:?}",
             got.len(),
             want.len(),
             got.iter()
                 .filter(|l| !want.contains(l))
                 .take(5)
                 .collect::<Vec<_>>()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        ))
+    })
 }
 
 #[test]

@@ -8,11 +8,12 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use crate::connect::{append, dirs, lines, read_topic, read_topic_for, start, wait_for_file};
+use crate::harness::{poll_for, wait_until};
 
 /// `curl -X method url [-d body]`: the HTTP status and the JSON body (`Null` when empty).
 fn curl(method: &str, url: &str, body: Option<&Value>) -> (u16, Value) {
@@ -45,20 +46,16 @@ fn curl(method: &str, url: &str, body: Option<&Value>) -> (u16, Value) {
 /// Waits until the connector's status says `state`, and so do its tasks (panics after
 /// 60 s with the status).
 fn wait_for_state(admin: &str, name: &str, state: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    poll_for(&format!("{name} is {state}"), 60, || {
         let (code, status) = curl("GET", &format!("{admin}/connectors/{name}/status"), None);
         let tasks_too = status["tasks"]
             .as_array()
             .is_some_and(|t| t.iter().all(|t| t["state"] == state));
         if code == 200 && status["connector"]["state"] == state && tasks_too {
-            return status;
+            return Ok(status);
         }
-        if Instant::now() > deadline {
-            panic!("{name} never {state}: {code} {status}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        Err(format!("status {code} {status}"))
+    })
 }
 
 /// Kafka Connect's quickstart source body, adapted: `file-source` reading `file`.
@@ -343,8 +340,7 @@ fn rest_failed_connector_restarts_validate_plugins_and_sink_offsets() {
     assert_eq!(code, 201, "{info}");
     assert_eq!(info["type"], "sink");
     wait_for_file(&d.output, &lines(0, 10));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    poll_for("the sink's offsets reach 10", 30, || {
         let (_, offsets) = curl(
             "GET",
             &format!("{admin}/connectors/local-file-sink/offsets"),
@@ -352,11 +348,10 @@ fn rest_failed_connector_restarts_validate_plugins_and_sink_offsets() {
         );
         let want = json!({"offsets": [{"partition": {"kafka_topic": "flaky", "kafka_partition": 0}, "offset": {"kafka_offset": 10}}]});
         if offsets == want {
-            break;
+            return Ok(());
         }
-        assert!(Instant::now() < deadline, "{offsets}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        Err(format!("offsets {offsets}"))
+    });
     // KIP-875 on a sink: stop, move the group back to offset 5, resume: 5..10 again.
     let (code, _) = curl(
         "PUT",
@@ -570,30 +565,22 @@ fn rest_connectors_survive_a_restart_and_the_config_dir_is_watched() {
         ),
     )
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    poll_for("the edited file's config is applied", 30, || {
         let (_, config) = curl("GET", &format!("{admin}/connectors/from-file/config"), None);
         if config["topic"] == "from-file-2" {
-            break;
+            return Ok(());
         }
-        assert!(Instant::now() < deadline, "{config}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        Err(format!("config {config}"))
+    });
     append(&second, &lines(5, 8));
     assert_eq!(
         values(&read_topic(&broker.bootstrap, "from-file-2", 3)),
         want(5, 8)
     );
     std::fs::remove_file(&toml).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (code, _) = curl("GET", &format!("{admin}/connectors/from-file"), None);
-        if code == 404 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "from-file still there");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until("from-file is gone with its file", 30, || {
+        curl("GET", &format!("{admin}/connectors/from-file"), None).0 == 404
+    });
     let (_, names) = curl("GET", &format!("{admin}/connectors"), None);
     assert_eq!(names, json!(["kept"]));
     broker.stop();

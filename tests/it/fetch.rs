@@ -58,6 +58,9 @@ async fn long_poll_waits_for_max_wait_or_a_produce() {
     // A produce wakes a parked fetch long before its 20 s deadline.
     let bs = b.bootstrap.clone();
     let writer = tokio::spawn(async move {
+        // Gives the fetch below time to park first; nothing outside the broker shows a
+        // parked fetch to poll for. Were it not parked yet, the test would still pass
+        // (the fetch would find the record at once): this only makes it test the wake-up.
         tokio::time::sleep(Duration::from_millis(300)).await;
         producer(&bs, &[])
             .send(

@@ -571,6 +571,7 @@ fn follower_sync_waits_for_the_leader() {
         let r = sync(&mut follower, 5, "sync", generation, &follower_id, vec![]);
         (Instant::now(), r)
     });
+    // Proves an absence (the follower is not answered yet): a sleep, not a poll.
     std::thread::sleep(Duration::from_millis(500));
     assert!(
         !waiting.is_finished(),

@@ -7,14 +7,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::ClientConfig;
 
-use crate::harness::{repo_root, TestBroker};
+use crate::harness::{repo_root, wait_until, TestBroker};
 
 /// One group member process and what it has printed so far.
 struct Member {
@@ -132,18 +132,6 @@ impl Drop for Member {
     }
 }
 
-/// Polls `cond` every 100 ms until it holds; fails the test after `secs`.
-fn wait_until(what: &str, secs: u64, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !cond() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {secs} s waiting until {what}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
@@ -179,6 +167,7 @@ fn produce(bootstrap: &str, topic: &str, partitions: i32, n: usize, tag: &str) {
                 Ok(()) => break,
                 Err((_, r)) => {
                     record = r;
+                    // Back-off while librdkafka's queue is full (its thread drains it).
                     std::thread::sleep(Duration::from_millis(10));
                 }
             }
@@ -481,7 +470,8 @@ fn a_restarted_static_member_gets_its_partitions_without_a_rebalance() {
         restarted.assignment().is_some()
     });
     assert_eq!(restarted.assignment().unwrap(), b_parts);
-    // Give a rebalance, if one were coming, time to reach the other member.
+    // Proves an absence: give a rebalance, if one were coming, time to reach the other
+    // member (a sleep, not a poll).
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(
         a.assignment_changes(),

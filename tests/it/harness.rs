@@ -230,6 +230,41 @@ impl BinaryBroker {
     }
 }
 
+/// Polls `cond` every 50 ms until it holds; fails the test naming `what` after
+/// `timeout_secs`. With [`poll_for`], the one way tests wait for something to happen (a
+/// sleep is only for proving that something does not happen, and says so).
+pub fn wait_until(what: &str, timeout_secs: u64, mut cond: impl FnMut() -> bool) {
+    poll_for(what, timeout_secs, || {
+        if cond() {
+            Ok(())
+        } else {
+            Err(String::new())
+        }
+    })
+}
+
+/// Polls `probe` every 50 ms until it returns `Ok`, and returns that value; after
+/// `timeout_secs` fails the test naming `what` and showing the last `Err` (the state seen,
+/// e.g. what a file holds instead).
+pub fn poll_for<T>(
+    what: &str,
+    timeout_secs: u64,
+    mut probe: impl FnMut() -> Result<T, String>,
+) -> T {
+    let deadline = std::time::Instant::now() + Duration::from_secs(timeout_secs);
+    loop {
+        let seen = match probe() {
+            Ok(value) => return value,
+            Err(seen) => seen,
+        };
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {timeout_secs} s waiting until {what}; {seen}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The repository root (for scripts under tests/).
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

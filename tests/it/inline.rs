@@ -627,7 +627,12 @@ async fn failing_records_go_to_the_dead_letter_topic_under_tolerance_all() {
     assert_eq!(header("__connect.errors.partition"), "0");
     assert_eq!(header("__connect.errors.offset"), "2");
     assert!(header("__connect.errors.exception.message").contains("panic"));
-    assert_eq!(header("weir.errors.plugin"), "hostile-dlq");
+    assert_eq!(header("__connect.errors.stage"), "TRANSFORMATION");
+    assert_eq!(header("__connect.errors.class.name"), "hostile.wasm");
+    assert_eq!(header("__connect.errors.exception.class.name"), "Trap");
+    // The same headers as an async transform's dead letters (`transforms::`).
+    assert_eq!(header("weir.errors.transform"), "hostile-dlq");
+    assert_eq!(header("weir.errors.plugin.version").len(), 64);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -858,7 +863,8 @@ async fn spinning_inline_transforms_do_not_stop_other_topics() {
             })
         })
         .collect();
-    // Let both produces reach their guests (setup only: nothing is asserted on time).
+    // Let both produces reach their guests (setup only: nothing is asserted on time, and
+    // a guest busy in a call shows nothing outside to poll for).
     tokio::time::sleep(Duration::from_millis(500)).await;
     let p = producer(&b.bootstrap, &[("linger.ms", "0")]);
     let plain = p

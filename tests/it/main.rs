@@ -19,6 +19,7 @@ mod connect_sqlite;
 mod connect_state;
 mod crash;
 mod fetch;
+mod fuzz_frames;
 mod group_protocol;
 mod groups;
 mod guests;

@@ -436,7 +436,8 @@ async fn a_topic_partitioner_setting_places_http_records_but_not_kafka_produce()
             .send(rec, Duration::from_secs(10))
             .await
             .expect("delivered");
-        let murmur = (weir::ingest::murmur2(key.as_bytes()) & 0x7fff_ffff) % PARTITIONS as i32;
+        let murmur =
+            (weir::ingest::murmur2::murmur2(key.as_bytes()) & 0x7fff_ffff) % PARTITIONS as i32;
         assert_eq!(delivered.partition, murmur, "key {key}");
         if i64::from(delivered.partition) != want[i] {
             differs += 1;
@@ -458,7 +459,7 @@ async fn a_topic_partitioner_setting_places_http_records_but_not_kafka_produce()
             .to_string(),
     );
     assert_eq!(answer.status, 200, "{}", answer.body);
-    let murmur = (weir::ingest::murmur2(b"k0") & 0x7fff_ffff) % PARTITIONS as i32;
+    let murmur = (weir::ingest::murmur2::murmur2(b"k0") & 0x7fff_ffff) % PARTITIONS as i32;
     assert_eq!(answer.json()["partition_id"], murmur);
     b.stop();
 }

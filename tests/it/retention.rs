@@ -19,7 +19,7 @@ use rdkafka::message::Message;
 use rdkafka::producer::FutureRecord;
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::harness::{decode, RawConn, TestBroker};
+use crate::harness::{decode, wait_until, RawConn, TestBroker};
 use crate::rdkafka_client::{admin, create_topic, producer};
 
 fn watermarks(bootstrap: &str, topic: &str) -> (i64, i64) {
@@ -29,14 +29,6 @@ fn watermarks(bootstrap: &str, topic: &str) -> (i64, i64) {
         .unwrap();
     c.fetch_watermarks(topic, 0, Duration::from_secs(10))
         .unwrap()
-}
-
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -63,7 +55,7 @@ async fn size_retention_moves_the_log_start_and_clients_recover() {
     }
     // Retention runs every 100 ms, also while the records arrive: wait for the state it
     // settles in, not for its first step.
-    wait_for("log start offset to pass 100", || {
+    wait_until("log start offset to pass 100", 30, || {
         watermarks(&b.bootstrap, "ret").0 > 100
     });
     let (start, end) = watermarks(&b.bootstrap, "ret");
@@ -131,7 +123,7 @@ async fn time_retention_keeps_the_active_segment_and_continues_from_the_end() {
         .await
         .unwrap();
     }
-    wait_for("everything to expire", || {
+    wait_until("everything to expire", 30, || {
         watermarks(&b.bootstrap, "old").0 == 20
     });
     assert_eq!(watermarks(&b.bootstrap, "old"), (20, 20));
@@ -218,7 +210,7 @@ async fn compaction_leaves_the_latest_value_of_each_key() {
     // One record per batch of ~180 bytes: a 1024-byte segment holds at most 6.
     let active_max_records = 6;
     let mut seen = Vec::new();
-    wait_for("compaction of every closed segment", || {
+    wait_until("compaction of every closed segment", 30, || {
         let Some(records) = consume_from_beginning(&b.bootstrap, "compacted", end) else {
             return false;
         };
@@ -347,7 +339,7 @@ async fn produce_and_fetch_are_served_during_a_long_compaction() {
         .unwrap();
     assert!(altered[0].is_ok(), "{altered:?}");
     let partition_dir = b.data_dir.join(format!("{TOPIC}-0"));
-    wait_for("the compaction's cleaning pass to start", || {
+    wait_until("the compaction's cleaning pass to start", 30, || {
         !cleaner_files(&partition_dir).is_empty()
     });
 
@@ -396,7 +388,7 @@ async fn produce_and_fetch_are_served_during_a_long_compaction() {
     by_offset.insert(end, ("during".into(), "compaction".into()));
 
     // Afterwards: the last value of each key, at its offset; old values gone.
-    wait_for("the compaction to finish", || {
+    wait_until("the compaction to finish", 30, || {
         cleaner_files(&partition_dir).is_empty()
     });
     let seen = consume_from_beginning(&b.bootstrap, TOPIC, end + 1).expect("read the log");

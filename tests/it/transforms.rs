@@ -18,7 +18,7 @@ use rdkafka::Offset;
 use serde_json::{json, Value};
 
 use crate::guests::guest;
-use crate::harness::TestBroker;
+use crate::harness::{poll_for, wait_until, TestBroker};
 use crate::rdkafka_client::{create_topic, producer, read_partition, Msg};
 
 /// An HTTP call to the admin API: status and JSON body (`Null` when empty).
@@ -56,29 +56,16 @@ fn status(admin: &str, name: &str) -> Value {
     body
 }
 
-/// Polls `cond` every 50 ms until it holds or `secs` pass; panics with `what`.
-fn wait_until(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// Waits until `name`'s status satisfies `cond`; returns that status.
 fn wait_status(admin: &str, name: &str, what: &str, cond: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    poll_for(what, 30, || {
         let last = status(admin, name);
         if cond(&last) {
-            return last;
+            Ok(last)
+        } else {
+            Err(format!("status {last}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}: {last}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    })
 }
 
 async fn send(p: &FutureProducer, topic: &str, key: Option<&str>, value: &str) {
@@ -318,6 +305,54 @@ async fn a_restart_mid_stream_loses_nothing() {
     broker.stop();
 }
 
+/// Issue 11 §4: async transforms read the input with the log's record walker, and
+/// `Ingest` writes their outputs with the one batch encoder, both keeping repeated header
+/// keys (KIP-82). Before, kafka-protocol's decoder and encoder went through a header map
+/// that kept one value per key, so `h: 1, g: x, h: 2` came out as `h: 2, g: x`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_headers_pass_through_an_async_transform_in_order() {
+    use rdkafka::message::{Header, OwnedHeaders};
+    let broker = TestBroker::start();
+    create_topic(&broker.bootstrap, "in", 1, &[]).await;
+    create_topic(&broker.bootstrap, "out", 1, &[]).await;
+    deploy(
+        &broker.admin_url,
+        json!({"name": "copy", "wasm": guest("identity"), "input": "in", "outputs": ["out"]}),
+    );
+    let p = producer(&broker.bootstrap, &[]);
+    let headers = OwnedHeaders::new()
+        .insert(Header {
+            key: "h",
+            value: Some("1"),
+        })
+        .insert(Header {
+            key: "g",
+            value: Some("x"),
+        })
+        .insert(Header {
+            key: "h",
+            value: Some("2"),
+        });
+    p.send(
+        FutureRecord::<str, str>::to("in")
+            .key("k")
+            .payload("v")
+            .headers(headers),
+        Duration::from_secs(10),
+    )
+    .await
+    .expect("delivered");
+    let got = read_partition(&broker.bootstrap, "out", 0, Offset::Beginning, 1);
+    assert_eq!(got.len(), 1, "one record out");
+    let want: Vec<(String, Vec<u8>)> = [("h", "1"), ("g", "x"), ("h", "2")]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+        .collect();
+    assert_eq!(got[0].3, want, "headers in order, repeats kept");
+    assert_eq!(got[0].1.as_deref(), Some(&b"v"[..]));
+    broker.stop();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panic_with_tolerance_all_dead_letters_one_record_and_the_rest_flows() {
     let broker = TestBroker::start();
@@ -360,7 +395,12 @@ async fn a_panic_with_tolerance_all_dead_letters_one_record_and_the_rest_flows()
         message.contains("trapped") && message.contains("asked to panic"),
         "{message}"
     );
-    assert!(header(m, "weir.errors.plugin").starts_with("hostile.wasm@"));
+    assert_eq!(header(m, "__connect.errors.stage"), "TRANSFORMATION");
+    assert_eq!(header(m, "__connect.errors.class.name"), "hostile.wasm");
+    assert_eq!(header(m, "__connect.errors.exception.class.name"), "Trap");
+    // The same headers as an inline transform's dead letters (`inline::`).
+    assert_eq!(header(m, "weir.errors.transform"), "hostile-all");
+    assert_eq!(header(m, "weir.errors.plugin.version").len(), 64);
     // Later batches are still transformed.
     send(&p, "h-in", None, "e").await;
     assert_eq!(values(&broker.bootstrap, "h-out", 5)[4], "e");
@@ -587,6 +627,7 @@ fn copy_in_pieces(from: &Path, to: &Path) {
     for piece in bytes.chunks(64 * 1024) {
         f.write_all(piece).expect("write");
         f.flush().expect("flush");
+        // Pacing: a slow copy, so the watcher sees a file in progress (not a wait).
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -614,6 +655,7 @@ async fn hot_reload_swaps_the_component_while_records_flow_and_refuses_a_corrupt
     let copier = {
         let deployed = deployed.clone();
         std::thread::spawn(move || {
+            // Pacing: some records go through the old version first (not a wait).
             std::thread::sleep(Duration::from_millis(300));
             copy_in_pieces(&guest("identity"), &deployed);
         })
@@ -686,7 +728,7 @@ async fn a_toml_file_in_the_config_dir_deploys_and_removing_it_deletes() {
     let (code, answer) = http("DELETE", &format!("{admin}/transforms/from-file"), None);
     assert_eq!(code, 409, "{answer}");
     std::fs::remove_file(&file).expect("remove");
-    wait_until(30, "the deployment to go", || {
+    wait_until("the deployment to go", 30, || {
         http("GET", &format!("{admin}/transforms/from-file"), None).0 == 404
     });
     broker.stop();

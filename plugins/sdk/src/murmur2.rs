@@ -2,6 +2,10 @@
 //! `json-field`): murmur2 as Kafka's Java client computes it, the masked-positive modulo
 //! `BuiltInPartitioner.partitionForKey` applies, and a round-robin spread for records
 //! with nothing to hash.
+//!
+//! The broker compiles this same file (`weir::ingest::murmur2`, by `#[path]`) for its
+//! default partitioner, so host and guests share one murmur2. Keep it free of
+//! dependencies: it must build in both places.
 
 /// Kafka's murmur2 (`org.apache.kafka.common.utils.Utils.murmur2`): 32-bit MurmurHash2
 /// with seed `0x9747b28c`, reading `data` as little-endian 4-byte words. Returned as

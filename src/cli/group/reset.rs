@@ -117,87 +117,30 @@ fn parse_topic(s: &str) -> Result<TopicSpec, String> {
     })
 }
 
-/// Parses `YYYY-MM-DDTHH:mm:SS[.fraction][Z|+hh:mm|-hh:mm|+hhmm|-hhmm]` into milliseconds
-/// since the Unix epoch; no zone means UTC. Digits of the fraction past milliseconds are
-/// dropped.
+/// Parses `YYYY-MM-DDTHH:mm:SS[.fraction][Z|+hh:mm|-hh:mm|+hhmm|-hhmm]` (Kafka's
+/// `--to-datetime` format, offset optional) into milliseconds since the Unix epoch; no
+/// zone means UTC. Digits of the fraction past milliseconds are dropped. The shape is
+/// checked here (a date, `T`, hours, minutes and seconds); `jiff` does the calendar.
 fn parse_datetime_ms(s: &str) -> Result<i64, String> {
     let bad = || {
         format!(
             "expected a date-time like 2026-11-29T12:00:00.000 (optionally Z or +hh:mm), got '{s}'"
         )
     };
-    let (date, rest) = s.split_once('T').ok_or_else(bad)?;
-    let (time, zone_minutes) = if let Some(t) = rest.strip_suffix('Z') {
-        (t, 0)
-    } else if let Some(i) = rest.find(['+', '-']) {
-        let (t, zone) = rest.split_at(i);
-        let sign = if zone.starts_with('-') { -1 } else { 1 };
-        let digits: String = zone[1..].chars().filter(|c| *c != ':').collect();
-        if digits.len() != 4 || !digits.chars().all(|c| c.is_ascii_digit()) {
-            return Err(bad());
-        }
-        let hours: i64 = digits[..2].parse().map_err(|_| bad())?;
-        let minutes: i64 = digits[2..].parse().map_err(|_| bad())?;
-        if hours > 18 || minutes > 59 {
-            return Err(bad());
-        }
-        (t, sign * (hours * 60 + minutes))
-    } else {
-        (rest, 0)
-    };
-    let number = |part: &str, len: usize| -> Result<i64, String> {
-        if part.len() != len || !part.chars().all(|c| c.is_ascii_digit()) {
-            return Err(bad());
-        }
-        part.parse().map_err(|_| bad())
-    };
-    let d: Vec<&str> = date.split('-').collect();
-    let [year, month, day] = d.as_slice() else {
-        return Err(bad());
-    };
-    let (year, month, day) = (number(year, 4)?, number(month, 2)?, number(day, 2)?);
-    let (clock, fraction) = match time.split_once('.') {
-        Some((c, f)) if !f.is_empty() && f.chars().all(|c| c.is_ascii_digit()) => (c, f),
-        Some(_) => return Err(bad()),
-        None => (time, ""),
-    };
-    let t: Vec<&str> = clock.split(':').collect();
-    let [hour, minute, second] = t.as_slice() else {
-        return Err(bad());
-    };
-    let (hour, minute, second) = (number(hour, 2)?, number(minute, 2)?, number(second, 2)?);
-    let millis: i64 = format!("{fraction:0<3}")[..3].parse().map_err(|_| bad())?;
-    if !(1..=12).contains(&month)
-        || day < 1
-        || day > days_in_month(year, month)
-        || hour > 23
-        || minute > 59
-        || second > 59
-    {
+    let b = s.as_bytes();
+    if b.len() < 19 || b[10] != b'T' || b[13] != b':' || b[16] != b':' {
         return Err(bad());
     }
-    let days = days_from_civil(year, month, day);
-    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - zone_minutes * 60;
-    Ok(seconds * 1000 + millis)
-}
-
-fn days_in_month(year: i64, month: i64) -> i64 {
-    match month {
-        4 | 6 | 9 | 11 => 30,
-        2 if (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 => 29,
-        2 => 28,
-        _ => 31,
-    }
-}
-
-/// Days from 1970-01-01 to a proleptic Gregorian date (H. Hinnant's `days_from_civil`).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let year_of_era = y - era * 400;
-    let day_of_year = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
+    let ts = match s.parse::<jiff::Timestamp>() {
+        Ok(ts) => ts,
+        Err(_) => {
+            let civil: jiff::civil::DateTime = s.parse().map_err(|_| bad())?;
+            jiff::tz::Offset::UTC
+                .to_timestamp(civil)
+                .map_err(|_| bad())?
+        }
+    };
+    Ok(ts.as_millisecond())
 }
 
 /// Runs `weir group reset-offsets`.

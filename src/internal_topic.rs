@@ -1,0 +1,407 @@
+//! The one store over the broker's own compacted topics: `__consumer_offsets` (groups)
+//! and `__connect_offsets`, `__connect_status`, `__connect_state`, `__connect_configs`
+//! (the connect runtime).
+//!
+//! An [`InternalTopic`] creates its topic on first use through the same path as a
+//! client's CreateTopics (`cluster::Metadata::ensure_topic`: validated, all or nothing),
+//! appends key/value records as one uncompressed batch per call (so a call is
+//! all-or-nothing: a commit, a status change), and replays the topic at start-up.
+//!
+//! Owns: creation, the batch encoding of internal records, the replay loop. Never does:
+//! interpret keys or values (each caller owns its format), or decide which partition a
+//! record goes to (the caller names it: groups by Kafka's `partitionFor`, connect topics
+//! have one partition).
+//!
+//! `ingest` does not use it: it writes users' topics, with partitioners and
+//! `max.message.bytes` splitting, which no internal record needs.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+
+use crate::cluster::{Metadata, NewTopic};
+use crate::log::records::{StoredBatches, MAX_DECOMPRESSED_BATCH_BYTES};
+use crate::log::{plain, split_batches};
+use crate::replica::{now_ms, FetchIsolation, ReplicaManager};
+
+/// Most bytes read per log read while replaying.
+const REPLAY_READ_BYTES: usize = 1 << 20;
+
+/// How an internal topic is created when it does not exist yet.
+#[derive(Debug, Clone)]
+pub struct InternalTopicSpec {
+    /// Partition count (fixed at creation, as Kafka's).
+    pub partitions: i32,
+    /// Topic configs beyond `cleanup.policy=compact`, which every internal topic has.
+    pub configs: BTreeMap<String, String>,
+}
+
+/// Failures of an internal topic; each names the topic (and partition).
+#[derive(Debug, thiserror::Error)]
+pub enum InternalTopicError {
+    /// The topic could not be created (metadata or partition logs).
+    #[error("cannot create {topic}: {message}")]
+    Create {
+        /// The internal topic.
+        topic: &'static str,
+        /// Why (the CreateTopics path's message).
+        message: String,
+    },
+    /// The append failed: the partition is not open, or the log refused (I/O).
+    #[error("cannot append to {topic}-{partition}: {message}")]
+    Append {
+        /// The internal topic.
+        topic: &'static str,
+        /// Its partition.
+        partition: i32,
+        /// The log's error.
+        message: String,
+    },
+    /// A replay read failed (I/O).
+    #[error("cannot read {topic}-{partition} at offset {offset}: {message}")]
+    Read {
+        /// The internal topic.
+        topic: &'static str,
+        /// Its partition.
+        partition: i32,
+        /// Where the read started.
+        offset: i64,
+        /// The log's error.
+        message: String,
+    },
+}
+
+/// One record found by [`InternalTopic::replay`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplayedRecord {
+    /// Partition it was read from.
+    pub partition: i32,
+    /// Its offset.
+    pub offset: i64,
+    /// Its key (keyless records are not replayed: no internal record is keyless).
+    pub key: Bytes,
+    /// Its value; `None` is a tombstone.
+    pub value: Option<Bytes>,
+}
+
+/// One compacted topic the broker owns. Cheap to clone (shares its owners).
+#[derive(Debug, Clone)]
+pub struct InternalTopic {
+    name: &'static str,
+    spec: InternalTopicSpec,
+    metadata: Arc<Metadata>,
+    replicas: Arc<ReplicaManager>,
+    /// The partition count once the topic is known to exist.
+    partitions: Arc<Mutex<Option<i32>>>,
+}
+
+impl InternalTopic {
+    /// The topic `name` over the broker's owners, created per `spec` on first use.
+    pub fn new(
+        name: &'static str,
+        spec: InternalTopicSpec,
+        metadata: Arc<Metadata>,
+        replicas: Arc<ReplicaManager>,
+    ) -> InternalTopic {
+        let existing = metadata.image().topic(name).map(|t| t.partitions);
+        InternalTopic {
+            name,
+            spec,
+            metadata,
+            replicas,
+            partitions: Arc::new(Mutex::new(existing)),
+        }
+    }
+
+    /// The topic's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The partition count if the topic exists, without creating it.
+    pub fn partitions(&self) -> Option<i32> {
+        *self
+            .partitions
+            .lock()
+            .expect("internal topic lock poisoned")
+    }
+
+    /// Creates the topic (compacted, per the spec) unless it exists; returns its
+    /// partition count.
+    ///
+    /// Errors: [`InternalTopicError::Create`] when metadata or logs cannot be written.
+    pub fn ensure(&self) -> Result<i32, InternalTopicError> {
+        let mut partitions = self
+            .partitions
+            .lock()
+            .expect("internal topic lock poisoned");
+        if let Some(n) = *partitions {
+            return Ok(n);
+        }
+        let mut configs = self.spec.configs.clone();
+        configs.insert("cleanup.policy".to_string(), "compact".to_string());
+        let meta = self
+            .metadata
+            .ensure_topic(NewTopic {
+                name: self.name.to_string(),
+                partitions: self.spec.partitions,
+                replication_factor: 1,
+                configs,
+            })
+            .map_err(|e| InternalTopicError::Create {
+                topic: self.name,
+                message: e.message,
+            })?;
+        tracing::info!(
+            partitions = meta.partitions,
+            "internal topic {} ready",
+            self.name
+        );
+        *partitions = Some(meta.partitions);
+        Ok(meta.partitions)
+    }
+
+    /// Appends `records` (key, value; `None` = tombstone) to `partition` as one batch:
+    /// all are appended or none. Creates the topic first if needed.
+    ///
+    /// Errors: [`InternalTopicError::Create`], or [`InternalTopicError::Append`] when the
+    /// partition is not open or the log refuses.
+    pub fn append(
+        &self,
+        partition: i32,
+        records: &[(Bytes, Option<Bytes>)],
+    ) -> Result<(), InternalTopicError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        self.ensure()?;
+        let fail = |message: String| InternalTopicError::Append {
+            topic: self.name,
+            partition,
+            message,
+        };
+        let target = self
+            .replicas
+            .partition(self.name, partition)
+            .ok_or_else(|| fail("partition is not open".into()))?;
+        let now = now_ms();
+        let encoded: Vec<plain::Record> = records
+            .iter()
+            .enumerate()
+            .map(|(i, (key, value))| {
+                plain::record(
+                    i as i64,
+                    now,
+                    Some(key.clone()),
+                    value.clone(),
+                    Default::default(),
+                )
+            })
+            .collect();
+        let batch = plain::encode(&encoded).map_err(fail)?;
+        let batches = split_batches(batch).map_err(|e| fail(e.to_string()))?;
+        self.replicas
+            .append(&target, batches)
+            .map_err(|e| fail(e.to_string()))?;
+        Ok(())
+    }
+
+    /// Every keyed record of every partition, partition by partition, each in offset
+    /// order; nothing when the topic does not exist. Control records are skipped.
+    ///
+    /// Errors: [`InternalTopicError::Read`] when a read fails (I/O). An undecodable
+    /// batch ends that partition's replay with a warning (what precedes it is returned).
+    pub fn replay(&self) -> Result<Vec<ReplayedRecord>, InternalTopicError> {
+        let mut out = Vec::new();
+        let Some(partitions) = self.partitions() else {
+            return Ok(out);
+        };
+        for index in 0..partitions {
+            self.replay_partition(index, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    fn replay_partition(
+        &self,
+        index: i32,
+        out: &mut Vec<ReplayedRecord>,
+    ) -> Result<(), InternalTopicError> {
+        let Some(partition) = self.replicas.partition(self.name, index) else {
+            return Ok(());
+        };
+        let offsets = partition.offsets();
+        let (mut offset, end) = (offsets.log_start_offset, offsets.log_end_offset);
+        while offset < end {
+            let read = partition
+                .read(offset, REPLAY_READ_BYTES, FetchIsolation::LogEnd)
+                .map_err(|e| InternalTopicError::Read {
+                    topic: self.name,
+                    partition: index,
+                    offset,
+                    message: e.to_string(),
+                })?;
+            if read.bytes.is_empty() {
+                break;
+            }
+            let batches = StoredBatches::new(read.bytes, MAX_DECOMPRESSED_BATCH_BYTES)
+                .collect::<Result<Vec<_>, _>>();
+            let batches = match batches {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::warn!(
+                        partition = index, offset, error = %e,
+                        "unreadable batch in {}; replay of this partition stops here", self.name
+                    );
+                    break;
+                }
+            };
+            let mut next = offset;
+            for batch in batches {
+                // The batch's span, not its last record: compaction may have removed
+                // the tail, and a control batch has no records decoded.
+                next = next.max(batch.base_offset + i64::from(batch.last_offset_delta) + 1);
+                for r in batch.records {
+                    let record_offset = batch.base_offset + i64::from(r.offset_delta);
+                    if record_offset < offset || batch.is_control {
+                        continue;
+                    }
+                    if let Some(key) = r.key {
+                        out.push(ReplayedRecord {
+                            partition: index,
+                            offset: record_offset,
+                            key,
+                            value: r.value,
+                        });
+                    }
+                }
+            }
+            if next <= offset {
+                break;
+            }
+            offset = next;
+        }
+        Ok(())
+    }
+}
+
+/// The metadata and replica manager of a broker's state in `dir`, as a (re)started
+/// broker opens them: for tests of the stores built on [`InternalTopic`].
+#[cfg(test)]
+pub(crate) fn test_owners(dir: &std::path::Path) -> (Arc<Metadata>, Arc<ReplicaManager>) {
+    let mut config = crate::config::BrokerConfig::defaults();
+    config.log_dir = dir.to_path_buf();
+    let metadata = Arc::new(Metadata::open(dir, 1).unwrap());
+    let replicas = ReplicaManager::open(
+        Arc::new(config),
+        &metadata,
+        Arc::new(crate::purgatory::Purgatory::new(10)),
+    )
+    .unwrap();
+    (metadata, replicas)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The internal topic `name` (`partitions` partitions) over a broker's state in
+    /// `dir`, as a (re)started broker builds it.
+    fn topic_in(dir: &std::path::Path, name: &'static str, partitions: i32) -> InternalTopic {
+        let (metadata, replicas) = test_owners(dir);
+        let spec = InternalTopicSpec {
+            partitions,
+            configs: BTreeMap::from([("segment.bytes".to_string(), "1048576".to_string())]),
+        };
+        InternalTopic::new(name, spec, metadata, replicas)
+    }
+
+    fn pair(k: &'static [u8], v: Option<&'static [u8]>) -> (Bytes, Option<Bytes>) {
+        (Bytes::from_static(k), v.map(Bytes::from_static))
+    }
+
+    #[test]
+    fn a_failed_creation_leaves_nothing_behind_and_a_retry_works() {
+        let dir = tempfile::tempdir().unwrap();
+        let topic = topic_in(dir.path(), "__connect_offsets", 1);
+        // A file where the partition directory goes: its log cannot be created.
+        let blocker = dir.path().join("__connect_offsets-0");
+        std::fs::write(&blocker, "x").unwrap();
+        let record = [pair(b"k", Some(b"v"))];
+        let e = topic.append(0, &record).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                InternalTopicError::Create {
+                    topic: "__connect_offsets",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(topic.metadata.topic("__connect_offsets").is_none());
+        assert!(topic.replicas.partition("__connect_offsets", 0).is_none());
+        assert_eq!(topic.partitions(), None);
+        std::fs::remove_file(&blocker).unwrap();
+        topic.append(0, &record).unwrap();
+        let meta = topic.metadata.topic("__connect_offsets").unwrap();
+        assert_eq!(meta.configs["cleanup.policy"], "compact");
+        assert_eq!(meta.configs["segment.bytes"], "1048576");
+        let replayed = topic.replay().unwrap();
+        assert_eq!(
+            replayed,
+            vec![ReplayedRecord {
+                partition: 0,
+                offset: 0,
+                key: record[0].0.clone(),
+                value: record[0].1.clone(),
+            }]
+        );
+        // And it is there after a restart.
+        drop(topic);
+        assert_eq!(
+            topic_in(dir.path(), "__connect_offsets", 1)
+                .replay()
+                .unwrap(),
+            replayed
+        );
+    }
+
+    #[test]
+    fn replay_reads_every_partition_in_offset_order_with_tombstones() {
+        let dir = tempfile::tempdir().unwrap();
+        let topic = topic_in(dir.path(), "__consumer_offsets", 3);
+        assert_eq!(topic.replay().unwrap(), Vec::new(), "no topic, nothing");
+        topic
+            .append(2, &[pair(b"a", Some(b"1")), pair(b"b", Some(b"2"))])
+            .unwrap();
+        topic.append(0, &[pair(b"c", Some(b"3"))]).unwrap();
+        topic.append(2, &[pair(b"a", None)]).unwrap();
+        assert_eq!(
+            topic
+                .append(3, &[pair(b"x", None)])
+                .unwrap_err()
+                .to_string(),
+            "cannot append to __consumer_offsets-3: partition is not open"
+        );
+        drop(topic);
+        let seen: Vec<(i32, i64, Bytes, Option<Bytes>)> =
+            topic_in(dir.path(), "__consumer_offsets", 3)
+                .replay()
+                .unwrap()
+                .into_iter()
+                .map(|r| (r.partition, r.offset, r.key, r.value))
+                .collect();
+        let b = |s: &'static [u8]| Bytes::from_static(s);
+        assert_eq!(
+            seen,
+            vec![
+                (0, 0, b(b"c"), Some(b(b"3"))),
+                (2, 0, b(b"a"), Some(b(b"1"))),
+                (2, 1, b(b"b"), Some(b(b"2"))),
+                (2, 2, b(b"a"), None),
+            ]
+        );
+    }
+}
