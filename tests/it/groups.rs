@@ -484,8 +484,9 @@ fn a_restarted_static_member_gets_its_partitions_without_a_rebalance() {
 /// `__consumer_offsets` is created through the same path as a client's CreateTopics, all
 /// or nothing: when one of its partition logs cannot be created (a file where its directory
 /// goes), FindCoordinator answers COORDINATOR_NOT_AVAILABLE and nothing is left half
-/// created — no topic in the metadata, no partition directory. Once the obstacle is gone
-/// the next FindCoordinator creates it, and a real consumer commits and reads back.
+/// created — no topic in the metadata, no partition directory, nothing in the metadata log
+/// (a restart brings none of it back). Once the obstacle is gone the next FindCoordinator
+/// creates it, and a real consumer commits and reads back.
 #[test]
 fn a_failed_offsets_topic_creation_leaves_nothing_behind() {
     use kafka_protocol::messages::{FindCoordinatorRequest, FindCoordinatorResponse};
@@ -495,18 +496,20 @@ fn a_failed_offsets_topic_creation_leaves_nothing_behind() {
 
     use crate::harness::{decode, RawConn};
 
-    let b = TestBroker::start_with(&["offsets.topic.num.partitions=4"]);
+    let dir = tempfile::tempdir().unwrap();
+    let overrides = ["offsets.topic.num.partitions=4"];
+    let b = TestBroker::start_in(dir.path(), &overrides);
     let blocker = b.data_dir.join("__consumer_offsets-2");
     std::fs::write(&blocker, "not a partition directory").unwrap();
-    let mut c = RawConn::connect(&b.bootstrap);
-    let mut find = |id: i32| -> i16 {
+    let find = |bootstrap: &str, id: i32| -> i16 {
+        let mut c = RawConn::connect(bootstrap);
         let req = FindCoordinatorRequest::default()
             .with_key(StrBytes::from_static_str("g"))
             .with_key_type(0);
         let r: FindCoordinatorResponse = decode(c.request(&req, 3, id).unwrap(), 3);
         r.error_code
     };
-    assert_eq!(find(1), 15, "COORDINATOR_NOT_AVAILABLE");
+    assert_eq!(find(&b.bootstrap, 1), 15, "COORDINATOR_NOT_AVAILABLE");
     let metadata = |bootstrap: &str| -> Vec<String> {
         let c: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", bootstrap)
@@ -515,22 +518,27 @@ fn a_failed_offsets_topic_creation_leaves_nothing_behind() {
         let md = c.fetch_metadata(None, Duration::from_secs(10)).unwrap();
         md.topics().iter().map(|t| t.name().to_string()).collect()
     };
-    assert!(
-        !metadata(&b.bootstrap).contains(&"__consumer_offsets".to_string()),
-        "the topic was left in the metadata"
-    );
-    for i in [0, 1, 3] {
-        let dir = b.data_dir.join(format!("__consumer_offsets-{i}"));
-        assert!(!dir.exists(), "{} was left behind", dir.display());
-    }
-    assert!(!b
-        .data_dir
-        .join("__cluster_metadata/topics/__consumer_offsets.toml")
-        .exists());
-    assert!(blocker.is_file(), "what was not ours stays");
+    let nothing_left = |b: &TestBroker, when: &str| {
+        assert!(
+            !metadata(&b.bootstrap).contains(&"__consumer_offsets".to_string()),
+            "the topic was left in the metadata ({when})"
+        );
+        for i in [0, 1, 3] {
+            let dir = b.data_dir.join(format!("__consumer_offsets-{i}"));
+            assert!(!dir.exists(), "{} was left behind ({when})", dir.display());
+        }
+        assert!(blocker.is_file(), "what was not ours stays");
+    };
+    nothing_left(&b, "after the failed creation");
+    // Nothing reached the metadata log either: had the creation been committed, the
+    // restart's replay would list the topic and open its partitions 0, 1 and 3 (or fail
+    // to start on partition 2).
+    b.stop();
+    let b = TestBroker::start_in(dir.path(), &overrides);
+    nothing_left(&b, "after a restart");
 
     std::fs::remove_file(&blocker).unwrap();
-    assert_eq!(find(2), 0);
+    assert_eq!(find(&b.bootstrap, 2), 0);
     for i in 0..4 {
         assert!(b.data_dir.join(format!("__consumer_offsets-{i}")).is_dir());
     }
