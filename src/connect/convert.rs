@@ -31,7 +31,7 @@ use serde_json::{json, Value};
 
 /// One `*.converter` setting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Converter {
+pub(crate) enum Converter {
     /// Bytes pass unchanged (ByteArrayConverter).
     Bytes,
     /// Bytes pass unchanged (StringConverter; weir keeps text as UTF-8 bytes).
@@ -46,7 +46,7 @@ pub enum Converter {
 /// Why a record could not be converted: which side and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{side} converter: {message}")]
-pub struct ConvertError {
+pub(crate) struct ConvertError {
     /// `key` or `value`.
     pub side: &'static str,
     /// What is wrong.
@@ -59,7 +59,7 @@ impl Converter {
     ///
     /// Errors: an unknown converter or a `schemas.enable` other than true/false, as
     /// (key, message).
-    pub fn from_keys(
+    pub(crate) fn from_keys(
         keys: &BTreeMap<String, String>,
         side: &str,
     ) -> Result<Converter, (String, String)> {
@@ -87,7 +87,7 @@ impl Converter {
 
     /// Kafka Connect's class of this converter (the dead-letter header
     /// `__connect.errors.class.name` of a record it failed).
-    pub fn class_name(self) -> &'static str {
+    pub(crate) fn class_name(self) -> &'static str {
         match self {
             Converter::Bytes => "org.apache.kafka.connect.converters.ByteArrayConverter",
             Converter::String => "org.apache.kafka.connect.storage.StringConverter",
@@ -96,12 +96,12 @@ impl Converter {
     }
 
     /// True when data passes unchanged both ways (`bytes`, `string`).
-    pub fn passes_through(self) -> bool {
+    pub(crate) fn passes_through(self) -> bool {
         matches!(self, Converter::Bytes | Converter::String)
     }
 
     /// Source direction: what the connector's `data` becomes in the topic.
-    pub fn to_topic(self, data: Option<Bytes>) -> Option<Bytes> {
+    pub(crate) fn to_topic(self, data: Option<Bytes>) -> Option<Bytes> {
         let data = data?;
         match self {
             Converter::Bytes | Converter::String => Some(data),
@@ -126,7 +126,7 @@ impl Converter {
     /// Sink direction: what the connector gets for the topic's `data`.
     ///
     /// Errors: [`ConvertError`] (with `side`) for data a JSON converter cannot read.
-    pub fn from_topic(
+    pub(crate) fn from_topic(
         self,
         side: &'static str,
         data: Option<Bytes>,

@@ -31,10 +31,10 @@ const TOPIC_WAIT_MS: u64 = 500;
 
 /// How often a `topics.regex` sink looks for a change in its matching partitions (the
 /// Java consumer's `metadata.max.age.ms` is 5 minutes; a broker-local look is cheap).
-pub const REGEX_RESCAN_MS: u64 = 3_000;
+pub(super) const REGEX_RESCAN_MS: u64 = 3_000;
 
 /// The consumer group holding a sink's progress.
-pub fn group_id(connector: &str) -> String {
+pub(crate) fn group_id(connector: &str) -> String {
     format!("connect-{connector}")
 }
 
