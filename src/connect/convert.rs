@@ -126,7 +126,7 @@ impl Converter {
     /// Sink direction: what the connector gets for the topic's `data`.
     ///
     /// Errors: [`ConvertError`] (with `side`) for data a JSON converter cannot read.
-    pub(crate) fn from_topic(
+    pub(crate) fn to_connector(
         self,
         side: &'static str,
         data: Option<Bytes>,
@@ -241,7 +241,7 @@ mod tests {
             json!({"schema": {"type": "string", "optional": false}, "payload": "hello ✓"})
         );
         assert_eq!(
-            c.from_topic("value", Some(line)).unwrap().unwrap(),
+            c.to_connector("value", Some(line)).unwrap().unwrap(),
             Bytes::from("hello ✓")
         );
         let obj = c
@@ -257,12 +257,12 @@ mod tests {
         );
         assert_eq!(v["schema"]["fields"][3]["type"], "double");
         assert_eq!(
-            serde_json::from_slice::<Value>(&c.from_topic("value", Some(obj)).unwrap().unwrap())
+            serde_json::from_slice::<Value>(&c.to_connector("value", Some(obj)).unwrap().unwrap())
                 .unwrap(),
             json!({"id": 1, "name": "a", "ok": true, "x": 1.5})
         );
         assert_eq!(c.to_topic(None), None);
-        assert_eq!(c.from_topic("value", None).unwrap(), None);
+        assert_eq!(c.to_connector("value", None).unwrap(), None);
     }
 
     #[test]
@@ -277,17 +277,17 @@ mod tests {
             Bytes::from("[1,2]")
         );
         assert_eq!(
-            c.from_topic("value", Some(Bytes::from("\"plain\"")))
+            c.to_connector("value", Some(Bytes::from("\"plain\"")))
                 .unwrap()
                 .unwrap(),
             Bytes::from("plain")
         );
         let e = c
-            .from_topic("value", Some(Bytes::from("not json")))
+            .to_connector("value", Some(Bytes::from("not json")))
             .unwrap_err();
         assert_eq!(e.side, "value");
         let e = Converter::Json { schemas: true }
-            .from_topic("key", Some(Bytes::from(r#"{"a":1}"#)))
+            .to_connector("key", Some(Bytes::from(r#"{"a":1}"#)))
             .unwrap_err();
         assert!(e.message.contains("schema"), "{e}");
         assert_eq!(

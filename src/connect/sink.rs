@@ -448,10 +448,10 @@ async fn prepare(
     let mut originals = Vec::with_capacity(batch.len());
     let mut converted = Vec::with_capacity(batch.len());
     for r in batch {
-        let key = c.key_converter.from_topic("key", r.record.key.clone());
+        let key = c.key_converter.to_connector("key", r.record.key.clone());
         let value = c
             .value_converter
-            .from_topic("value", r.record.value.clone());
+            .to_connector("value", r.record.value.clone());
         match key.and_then(|k| value.map(|v| (k, v))) {
             Ok((key, value)) => {
                 let mut out = r.clone();
