@@ -114,11 +114,6 @@ impl InternalTopic {
         }
     }
 
-    /// The topic's name.
-    pub(crate) fn name(&self) -> &'static str {
-        self.name
-    }
-
     /// The partition count if the topic exists, without creating it.
     pub(crate) fn partitions(&self) -> Option<i32> {
         *self

@@ -24,9 +24,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use uuid::Uuid;
 
-pub(crate) use image::{
-    ImageError, MetadataDelta, MetadataImage, MetadataRecord, TopicMeta,
-};
+pub(crate) use image::{ImageError, MetadataDelta, MetadataImage, MetadataRecord, TopicMeta};
 pub(crate) use store::{FileMetadataLog, MetadataLog};
 pub(crate) use topics::{NewTopic, TopicError};
 
@@ -48,9 +46,6 @@ pub(crate) enum TopicNameError {
     /// A character outside `[a-zA-Z0-9._-]`.
     #[error("topic name `{0}` is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'")]
     IllegalCharacter(String),
-    /// Collides with an existing topic once `.` and `_` are treated alike.
-    #[error("topic `{0}` collides with existing topic `{1}` ('.' and '_' are treated alike)")]
-    Collision(String, String),
 }
 
 /// Checks a topic name as Kafka's `Topic.validate` does.

@@ -1,5 +1,5 @@
 //! Connector configs, Kafka Connect's keys: from a TOML file per connector
-//! ([`ConnectorConfig::parse`], a thin front) or a REST body
+//! ([`file_properties`], a thin front) or a REST body
 //! ([`ConnectorConfig::properties_from_json`]), both checked by
 //! [`ConnectorConfig::from_map`] over the same string map.
 //!
@@ -113,11 +113,6 @@ impl TopicsRegex {
             pattern: pattern.to_string(),
             anchored,
         })
-    }
-
-    /// The pattern as given.
-    pub(crate) fn as_str(&self) -> &str {
-        &self.pattern
     }
 
     /// Whether the sink consumes `topic`: the whole name matches and it is not internal.
@@ -247,7 +242,10 @@ fn flatten(
 /// flattened to dotted keys with string values, unchecked.
 ///
 /// Errors: [`ConfigError`] for bad TOML or an array holding tables.
-pub(crate) fn file_properties(path: &Path, text: &str) -> Result<BTreeMap<String, String>, ConfigError> {
+pub(crate) fn file_properties(
+    path: &Path,
+    text: &str,
+) -> Result<BTreeMap<String, String>, ConfigError> {
     let fail = |message: String| ConfigError {
         path: path.to_path_buf(),
         key: None,
@@ -289,26 +287,6 @@ impl ConnectorConfig {
             // Granted by the runtime, which owns the store (`Deps::grants`).
             state: None,
         }
-    }
-
-    /// Reads and checks the connector file at `path`.
-    ///
-    /// Errors: [`ConfigError`] for an unreadable file, bad TOML, or a key missing or
-    /// invalid (naming it).
-    pub(crate) fn from_file(path: &Path) -> Result<ConnectorConfig, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            path: path.to_path_buf(),
-            key: None,
-            message: format!("cannot read: {e}"),
-        })?;
-        Self::parse(path, &text)
-    }
-
-    /// Parses connector TOML `text` (read from `path`, which names it in errors).
-    ///
-    /// Errors: as [`ConnectorConfig::from_file`].
-    pub(crate) fn parse(path: &Path, text: &str) -> Result<ConnectorConfig, ConfigError> {
-        Self::from_map(path, file_properties(path, text)?)
     }
 
     /// Reads a JSON object of connector properties (a REST body's `config`): string
@@ -559,7 +537,8 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<ConnectorConfig, ConfigError> {
-        ConnectorConfig::parse(Path::new("c.toml"), text)
+        let path = Path::new("c.toml");
+        ConnectorConfig::from_map(path, file_properties(path, text)?)
     }
 
     #[test]
