@@ -81,7 +81,10 @@ pub(crate) fn replay(topic: &InternalTopic) -> Result<Replayed, String> {
 }
 
 /// The record storing a REST-created connector's properties.
-pub(crate) fn connector_record(name: &str, props: &BTreeMap<String, String>) -> (Bytes, Option<Bytes>) {
+pub(crate) fn connector_record(
+    name: &str,
+    props: &BTreeMap<String, String>,
+) -> (Bytes, Option<Bytes>) {
     (
         Bytes::from(format!("connector-{name}")),
         Some(Bytes::from(json!({ "properties": props }).to_string())),

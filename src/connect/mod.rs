@@ -816,7 +816,11 @@ impl ConnectRuntime {
     /// state (also for file-defined connectors: it is runtime state, not config).
     ///
     /// Errors: `NotFound`, `Store`.
-    pub(crate) async fn set_target(&self, name: &str, target: TargetState) -> Result<(), ConnectError> {
+    pub(crate) async fn set_target(
+        &self,
+        name: &str,
+        target: TargetState,
+    ) -> Result<(), ConnectError> {
         let mut entries = self.inner.entries.lock().await;
         let e = entries.get_mut(name).ok_or_else(|| not_found(name))?;
         if e.target == target {
@@ -934,7 +938,10 @@ impl ConnectRuntime {
     /// `GET /connectors/{name}/config`: the properties as given.
     ///
     /// Errors: `NotFound`.
-    pub(crate) async fn config(&self, name: &str) -> Result<BTreeMap<String, String>, ConnectError> {
+    pub(crate) async fn config(
+        &self,
+        name: &str,
+    ) -> Result<BTreeMap<String, String>, ConnectError> {
         let entries = self.inner.entries.lock().await;
         entries
             .get(name)
@@ -1182,7 +1189,11 @@ impl ConnectRuntime {
     ///
     /// Errors: as [`ConnectRuntime::stopped_kind`]; `Invalid` for a malformed body;
     /// `Store`.
-    pub(crate) async fn alter_offsets(&self, name: &str, body: &Value) -> Result<Value, ConnectError> {
+    pub(crate) async fn alter_offsets(
+        &self,
+        name: &str,
+        body: &Value,
+    ) -> Result<Value, ConnectError> {
         let list = body
             .get("offsets")
             .and_then(Value::as_array)

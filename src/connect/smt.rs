@@ -48,7 +48,9 @@ pub(crate) struct SmtSpec {
 ///
 /// Errors: an alias without `transforms.<alias>.type`, an alias listed twice, a path
 /// that cannot be made absolute, as (key, message).
-pub(crate) fn specs_from_keys(keys: &BTreeMap<String, String>) -> Result<Vec<SmtSpec>, (String, String)> {
+pub(crate) fn specs_from_keys(
+    keys: &BTreeMap<String, String>,
+) -> Result<Vec<SmtSpec>, (String, String)> {
     let Some(list) = keys.get("transforms") else {
         return Ok(Vec::new());
     };
@@ -108,7 +110,10 @@ impl Chain {
     ///
     /// Errors: the [`PluginError`] of the first step that does not load, with its alias
     /// in the message.
-    pub(crate) async fn load(plugins: &PluginHost, specs: &[SmtSpec]) -> Result<Chain, PluginError> {
+    pub(crate) async fn load(
+        plugins: &PluginHost,
+        specs: &[SmtSpec],
+    ) -> Result<Chain, PluginError> {
         let mut steps = Vec::with_capacity(specs.len());
         for s in specs {
             let t = plugins

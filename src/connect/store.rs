@@ -177,7 +177,11 @@ impl SourceOffsets {
     /// remembers them.
     ///
     /// Errors: the append fails, as a message (nothing is remembered).
-    pub(crate) fn commit(&self, connector: &str, positions: &[SourcePosition]) -> Result<(), String> {
+    pub(crate) fn commit(
+        &self,
+        connector: &str,
+        positions: &[SourcePosition],
+    ) -> Result<(), String> {
         let records: Vec<(Bytes, Option<Bytes>)> = positions
             .iter()
             .map(|p| {

@@ -159,7 +159,12 @@ fn group_value(
 
 impl StoreRecord {
     /// An offset commit.
-    pub(crate) fn offset(group: &str, topic: &str, partition: i32, c: &CommittedOffset) -> StoreRecord {
+    pub(crate) fn offset(
+        group: &str,
+        topic: &str,
+        partition: i32,
+        c: &CommittedOffset,
+    ) -> StoreRecord {
         StoreRecord {
             key: offset_key(group, topic, partition),
             value: Some(offset_value(c)),

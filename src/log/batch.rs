@@ -559,7 +559,12 @@ pub(crate) mod testing {
             }
         }
 
-        pub(crate) fn idempotent(mut self, producer_id: i64, epoch: i16, base_sequence: i32) -> Self {
+        pub(crate) fn idempotent(
+            mut self,
+            producer_id: i64,
+            epoch: i16,
+            base_sequence: i32,
+        ) -> Self {
             self.producer_id = producer_id;
             self.producer_epoch = epoch;
             self.base_sequence = base_sequence;

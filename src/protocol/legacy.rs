@@ -77,7 +77,10 @@ fn array_len(buf: &mut Bytes, min_element_bytes: usize, field: &str) -> Result<u
 }
 
 /// Decodes an OffsetCommit v0 or v1 body.
-pub(crate) fn decode_offset_commit(buf: &mut Bytes, version: i16) -> Result<OffsetCommitRequest, String> {
+pub(crate) fn decode_offset_commit(
+    buf: &mut Bytes,
+    version: i16,
+) -> Result<OffsetCommitRequest, String> {
     let group_id = string(buf, "group_id")?;
     let mut request = OffsetCommitRequest::default().with_group_id(GroupId(group_id));
     if version >= 1 {

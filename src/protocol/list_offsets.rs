@@ -27,7 +27,11 @@ pub(super) const MAX_TIMESTAMP: i64 = -3;
 pub(super) const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
 
 /// Handles a ListOffsets request.
-pub(super) fn handle(ctx: &Context, request: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
+pub(super) fn handle(
+    ctx: &Context,
+    request: ListOffsetsRequest,
+    version: i16,
+) -> ListOffsetsResponse {
     let topics = request
         .topics
         .into_iter()
