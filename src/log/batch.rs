@@ -3,7 +3,7 @@
 //!
 //! Owns: the byte layout of the 61-byte record batch header (Kafka protocol guide,
 //! "Record Batch", magic 2) and its CRC-32C. Never does: decompress, decode or re-encode
-//! records (apart from [`first_record_at_or_after`], a walk with `records` over
+//! records (apart from `first_record_at_or_after`, a walk with `records` over
 //! *uncompressed* record timestamps used by ListOffsets), touch files, or know about requests.
 //!
 //! Layout (big-endian):

@@ -414,8 +414,8 @@ fn remove_cleaned_files(dir: &Path, base_offset: i64) {
 /// Kafka's `log.cleaner.io.max.bytes.per.second`: bounds the rate at which
 /// [`CompactionPlan::prepare`] reads segment bytes (offset map and cleaning passes
 /// together) by sleeping the thread that runs it, which holds no lock meanwhile. Reading
-/// never gets ahead of the rate by more than [`THROTTLE_MIN_SLEEP`]; time spent not reading
-/// is credited for at most [`THROTTLE_MAX_CREDIT`] (Kafka's `Throttler` checks every
+/// never gets ahead of the rate by more than `THROTTLE_MIN_SLEEP`; time spent not reading
+/// is credited for at most `THROTTLE_MAX_CREDIT` (Kafka's `Throttler` checks every
 /// 300 ms, so a run shorter than that is not throttled at all there; here even a small run
 /// keeps to the rate, which is also what lets a test make a compaction long). One throttle
 /// is meant to be shared by the compactions a cleaner runs in turn.
