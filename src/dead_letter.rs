@@ -30,33 +30,33 @@ use crate::ingest::{Ingest, IngestError};
 use crate::plugin::{Header, PluginError, Record};
 
 /// The header names (see the module doc for each one's value).
-pub mod headers {
+pub(crate) mod headers {
     /// Source topic (Kafka Connect).
-    pub const TOPIC: &str = "__connect.errors.topic";
+    pub(crate) const TOPIC: &str = "__connect.errors.topic";
     /// Source partition (Kafka Connect).
-    pub const PARTITION: &str = "__connect.errors.partition";
+    pub(crate) const PARTITION: &str = "__connect.errors.partition";
     /// Source offset (Kafka Connect).
-    pub const OFFSET: &str = "__connect.errors.offset";
+    pub(crate) const OFFSET: &str = "__connect.errors.offset";
     /// The failed stage (Kafka Connect's `Stage` names).
-    pub const STAGE: &str = "__connect.errors.stage";
+    pub(crate) const STAGE: &str = "__connect.errors.stage";
     /// The component executing that stage (Kafka Connect: its class).
-    pub const CLASS_NAME: &str = "__connect.errors.class.name";
+    pub(crate) const CLASS_NAME: &str = "__connect.errors.class.name";
     /// Kind of failure (Kafka Connect: the exception's class).
-    pub const EXCEPTION_CLASS_NAME: &str = "__connect.errors.exception.class.name";
+    pub(crate) const EXCEPTION_CLASS_NAME: &str = "__connect.errors.exception.class.name";
     /// The failure's message (Kafka Connect).
-    pub const EXCEPTION_MESSAGE: &str = "__connect.errors.exception.message";
+    pub(crate) const EXCEPTION_MESSAGE: &str = "__connect.errors.exception.message";
     /// Connector name (Kafka Connect); sink connectors only.
-    pub const CONNECTOR_NAME: &str = "__connect.errors.connector.name";
+    pub(crate) const CONNECTOR_NAME: &str = "__connect.errors.connector.name";
     /// Transform deployment name (weir); transforms only.
-    pub const TRANSFORM: &str = "weir.errors.transform";
+    pub(crate) const TRANSFORM: &str = "weir.errors.transform";
     /// Content hash of the transform component (weir); transforms only.
-    pub const PLUGIN_VERSION: &str = "weir.errors.plugin.version";
+    pub(crate) const PLUGIN_VERSION: &str = "weir.errors.plugin.version";
 }
 
 /// Kafka Connect's stage of a failure (`org.apache.kafka.connect.runtime.errors.Stage`),
 /// the value of [`headers::STAGE`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
+pub(crate) enum Stage {
     /// A transform (weir transform or a connector's SMT chain).
     Transformation,
     /// A sink's key converter.
@@ -71,7 +71,7 @@ pub enum Stage {
 
 impl Stage {
     /// Kafka Connect's name of the stage.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Stage::Transformation => "TRANSFORMATION",
             Stage::KeyConverter => "KEY_CONVERTER",
@@ -84,7 +84,7 @@ impl Stage {
 
 /// Who sent the records to the dead-letter topic: one per [`write`] call.
 #[derive(Debug, Clone, Copy)]
-pub enum Owner<'a> {
+pub(crate) enum Owner<'a> {
     /// A transform deployment (inline or async).
     Transform {
         /// Deployment name.
@@ -101,7 +101,7 @@ pub enum Owner<'a> {
 
 /// One failing record and where and why it failed.
 #[derive(Debug, Clone)]
-pub struct DeadLetter {
+pub(crate) struct DeadLetter {
     /// The record as it was read.
     pub record: Record,
     /// Topic it was read from.
@@ -126,7 +126,7 @@ pub struct DeadLetter {
 ///
 /// Errors: [`IngestError`] from the append (the caller decides: a transform or sink task
 /// fails, the produce path logs).
-pub async fn write(
+pub(crate) async fn write(
     ingest: &Ingest,
     dlq: &str,
     owner: Owner<'_>,
@@ -171,7 +171,7 @@ fn with_headers(letter: DeadLetter, owner: Owner<'_>) -> Record {
 
 /// The kind of a plugin failure, as [`headers::EXCEPTION_CLASS_NAME`] carries it: the
 /// [`PluginError`] variant's name (`Trap`, `Timeout`, `MemoryLimit`, `Failed`, ...).
-pub fn plugin_error_kind(e: &PluginError) -> &'static str {
+pub(crate) fn plugin_error_kind(e: &PluginError) -> &'static str {
     match e {
         PluginError::Read { .. } => "Read",
         PluginError::NotWasm { .. } => "NotWasm",

@@ -15,12 +15,12 @@ use notify::Watcher;
 
 /// Quiet time after the last event on a path before it is reported (ms): a write in
 /// several steps (editors' write-to-temp-then-rename, a copy) is reported once.
-pub const DEBOUNCE_MS: u64 = 200;
+pub(crate) const DEBOUNCE_MS: u64 = 200;
 
 /// notify's recommended watcher that drops `Access` events (see the module doc). Use it
 /// directly for an immediate wake-up, or through [`debounced`].
 #[derive(Debug)]
-pub struct ChangesOnly(notify::RecommendedWatcher);
+pub(crate) struct ChangesOnly(notify::RecommendedWatcher);
 
 impl Watcher for ChangesOnly {
     fn new<F: notify::EventHandler>(
@@ -54,14 +54,14 @@ impl Watcher for ChangesOnly {
 
 /// A debounced watcher; add paths with `.watcher().watch(path, mode)`. Dropping it stops
 /// the watch and the debouncer's thread.
-pub type Debounced = notify_debouncer_mini::Debouncer<ChangesOnly>;
+pub(crate) type Debounced = notify_debouncer_mini::Debouncer<ChangesOnly>;
 
 /// A watcher that calls `on_change` with the paths that changed, each once it has been
 /// quiet for [`DEBOUNCE_MS`] (paths still changing are held back until they settle).
 /// `on_change` runs on the debouncer's thread: it must not block.
 ///
 /// Errors: notify cannot start a watcher (e.g. the inotify instance limit).
-pub fn debounced(
+pub(crate) fn debounced(
     mut on_change: impl FnMut(Vec<PathBuf>) + Send + 'static,
 ) -> notify::Result<Debounced> {
     let config =

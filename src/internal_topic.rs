@@ -30,7 +30,7 @@ const REPLAY_READ_BYTES: usize = 1 << 20;
 
 /// How an internal topic is created when it does not exist yet.
 #[derive(Debug, Clone)]
-pub struct InternalTopicSpec {
+pub(crate) struct InternalTopicSpec {
     /// Partition count (fixed at creation, as Kafka's).
     pub partitions: i32,
     /// Topic configs beyond `cleanup.policy=compact`, which every internal topic has.
@@ -39,7 +39,7 @@ pub struct InternalTopicSpec {
 
 /// Failures of an internal topic; each names the topic (and partition).
 #[derive(Debug, thiserror::Error)]
-pub enum InternalTopicError {
+pub(crate) enum InternalTopicError {
     /// The topic could not be created (metadata or partition logs).
     #[error("cannot create {topic}: {message}")]
     Create {
@@ -74,7 +74,7 @@ pub enum InternalTopicError {
 
 /// One record found by [`InternalTopic::replay`].
 #[derive(Debug, Clone, PartialEq)]
-pub struct ReplayedRecord {
+pub(crate) struct ReplayedRecord {
     /// Partition it was read from.
     pub partition: i32,
     /// Its offset.
@@ -87,7 +87,7 @@ pub struct ReplayedRecord {
 
 /// One compacted topic the broker owns. Cheap to clone (shares its owners).
 #[derive(Debug, Clone)]
-pub struct InternalTopic {
+pub(crate) struct InternalTopic {
     name: &'static str,
     spec: InternalTopicSpec,
     metadata: Arc<Metadata>,
@@ -98,7 +98,7 @@ pub struct InternalTopic {
 
 impl InternalTopic {
     /// The topic `name` over the broker's owners, created per `spec` on first use.
-    pub fn new(
+    pub(crate) fn new(
         name: &'static str,
         spec: InternalTopicSpec,
         metadata: Arc<Metadata>,
@@ -114,13 +114,8 @@ impl InternalTopic {
         }
     }
 
-    /// The topic's name.
-    pub fn name(&self) -> &'static str {
-        self.name
-    }
-
     /// The partition count if the topic exists, without creating it.
-    pub fn partitions(&self) -> Option<i32> {
+    pub(crate) fn partitions(&self) -> Option<i32> {
         *self
             .partitions
             .lock()
@@ -131,7 +126,7 @@ impl InternalTopic {
     /// partition count.
     ///
     /// Errors: [`InternalTopicError::Create`] when metadata or logs cannot be written.
-    pub fn ensure(&self) -> Result<i32, InternalTopicError> {
+    pub(crate) fn ensure(&self) -> Result<i32, InternalTopicError> {
         let mut partitions = self
             .partitions
             .lock()
@@ -167,7 +162,7 @@ impl InternalTopic {
     ///
     /// Errors: [`InternalTopicError::Create`], or [`InternalTopicError::Append`] when the
     /// partition is not open or the log refuses.
-    pub fn append(
+    pub(crate) fn append(
         &self,
         partition: i32,
         records: &[(Bytes, Option<Bytes>)],
@@ -212,7 +207,7 @@ impl InternalTopic {
     ///
     /// Errors: [`InternalTopicError::Read`] when a read fails (I/O). An undecodable
     /// batch ends that partition's replay with a warning (what precedes it is returned).
-    pub fn replay(&self) -> Result<Vec<ReplayedRecord>, InternalTopicError> {
+    pub(crate) fn replay(&self) -> Result<Vec<ReplayedRecord>, InternalTopicError> {
         let mut out = Vec::new();
         let Some(partitions) = self.partitions() else {
             return Ok(out);

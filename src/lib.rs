@@ -7,25 +7,27 @@
 //! owner and hands each layer what it calls) → `cli` (the `weir` command). See
 //! ARCHITECTURE.md.
 
-pub mod admin;
+#![warn(unreachable_pub)]
+
+mod admin;
 pub mod broker;
 pub mod cli;
-pub mod cluster;
+mod cluster;
 pub mod config;
-pub mod connect;
-pub mod dead_letter;
-pub mod fswatch;
+mod connect;
+mod dead_letter;
+mod fswatch;
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod group;
+mod group;
 pub mod ingest;
-pub mod internal_topic;
+mod internal_topic;
 pub mod log;
 pub mod metrics;
 pub mod plugin;
 pub mod protocol;
-pub mod purgatory;
+mod purgatory;
 pub mod replica;
-pub mod server;
-pub mod topics;
+mod server;
+mod topics;
 pub mod transform;

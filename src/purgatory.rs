@@ -38,7 +38,7 @@ pub enum Wake {
 
 /// Resolves when any of `watches` sees a new value since it was marked seen, or its
 /// partition is gone (sender dropped). Pending forever for an empty set.
-pub async fn any_changed(watches: &mut [watch::Receiver<i64>]) {
+pub(crate) async fn any_changed(watches: &mut [watch::Receiver<i64>]) {
     let mut waits: Vec<Pin<Box<dyn Future<Output = ()> + Send + '_>>> = watches
         .iter_mut()
         .map(|w| {

@@ -7,7 +7,7 @@
 //! get [`Partition::offsets`], [`Partition::read`] bounded by a [`FetchIsolation`] and
 //! [`Partition::append_as_leader`], never the log. Also: opening every log at start-up,
 //! creating, reconfiguring and deleting partition logs as metadata deltas say (it is a
-//! [`MetadataListener`]; topic existence is the metadata's alone), the retention task.
+//! `MetadataListener`; topic existence is the metadata's alone), the retention task.
 //! A high watermark advance is published on the partition's own watch channel, which
 //! parked fetches and acks=all produces wait on (keyed per partition, see `purgatory`).
 //! On a single node the ISR is this broker alone, so the high watermark is the log end
@@ -643,9 +643,9 @@ fn remove_partition_dir(dir: &Path) -> Result<(), LogError> {
 impl ReplicaManager {
     /// A replica manager following `metadata`: it opens (recovering) the log of every
     /// partition of the current image, then opens, reconfigures and closes partitions
-    /// as each metadata change is applied ([`MetadataListener`]).
+    /// as each metadata change is applied (`MetadataListener`).
     ///
-    /// Errors: [`ListenerError`] naming the first partition whose log cannot be opened
+    /// Errors: `ListenerError` naming the first partition whose log cannot be opened
     /// (an unreadable log dir stops start-up: serving with a partition missing would
     /// answer UNKNOWN_TOPIC_OR_PARTITION for data that exists). Existing data is never
     /// removed on that path.

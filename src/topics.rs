@@ -37,14 +37,14 @@ pub struct Topics {
     pub replicas: Arc<ReplicaManager>,
 }
 
-pub use crate::cluster::{TopicError, MAX_PARTITIONS_PER_TOPIC};
+pub(crate) use crate::cluster::TopicError;
 
 /// Validates and (unless `validate_only`) creates a topic with its partition logs, through
 /// [`crate::cluster::Metadata::create_topic`]. `partitions` / `replication_factor` of -1
 /// mean the broker defaults (`num.partitions`, `default.replication.factor`).
 ///
 /// Errors: as [`crate::cluster::Metadata::create_topic`].
-pub fn create(
+pub(crate) fn create(
     ctx: &Topics,
     name: &str,
     partitions: i32,
@@ -81,7 +81,7 @@ pub fn create(
 ///
 /// Errors: UNKNOWN_TOPIC_OR_PARTITION (3), INVALID_CONFIG (40), whatever `f` returns,
 /// UNKNOWN_SERVER_ERROR (-1) when the metadata cannot be written.
-pub fn alter_configs(
+pub(crate) fn alter_configs(
     ctx: &Topics,
     name: &str,
     validate_only: bool,
@@ -97,7 +97,7 @@ pub fn alter_configs(
 /// The topic, auto-creating it with the broker defaults when `auto.create.topics.enable`
 /// and `allowed` say so. `Err` carries the error for this topic (UNKNOWN_TOPIC_OR_PARTITION
 /// (3) when it does not exist and may not be created).
-pub fn get_or_auto_create(
+pub(crate) fn get_or_auto_create(
     ctx: &Topics,
     name: &str,
     allowed: bool,

@@ -42,7 +42,7 @@ use crate::connect::config::ConnectorConfig;
 use crate::connect::{catalog, ConnectError, Origin, TargetState};
 
 /// The `/connectors` and `/connector-plugins` routes.
-pub fn routes() -> Router<Arc<AdminState>> {
+pub(crate) fn routes() -> Router<Arc<AdminState>> {
     Router::new()
         .route("/connectors", get(list).post(create))
         .route("/connectors/{name}", get(info).delete(delete))

@@ -28,7 +28,7 @@ use crate::connect::{ConnectorStatus, TaskState};
 use crate::metrics::{Scrape, CONTENT_TYPE};
 
 /// `GET /metrics`.
-pub fn routes() -> Router<Arc<AdminState>> {
+pub(crate) fn routes() -> Router<Arc<AdminState>> {
     Router::new().route("/metrics", get(scrape))
 }
 

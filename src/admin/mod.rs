@@ -11,10 +11,10 @@
 //! Errors are JSON bodies `{"error_code": <HTTP status>, "message": "..."}`, the shape
 //! Kafka Connect and Confluent's REST Proxy use.
 
-pub mod connect;
-pub mod metrics;
-pub mod records;
-pub mod transforms;
+pub(crate) mod connect;
+pub(crate) mod metrics;
+pub(crate) mod records;
+pub(crate) mod transforms;
 
 use std::sync::Arc;
 
@@ -32,7 +32,7 @@ use crate::transform::TransformManager;
 
 /// What every admin route can reach, handed over by the composition root (`broker`).
 #[derive(Debug)]
-pub struct AdminState {
+pub(crate) struct AdminState {
     /// Broker configuration (`socket.request.max.bytes` bounds HTTP produce bodies).
     pub config: Arc<BrokerConfig>,
     /// Cluster metadata (the cluster id).
@@ -53,7 +53,7 @@ pub struct AdminState {
 
 /// An error answer: HTTP status and a message, as `{"error_code": status, "message": ...}`.
 #[derive(Debug, Clone)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     /// HTTP status.
     pub status: StatusCode,
     /// What went wrong.
@@ -62,7 +62,7 @@ pub struct ApiError {
 
 impl ApiError {
     /// An error with `status` and `message`.
-    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
             message: message.into(),
@@ -81,7 +81,7 @@ impl IntoResponse for ApiError {
 }
 
 /// The admin router over `state`.
-pub fn router(state: Arc<AdminState>) -> Router {
+pub(crate) fn router(state: Arc<AdminState>) -> Router {
     Router::new()
         .route("/", get(root))
         .route("/topics/{topic}/records", post(records::produce))
@@ -108,7 +108,7 @@ async fn root(
 /// Serves the admin API on `listener` until `shutdown` becomes true.
 ///
 /// Errors: the listener fails (logged by the caller).
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     state: Arc<AdminState>,
     mut shutdown: watch::Receiver<bool>,

@@ -65,7 +65,7 @@ use crate::ingest::{Appended, IngestError};
 use crate::plugin::{Header, Record};
 
 /// `POST /topics/{topic}/records`.
-pub async fn produce(
+pub(crate) async fn produce(
     State(state): State<Arc<AdminState>>,
     Path(topic): Path<String>,
     request: Request,
@@ -74,7 +74,7 @@ pub async fn produce(
 }
 
 /// `POST /v3/clusters/{cluster_id}/topics/{topic}/records`.
-pub async fn produce_v3(
+pub(crate) async fn produce_v3(
     State(state): State<Arc<AdminState>>,
     Path((cluster_id, topic)): Path<(String, String)>,
     request: Request,
@@ -471,7 +471,7 @@ fn now_ms() -> i64 {
 /// digits past milliseconds truncated; a leap second 60 read as 59), parsed by `jiff`.
 /// `None` when it is not one (an offset is required: a date-time without one names no
 /// instant).
-pub fn parse_rfc3339_ms(text: &str) -> Option<i64> {
+pub(crate) fn parse_rfc3339_ms(text: &str) -> Option<i64> {
     let ts: jiff::Timestamp = text.trim().parse().ok()?;
     Some(ts.as_millisecond())
 }
@@ -479,7 +479,7 @@ pub fn parse_rfc3339_ms(text: &str) -> Option<i64> {
 /// `ms` since the Unix epoch as RFC 3339 in UTC with milliseconds
 /// (`2024-05-01T12:00:00.123Z`), as REST Proxy writes timestamps. Instants outside
 /// jiff's range (about years -9999..=9999) are written as its nearest bound.
-pub fn format_rfc3339_ms(ms: i64) -> String {
+pub(crate) fn format_rfc3339_ms(ms: i64) -> String {
     let ts = jiff::Timestamp::from_millisecond(ms).unwrap_or(if ms < 0 {
         jiff::Timestamp::MIN
     } else {

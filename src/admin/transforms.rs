@@ -25,7 +25,7 @@ use super::{AdminState, ApiError};
 use crate::transform::{DeployError, TransformSpec};
 
 /// The `/transforms` routes.
-pub fn routes() -> Router<Arc<AdminState>> {
+pub(crate) fn routes() -> Router<Arc<AdminState>> {
     Router::new()
         .route("/transforms", get(list).post(create))
         .route(

@@ -11,19 +11,19 @@ use serde_json::Value;
 
 /// Where the admin API is.
 #[derive(Debug, Args, Clone)]
-pub struct AdminArgs {
+pub(super) struct AdminArgs {
     /// The broker's admin HTTP API (admin.listeners).
     #[arg(long, env = "WEIR_ADMIN_URL", default_value = "http://127.0.0.1:8083")]
     pub admin_url: String,
 }
 
 /// `--admin-url` without a trailing slash.
-pub fn base(admin: &AdminArgs) -> &str {
+pub(super) fn base(admin: &AdminArgs) -> &str {
     admin.admin_url.trim_end_matches('/')
 }
 
 /// An HTTP agent: 10 s to connect, 120 s for a whole request.
-pub fn agent() -> ureq::Agent {
+pub(super) fn agent() -> ureq::Agent {
     ureq::AgentBuilder::new()
         .timeout_connect(Duration::from_secs(10))
         // A deploy compiles the component (~0.1-1 s) and may wait for a running chunk.
@@ -32,7 +32,7 @@ pub fn agent() -> ureq::Agent {
 }
 
 /// The answer's JSON, or an error with the server's message.
-pub fn call(result: Result<ureq::Response, ureq::Error>) -> anyhow::Result<Value> {
+pub(super) fn call(result: Result<ureq::Response, ureq::Error>) -> anyhow::Result<Value> {
     match result {
         Ok(resp) => {
             // 204, and Kafka Connect's 202 for pause/resume/stop, have no body.
@@ -59,7 +59,7 @@ pub fn call(result: Result<ureq::Response, ureq::Error>) -> anyhow::Result<Value
 }
 
 /// Prints `rows` under `header` as left-aligned columns two spaces apart.
-pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
+pub(super) fn print_table(header: &[&str], rows: &[Vec<String>]) {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for r in rows {
         for (w, c) in widths.iter_mut().zip(r) {

@@ -23,14 +23,14 @@ use rdkafka::ClientConfig;
 use super::ClientArgs;
 
 /// `client.id` of every client the CLI creates, so broker logs can tell them apart.
-pub const CLIENT_ID: &str = "weir-cli";
+pub(super) const CLIENT_ID: &str = "weir-cli";
 
 /// Environment variable naming librdkafka `debug` contexts (e.g. `protocol,cgrp`) to turn
 /// on; their log lines go to stderr. For diagnosing a client/broker mismatch.
-pub const RDKAFKA_DEBUG_ENV: &str = "WEIR_RDKAFKA_DEBUG";
+pub(super) const RDKAFKA_DEBUG_ENV: &str = "WEIR_RDKAFKA_DEBUG";
 
 /// How long a metadata request may take before the command gives up.
-pub const METADATA_TIMEOUT: Duration = Duration::from_secs(15);
+pub(super) const METADATA_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The librdkafka configuration all CLI clients start from: bootstrap servers and
 /// `client.id`. Callers add what their client type needs.
@@ -38,7 +38,7 @@ pub const METADATA_TIMEOUT: Duration = Duration::from_secs(15);
 /// `allow.auto.create.topics` keeps librdkafka's per-type default: a producer may create a
 /// topic on a broker with `auto.create.topics.enable` (as Kafka's console producer does),
 /// a consumer may not; the admin client only ever asks for all topics.
-pub fn base_config(client: &ClientArgs) -> ClientConfig {
+pub(super) fn base_config(client: &ClientArgs) -> ClientConfig {
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", &client.bootstrap_server)
@@ -57,13 +57,13 @@ pub fn base_config(client: &ClientArgs) -> ClientConfig {
 /// timeout can say *why*; prints librdkafka's own log lines on stderr only when
 /// [`RDKAFKA_DEBUG_ENV`] is set.
 #[derive(Debug, Default)]
-pub struct CliContext {
+pub(super) struct CliContext {
     last_error: Mutex<Option<String>>,
 }
 
 impl CliContext {
     /// The last global error seen, if any.
-    pub fn last_error(&self) -> Option<String> {
+    pub(super) fn last_error(&self) -> Option<String> {
         match self.last_error.lock() {
             Ok(guard) => guard.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
@@ -72,7 +72,7 @@ impl CliContext {
 
     /// `error` followed by the last connection-level error, if there was one: a timeout
     /// alone does not say that the broker refused the connection.
-    pub fn explain(&self, error: &KafkaError) -> String {
+    pub(super) fn explain(&self, error: &KafkaError) -> String {
         match self.last_error() {
             Some(last) => format!("{} (last client error: {last})", KafkaErrorText(error)),
             None => KafkaErrorText(error).to_string(),
@@ -101,7 +101,7 @@ impl ConsumerContext for CliContext {}
 /// Kafka's name for an error code, as in Kafka's `Errors` enum: `TopicAlreadyExists` →
 /// `TOPIC_ALREADY_EXISTS`. librdkafka-local codes (negative in librdkafka) get the same
 /// treatment; their description starts with "Local:".
-pub fn error_name(code: RDKafkaErrorCode) -> String {
+pub(super) fn error_name(code: RDKafkaErrorCode) -> String {
     let camel = format!("{code:?}");
     let mut name = String::with_capacity(camel.len() + 8);
     for (i, c) in camel.chars().enumerate() {
@@ -114,7 +114,7 @@ pub fn error_name(code: RDKafkaErrorCode) -> String {
 }
 
 /// `NAME: description` for an error code, e.g. `TOPIC_ALREADY_EXISTS: Topic already exists`.
-pub fn code_text(code: RDKafkaErrorCode) -> String {
+pub(super) fn code_text(code: RDKafkaErrorCode) -> String {
     // rdkafka's Display is "Variant (librdkafka description)"; keep the description.
     let full = code.to_string();
     let prefix = format!("{code:?} (");
@@ -127,7 +127,7 @@ pub fn code_text(code: RDKafkaErrorCode) -> String {
 }
 
 /// Displays a [`KafkaError`] with Kafka's error name when it carries a code.
-pub struct KafkaErrorText<'a>(pub &'a KafkaError);
+pub(super) struct KafkaErrorText<'a>(pub &'a KafkaError);
 
 impl fmt::Display for KafkaErrorText<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -149,7 +149,7 @@ impl fmt::Display for KafkaErrorText<'_> {
 ///
 /// Errors: the broker unreachable within [`METADATA_TIMEOUT`]
 /// (`BROKER_TRANSPORT_FAILURE`, with librdkafka's last connection error when it has one).
-pub fn fetch_metadata<C: ClientContext>(
+pub(super) fn fetch_metadata<C: ClientContext>(
     client: &Client<C>,
     context: &CliContext,
     bootstrap: &ClientArgs,
@@ -166,7 +166,7 @@ pub fn fetch_metadata<C: ClientContext>(
 
 /// Looks `topic` up in `metadata`; a missing topic or one the broker reports an error for
 /// is `UNKNOWN_TOPIC_OR_PARTITION` (or that error).
-pub fn find_topic<'m>(
+pub(super) fn find_topic<'m>(
     metadata: &'m Metadata,
     topic: &str,
 ) -> anyhow::Result<&'m rdkafka::metadata::MetadataTopic> {
@@ -188,7 +188,7 @@ pub fn find_topic<'m>(
 ///
 /// The signal is awaited on a small detached thread with its own single-threaded tokio
 /// runtime; the thread ends with the process.
-pub fn stop_on_signal() -> Arc<AtomicBool> {
+pub(super) fn stop_on_signal() -> Arc<AtomicBool> {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stop);
     let spawned = std::thread::Builder::new()
@@ -224,7 +224,7 @@ pub fn stop_on_signal() -> Arc<AtomicBool> {
 
 /// Runs a future (an rdkafka admin operation, resolved by rdkafka's own polling thread)
 /// to completion on a single-threaded runtime.
-pub fn block_on<F: std::future::Future>(future: F) -> anyhow::Result<F::Output> {
+pub(super) fn block_on<F: std::future::Future>(future: F) -> anyhow::Result<F::Output> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()?;
@@ -232,7 +232,7 @@ pub fn block_on<F: std::future::Future>(future: F) -> anyhow::Result<F::Output> 
 }
 
 /// Splits `KEY=VALUE` at the first `=`.
-pub fn parse_key_value(s: &str) -> Result<(String, String), String> {
+pub(super) fn parse_key_value(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
         _ => Err(format!("expected KEY=VALUE, got '{s}'")),

@@ -21,7 +21,7 @@ use super::admin_http::{agent, base, call, print_table, AdminArgs};
 
 /// `weir connector` subcommands.
 #[derive(Debug, Subcommand)]
-pub enum ConnectorCommand {
+pub(super) enum ConnectorCommand {
     /// Create a connector from a TOML or JSON file (POST /connectors).
     Create(CreateArgs),
     /// List connectors: name, type, state, tasks, class.
@@ -44,7 +44,7 @@ pub enum ConnectorCommand {
 
 /// `weir connector create`.
 #[derive(Debug, Args)]
-pub struct CreateArgs {
+pub(super) struct CreateArgs {
     /// The connector's config: FILE.toml or FILE.json.
     pub file: PathBuf,
     #[command(flatten)]
@@ -53,7 +53,7 @@ pub struct CreateArgs {
 
 /// A subcommand naming one connector.
 #[derive(Debug, Args)]
-pub struct NameArgs {
+pub(super) struct NameArgs {
     /// Connector name.
     pub name: String,
     #[command(flatten)]
@@ -62,7 +62,7 @@ pub struct NameArgs {
 
 /// `weir connector restart`.
 #[derive(Debug, Args)]
-pub struct RestartArgs {
+pub(super) struct RestartArgs {
     /// Connector name.
     pub name: String,
     /// Restart its tasks too (includeTasks=true).
@@ -79,7 +79,7 @@ pub struct RestartArgs {
 ///
 /// Errors: the file cannot be read or parsed, the admin API cannot be reached, or it
 /// answers an error (its message is shown).
-pub fn run(cmd: ConnectorCommand) -> anyhow::Result<()> {
+pub(super) fn run(cmd: ConnectorCommand) -> anyhow::Result<()> {
     match cmd {
         ConnectorCommand::Create(args) => create(&args),
         ConnectorCommand::List(admin) => list(&admin),

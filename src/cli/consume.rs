@@ -38,7 +38,7 @@ use super::ClientArgs;
 
 /// `group.id` of the standalone consumer: librdkafka requires one for `assign()`; no group
 /// request carries it because the consumer neither subscribes nor commits.
-pub const STANDALONE_GROUP_ID: &str = "weir-cli-standalone";
+pub(super) const STANDALONE_GROUP_ID: &str = "weir-cli-standalone";
 
 /// Longest single wait for a record, so Ctrl-C and `--timeout-ms` are noticed promptly.
 const POLL_TICK: Duration = Duration::from_millis(100);
@@ -48,7 +48,7 @@ const STDOUT_BUFFER_BYTES: usize = 64 * 1024;
 
 /// `weir consume` options (as `kafka-console-consumer.sh`).
 #[derive(Debug, Args)]
-pub struct ConsumeArgs {
+pub(super) struct ConsumeArgs {
     #[command(flatten)]
     pub client: ClientArgs,
     /// Topic to consume from.
@@ -83,7 +83,7 @@ pub struct ConsumeArgs {
 
 /// Where consumption starts in each assigned partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StartOffset {
+pub(super) enum StartOffset {
     /// The log start offset.
     Earliest,
     /// The log end offset: only records produced from now on.
@@ -143,7 +143,7 @@ struct RecordFormat<'a> {
 /// Errors: `--offset N` without `--partition`; the topic or partition does not exist
 /// (`UNKNOWN_TOPIC_OR_PARTITION`); the broker cannot be reached for metadata; a fatal
 /// consumer error; stdout failing for a reason other than being closed.
-pub fn run(args: ConsumeArgs) -> anyhow::Result<()> {
+pub(super) fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     let start = match (args.from_beginning, args.offset) {
         (true, _) => StartOffset::Earliest,
         (false, Some(offset)) => offset,

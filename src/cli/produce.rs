@@ -46,7 +46,7 @@ const QUEUE_FULL_POLL: Duration = Duration::from_millis(100);
 
 /// `weir produce` options (as `kafka-console-producer.sh`).
 #[derive(Debug, Args)]
-pub struct ProduceArgs {
+pub(super) struct ProduceArgs {
     #[command(flatten)]
     pub client: ClientArgs,
     /// Topic to produce to.
@@ -78,7 +78,7 @@ pub struct ProduceArgs {
 
 /// Kafka's `acks`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Acks {
+pub(super) enum Acks {
     /// Wait for the full ISR (`acks=all`, also spelled -1).
     #[value(name = "all", alias = "-1")]
     All,
@@ -102,7 +102,7 @@ impl Acks {
 
 /// Kafka's `compression.type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Compression {
+pub(super) enum Compression {
     /// No compression.
     None,
     /// gzip.
@@ -133,7 +133,7 @@ impl Compression {
 /// flushing what was already sent), stdin unreadable, a producer config librdkafka rejects
 /// (e.g. a codec it was built without), or any failed delivery (`N of M records failed`,
 /// with the first failure's Kafka error name and line number).
-pub fn run(args: ProduceArgs) -> anyhow::Result<()> {
+pub(super) fn run(args: ProduceArgs) -> anyhow::Result<()> {
     let mut config = client::base_config(&args.client);
     config
         .set("acks", args.acks.config_value())

@@ -13,7 +13,7 @@ use super::ServeArgs;
 /// Runs `weir serve`.
 ///
 /// Errors: bad config (names the key), a listener that cannot bind, an unreadable log dir.
-pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+pub(super) fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = BrokerConfig::load(args.config.as_deref(), &args.overrides)?;
     tracing_subscriber::fmt()
         .with_env_filter(

@@ -40,7 +40,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(40);
 
 /// Topic subcommands.
 #[derive(Debug, Subcommand)]
-pub enum TopicCommand {
+pub(super) enum TopicCommand {
     /// Create a topic; prints `Created topic NAME.`.
     Create(CreateArgs),
     /// List topic names, one per line, sorted.
@@ -55,7 +55,7 @@ pub enum TopicCommand {
 
 /// `weir topic create` options (as `kafka-topics.sh --create`).
 #[derive(Debug, Args)]
-pub struct CreateArgs {
+pub(super) struct CreateArgs {
     #[command(flatten)]
     pub client: ClientArgs,
     /// Topic name.
@@ -76,14 +76,14 @@ pub struct CreateArgs {
 
 /// `weir topic list` options.
 #[derive(Debug, Args)]
-pub struct ListArgs {
+pub(super) struct ListArgs {
     #[command(flatten)]
     pub client: ClientArgs,
 }
 
 /// `weir topic describe` options.
 #[derive(Debug, Args)]
-pub struct DescribeArgs {
+pub(super) struct DescribeArgs {
     #[command(flatten)]
     pub client: ClientArgs,
     /// Topic name; every topic if absent.
@@ -99,7 +99,7 @@ pub struct DescribeArgs {
         .multiple(true)
         .args(["partitions", "add_config", "delete_config"])
 ))]
-pub struct AlterArgs {
+pub(super) struct AlterArgs {
     #[command(flatten)]
     pub client: ClientArgs,
     /// Topic name.
@@ -117,7 +117,7 @@ pub struct AlterArgs {
 
 /// `weir topic delete` options.
 #[derive(Debug, Args)]
-pub struct DeleteArgs {
+pub(super) struct DeleteArgs {
     #[command(flatten)]
     pub client: ClientArgs,
     /// Topic name.
@@ -131,7 +131,7 @@ pub struct DeleteArgs {
 ///
 /// Errors: the broker's error for the topic (Kafka's name and description), a connection
 /// that cannot be made within the timeouts (with librdkafka's last connection error).
-pub fn run(cmd: TopicCommand) -> anyhow::Result<()> {
+pub(super) fn run(cmd: TopicCommand) -> anyhow::Result<()> {
     match cmd {
         TopicCommand::Create(args) => create(args),
         TopicCommand::List(args) => list(args),

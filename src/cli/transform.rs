@@ -9,13 +9,13 @@ use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 
-pub use super::admin_http::AdminArgs;
+pub(super) use super::admin_http::AdminArgs;
 use super::admin_http::{agent, base, call, print_table};
 use serde_json::{json, Map, Value};
 
 /// `weir transform` subcommands.
 #[derive(Debug, Subcommand)]
-pub enum TransformCommand {
+pub(super) enum TransformCommand {
     /// Deploy a transform component on an input topic (replaces one of the same name
     /// with --replace).
     Deploy(DeployArgs),
@@ -27,7 +27,7 @@ pub enum TransformCommand {
 
 /// `weir transform deploy`.
 #[derive(Debug, Args)]
-pub struct DeployArgs {
+pub(super) struct DeployArgs {
     /// Deployment name ([a-zA-Z0-9._-]).
     pub name: String,
     /// The component (.wasm) on the broker host.
@@ -60,7 +60,7 @@ pub struct DeployArgs {
 
 /// `weir transform delete`.
 #[derive(Debug, Args)]
-pub struct DeleteArgs {
+pub(super) struct DeleteArgs {
     /// Deployment name.
     pub name: String,
     #[command(flatten)]
@@ -70,7 +70,7 @@ pub struct DeleteArgs {
 /// Runs a `transform` subcommand.
 ///
 /// Errors: the admin API cannot be reached, or answers an error (its message is shown).
-pub fn run(cmd: TransformCommand) -> anyhow::Result<()> {
+pub(super) fn run(cmd: TransformCommand) -> anyhow::Result<()> {
     match cmd {
         TransformCommand::Deploy(args) => deploy(args),
         TransformCommand::List(args) => list(&args),

@@ -20,7 +20,7 @@
 //! Never does: serve client APIs or write partition data (that is `replica` + `log`).
 
 mod image;
-pub mod raft;
+mod raft;
 mod store;
 mod topics;
 
@@ -31,22 +31,20 @@ use uuid::Uuid;
 
 use crate::config::QuorumVoter;
 
-pub use image::{
-    ImageError, MetadataDelta, MetadataImage, MetadataRecord, PartitionState, TopicMeta,
-};
-pub use raft::{Committed, CommittedChange, CommittedQueue, QuorumSettings, RaftMetadataLog};
-pub use store::{FileMetadataLog, MetadataLog};
-pub use topics::{NewTopic, TopicError, MAX_PARTITIONS_PER_TOPIC};
+pub(crate) use image::{ImageError, MetadataDelta, MetadataImage, MetadataRecord, TopicMeta};
+pub(crate) use raft::{Committed, CommittedChange, QuorumSettings, RaftMetadataLog};
+pub(crate) use store::{FileMetadataLog, MetadataLog};
+pub(crate) use topics::{NewTopic, TopicError};
 
 use store::{io_err, write_atomic};
 
 /// The longest legal topic name (Kafka's `Topic.MAX_NAME_LENGTH`).
-pub const TOPIC_NAME_MAX_LENGTH: usize = 249;
+pub(crate) const TOPIC_NAME_MAX_LENGTH: usize = 249;
 
 /// Why a topic name is refused (Kafka: INVALID_TOPIC_EXCEPTION, code 17; a `.`/`_`
 /// collision is also code 17 in Kafka's CreateTopics, with its own message).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TopicNameError {
+pub(crate) enum TopicNameError {
     /// Empty, `.` or `..`.
     #[error("topic name is illegal, it can't be empty, '.' or '..'")]
     Empty,
@@ -56,15 +54,12 @@ pub enum TopicNameError {
     /// A character outside `[a-zA-Z0-9._-]`.
     #[error("topic name `{0}` is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'")]
     IllegalCharacter(String),
-    /// Collides with an existing topic once `.` and `_` are treated alike.
-    #[error("topic `{0}` collides with existing topic `{1}` ('.' and '_' are treated alike)")]
-    Collision(String, String),
 }
 
 /// Checks a topic name as Kafka's `Topic.validate` does.
 ///
 /// Errors: [`TopicNameError`] (Kafka INVALID_TOPIC_EXCEPTION, 17).
-pub fn validate_topic_name(name: &str) -> Result<(), TopicNameError> {
+pub(crate) fn validate_topic_name(name: &str) -> Result<(), TopicNameError> {
     if name.is_empty() || name == "." || name == ".." {
         return Err(TopicNameError::Empty);
     }
@@ -85,7 +80,7 @@ pub fn validate_topic_name(name: &str) -> Result<(), TopicNameError> {
 /// `__connect_state`: only the broker writes them (a client's produce would bypass the
 /// runtime's in-memory state), so they are refused to Produce and DeleteTopics like `__consumer_offsets`. Kafka
 /// itself treats Connect's topics as ordinary topics because its workers are clients.
-pub fn is_internal_topic(name: &str) -> bool {
+pub(crate) fn is_internal_topic(name: &str) -> bool {
     matches!(
         name,
         "__consumer_offsets"
@@ -730,7 +725,7 @@ mod tests {
         let t = m.topic("a.b").unwrap();
         assert_eq!((t.partitions, &t.configs), (5, &configs));
         let p = m.image().partition("a.b", 4).cloned().unwrap();
-        assert_eq!(p, PartitionState::single_node(1));
+        assert_eq!(p, image::PartitionState::single_node(1));
         m.delete_topic(t.id).unwrap();
         assert_eq!(
             m.delete_topic(t.id).unwrap_err().error,
@@ -894,7 +889,7 @@ mod tests {
             (spec("bad/name", 1), ResponseError::InvalidTopicException),
             (spec("c", 0), ResponseError::InvalidPartitions),
             (
-                spec("c", MAX_PARTITIONS_PER_TOPIC + 1),
+                spec("c", topics::MAX_PARTITIONS_PER_TOPIC + 1),
                 ResponseError::InvalidPartitions,
             ),
             (

@@ -85,7 +85,7 @@ struct TopicFile {
 /// replay ([`PartitionState::single_node`]); a record with any other partition state is
 /// refused ([`MetadataError::Unsupported`]).
 #[derive(Debug)]
-pub struct FileMetadataLog {
+pub(crate) struct FileMetadataLog {
     dir: PathBuf,
     node_id: i32,
     /// The topics as stored, by id: a record names a topic by id, the file by name.
@@ -119,7 +119,7 @@ impl FileMetadataLog {
     /// `node_id`.
     ///
     /// Errors: [`MetadataError::Io`] when the directory cannot be created.
-    pub fn open(dir: &Path, node_id: i32) -> Result<FileMetadataLog, MetadataError> {
+    pub(crate) fn open(dir: &Path, node_id: i32) -> Result<FileMetadataLog, MetadataError> {
         let topics_dir = dir.join("topics");
         std::fs::create_dir_all(&topics_dir).map_err(io_err(&topics_dir))?;
         Ok(FileMetadataLog {

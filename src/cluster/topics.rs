@@ -25,7 +25,7 @@ use crate::config::{check_value, topic_key};
 
 /// Most partitions one topic may have (a limit on everything; Kafka has none, but each
 /// partition here is a directory and open files).
-pub const MAX_PARTITIONS_PER_TOPIC: i32 = 10_000;
+pub(crate) const MAX_PARTITIONS_PER_TOPIC: i32 = 10_000;
 
 /// A refused topic operation: the Kafka error and a message for `error_message`.
 #[derive(Debug, Clone, PartialEq)]

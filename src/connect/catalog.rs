@@ -20,7 +20,7 @@ use super::config::{ConnectorConfig, ConnectorKind, BUILT_INS};
 
 /// A key's type, Kafka's `ConfigDef.Type` names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyType {
+pub(crate) enum KeyType {
     /// `STRING`.
     String,
     /// `INT`.
@@ -35,7 +35,7 @@ pub enum KeyType {
 
 impl KeyType {
     /// Kafka's spelling.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             KeyType::String => "STRING",
             KeyType::Int => "INT",
@@ -48,7 +48,7 @@ impl KeyType {
 
 /// One key's definition (Kafka Connect's `ConfigKeyInfo`).
 #[derive(Debug, Clone, Copy)]
-pub struct KeyDef {
+pub(crate) struct KeyDef {
     /// The key, Kafka Connect's name.
     pub name: &'static str,
     /// Its type.
@@ -89,7 +89,7 @@ use KeyType::{Class, Int, List, Long, String as Str};
 
 /// Keys every connector takes (Kafka Connect's `ConnectorConfig`, `SourceConnectorConfig`
 /// and `SinkConnectorConfig`); `topics` is listed for sinks only, `topic` for sources.
-pub const COMMON_KEYS: &[KeyDef] = &[
+pub(crate) const COMMON_KEYS: &[KeyDef] = &[
     key("name", Str, true, None, "HIGH", "Common", "Globally unique name to use for this connector."),
     key("connector.class", Class, true, None, "HIGH", "Common", "The connector: a built-in name (see GET /connector-plugins) or the path of a .wasm component."),
     key("tasks.max", Int, false, Some("1"), "HIGH", "Common", "Maximum number of tasks to use for this connector (weir runs one)."),
@@ -103,7 +103,7 @@ pub const COMMON_KEYS: &[KeyDef] = &[
 ];
 
 /// Keys of source connectors.
-pub const SOURCE_KEYS: &[KeyDef] = &[
+pub(crate) const SOURCE_KEYS: &[KeyDef] = &[
     key(
         "topic",
         Str,
@@ -125,7 +125,7 @@ pub const SOURCE_KEYS: &[KeyDef] = &[
 ];
 
 /// Keys of sink connectors.
-pub const SINK_KEYS: &[KeyDef] = &[
+pub(crate) const SINK_KEYS: &[KeyDef] = &[
     key(
         "topics",
         List,
@@ -156,7 +156,7 @@ pub const SINK_KEYS: &[KeyDef] = &[
 ];
 
 /// Keys of each built-in class, beyond the common, source and sink ones.
-pub const CLASS_KEYS: &[(&str, &[KeyDef])] = &[
+pub(crate) const CLASS_KEYS: &[(&str, &[KeyDef])] = &[
     (
         "file-source",
         &[
@@ -227,10 +227,10 @@ pub const CLASS_KEYS: &[(&str, &[KeyDef])] = &[
 ];
 
 /// Version reported for the built-ins (they ship with the broker).
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Every key `class` takes, common ones first; `None` for an unknown class.
-pub fn keys_of(class: &str) -> Option<Vec<KeyDef>> {
+pub(crate) fn keys_of(class: &str) -> Option<Vec<KeyDef>> {
     let kind = BUILT_INS
         .iter()
         .find(|(n, _)| *n == class)
@@ -247,7 +247,7 @@ pub fn keys_of(class: &str) -> Option<Vec<KeyDef>> {
 }
 
 /// `GET /connector-plugins`: `[{"class", "type", "version"}]` for every built-in.
-pub fn plugins_json() -> Value {
+pub(crate) fn plugins_json() -> Value {
     Value::Array(
         BUILT_INS
             .iter()
@@ -263,7 +263,7 @@ pub fn plugins_json() -> Value {
 }
 
 /// `source` or `sink`, Kafka Connect's spelling.
-pub fn kind_name(kind: ConnectorKind) -> &'static str {
+pub(crate) fn kind_name(kind: ConnectorKind) -> &'static str {
     match kind {
         ConnectorKind::Source => "source",
         ConnectorKind::Sink => "sink",
@@ -283,7 +283,7 @@ fn missing(key: &str) -> String {
 /// Errors are per key: a required key missing, and the error
 /// [`ConnectorConfig::from_map`] reports (on the key it names, or on `connector.class`
 /// when it names none).
-pub fn validate(class: &str, props: &BTreeMap<String, String>) -> Option<Value> {
+pub(crate) fn validate(class: &str, props: &BTreeMap<String, String>) -> Option<Value> {
     let defs = keys_of(class)?;
     // Kafka Connect's ConnectorPluginsResource sets `connector.class` from the path.
     let mut props = props.clone();

@@ -1,5 +1,5 @@
 //! Connector configs, Kafka Connect's keys: from a TOML file per connector
-//! ([`ConnectorConfig::parse`], a thin front) or a REST body
+//! ([`file_properties`], a thin front) or a REST body
 //! ([`ConnectorConfig::properties_from_json`]), both checked by
 //! [`ConnectorConfig::from_map`] over the same string map.
 //!
@@ -41,7 +41,7 @@ use std::path::{Path, PathBuf};
 
 /// Which way a connector moves records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConnectorKind {
+pub(crate) enum ConnectorKind {
     /// Into topics (world `source-connector`).
     Source,
     /// Out of topics (world `sink-connector`).
@@ -50,7 +50,7 @@ pub enum ConnectorKind {
 
 /// Where the component comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ConnectorClass {
+pub(crate) enum ConnectorClass {
     /// A connector shipped in `connectors/` (`file-source`, `file-sink`).
     BuiltIn(&'static str),
     /// A component file named by path.
@@ -58,7 +58,7 @@ pub enum ConnectorClass {
 }
 
 /// The built-in connectors: `connector.class` name and direction.
-pub const BUILT_INS: &[(&str, ConnectorKind)] = &[
+pub(crate) const BUILT_INS: &[(&str, ConnectorKind)] = &[
     ("file-source", ConnectorKind::Source),
     ("file-sink", ConnectorKind::Sink),
     ("sqlite-cdc", ConnectorKind::Source),
@@ -69,7 +69,7 @@ pub const BUILT_INS: &[(&str, ConnectorKind)] = &[
 
 /// The keys a built-in connector cannot run without (checked at load, each refusal
 /// naming its key).
-pub fn required_keys(built_in: &str) -> &'static [&'static str] {
+pub(crate) fn required_keys(built_in: &str) -> &'static [&'static str] {
     match built_in {
         "file-source" | "file-sink" => &["file"],
         "sqlite-cdc" => &["database", "tables", "topic.prefix"],
@@ -81,7 +81,7 @@ pub fn required_keys(built_in: &str) -> &'static [&'static str] {
 
 /// `errors.tolerance`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorTolerance {
+pub(crate) enum ErrorTolerance {
     /// A failed record fails the task (Kafka Connect's default).
     None,
     /// A failed record is skipped: a sink sends it to `errors.deadletterqueue.topic.name`
@@ -95,7 +95,7 @@ pub enum ErrorTolerance {
 /// back-references (refused as a config error). Internal topics (`__` prefix) never
 /// match, as the Java consumer excludes them by default (`exclude.internal.topics`).
 #[derive(Debug, Clone)]
-pub struct TopicsRegex {
+pub(crate) struct TopicsRegex {
     pattern: String,
     anchored: regex::Regex,
 }
@@ -104,7 +104,7 @@ impl TopicsRegex {
     /// Compiles `pattern`, anchored at both ends.
     ///
     /// Errors: the `regex` crate's message for a pattern it cannot compile.
-    pub fn new(pattern: &str) -> Result<TopicsRegex, String> {
+    pub(crate) fn new(pattern: &str) -> Result<TopicsRegex, String> {
         let anchored = regex::RegexBuilder::new(&format!("^(?:{pattern})$"))
             .size_limit(1 << 20)
             .build()
@@ -115,13 +115,8 @@ impl TopicsRegex {
         })
     }
 
-    /// The pattern as given.
-    pub fn as_str(&self) -> &str {
-        &self.pattern
-    }
-
     /// Whether the sink consumes `topic`: the whole name matches and it is not internal.
-    pub fn matches(&self, topic: &str) -> bool {
+    pub(crate) fn matches(&self, topic: &str) -> bool {
         !topic.starts_with("__") && self.anchored.is_match(topic)
     }
 }
@@ -135,7 +130,7 @@ impl PartialEq for TopicsRegex {
 
 /// One connector's config, checked.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ConnectorConfig {
+pub(crate) struct ConnectorConfig {
     /// `name`.
     pub name: String,
     /// `connector.class`.
@@ -189,7 +184,7 @@ pub struct ConnectorConfig {
 /// Why a connector config was refused: the file, the key when one is to blame, the reason.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("connector config {}: {}{message}", path.display(), key.as_ref().map(|k| format!("`{k}`: ")).unwrap_or_default())]
-pub struct ConfigError {
+pub(crate) struct ConfigError {
     /// The file.
     pub path: PathBuf,
     /// The offending key.
@@ -247,7 +242,10 @@ fn flatten(
 /// flattened to dotted keys with string values, unchecked.
 ///
 /// Errors: [`ConfigError`] for bad TOML or an array holding tables.
-pub fn file_properties(path: &Path, text: &str) -> Result<BTreeMap<String, String>, ConfigError> {
+pub(crate) fn file_properties(
+    path: &Path,
+    text: &str,
+) -> Result<BTreeMap<String, String>, ConfigError> {
     let fail = |message: String| ConfigError {
         path: path.to_path_buf(),
         key: None,
@@ -270,7 +268,7 @@ impl ConnectorConfig {
     /// What a connector may open: the directory of its `file` (read-only for a source,
     /// read-write for a sink) and the SQLite file of its `database`, and nothing else. No
     /// `file`: no directory; no `database`: no SQLite file.
-    pub fn file_grants(&self, writable: bool) -> crate::plugin::ConnectorGrants {
+    pub(crate) fn file_grants(&self, writable: bool) -> crate::plugin::ConnectorGrants {
         let dirs = self
             .file
             .as_ref()
@@ -291,26 +289,6 @@ impl ConnectorConfig {
         }
     }
 
-    /// Reads and checks the connector file at `path`.
-    ///
-    /// Errors: [`ConfigError`] for an unreadable file, bad TOML, or a key missing or
-    /// invalid (naming it).
-    pub fn from_file(path: &Path) -> Result<ConnectorConfig, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            path: path.to_path_buf(),
-            key: None,
-            message: format!("cannot read: {e}"),
-        })?;
-        Self::parse(path, &text)
-    }
-
-    /// Parses connector TOML `text` (read from `path`, which names it in errors).
-    ///
-    /// Errors: as [`ConnectorConfig::from_file`].
-    pub fn parse(path: &Path, text: &str) -> Result<ConnectorConfig, ConfigError> {
-        Self::from_map(path, file_properties(path, text)?)
-    }
-
     /// Reads a JSON object of connector properties (a REST body's `config`): string
     /// values as they are, numbers and booleans as text (Kafka Connect's REST API takes
     /// `Map<String, String>` and Jackson coerces scalars the same way); `origin` names
@@ -318,7 +296,7 @@ impl ConnectorConfig {
     ///
     /// Errors: [`ConfigError`] when `value` is not an object or holds an array, object
     /// or null.
-    pub fn properties_from_json(
+    pub(crate) fn properties_from_json(
         origin: &Path,
         value: &serde_json::Value,
     ) -> Result<BTreeMap<String, String>, ConfigError> {
@@ -354,7 +332,7 @@ impl ConnectorConfig {
     /// `__connect_configs`); `origin` (the file, or `REST`) names the source in errors.
     ///
     /// Errors: [`ConfigError`] for a key missing or invalid (naming it).
-    pub fn from_map(
+    pub(crate) fn from_map(
         origin: &Path,
         mut keys: BTreeMap<String, String>,
     ) -> Result<ConnectorConfig, ConfigError> {
@@ -546,7 +524,7 @@ impl ConnectorConfig {
 
     /// The component file: a built-in's `<plugin_path>/<name with _>.wasm`, or the path
     /// given.
-    pub fn component_path(&self, plugin_path: &Path) -> PathBuf {
+    pub(crate) fn component_path(&self, plugin_path: &Path) -> PathBuf {
         match &self.class {
             ConnectorClass::BuiltIn(n) => plugin_path.join(format!("{}.wasm", n.replace('-', "_"))),
             ConnectorClass::Path(p) => p.clone(),
@@ -559,7 +537,8 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<ConnectorConfig, ConfigError> {
-        ConnectorConfig::parse(Path::new("c.toml"), text)
+        let path = Path::new("c.toml");
+        ConnectorConfig::from_map(path, file_properties(path, text)?)
     }
 
     #[test]

@@ -22,11 +22,11 @@ use super::store::InternalTopic;
 use super::TargetState;
 
 /// Connector configs topic.
-pub const CONFIGS_TOPIC: &str = "__connect_configs";
+pub(crate) const CONFIGS_TOPIC: &str = "__connect_configs";
 
 /// What `__connect_configs` says after replay.
 #[derive(Debug, Default)]
-pub struct Replayed {
+pub(crate) struct Replayed {
     /// REST-created connectors by name: their properties.
     pub connectors: BTreeMap<String, BTreeMap<String, String>>,
     /// Target states by connector name.
@@ -37,7 +37,7 @@ pub struct Replayed {
 /// records) are skipped.
 ///
 /// Errors: the topic cannot be read, as a message.
-pub fn replay(topic: &InternalTopic) -> Result<Replayed, String> {
+pub(crate) fn replay(topic: &InternalTopic) -> Result<Replayed, String> {
     let mut out = Replayed::default();
     for record in topic.replay().map_err(|e| e.to_string())? {
         let (key, value) = (record.key, record.value);
@@ -81,7 +81,10 @@ pub fn replay(topic: &InternalTopic) -> Result<Replayed, String> {
 }
 
 /// The record storing a REST-created connector's properties.
-pub fn connector_record(name: &str, props: &BTreeMap<String, String>) -> (Bytes, Option<Bytes>) {
+pub(crate) fn connector_record(
+    name: &str,
+    props: &BTreeMap<String, String>,
+) -> (Bytes, Option<Bytes>) {
     (
         Bytes::from(format!("connector-{name}")),
         Some(Bytes::from(json!({ "properties": props }).to_string())),
@@ -89,7 +92,7 @@ pub fn connector_record(name: &str, props: &BTreeMap<String, String>) -> (Bytes,
 }
 
 /// The record storing a connector's target state.
-pub fn target_record(name: &str, state: TargetState) -> (Bytes, Option<Bytes>) {
+pub(crate) fn target_record(name: &str, state: TargetState) -> (Bytes, Option<Bytes>) {
     (
         Bytes::from(format!("target-state-{name}")),
         Some(Bytes::from(json!({ "state": state.name() }).to_string())),
@@ -97,7 +100,7 @@ pub fn target_record(name: &str, state: TargetState) -> (Bytes, Option<Bytes>) {
 }
 
 /// Tombstones forgetting connector `name` (its properties and target state).
-pub fn delete_records(name: &str) -> Vec<(Bytes, Option<Bytes>)> {
+pub(crate) fn delete_records(name: &str) -> Vec<(Bytes, Option<Bytes>)> {
     vec![
         (Bytes::from(format!("connector-{name}")), None),
         (Bytes::from(format!("target-state-{name}")), None),

@@ -31,7 +31,7 @@ use serde_json::{json, Value};
 
 /// One `*.converter` setting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Converter {
+pub(crate) enum Converter {
     /// Bytes pass unchanged (ByteArrayConverter).
     Bytes,
     /// Bytes pass unchanged (StringConverter; weir keeps text as UTF-8 bytes).
@@ -46,7 +46,7 @@ pub enum Converter {
 /// Why a record could not be converted: which side and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{side} converter: {message}")]
-pub struct ConvertError {
+pub(crate) struct ConvertError {
     /// `key` or `value`.
     pub side: &'static str,
     /// What is wrong.
@@ -59,7 +59,7 @@ impl Converter {
     ///
     /// Errors: an unknown converter or a `schemas.enable` other than true/false, as
     /// (key, message).
-    pub fn from_keys(
+    pub(crate) fn from_keys(
         keys: &BTreeMap<String, String>,
         side: &str,
     ) -> Result<Converter, (String, String)> {
@@ -87,7 +87,7 @@ impl Converter {
 
     /// Kafka Connect's class of this converter (the dead-letter header
     /// `__connect.errors.class.name` of a record it failed).
-    pub fn class_name(self) -> &'static str {
+    pub(crate) fn class_name(self) -> &'static str {
         match self {
             Converter::Bytes => "org.apache.kafka.connect.converters.ByteArrayConverter",
             Converter::String => "org.apache.kafka.connect.storage.StringConverter",
@@ -96,12 +96,12 @@ impl Converter {
     }
 
     /// True when data passes unchanged both ways (`bytes`, `string`).
-    pub fn passes_through(self) -> bool {
+    pub(crate) fn passes_through(self) -> bool {
         matches!(self, Converter::Bytes | Converter::String)
     }
 
     /// Source direction: what the connector's `data` becomes in the topic.
-    pub fn to_topic(self, data: Option<Bytes>) -> Option<Bytes> {
+    pub(crate) fn to_topic(self, data: Option<Bytes>) -> Option<Bytes> {
         let data = data?;
         match self {
             Converter::Bytes | Converter::String => Some(data),
@@ -126,7 +126,7 @@ impl Converter {
     /// Sink direction: what the connector gets for the topic's `data`.
     ///
     /// Errors: [`ConvertError`] (with `side`) for data a JSON converter cannot read.
-    pub fn from_topic(
+    pub(crate) fn to_connector(
         self,
         side: &'static str,
         data: Option<Bytes>,
@@ -241,7 +241,7 @@ mod tests {
             json!({"schema": {"type": "string", "optional": false}, "payload": "hello ✓"})
         );
         assert_eq!(
-            c.from_topic("value", Some(line)).unwrap().unwrap(),
+            c.to_connector("value", Some(line)).unwrap().unwrap(),
             Bytes::from("hello ✓")
         );
         let obj = c
@@ -257,12 +257,12 @@ mod tests {
         );
         assert_eq!(v["schema"]["fields"][3]["type"], "double");
         assert_eq!(
-            serde_json::from_slice::<Value>(&c.from_topic("value", Some(obj)).unwrap().unwrap())
+            serde_json::from_slice::<Value>(&c.to_connector("value", Some(obj)).unwrap().unwrap())
                 .unwrap(),
             json!({"id": 1, "name": "a", "ok": true, "x": 1.5})
         );
         assert_eq!(c.to_topic(None), None);
-        assert_eq!(c.from_topic("value", None).unwrap(), None);
+        assert_eq!(c.to_connector("value", None).unwrap(), None);
     }
 
     #[test]
@@ -277,17 +277,17 @@ mod tests {
             Bytes::from("[1,2]")
         );
         assert_eq!(
-            c.from_topic("value", Some(Bytes::from("\"plain\"")))
+            c.to_connector("value", Some(Bytes::from("\"plain\"")))
                 .unwrap()
                 .unwrap(),
             Bytes::from("plain")
         );
         let e = c
-            .from_topic("value", Some(Bytes::from("not json")))
+            .to_connector("value", Some(Bytes::from("not json")))
             .unwrap_err();
         assert_eq!(e.side, "value");
         let e = Converter::Json { schemas: true }
-            .from_topic("key", Some(Bytes::from(r#"{"a":1}"#)))
+            .to_connector("key", Some(Bytes::from(r#"{"a":1}"#)))
             .unwrap_err();
         assert!(e.message.contains("schema"), "{e}");
         assert_eq!(

@@ -39,14 +39,14 @@
 //! Not yet: a dead-letter topic for sources (sinks have one: [`sink`]), more than one
 //! task per connector.
 
-pub mod catalog;
-pub mod config;
-pub mod configs;
-pub mod convert;
+pub(crate) mod catalog;
+pub(crate) mod config;
+pub(crate) mod configs;
+pub(crate) mod convert;
 mod sink;
-pub mod smt;
+pub(crate) mod smt;
 mod source;
-pub mod store;
+pub(crate) mod store;
 mod watch;
 
 use std::collections::BTreeMap;
@@ -69,7 +69,7 @@ use store::{
     ConnectorStates, InternalTopic, SourceOffsets, OFFSETS_TOPIC, STATE_TOPIC, STATUS_TOPIC,
 };
 
-pub use sink::group_id;
+pub(crate) use sink::group_id;
 
 /// First wait before restarting a failed task.
 const FIRST_BACKOFF_MS: u64 = 100;
@@ -83,7 +83,7 @@ const STOPPING_WAIT_MS: u64 = 30_000;
 
 /// The state of a connector's task, Kafka Connect's names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TaskState {
+pub(crate) enum TaskState {
     /// Configured, not started yet (or waiting to be restarted after a failure).
     Unassigned,
     /// Running.
@@ -101,7 +101,7 @@ pub enum TaskState {
 
 impl TaskState {
     /// Every state, in declaration order (`/metrics` lists each for every connector).
-    pub const ALL: [TaskState; 6] = [
+    pub(crate) const ALL: [TaskState; 6] = [
         TaskState::Unassigned,
         TaskState::Running,
         TaskState::Paused,
@@ -111,7 +111,7 @@ impl TaskState {
     ];
 
     /// Kafka Connect's spelling (`RUNNING`, ...).
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             TaskState::Unassigned => "UNASSIGNED",
             TaskState::Running => "RUNNING",
@@ -125,7 +125,7 @@ impl TaskState {
     /// The connector's state given its one task's: weir's connector is its task (there
     /// is no separate `Connector` instance), so a FAILED task is a FAILED connector, and
     /// a task waiting to be (re)started belongs to a RUNNING connector.
-    pub fn connector_state(self) -> TaskState {
+    pub(crate) fn connector_state(self) -> TaskState {
         match self {
             TaskState::Unassigned => TaskState::Running,
             other => other,
@@ -135,7 +135,7 @@ impl TaskState {
 
 /// What the user asked a connector to be (Kafka Connect's `TargetState`, KIP-875).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TargetState {
+pub(crate) enum TargetState {
     /// Running (the default).
     Started,
     /// Paused.
@@ -146,7 +146,7 @@ pub enum TargetState {
 
 impl TargetState {
     /// Kafka Connect's spelling in `__connect_configs`.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             TargetState::Started => "STARTED",
             TargetState::Paused => "PAUSED",
@@ -155,7 +155,7 @@ impl TargetState {
     }
 
     /// The state named `s`, if any.
-    pub fn parse(s: &str) -> Option<TargetState> {
+    pub(crate) fn parse(s: &str) -> Option<TargetState> {
         match s {
             "STARTED" => Some(TargetState::Started),
             "PAUSED" => Some(TargetState::Paused),
@@ -167,7 +167,7 @@ impl TargetState {
 
 /// Where a connector's config comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Origin {
+pub(crate) enum Origin {
     /// A TOML file in `connect.config.dir` (the file is its store; REST may not change
     /// or delete it).
     File(PathBuf),
@@ -177,7 +177,7 @@ pub enum Origin {
 
 impl Origin {
     /// The path used in config errors: the file, or `REST`.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         match self {
             Origin::File(p) => p,
             Origin::Rest => Path::new("REST"),
@@ -187,7 +187,7 @@ impl Origin {
 
 /// What the runtime knows about one connector.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConnectorStatus {
+pub(crate) struct ConnectorStatus {
     /// State of its (one) task.
     pub state: TaskState,
     /// The last error, if any.
@@ -198,7 +198,7 @@ pub struct ConnectorStatus {
 
 /// Where the runtime finds its connectors, and the name it writes its status under.
 #[derive(Debug, Clone)]
-pub struct ConnectSettings {
+pub(crate) struct ConnectSettings {
     /// `connect.config.dir` (`None`: REST-created connectors only).
     pub config_dir: Option<PathBuf>,
     /// `connect.plugin.path`.
@@ -213,7 +213,7 @@ pub struct ConnectSettings {
 /// sink progress is a consumer group's committed offsets. Source records go through
 /// `ingest`, given separately. Cheap to clone (three `Arc`s).
 #[derive(Debug, Clone)]
-pub struct Owners {
+pub(crate) struct Owners {
     /// Cluster metadata: internal topics and sink input topics.
     pub metadata: Arc<Metadata>,
     /// Hosted partitions: internal topics' logs and sink input.
@@ -224,7 +224,7 @@ pub struct Owners {
 
 /// A control-plane request refused, with Kafka Connect's HTTP status.
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum ConnectError {
+pub(crate) enum ConnectError {
     /// 400: a bad config or request.
     #[error("{0}")]
     Invalid(String),
@@ -384,7 +384,7 @@ struct Inner {
 /// The connectors of this broker: their status and the control plane the REST API
 /// drives. Cheap to clone.
 #[derive(Clone)]
-pub struct ConnectRuntime {
+pub(crate) struct ConnectRuntime {
     inner: Arc<Inner>,
 }
 
@@ -398,7 +398,7 @@ impl std::fmt::Debug for ConnectRuntime {
 
 /// What a restart request restarted (Kafka Connect's `RestartRequest` outcome).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Restarted {
+pub(crate) struct Restarted {
     /// The connector was restarted.
     pub connector: bool,
     /// Its task was restarted.
@@ -417,7 +417,7 @@ impl ConnectRuntime {
     ///
     /// Errors: `__connect_offsets`, `__connect_state` or `__connect_configs` cannot be
     /// read.
-    pub async fn start(
+    pub(crate) async fn start(
         settings: ConnectSettings,
         ctx: Owners,
         ingest: Arc<Ingest>,
@@ -547,7 +547,7 @@ impl ConnectRuntime {
     }
 
     /// Every connector by name, with its state.
-    pub fn statuses(&self) -> BTreeMap<String, ConnectorStatus> {
+    pub(crate) fn statuses(&self) -> BTreeMap<String, ConnectorStatus> {
         self.inner
             .deps
             .statuses
@@ -744,7 +744,7 @@ impl ConnectRuntime {
     ///
     /// Errors: [`ConnectError::Conflict`] when the name exists, `Invalid` for a refused
     /// config, `Store` when `__connect_configs` cannot be written.
-    pub async fn create(
+    pub(crate) async fn create(
         &self,
         name: &str,
         props: BTreeMap<String, String>,
@@ -766,7 +766,7 @@ impl ConnectRuntime {
     /// `name`; an update restarts its task with the new config.
     ///
     /// Errors: `Conflict` for a file-defined connector, `Invalid`, `Store`.
-    pub async fn put_config(
+    pub(crate) async fn put_config(
         &self,
         name: &str,
         props: BTreeMap<String, String>,
@@ -802,7 +802,7 @@ impl ConnectRuntime {
     /// offsets stay, as in Kafka Connect).
     ///
     /// Errors: `NotFound`, `Conflict` for a file-defined connector, `Store`.
-    pub async fn delete(&self, name: &str) -> Result<(), ConnectError> {
+    pub(crate) async fn delete(&self, name: &str) -> Result<(), ConnectError> {
         let mut entries = self.inner.entries.lock().await;
         let e = entries.get(name).ok_or_else(|| not_found(name))?;
         Self::refuse_file(name, &e.origin)?;
@@ -816,7 +816,11 @@ impl ConnectRuntime {
     /// state (also for file-defined connectors: it is runtime state, not config).
     ///
     /// Errors: `NotFound`, `Store`.
-    pub async fn set_target(&self, name: &str, target: TargetState) -> Result<(), ConnectError> {
+    pub(crate) async fn set_target(
+        &self,
+        name: &str,
+        target: TargetState,
+    ) -> Result<(), ConnectError> {
         let mut entries = self.inner.entries.lock().await;
         let e = entries.get_mut(name).ok_or_else(|| not_found(name))?;
         if e.target == target {
@@ -843,7 +847,7 @@ impl ConnectRuntime {
     /// RESTARTING until it runs again.
     ///
     /// Errors: `NotFound`.
-    pub async fn restart(
+    pub(crate) async fn restart(
         &self,
         name: &str,
         include_tasks: bool,
@@ -885,7 +889,7 @@ impl ConnectRuntime {
     /// `POST /connectors/{name}/tasks/{task}/restart`: restarts task 0 (the only one).
     ///
     /// Errors: `NotFound` for another task id or an unknown connector.
-    pub async fn restart_task(&self, name: &str, task: u32) -> Result<(), ConnectError> {
+    pub(crate) async fn restart_task(&self, name: &str, task: u32) -> Result<(), ConnectError> {
         if task != 0 {
             let entries = self.inner.entries.lock().await;
             if !entries.contains_key(name) {
@@ -899,7 +903,7 @@ impl ConnectRuntime {
     }
 
     /// Connector names, sorted.
-    pub async fn names(&self) -> Vec<String> {
+    pub(crate) async fn names(&self) -> Vec<String> {
         self.inner.entries.lock().await.keys().cloned().collect()
     }
 
@@ -923,7 +927,7 @@ impl ConnectRuntime {
     /// `GET /connectors/{name}`: `{name, config, tasks: [{connector, task}], type}`.
     ///
     /// Errors: `NotFound`.
-    pub async fn info(&self, name: &str) -> Result<Value, ConnectError> {
+    pub(crate) async fn info(&self, name: &str) -> Result<Value, ConnectError> {
         let entries = self.inner.entries.lock().await;
         if !entries.contains_key(name) {
             return Err(not_found(name));
@@ -934,7 +938,10 @@ impl ConnectRuntime {
     /// `GET /connectors/{name}/config`: the properties as given.
     ///
     /// Errors: `NotFound`.
-    pub async fn config(&self, name: &str) -> Result<BTreeMap<String, String>, ConnectError> {
+    pub(crate) async fn config(
+        &self,
+        name: &str,
+    ) -> Result<BTreeMap<String, String>, ConnectError> {
         let entries = self.inner.entries.lock().await;
         entries
             .get(name)
@@ -945,7 +952,7 @@ impl ConnectRuntime {
     /// `GET /connectors/{name}/tasks`: `[{"id": {connector, task}, "config": {...}}]`.
     ///
     /// Errors: `NotFound`.
-    pub async fn tasks(&self, name: &str) -> Result<Value, ConnectError> {
+    pub(crate) async fn tasks(&self, name: &str) -> Result<Value, ConnectError> {
         let entries = self.inner.entries.lock().await;
         let e = entries.get(name).ok_or_else(|| not_found(name))?;
         if e.target == TargetState::Stopped || e.kind.is_none() {
@@ -1013,7 +1020,7 @@ impl ConnectRuntime {
     /// `restarted`, what a restart restarted shows as RESTARTING.
     ///
     /// Errors: `NotFound`.
-    pub async fn status(
+    pub(crate) async fn status(
         &self,
         name: &str,
         restarted: Option<Restarted>,
@@ -1027,7 +1034,7 @@ impl ConnectRuntime {
     ///
     /// Errors: `NotFound` (unknown connector, or a task other than 0, or a stopped
     /// connector, which has no task).
-    pub async fn task_status(&self, name: &str, task: u32) -> Result<Value, ConnectError> {
+    pub(crate) async fn task_status(&self, name: &str, task: u32) -> Result<Value, ConnectError> {
         let status = self.status(name, None).await?;
         status["tasks"]
             .as_array()
@@ -1038,7 +1045,7 @@ impl ConnectRuntime {
 
     /// `GET /connectors?expand=...`: `{name: {"status": ..., "info": ...}}` with the
     /// parts asked.
-    pub async fn expanded(&self, status: bool, info: bool) -> Value {
+    pub(crate) async fn expanded(&self, status: bool, info: bool) -> Value {
         let entries = self.inner.entries.lock().await;
         let mut out = serde_json::Map::new();
         for name in entries.keys() {
@@ -1062,7 +1069,7 @@ impl ConnectRuntime {
     /// `{"partition": {"kafka_topic", "kafka_partition"}, "offset": {"kafka_offset"}}`.
     ///
     /// Errors: `NotFound`.
-    pub async fn offsets(&self, name: &str) -> Result<Value, ConnectError> {
+    pub(crate) async fn offsets(&self, name: &str) -> Result<Value, ConnectError> {
         let kind = {
             let entries = self.inner.entries.lock().await;
             entries.get(name).ok_or_else(|| not_found(name))?.kind
@@ -1143,7 +1150,7 @@ impl ConnectRuntime {
     /// it starts from the beginning when resumed.
     ///
     /// Errors: as [`ConnectRuntime::stopped_kind`], or `Store`.
-    pub async fn reset_offsets(&self, name: &str) -> Result<Value, ConnectError> {
+    pub(crate) async fn reset_offsets(&self, name: &str) -> Result<Value, ConnectError> {
         let kind = self.stopped_kind(name).await?;
         let deps = &self.inner.deps;
         match kind {
@@ -1182,7 +1189,11 @@ impl ConnectRuntime {
     ///
     /// Errors: as [`ConnectRuntime::stopped_kind`]; `Invalid` for a malformed body;
     /// `Store`.
-    pub async fn alter_offsets(&self, name: &str, body: &Value) -> Result<Value, ConnectError> {
+    pub(crate) async fn alter_offsets(
+        &self,
+        name: &str,
+        body: &Value,
+    ) -> Result<Value, ConnectError> {
         let list = body
             .get("offsets")
             .and_then(Value::as_array)

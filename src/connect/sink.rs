@@ -31,10 +31,10 @@ const TOPIC_WAIT_MS: u64 = 500;
 
 /// How often a `topics.regex` sink looks for a change in its matching partitions (the
 /// Java consumer's `metadata.max.age.ms` is 5 minutes; a broker-local look is cheap).
-pub const REGEX_RESCAN_MS: u64 = 3_000;
+pub(super) const REGEX_RESCAN_MS: u64 = 3_000;
 
 /// The consumer group holding a sink's progress.
-pub fn group_id(connector: &str) -> String {
+pub(crate) fn group_id(connector: &str) -> String {
     format!("connect-{connector}")
 }
 
@@ -448,10 +448,10 @@ async fn prepare(
     let mut originals = Vec::with_capacity(batch.len());
     let mut converted = Vec::with_capacity(batch.len());
     for r in batch {
-        let key = c.key_converter.from_topic("key", r.record.key.clone());
+        let key = c.key_converter.to_connector("key", r.record.key.clone());
         let value = c
             .value_converter
-            .from_topic("value", r.record.value.clone());
+            .to_connector("value", r.record.value.clone());
         match key.and_then(|k| value.map(|v| (k, v))) {
             Ok((key, value)) => {
                 let mut out = r.clone();

@@ -35,7 +35,7 @@ use crate::plugin::{BatchContext, PluginError, PluginHost, Record, Transform};
 
 /// One step of the chain, as configured.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SmtSpec {
+pub(crate) struct SmtSpec {
     /// The alias in `transforms`.
     pub alias: String,
     /// `transforms.<alias>.type`, absolute.
@@ -48,7 +48,9 @@ pub struct SmtSpec {
 ///
 /// Errors: an alias without `transforms.<alias>.type`, an alias listed twice, a path
 /// that cannot be made absolute, as (key, message).
-pub fn specs_from_keys(keys: &BTreeMap<String, String>) -> Result<Vec<SmtSpec>, (String, String)> {
+pub(crate) fn specs_from_keys(
+    keys: &BTreeMap<String, String>,
+) -> Result<Vec<SmtSpec>, (String, String)> {
     let Some(list) = keys.get("transforms") else {
         return Ok(Vec::new());
     };
@@ -96,10 +98,10 @@ pub fn specs_from_keys(keys: &BTreeMap<String, String>) -> Result<Vec<SmtSpec>, 
 
 /// A record in the chain: the index of the connector record it came from, its topic,
 /// the record.
-pub type ChainRecord = (usize, String, Record);
+pub(crate) type ChainRecord = (usize, String, Record);
 
 /// The loaded chain of one task attempt.
-pub struct Chain {
+pub(crate) struct Chain {
     steps: Vec<(String, Transform)>,
 }
 
@@ -108,7 +110,10 @@ impl Chain {
     ///
     /// Errors: the [`PluginError`] of the first step that does not load, with its alias
     /// in the message.
-    pub async fn load(plugins: &PluginHost, specs: &[SmtSpec]) -> Result<Chain, PluginError> {
+    pub(crate) async fn load(
+        plugins: &PluginHost,
+        specs: &[SmtSpec],
+    ) -> Result<Chain, PluginError> {
         let mut steps = Vec::with_capacity(specs.len());
         for s in specs {
             let t = plugins
@@ -125,7 +130,7 @@ impl Chain {
     }
 
     /// True when there are no steps.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.steps.is_empty()
     }
 
@@ -135,7 +140,7 @@ impl Chain {
     /// reason as (connector record index, message).
     ///
     /// Errors: a step's [`PluginError`] when `skip_failures` is off.
-    pub async fn apply(
+    pub(crate) async fn apply(
         &mut self,
         partition: i32,
         mut records: Vec<ChainRecord>,

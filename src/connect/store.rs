@@ -26,31 +26,31 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 
 use crate::cluster::Metadata;
-pub use crate::internal_topic::InternalTopic;
+pub(crate) use crate::internal_topic::InternalTopic;
 use crate::internal_topic::InternalTopicSpec;
 use crate::plugin::SourcePosition;
 use crate::replica::ReplicaManager;
 
 /// Source offsets topic.
-pub const OFFSETS_TOPIC: &str = "__connect_offsets";
+pub(crate) const OFFSETS_TOPIC: &str = "__connect_offsets";
 /// Connector and task status topic.
-pub const STATUS_TOPIC: &str = "__connect_status";
+pub(crate) const STATUS_TOPIC: &str = "__connect_status";
 /// Connectors' stored state topic.
-pub const STATE_TOPIC: &str = "__connect_state";
+pub(crate) const STATE_TOPIC: &str = "__connect_state";
 
 /// Longest state key, in UTF-8 bytes.
-pub const STATE_MAX_KEY_BYTES: usize = 1024;
+pub(crate) const STATE_MAX_KEY_BYTES: usize = 1024;
 /// Largest state value, in bytes.
-pub const STATE_MAX_VALUE_BYTES: usize = 1 << 20;
+pub(crate) const STATE_MAX_VALUE_BYTES: usize = 1 << 20;
 /// Most state keys one connector may hold.
-pub const STATE_MAX_KEYS: usize = 10_000;
+pub(crate) const STATE_MAX_KEYS: usize = 10_000;
 /// Most bytes (keys and values) one connector's state may hold: the state is kept in
 /// memory, so a plugin must not be able to make the broker hold more than this.
-pub const STATE_MAX_BYTES: usize = 16 << 20;
+pub(crate) const STATE_MAX_BYTES: usize = 16 << 20;
 
 /// The connect runtime's internal topic `name`: compacted, one partition, created on
 /// first use (Kafka Connect's defaults for its own topics, at replication factor 1).
-pub fn connect_topic(
+pub(crate) fn connect_topic(
     name: &'static str,
     metadata: Arc<Metadata>,
     replicas: Arc<ReplicaManager>,
@@ -75,7 +75,7 @@ fn replay_pairs(topic: &InternalTopic) -> Result<Vec<(Bytes, Option<Bytes>)>, St
 }
 
 /// The JSON key of a source partition: `["name", {partition}]`, map keys sorted.
-pub fn offset_key(connector: &str, partition: &[(String, String)]) -> String {
+pub(crate) fn offset_key(connector: &str, partition: &[(String, String)]) -> String {
     let map: serde_json::Map<String, serde_json::Value> = partition
         .iter()
         .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
@@ -105,7 +105,7 @@ fn string_map(v: &serde_json::Value) -> Option<Vec<(String, String)>> {
 /// Source offsets of every connector: replayed from `__connect_offsets` at start, kept
 /// in memory, written through on every commit.
 #[derive(Debug)]
-pub struct SourceOffsets {
+pub(crate) struct SourceOffsets {
     topic: InternalTopic,
     /// connector name → (offset key JSON → position).
     latest: Mutex<BTreeMap<String, BTreeMap<String, SourcePosition>>>,
@@ -116,7 +116,7 @@ impl SourceOffsets {
     /// skipped with a warning (another tool may share the topic).
     ///
     /// Errors: the topic cannot be read, as a message.
-    pub fn load(topic: InternalTopic) -> Result<SourceOffsets, String> {
+    pub(crate) fn load(topic: InternalTopic) -> Result<SourceOffsets, String> {
         let mut latest: BTreeMap<String, BTreeMap<String, SourcePosition>> = BTreeMap::new();
         for (key, value) in replay_pairs(&topic)? {
             let parsed: Option<(String, Vec<(String, String)>)> =
@@ -165,7 +165,7 @@ impl SourceOffsets {
     }
 
     /// The stored positions of `connector` (one per source partition).
-    pub fn positions(&self, connector: &str) -> Vec<SourcePosition> {
+    pub(crate) fn positions(&self, connector: &str) -> Vec<SourcePosition> {
         let latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
         latest
             .get(connector)
@@ -177,7 +177,11 @@ impl SourceOffsets {
     /// remembers them.
     ///
     /// Errors: the append fails, as a message (nothing is remembered).
-    pub fn commit(&self, connector: &str, positions: &[SourcePosition]) -> Result<(), String> {
+    pub(crate) fn commit(
+        &self,
+        connector: &str,
+        positions: &[SourcePosition],
+    ) -> Result<(), String> {
         let records: Vec<(Bytes, Option<Bytes>)> = positions
             .iter()
             .map(|p| {
@@ -205,14 +209,14 @@ impl SourceOffsets {
 
 /// One change of KIP-875's `PATCH /connectors/{name}/offsets`: a source partition and
 /// its new offset (`None`: forget the partition).
-pub type OffsetChange = (Vec<(String, String)>, Option<Vec<(String, String)>>);
+pub(crate) type OffsetChange = (Vec<(String, String)>, Option<Vec<(String, String)>>);
 
 impl SourceOffsets {
     /// KIP-875 `DELETE /connectors/{name}/offsets`: writes a tombstone for every stored
     /// source partition of `connector` and forgets them; returns how many there were.
     ///
     /// Errors: the append fails, as a message (nothing is forgotten).
-    pub fn reset(&self, connector: &str) -> Result<usize, String> {
+    pub(crate) fn reset(&self, connector: &str) -> Result<usize, String> {
         let keys: Vec<String> = {
             let latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
             latest
@@ -234,7 +238,7 @@ impl SourceOffsets {
     /// offset of each given source partition of `connector`.
     ///
     /// Errors: the append fails, as a message (nothing is changed).
-    pub fn alter(&self, connector: &str, changes: &[OffsetChange]) -> Result<(), String> {
+    pub(crate) fn alter(&self, connector: &str, changes: &[OffsetChange]) -> Result<(), String> {
         let records: Vec<(Bytes, Option<Bytes>)> = changes
             .iter()
             .map(|(partition, offset)| {
@@ -274,7 +278,7 @@ impl SourceOffsets {
 }
 
 /// The JSON key of a state entry: `["connector", "key"]`.
-pub fn state_key(connector: &str, key: &str) -> String {
+pub(crate) fn state_key(connector: &str, key: &str) -> String {
     serde_json::Value::Array(vec![
         serde_json::Value::String(connector.to_string()),
         serde_json::Value::String(key.to_string()),
@@ -288,7 +292,7 @@ pub fn state_key(connector: &str, key: &str) -> String {
 /// Kept after a connector is deleted, as its offsets are (a connector created again
 /// under the same name finds it).
 #[derive(Debug)]
-pub struct ConnectorStates {
+pub(crate) struct ConnectorStates {
     topic: InternalTopic,
     /// connector name → key → value. Each append and its map update happen under this
     /// lock, so the log order and the map agree.
@@ -300,7 +304,7 @@ impl ConnectorStates {
     /// skipped with a warning.
     ///
     /// Errors: the topic cannot be read, as a message.
-    pub fn load(topic: InternalTopic) -> Result<ConnectorStates, String> {
+    pub(crate) fn load(topic: InternalTopic) -> Result<ConnectorStates, String> {
         let mut entries: BTreeMap<String, BTreeMap<String, Bytes>> = BTreeMap::new();
         for (key, value) in replay_pairs(&topic)? {
             let parsed = serde_json::from_slice::<(String, String)>(&key).ok();
@@ -414,7 +418,7 @@ impl crate::plugin::StateStore for ConnectorStates {
 
 /// A JSON object's values as strings (strings as they are, other values as JSON text):
 /// the shape the WIT maps carry. `None` for a value that is not an object.
-pub fn json_string_map(v: &serde_json::Value) -> Option<Vec<(String, String)>> {
+pub(crate) fn json_string_map(v: &serde_json::Value) -> Option<Vec<(String, String)>> {
     string_map(v)
 }
 

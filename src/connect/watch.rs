@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use crate::fswatch;
 
 /// A watch on one directory.
-pub struct DirWatch {
+pub(super) struct DirWatch {
     /// Kept alive for the watch to last; `None` when notify could not start.
     _watcher: Option<fswatch::Debounced>,
     /// One slot: a change waiting to be seen (more coalesce into it).
@@ -22,7 +22,7 @@ pub struct DirWatch {
 impl DirWatch {
     /// Watches `dir` (not recursively). A watcher that cannot start is logged: the
     /// directory is then read at start only.
-    pub fn new(dir: &Path) -> DirWatch {
+    pub(super) fn new(dir: &Path) -> DirWatch {
         let (tx, events) = mpsc::channel(1);
         let watcher = fswatch::debounced(move |_paths| {
             // Full means a change is already waiting to be seen: this one joins it.
@@ -47,7 +47,7 @@ impl DirWatch {
     }
 
     /// Waits for a change (already debounced); `false` when no change can come any more.
-    pub async fn changed(&mut self) -> bool {
+    pub(super) async fn changed(&mut self) -> bool {
         self.events.recv().await.is_some()
     }
 }

@@ -18,7 +18,7 @@
 //! All state sits behind one `std` mutex, never held across `.await`; a parked request
 //! waits on its oneshot with the lock released.
 
-pub mod store;
+pub(crate) mod store;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -33,7 +33,7 @@ use tokio::time::Instant;
 use crate::cluster::Metadata;
 use crate::config::GroupSettings;
 use crate::replica::{now_ms, ReplicaManager};
-pub use store::{CommittedOffset, OffsetStore, StoreRecord, OFFSETS_TOPIC};
+pub(crate) use store::{CommittedOffset, OffsetStore, StoreRecord, OFFSETS_TOPIC};
 
 /// A group's state (Kafka's `GroupState`, names as ListGroups/DescribeGroups report them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -209,7 +209,7 @@ pub struct CommitRequest {
 }
 
 /// OffsetFetch's answer: per topic, per partition, the committed offset if any.
-pub type FetchedOffsets = Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>;
+pub(crate) type FetchedOffsets = Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>;
 
 /// One member as DescribeGroups reports it.
 #[derive(Debug, Clone, PartialEq)]

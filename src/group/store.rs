@@ -21,7 +21,7 @@ use crate::internal_topic::{InternalTopic, InternalTopicError, InternalTopicSpec
 use crate::replica::{now_ms, ReplicaManager};
 
 /// The internal topic holding committed offsets and group metadata.
-pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+pub(crate) const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
 /// One committed offset, as stored and as OffsetFetch returns it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,7 +38,7 @@ pub struct CommittedOffset {
 
 /// What replaying `__consumer_offsets` found for one group.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LoadedGroup {
+pub(crate) struct LoadedGroup {
     /// Committed offsets by (topic, partition).
     pub offsets: BTreeMap<(String, i32), CommittedOffset>,
     /// Protocol type of the last completed generation ("consumer"), if a group record exists.
@@ -49,21 +49,21 @@ pub struct LoadedGroup {
 
 /// A record to append: key bytes and value bytes (`None` is a tombstone).
 #[derive(Debug, Clone)]
-pub struct StoreRecord {
+pub(crate) struct StoreRecord {
     key: Bytes,
     value: Option<Bytes>,
 }
 
 /// Java's `String.hashCode` over UTF-16 code units, so a group lands on the same
 /// partition of `__consumer_offsets` as on a Kafka broker.
-pub fn java_string_hash(s: &str) -> i32 {
+pub(crate) fn java_string_hash(s: &str) -> i32 {
     s.encode_utf16()
         .fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c)))
 }
 
 /// The `__consumer_offsets` partition of `group_id` (Kafka's `partitionFor`: `Utils.abs`,
 /// which maps `i32::MIN` to 0, then modulo).
-pub fn partition_for(group_id: &str, partitions: i32) -> i32 {
+pub(crate) fn partition_for(group_id: &str, partitions: i32) -> i32 {
     (java_string_hash(group_id) & 0x7fff_ffff) % partitions.max(1)
 }
 
@@ -159,7 +159,12 @@ fn group_value(
 
 impl StoreRecord {
     /// An offset commit.
-    pub fn offset(group: &str, topic: &str, partition: i32, c: &CommittedOffset) -> StoreRecord {
+    pub(crate) fn offset(
+        group: &str,
+        topic: &str,
+        partition: i32,
+        c: &CommittedOffset,
+    ) -> StoreRecord {
         StoreRecord {
             key: offset_key(group, topic, partition),
             value: Some(offset_value(c)),
@@ -167,7 +172,7 @@ impl StoreRecord {
     }
 
     /// Removes an offset commit (tombstone).
-    pub fn offset_tombstone(group: &str, topic: &str, partition: i32) -> StoreRecord {
+    pub(crate) fn offset_tombstone(group: &str, topic: &str, partition: i32) -> StoreRecord {
         StoreRecord {
             key: offset_key(group, topic, partition),
             value: None,
@@ -175,7 +180,7 @@ impl StoreRecord {
     }
 
     /// The group's metadata after a completed rebalance (or when it becomes empty).
-    pub fn group(
+    pub(crate) fn group(
         group: &str,
         protocol_type: &str,
         generation_id: i32,
@@ -189,7 +194,7 @@ impl StoreRecord {
     }
 
     /// Removes the group (DeleteGroups, or an empty group whose offsets all expired).
-    pub fn group_tombstone(group: &str) -> StoreRecord {
+    pub(crate) fn group_tombstone(group: &str) -> StoreRecord {
         StoreRecord {
             key: group_key(group),
             value: None,
@@ -284,13 +289,13 @@ fn decode_record(key: &Bytes, value: Option<&Bytes>) -> Option<Decoded> {
 
 /// The offsets topic: where each group's records go, and the writes.
 #[derive(Debug)]
-pub struct OffsetStore {
+pub(crate) struct OffsetStore {
     topic: InternalTopic,
 }
 
 impl OffsetStore {
     /// A store over the broker's owners. Nothing is created until first use.
-    pub fn new(
+    pub(crate) fn new(
         metadata: Arc<Metadata>,
         replicas: Arc<ReplicaManager>,
         settings: GroupSettings,
@@ -312,7 +317,7 @@ impl OffsetStore {
     /// FindCoordinator. Returns the partition count.
     ///
     /// Errors: [`InternalTopicError::Create`] when metadata or logs cannot be written.
-    pub fn ensure_topic(&self) -> Result<i32, InternalTopicError> {
+    pub(crate) fn ensure_topic(&self) -> Result<i32, InternalTopicError> {
         self.topic.ensure()
     }
 
@@ -322,7 +327,7 @@ impl OffsetStore {
     /// Errors: [`InternalTopicError`] when the topic cannot be created or the append
     /// fails; clients then see COORDINATOR_NOT_AVAILABLE (15), as Kafka answers when
     /// the offsets topic cannot be written.
-    pub fn append(
+    pub(crate) fn append(
         &self,
         group_id: &str,
         records: &[StoreRecord],
@@ -343,7 +348,7 @@ impl OffsetStore {
     /// key wins, tombstones remove. Records it cannot parse are skipped with a warning.
     ///
     /// Errors: a partition log that cannot be read (I/O), as a message.
-    pub fn load(&self) -> Result<BTreeMap<String, LoadedGroup>, String> {
+    pub(crate) fn load(&self) -> Result<BTreeMap<String, LoadedGroup>, String> {
         let mut groups: BTreeMap<String, LoadedGroup> = BTreeMap::new();
         for record in self.topic.replay().map_err(|e| e.to_string())? {
             match decode_record(&record.key, record.value.as_ref()) {

@@ -3,7 +3,7 @@
 //!
 //! Owns: the byte layout of the 61-byte record batch header (Kafka protocol guide,
 //! "Record Batch", magic 2) and its CRC-32C. Never does: decompress, decode or re-encode
-//! records (apart from [`first_record_at_or_after`], a walk with `records` over
+//! records (apart from `first_record_at_or_after`, a walk with `records` over
 //! *uncompressed* record timestamps used by ListOffsets), touch files, or know about requests.
 //!
 //! Layout (big-endian):
@@ -436,7 +436,7 @@ pub(crate) struct BatchHeader {
 impl BatchHeader {
     /// Parses a header; `bytes` must hold at least [`BATCH_HEADER_BYTES`] (asserted: the
     /// callers read exactly that many).
-    pub fn parse(bytes: &[u8]) -> BatchHeader {
+    pub(crate) fn parse(bytes: &[u8]) -> BatchHeader {
         assert!(bytes.len() >= BATCH_HEADER_BYTES, "header slice too short");
         BatchHeader {
             base_offset: read_i64(bytes, BASE_OFFSET_AT),
@@ -455,32 +455,32 @@ impl BatchHeader {
     }
 
     /// Total stored size: batchLength + 12 (may be nonsense if the header is corrupt).
-    pub fn total_bytes(&self) -> i64 {
+    pub(crate) fn total_bytes(&self) -> i64 {
         i64::from(self.batch_length) + LOG_OVERHEAD_BYTES as i64
     }
 
-    pub fn last_offset(&self) -> i64 {
+    pub(crate) fn last_offset(&self) -> i64 {
         self.base_offset + i64::from(self.last_offset_delta)
     }
 
-    pub fn is_uncompressed(&self) -> bool {
+    pub(crate) fn is_uncompressed(&self) -> bool {
         self.attributes & COMPRESSION_MASK == 0
     }
 
-    pub fn is_log_append_time(&self) -> bool {
+    pub(crate) fn is_log_append_time(&self) -> bool {
         self.attributes & TIMESTAMP_TYPE_BIT != 0
     }
 
-    pub fn is_control(&self) -> bool {
+    pub(crate) fn is_control(&self) -> bool {
         self.attributes & CONTROL_BIT != 0
     }
 
-    pub fn is_transactional(&self) -> bool {
+    pub(crate) fn is_transactional(&self) -> bool {
         self.attributes & TRANSACTIONAL_BIT != 0
     }
 
     /// The codec, or `None` for codec bits outside 0..=4 (only possible on corrupt data).
-    pub fn compression(&self) -> Option<Compression> {
+    pub(crate) fn compression(&self) -> Option<Compression> {
         match self.attributes & COMPRESSION_MASK {
             0 => Some(Compression::None),
             1 => Some(Compression::Gzip),
@@ -537,7 +537,7 @@ pub(crate) mod testing {
 
     /// Shape of a test batch.
     #[derive(Debug, Clone)]
-    pub struct BatchSpec {
+    pub(crate) struct BatchSpec {
         pub records: Vec<(i64, Vec<u8>)>, // (timestamp delta, value)
         pub base_timestamp: i64,
         pub producer_id: i64,
@@ -548,7 +548,7 @@ pub(crate) mod testing {
 
     impl BatchSpec {
         /// `count` records with 10-byte values, timestamps `base_timestamp + i`.
-        pub fn new(count: usize, base_timestamp: i64) -> BatchSpec {
+        pub(crate) fn new(count: usize, base_timestamp: i64) -> BatchSpec {
             BatchSpec {
                 records: (0..count).map(|i| (i as i64, vec![b'v'; 10])).collect(),
                 base_timestamp,
@@ -559,14 +559,19 @@ pub(crate) mod testing {
             }
         }
 
-        pub fn idempotent(mut self, producer_id: i64, epoch: i16, base_sequence: i32) -> Self {
+        pub(crate) fn idempotent(
+            mut self,
+            producer_id: i64,
+            epoch: i16,
+            base_sequence: i32,
+        ) -> Self {
             self.producer_id = producer_id;
             self.producer_epoch = epoch;
             self.base_sequence = base_sequence;
             self
         }
 
-        pub fn build_bytes(&self) -> Vec<u8> {
+        pub(crate) fn build_bytes(&self) -> Vec<u8> {
             let mut records = Vec::new();
             for (i, (ts_delta, value)) in self.records.iter().enumerate() {
                 let mut body = Vec::new();
@@ -603,7 +608,7 @@ pub(crate) mod testing {
             out
         }
 
-        pub fn build(&self) -> ValidatedBatch {
+        pub(crate) fn build(&self) -> ValidatedBatch {
             validate(Bytes::from(self.build_bytes())).expect("test batch is valid")
         }
     }
@@ -622,7 +627,7 @@ pub(crate) mod testing {
     }
 
     /// A valid batch of `count` records with timestamps `base_timestamp + i`.
-    pub fn batch(count: usize, base_timestamp: i64) -> ValidatedBatch {
+    pub(crate) fn batch(count: usize, base_timestamp: i64) -> ValidatedBatch {
         BatchSpec::new(count, base_timestamp).build()
     }
 }

@@ -90,7 +90,7 @@ pub(crate) const CHECKPOINT_FILE: &str = "cleaner-offset-checkpoint";
 
 /// Most bytes of keys (plus a per-entry overhead of [`MAP_ENTRY_OVERHEAD_BYTES`]) the
 /// offset map holds: Kafka's `log.cleaner.dedupe.buffer.size` default, 128 MiB.
-pub const OFFSET_MAP_MAX_BYTES: usize = 128 << 20;
+pub(super) const OFFSET_MAP_MAX_BYTES: usize = 128 << 20;
 /// Bytes counted per offset map entry on top of its key (hash table slot and offset).
 const MAP_ENTRY_OVERHEAD_BYTES: usize = 48;
 /// A rewritten segment must stay addressable by 32-bit index positions.
@@ -414,8 +414,8 @@ fn remove_cleaned_files(dir: &Path, base_offset: i64) {
 /// Kafka's `log.cleaner.io.max.bytes.per.second`: bounds the rate at which
 /// [`CompactionPlan::prepare`] reads segment bytes (offset map and cleaning passes
 /// together) by sleeping the thread that runs it, which holds no lock meanwhile. Reading
-/// never gets ahead of the rate by more than [`THROTTLE_MIN_SLEEP`]; time spent not reading
-/// is credited for at most [`THROTTLE_MAX_CREDIT`] (Kafka's `Throttler` checks every
+/// never gets ahead of the rate by more than `THROTTLE_MIN_SLEEP`; time spent not reading
+/// is credited for at most `THROTTLE_MAX_CREDIT` (Kafka's `Throttler` checks every
 /// 300 ms, so a run shorter than that is not throttled at all there; here even a small run
 /// keeps to the rate, which is also what lets a test make a compaction long). One throttle
 /// is meant to be shared by the compactions a cleaner runs in turn.
@@ -427,9 +427,9 @@ pub struct CleanerThrottle {
 }
 
 /// The shortest sleep [`CleanerThrottle`] takes (shorter debts wait for the next batch).
-pub const THROTTLE_MIN_SLEEP: Duration = Duration::from_millis(10);
+pub(super) const THROTTLE_MIN_SLEEP: Duration = Duration::from_millis(10);
 /// The most idle time [`CleanerThrottle`] credits to later reads.
-pub const THROTTLE_MAX_CREDIT: Duration = Duration::from_millis(300);
+pub(super) const THROTTLE_MAX_CREDIT: Duration = Duration::from_millis(300);
 
 impl CleanerThrottle {
     /// A throttle at `max_bytes_per_second` (Kafka's default, `f64::MAX`, never sleeps; a

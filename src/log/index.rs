@@ -10,9 +10,9 @@ use std::io::Write;
 use std::path::Path;
 
 /// Bytes per `.index` entry.
-pub const OFFSET_ENTRY_BYTES: u64 = 8;
+pub(super) const OFFSET_ENTRY_BYTES: u64 = 8;
 /// Bytes per `.timeindex` entry.
-pub const TIME_ENTRY_BYTES: u64 = 12;
+pub(super) const TIME_ENTRY_BYTES: u64 = 12;
 
 /// One `.index` entry: the batch whose base offset is `base + relative_offset` starts at
 /// byte `position` of the `.log` file.
@@ -39,7 +39,7 @@ pub(crate) struct Indexes {
 
 impl Indexes {
     /// Largest offset entry with `relative_offset <= target`.
-    pub fn lookup_offset(&self, target_relative: u32) -> Option<OffsetEntry> {
+    pub(super) fn lookup_offset(&self, target_relative: u32) -> Option<OffsetEntry> {
         let n = self
             .offset
             .partition_point(|e| e.relative_offset <= target_relative);
@@ -47,7 +47,7 @@ impl Indexes {
     }
 
     /// Largest time entry with `timestamp_ms <= target_ms`.
-    pub fn lookup_time(&self, target_ms: i64) -> Option<TimeEntry> {
+    pub(super) fn lookup_time(&self, target_ms: i64) -> Option<TimeEntry> {
         let n = self.time.partition_point(|e| e.timestamp_ms <= target_ms);
         n.checked_sub(1).map(|i| self.time[i])
     }

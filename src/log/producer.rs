@@ -21,9 +21,9 @@ use super::LogError;
 
 /// Kafka keeps the metadata of the last 5 batches per producer, so a producer with
 /// `max.in.flight.requests.per.connection <= 5` can retry any of them.
-pub const MAX_BATCHES_PER_PRODUCER: usize = 5;
+pub(super) const MAX_BATCHES_PER_PRODUCER: usize = 5;
 /// Producers idle this long are forgotten (Kafka `producer.id.expiration.ms`, 1 day).
-pub const PRODUCER_ID_EXPIRATION_MS: i64 = 86_400_000;
+pub(super) const PRODUCER_ID_EXPIRATION_MS: i64 = 86_400_000;
 
 const SNAPSHOT_MAGIC: &[u8; 4] = b"WPS1";
 
@@ -87,7 +87,7 @@ impl ProducerStateManager {
     /// - higher epoch: sequence must be 0, else `OutOfOrderSequence` (45);
     /// - same epoch: sequence must follow the last one (wrapping), else
     ///   `OutOfOrderSequence` (45).
-    pub fn check(
+    pub(super) fn check(
         &self,
         producer_id: i64,
         epoch: i16,
@@ -139,7 +139,7 @@ impl ProducerStateManager {
     }
 
     /// Records an appended batch (after `check`, or unchecked while replaying the log).
-    pub fn update(&mut self, header: &BatchHeader) {
+    pub(super) fn update(&mut self, header: &BatchHeader) {
         if header.producer_id < 0 || header.base_sequence < 0 {
             return;
         }
@@ -171,13 +171,13 @@ impl ProducerStateManager {
 
     /// Forgets producers whose last batch timestamp is older than
     /// [`PRODUCER_ID_EXPIRATION_MS`] (bounds the map).
-    pub fn expire(&mut self, now_ms: i64) {
+    pub(super) fn expire(&mut self, now_ms: i64) {
         self.producers
             .retain(|_, e| now_ms.saturating_sub(e.last_timestamp_ms) < PRODUCER_ID_EXPIRATION_MS);
     }
 
     /// Writes the snapshot atomically (temp file + rename).
-    pub fn write_snapshot(&self, path: &Path) -> Result<(), LogError> {
+    pub(super) fn write_snapshot(&self, path: &Path) -> Result<(), LogError> {
         let mut out = Vec::with_capacity(8 + self.producers.len() * 64);
         out.extend_from_slice(SNAPSHOT_MAGIC);
         out.extend_from_slice(&(self.producers.len() as u32).to_be_bytes());
@@ -206,7 +206,7 @@ impl ProducerStateManager {
     }
 
     /// Reads a snapshot; `Ok(None)` if it is missing or fails its checks (with a warning).
-    pub fn read_snapshot(path: &Path) -> Result<Option<ProducerStateManager>, LogError> {
+    pub(super) fn read_snapshot(path: &Path) -> Result<Option<ProducerStateManager>, LogError> {
         let raw = match std::fs::read(path) {
             Ok(raw) => raw,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),

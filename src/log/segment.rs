@@ -196,7 +196,7 @@ impl<'a> Scanner<'a> {
 
 impl Segment {
     /// Creates an empty segment (truncating stale files of the same name).
-    pub fn create(
+    pub(super) fn create(
         dir: &Path,
         base_offset: i64,
         index_interval_bytes: u32,
@@ -235,7 +235,7 @@ impl Segment {
     /// Opens a closed segment, trusting its files: reads only the file sizes and the last
     /// time index entry. An index that is missing or has a torn entry is rebuilt now by
     /// scanning the segment; deeper checks happen when the index is first loaded.
-    pub fn open_closed(
+    pub(super) fn open_closed(
         dir: &Path,
         base_offset: i64,
         next_offset: i64,
@@ -331,7 +331,7 @@ impl Segment {
     /// index entry (or byte 0), validates each batch (length, magic, CRC-32C, offsets
     /// increasing), truncates the file at the first bad one, and rebuilds the index tails
     /// from the scan. Start-up cost is bounded by the bytes after the last index entry.
-    pub fn recover(
+    pub(super) fn recover(
         dir: &Path,
         base_offset: i64,
         index_interval_bytes: u32,
@@ -457,7 +457,7 @@ impl Segment {
     /// place: scans it and writes both indexes durably under their `.cleaned` names (temp
     /// file, fsync). Runs without any lock on the partition; nothing here touches the
     /// segment's own files. [`Segment::replace_with`] swaps it in.
-    pub fn open_cleaned(
+    pub(super) fn open_cleaned(
         dir: &Path,
         cleaned_path: &Path,
         base_offset: i64,
@@ -494,7 +494,7 @@ impl Segment {
     /// segment whole (its indexes are rebuilt on open, the `.cleaned` files removed); after
     /// it, the compacted copy with no index (rebuilt on open) or a whole one. On success
     /// `self` is the compacted segment (with this one's `created_ms`).
-    pub fn replace_with(&mut self, mut cleaned: Segment) -> Result<(), LogError> {
+    pub(super) fn replace_with(&mut self, mut cleaned: Segment) -> Result<(), LogError> {
         assert_eq!(
             (cleaned.base_offset, cleaned.next_offset),
             (self.base_offset, self.next_offset),
@@ -522,7 +522,7 @@ impl Segment {
     }
 
     /// This segment's `.log` as it is now (see [`SegmentSnapshot`]).
-    pub fn snapshot(&self) -> SegmentSnapshot {
+    pub(super) fn snapshot(&self) -> SegmentSnapshot {
         SegmentSnapshot {
             id: self.id,
             base_offset: self.base_offset,
@@ -638,7 +638,7 @@ impl Segment {
 
     /// True when another offset entry, or another time entry, would exceed
     /// `segment_index_bytes`.
-    pub fn index_full(&self, segment_index_bytes: u64) -> bool {
+    pub(super) fn index_full(&self, segment_index_bytes: u64) -> bool {
         self.indexes.get().is_some_and(|i| {
             (i.offset.len() as u64 + 1) * OFFSET_ENTRY_BYTES > segment_index_bytes
                 || (i.time.len() as u64 + 1) * TIME_ENTRY_BYTES > segment_index_bytes
@@ -647,7 +647,7 @@ impl Segment {
 
     /// Appends a batch whose header the log already rewrote (offsets assigned). `scratch`
     /// is a reusable buffer so small batches go out in one `write`.
-    pub fn append(
+    pub(super) fn append(
         &mut self,
         batch: &ValidatedBatch,
         scratch: &mut Vec<u8>,
@@ -706,7 +706,7 @@ impl Segment {
     /// Turns the active segment into a closed one: writes the final time index entry (so
     /// the last entry holds the segment's max timestamp, which `open_closed` trusts),
     /// closes the index writers and drops the in-memory indexes (reloaded lazily).
-    pub fn close(&mut self, fsync: bool) -> Result<(), LogError> {
+    pub(super) fn close(&mut self, fsync: bool) -> Result<(), LogError> {
         if let Some(mut indexes) = self.indexes.take() {
             self.maybe_append_time(&mut indexes)?;
         }
@@ -719,7 +719,7 @@ impl Segment {
     }
 
     /// fsyncs the log and (for the active segment) both index files.
-    pub fn sync(&self) -> Result<(), LogError> {
+    pub(super) fn sync(&self) -> Result<(), LogError> {
         self.log
             .sync_data()
             .map_err(io_error("fsync", &self.log_path))?;
@@ -910,7 +910,7 @@ impl Segment {
     /// most `max_bytes` except that the first batch is always whole (KIP-74), only batches
     /// whose last offset is < `max_offset`. `None` when this segment has nothing at or
     /// after `offset`.
-    pub fn read(
+    pub(super) fn read(
         &self,
         offset: i64,
         max_bytes: usize,
@@ -957,7 +957,7 @@ impl Segment {
     }
 
     /// First record at or after `target_ms` in this segment (see `PartitionLog::offset_for_timestamp`).
-    pub fn find_by_timestamp(&self, target_ms: i64) -> Result<Option<(i64, i64)>, LogError> {
+    pub(super) fn find_by_timestamp(&self, target_ms: i64) -> Result<Option<(i64, i64)>, LogError> {
         if self.max_timestamp_ms < target_ms {
             return Ok(None);
         }
@@ -1005,7 +1005,7 @@ impl Segment {
     }
 
     /// Offset and timestamp of the record holding this segment's max timestamp.
-    pub fn max_timestamp_record(&self) -> Result<Option<(i64, i64)>, LogError> {
+    pub(super) fn max_timestamp_record(&self) -> Result<Option<(i64, i64)>, LogError> {
         if self.max_timestamp_ms < 0 {
             return Ok(None);
         }
@@ -1024,7 +1024,7 @@ impl Segment {
     }
 
     /// Calls `f` with every batch header from byte 0 (producer state rebuild).
-    pub fn for_each_header(&self, mut f: impl FnMut(&BatchHeader)) -> Result<(), LogError> {
+    pub(super) fn for_each_header(&self, mut f: impl FnMut(&BatchHeader)) -> Result<(), LogError> {
         let mut scanner = Scanner::new(&self.log, &self.log_path, 0, self.size_bytes);
         scanner.chunk_bytes = HEADER_SCAN_CHUNK_BYTES;
         while let Step::Batch(s) = scanner.next(false)? {
@@ -1035,7 +1035,7 @@ impl Segment {
 
     /// Truncates the segment so its last batch ends before `offset` (a batch containing
     /// `offset` goes entirely, as in Kafka), then rebuilds its indexes and makes it active.
-    pub fn truncate_to(&mut self, offset: i64, now_ms: i64) -> Result<(), LogError> {
+    pub(super) fn truncate_to(&mut self, offset: i64, now_ms: i64) -> Result<(), LogError> {
         self.writers = None;
         if let Some((position, _)) = self.locate(offset)? {
             self.log
@@ -1053,7 +1053,7 @@ impl Segment {
 
     /// Last modification time of the `.log` file in ms (retention fallback for segments
     /// without timestamps).
-    pub fn modified_ms(&self) -> Result<i64, LogError> {
+    pub(super) fn modified_ms(&self) -> Result<i64, LogError> {
         let modified = self
             .log
             .metadata()
@@ -1066,7 +1066,7 @@ impl Segment {
 
     /// Deletes the segment's files: the `.log` first (the segment is gone once it is), then
     /// the indexes and producer snapshot. Orphans left by a crash are removed on open.
-    pub fn delete_files(self) -> Result<(), LogError> {
+    pub(super) fn delete_files(self) -> Result<(), LogError> {
         let dir = self.dir.clone();
         let base = self.base_offset;
         drop(self);
@@ -1100,7 +1100,7 @@ impl SegmentSnapshot {
     /// read whole and its CRC-32C and offsets checked (the read side of "assert in
     /// pairs"). Meant for the log cleaner. Errors: `Corrupt` at the first bad batch
     /// (nothing is truncated here), `Io`, or whatever `f` returns.
-    pub fn for_each_batch(
+    pub(super) fn for_each_batch(
         &self,
         mut f: impl FnMut(u64, &[u8]) -> Result<(), LogError>,
     ) -> Result<(), LogError> {
@@ -1134,7 +1134,7 @@ impl SegmentSnapshot {
     }
 
     /// The `.log` file's path (when the snapshot was taken).
-    pub fn log_path(&self) -> &Path {
+    pub(super) fn log_path(&self) -> &Path {
         &self.log_path
     }
 }

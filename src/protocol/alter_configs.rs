@@ -68,7 +68,11 @@ pub(super) fn outcome(result: Result<(), TopicError>) -> (i16, Option<StrBytes>)
 }
 
 /// Handles an AlterConfigs request.
-pub fn handle(ctx: &Context, request: AlterConfigsRequest, _version: i16) -> AlterConfigsResponse {
+pub(super) fn handle(
+    ctx: &Context,
+    request: AlterConfigsRequest,
+    _version: i16,
+) -> AlterConfigsResponse {
     let mut seen = HashSet::new();
     let responses = request
         .resources

@@ -26,7 +26,7 @@ fn api_keys() -> Vec<ApiVersion> {
 }
 
 /// Handles a decodable ApiVersions request.
-pub fn handle(_request: ApiVersionsRequest, _version: i16) -> ApiVersionsResponse {
+pub(super) fn handle(_request: ApiVersionsRequest, _version: i16) -> ApiVersionsResponse {
     ApiVersionsResponse::default()
         .with_error_code(0)
         .with_api_keys(api_keys())
@@ -34,7 +34,7 @@ pub fn handle(_request: ApiVersionsRequest, _version: i16) -> ApiVersionsRespons
 
 /// The answer to an ApiVersions request at a version weir does not know, to be encoded as
 /// v0 (error 35 plus the supported list).
-pub fn unsupported_version() -> ApiVersionsResponse {
+pub(super) fn unsupported_version() -> ApiVersionsResponse {
     ApiVersionsResponse::default()
         .with_error_code(ResponseError::UnsupportedVersion.code())
         .with_api_keys(api_keys())

@@ -38,7 +38,7 @@ fn grow(
 }
 
 /// Handles a CreatePartitions request.
-pub fn handle(
+pub(super) fn handle(
     ctx: &Context,
     request: CreatePartitionsRequest,
     _version: i16,

@@ -20,7 +20,11 @@ use super::Context;
 use crate::topics::{self, TopicError};
 
 /// Handles a CreateTopics request.
-pub fn handle(ctx: &Context, request: CreateTopicsRequest, version: i16) -> CreateTopicsResponse {
+pub(super) fn handle(
+    ctx: &Context,
+    request: CreateTopicsRequest,
+    version: i16,
+) -> CreateTopicsResponse {
     let mut seen = std::collections::HashSet::new();
     let duplicates: std::collections::HashSet<String> = request
         .topics

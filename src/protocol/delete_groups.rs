@@ -9,7 +9,11 @@ use kafka_protocol::messages::{DeleteGroupsRequest, DeleteGroupsResponse};
 use super::Context;
 
 /// Handles a DeleteGroups request.
-pub fn handle(ctx: &Context, request: DeleteGroupsRequest, _version: i16) -> DeleteGroupsResponse {
+pub(super) fn handle(
+    ctx: &Context,
+    request: DeleteGroupsRequest,
+    _version: i16,
+) -> DeleteGroupsResponse {
     // A name listed twice gets one result, as Kafka (it collects the names into a set).
     let mut seen = std::collections::HashSet::new();
     let results = request

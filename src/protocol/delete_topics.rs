@@ -71,7 +71,11 @@ fn delete_one(ctx: &Context, name: Option<String>, id: Uuid) -> DeletableTopicRe
 }
 
 /// Handles a DeleteTopics request.
-pub fn handle(ctx: &Context, request: DeleteTopicsRequest, version: i16) -> DeleteTopicsResponse {
+pub(super) fn handle(
+    ctx: &Context,
+    request: DeleteTopicsRequest,
+    version: i16,
+) -> DeleteTopicsResponse {
     let responses = if version >= 6 {
         request
             .topics

@@ -32,7 +32,7 @@ fn s(v: &str) -> StrBytes {
 }
 
 /// Handles a DescribeConfigs request.
-pub fn handle(
+pub(super) fn handle(
     ctx: &Context,
     request: DescribeConfigsRequest,
     version: i16,

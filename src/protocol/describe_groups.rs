@@ -15,7 +15,7 @@ use super::Context;
 use crate::group::GroupState;
 
 /// Handles a DescribeGroups request.
-pub fn handle(
+pub(super) fn handle(
     ctx: &Context,
     request: DescribeGroupsRequest,
     version: i16,

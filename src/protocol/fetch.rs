@@ -144,7 +144,7 @@ fn has_error(topics: &[FetchableTopicResponse]) -> bool {
 }
 
 /// Handles a Fetch request, long-polling per `max_wait_ms` / `min_bytes`.
-pub async fn handle(ctx: &Context, request: FetchRequest, version: i16) -> FetchResponse {
+pub(super) async fn handle(ctx: &Context, request: FetchRequest, version: i16) -> FetchResponse {
     let wait_ms = request.max_wait_ms.clamp(0, MAX_WAIT_MS_LIMIT) as u64;
     let deadline = Instant::now() + std::time::Duration::from_millis(wait_ms);
     let min_bytes = request.min_bytes.max(0) as usize;

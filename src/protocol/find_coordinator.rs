@@ -55,7 +55,7 @@ fn find(ctx: &Context, key: StrBytes, key_type: i8) -> Coordinator {
 }
 
 /// Handles a FindCoordinator request.
-pub fn handle(
+pub(super) fn handle(
     ctx: &Context,
     request: FindCoordinatorRequest,
     version: i16,

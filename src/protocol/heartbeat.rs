@@ -8,7 +8,7 @@ use kafka_protocol::messages::{HeartbeatRequest, HeartbeatResponse};
 use super::Context;
 
 /// Handles a Heartbeat request.
-pub fn handle(ctx: &Context, request: HeartbeatRequest, _version: i16) -> HeartbeatResponse {
+pub(super) fn handle(ctx: &Context, request: HeartbeatRequest, _version: i16) -> HeartbeatResponse {
     let error = ctx.groups.heartbeat(
         request.group_id.0.as_str(),
         request.generation_id,

@@ -142,7 +142,7 @@ fn apply(
 }
 
 /// Handles an IncrementalAlterConfigs request.
-pub fn handle(
+pub(super) fn handle(
     ctx: &Context,
     request: IncrementalAlterConfigsRequest,
     _version: i16,

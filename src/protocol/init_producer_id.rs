@@ -18,7 +18,7 @@ use kafka_protocol::ResponseError;
 use super::Context;
 
 /// Handles an InitProducerId request.
-pub fn handle(
+pub(super) fn handle(
     ctx: &Context,
     request: InitProducerIdRequest,
     _version: i16,

@@ -18,7 +18,7 @@ use super::Context;
 use crate::group::JoinRequest;
 
 /// Handles a JoinGroup request from `peer` (reported by DescribeGroups as "/ip").
-pub async fn handle(
+pub(super) async fn handle(
     ctx: &Context,
     request: JoinGroupRequest,
     version: i16,

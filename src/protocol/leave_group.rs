@@ -10,7 +10,11 @@ use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse};
 use super::Context;
 
 /// Handles a LeaveGroup request.
-pub fn handle(ctx: &Context, request: LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
+pub(super) fn handle(
+    ctx: &Context,
+    request: LeaveGroupRequest,
+    version: i16,
+) -> LeaveGroupResponse {
     let members: Vec<(String, Option<String>)> = if version >= 3 {
         request
             .members

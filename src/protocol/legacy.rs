@@ -21,7 +21,7 @@ use kafka_protocol::protocol::StrBytes;
 
 /// The version whose codec reads and writes `(key, version)`'s body: v2 for OffsetCommit
 /// v0–v1, v1 for OffsetFetch v0, `version` itself otherwise.
-pub fn codec_version(key: ApiKey, version: i16) -> i16 {
+pub(crate) fn codec_version(key: ApiKey, version: i16) -> i16 {
     match key {
         ApiKey::OffsetCommit if version < 2 => 2,
         ApiKey::OffsetFetch if version < 1 => 1,
@@ -30,7 +30,7 @@ pub fn codec_version(key: ApiKey, version: i16) -> i16 {
 }
 
 /// True when [`decode_offset_commit`] must decode the body instead of the crate.
-pub fn is_legacy_offset_commit(key: ApiKey, version: i16) -> bool {
+pub(crate) fn is_legacy_offset_commit(key: ApiKey, version: i16) -> bool {
     key == ApiKey::OffsetCommit && version < 2
 }
 
@@ -77,7 +77,10 @@ fn array_len(buf: &mut Bytes, min_element_bytes: usize, field: &str) -> Result<u
 }
 
 /// Decodes an OffsetCommit v0 or v1 body.
-pub fn decode_offset_commit(buf: &mut Bytes, version: i16) -> Result<OffsetCommitRequest, String> {
+pub(crate) fn decode_offset_commit(
+    buf: &mut Bytes,
+    version: i16,
+) -> Result<OffsetCommitRequest, String> {
     let group_id = string(buf, "group_id")?;
     let mut request = OffsetCommitRequest::default().with_group_id(GroupId(group_id));
     if version >= 1 {

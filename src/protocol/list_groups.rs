@@ -10,7 +10,11 @@ use kafka_protocol::protocol::StrBytes;
 use super::Context;
 
 /// Handles a ListGroups request.
-pub fn handle(ctx: &Context, request: ListGroupsRequest, version: i16) -> ListGroupsResponse {
+pub(super) fn handle(
+    ctx: &Context,
+    request: ListGroupsRequest,
+    version: i16,
+) -> ListGroupsResponse {
     let states: Vec<String> = request
         .states_filter
         .iter()

@@ -18,16 +18,20 @@ use kafka_protocol::ResponseError;
 use super::Context;
 
 /// Latest (-1).
-pub const LATEST_TIMESTAMP: i64 = -1;
+pub(super) const LATEST_TIMESTAMP: i64 = -1;
 /// Earliest (-2).
-pub const EARLIEST_TIMESTAMP: i64 = -2;
+pub(super) const EARLIEST_TIMESTAMP: i64 = -2;
 /// Max timestamp (-3, KIP-734).
-pub const MAX_TIMESTAMP: i64 = -3;
+pub(super) const MAX_TIMESTAMP: i64 = -3;
 /// Earliest local (-4, KIP-405).
-pub const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
+pub(super) const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
 
 /// Handles a ListOffsets request.
-pub fn handle(ctx: &Context, request: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
+pub(super) fn handle(
+    ctx: &Context,
+    request: ListOffsetsRequest,
+    version: i16,
+) -> ListOffsetsResponse {
     let topics = request
         .topics
         .into_iter()

@@ -51,7 +51,7 @@ fn error_entry(name: Option<String>, error: ResponseError) -> MetadataResponseTo
 }
 
 /// Handles a Metadata request.
-pub fn handle(ctx: &Context, request: MetadataRequest, version: i16) -> MetadataResponse {
+pub(super) fn handle(ctx: &Context, request: MetadataRequest, version: i16) -> MetadataResponse {
     let all = match &request.topics {
         None => true,
         Some(list) => list.is_empty() && version == 0,

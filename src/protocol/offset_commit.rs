@@ -15,7 +15,11 @@ use super::Context;
 use crate::group::{CommitRequest, OffsetToCommit};
 
 /// Handles an OffsetCommit request.
-pub fn handle(ctx: &Context, request: OffsetCommitRequest, _version: i16) -> OffsetCommitResponse {
+pub(super) fn handle(
+    ctx: &Context,
+    request: OffsetCommitRequest,
+    _version: i16,
+) -> OffsetCommitResponse {
     let offsets = request
         .topics
         .iter()

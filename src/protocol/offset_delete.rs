@@ -14,7 +14,11 @@ use kafka_protocol::ResponseError;
 use super::Context;
 
 /// Handles an OffsetDelete request.
-pub fn handle(ctx: &Context, request: OffsetDeleteRequest, _version: i16) -> OffsetDeleteResponse {
+pub(super) fn handle(
+    ctx: &Context,
+    request: OffsetDeleteRequest,
+    _version: i16,
+) -> OffsetDeleteResponse {
     let exists = |t: &str, p: i32| {
         ctx.metadata
             .topic(t)

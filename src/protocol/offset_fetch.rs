@@ -28,7 +28,11 @@ fn parts(c: Option<CommittedOffset>) -> (i64, i32, StrBytes) {
 }
 
 /// Handles an OffsetFetch request.
-pub fn handle(ctx: &Context, request: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
+pub(super) fn handle(
+    ctx: &Context,
+    request: OffsetFetchRequest,
+    version: i16,
+) -> OffsetFetchResponse {
     if version >= 8 {
         let groups = request
             .groups

@@ -13,7 +13,11 @@ use super::Context;
 use crate::group::SyncRequest;
 
 /// Handles a SyncGroup request.
-pub async fn handle(ctx: &Context, request: SyncGroupRequest, version: i16) -> SyncGroupResponse {
+pub(super) async fn handle(
+    ctx: &Context,
+    request: SyncGroupRequest,
+    version: i16,
+) -> SyncGroupResponse {
     let req = SyncRequest {
         group_id: request.group_id.0.to_string(),
         generation_id: request.generation_id,

@@ -34,7 +34,7 @@ pub enum Outcome {
 
 /// The request handler the server calls, one call per frame (the frame without its size
 /// prefix). Implemented by `protocol::Handler`; tests may plug in their own.
-pub trait RequestHandler: Send + Sync + 'static {
+pub(crate) trait RequestHandler: Send + Sync + 'static {
     /// Handles one request. Must not panic on any input.
     fn handle(
         self: Arc<Self>,
@@ -45,7 +45,7 @@ pub trait RequestHandler: Send + Sync + 'static {
 
 /// Server limits from the broker config.
 #[derive(Debug, Clone, Copy)]
-pub struct ServerLimits {
+pub(crate) struct ServerLimits {
     /// `socket.request.max.bytes`: larger frames close the connection.
     pub request_max_bytes: usize,
     /// `max.connections`.
@@ -64,7 +64,7 @@ fn idle_close(peer: SocketAddr, limits: ServerLimits) -> std::io::Result<()> {
 
 /// Serves `listener` until `shutdown` turns true, then stops accepting, and waits for
 /// every connection task to end (they end when their client disconnects or at shutdown).
-pub async fn run<H: RequestHandler>(
+pub(crate) async fn run<H: RequestHandler>(
     listener: TcpListener,
     handler: Arc<H>,
     limits: ServerLimits,

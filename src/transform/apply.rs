@@ -438,7 +438,7 @@ fn refused_invalid(slot: &InlineSlot, message: String, index: Option<i32>) -> Re
 /// Writes `dead_letters` (from [`apply`]) to the slot's dead-letter topic, once their
 /// batches are appended: `batch_base_offsets[i]` is the base offset batch `i` got. Each
 /// keeps its key, value, timestamp and headers and gains the headers of
-/// [`crate::dead_letter`] (stage `TRANSFORMATION`, the offset it would have had). Nothing
+/// `crate::dead_letter` (stage `TRANSFORMATION`, the offset it would have had). Nothing
 /// is written when the slot has no dead-letter topic (the records were counted in
 /// `stats.errors`).
 ///

@@ -39,9 +39,9 @@ use crate::plugin::PluginHost;
 
 /// Wait before re-reading a component whose load failed, in milliseconds: a file still
 /// being written changes meanwhile and is tried again; a stable one is reported.
-pub const RELOAD_SETTLE_MS: u64 = 300;
+pub(super) const RELOAD_SETTLE_MS: u64 = 300;
 /// Most load attempts of one reload (a file that keeps changing for ~6 s is reported).
-pub const RELOAD_MAX_ATTEMPTS: usize = 20;
+pub(super) const RELOAD_MAX_ATTEMPTS: usize = 20;
 
 /// Why a deploy, replace or delete was refused.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -27,7 +27,7 @@ use crate::cli::ClientArgs;
 
 /// `weir group describe` options.
 #[derive(Debug, Args)]
-pub struct DescribeArgs {
+pub(crate) struct DescribeArgs {
     #[command(flatten)]
     pub client: ClientArgs,
     /// Group id.
@@ -56,7 +56,7 @@ struct Owner {
 /// Errors: the group does not exist (`Consumer group 'X' does not exist.`); the broker's
 /// error for OffsetFetch; a broker that cannot be reached. A log end offset that cannot be
 /// read is `-` (LAG too), with a warning on stderr.
-pub fn run(args: DescribeArgs) -> anyhow::Result<()> {
+pub(super) fn run(args: DescribeArgs) -> anyhow::Result<()> {
     let group = args.group.as_str();
     let (consumer, metadata) = consumer(&args.client, Some(group))?;
     let groups = fetch_groups(&consumer, Some(group))?;

@@ -36,7 +36,7 @@ const INTERNAL_TOPICS: [&str; 2] = ["__consumer_offsets", "__transaction_state"]
 
 /// Group states, as DescribeGroups names them (Kafka's `ConsumerGroupState`, classic
 /// protocol).
-pub const GROUP_STATES: [&str; 5] = [
+pub(super) const GROUP_STATES: [&str; 5] = [
     "Empty",
     "PreparingRebalance",
     "CompletingRebalance",
@@ -46,7 +46,7 @@ pub const GROUP_STATES: [&str; 5] = [
 
 /// Group subcommands.
 #[derive(Debug, Subcommand)]
-pub enum GroupCommand {
+pub(super) enum GroupCommand {
     /// List groups and their state (GROUP STATE).
     List(ListArgs),
     /// Describe a group: committed offsets, log end offsets and lag per partition, with
@@ -60,7 +60,7 @@ pub enum GroupCommand {
 
 /// `weir group list` options (as `kafka-consumer-groups.sh --list --state`).
 #[derive(Debug, Args)]
-pub struct ListArgs {
+pub(super) struct ListArgs {
     #[command(flatten)]
     pub client: ClientArgs,
     /// Only groups in this state (Empty, PreparingRebalance, CompletingRebalance, Stable,
@@ -71,7 +71,7 @@ pub struct ListArgs {
 
 /// `weir group delete` options (as `kafka-consumer-groups.sh --delete --group`).
 #[derive(Debug, Args)]
-pub struct DeleteArgs {
+pub(super) struct DeleteArgs {
     #[command(flatten)]
     pub client: ClientArgs,
     /// Group id.
@@ -83,7 +83,7 @@ pub struct DeleteArgs {
 /// Errors: an unknown group (`Consumer group 'X' does not exist.`) for describe; a group
 /// with members for reset-offsets and delete; the broker's error (Kafka's name and
 /// description); a broker that cannot be reached within the timeouts.
-pub fn run(cmd: GroupCommand) -> anyhow::Result<()> {
+pub(super) fn run(cmd: GroupCommand) -> anyhow::Result<()> {
     match cmd {
         GroupCommand::List(args) => list(args),
         GroupCommand::Describe(args) => describe::run(args),

@@ -35,7 +35,7 @@ use crate::cli::ClientArgs;
         .required(true)
         .args(["dry_run", "execute"])
 ))]
-pub struct ResetArgs {
+pub(crate) struct ResetArgs {
     #[command(flatten)]
     pub client: ClientArgs,
     /// Group id.
@@ -76,7 +76,7 @@ pub struct ResetArgs {
 
 /// A `--topic` value: a topic and, optionally, some of its partitions.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TopicSpec {
+pub(crate) struct TopicSpec {
     /// Topic name.
     pub topic: String,
     /// Partitions to reset; every partition when `None`.
@@ -150,7 +150,7 @@ fn parse_datetime_ms(s: &str) -> Result<i64, String> {
 /// (`UNKNOWN_TOPIC_OR_PARTITION`); `--shift-by` on a partition with no committed offset;
 /// the broker's error for ListOffsets, OffsetFetch or OffsetCommit; offsets read back after
 /// the commit that differ from the plan.
-pub fn run(args: ResetArgs) -> anyhow::Result<()> {
+pub(super) fn run(args: ResetArgs) -> anyhow::Result<()> {
     let target = match (
         args.to_earliest,
         args.to_latest,

@@ -41,30 +41,29 @@ use super::store::{FileMetadataLog, MetadataLog};
 use super::MetadataError;
 use crate::config::QuorumVoter;
 
-pub use network::{RaftRpc, RaftRpcReply, MAX_CONTROLLER_CONNECTIONS, MAX_RPC_BYTES};
-pub use storage::{Committed, CommittedChange, CommittedQueue};
+pub(crate) use storage::{Committed, CommittedChange, CommittedQueue};
 
 /// One entry of `__cluster_metadata`: the records of one metadata change, applied all or
 /// none (Kafka writes a change as one record batch, applied atomically likewise).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Proposal {
+pub(crate) struct Proposal {
     /// The records, in order.
-    pub records: Vec<MetadataRecord>,
+    pub(crate) records: Vec<MetadataRecord>,
 }
 
 /// What the state machine made of an entry.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ProposalOutcome {
+pub(crate) struct ProposalOutcome {
     /// Why the records were not applied (they did not apply to the image at the entry's
     /// position: another change committed first); `None` when applied.
-    pub refused: Option<String>,
+    pub(crate) refused: Option<String>,
 }
 
 openraft::declare_raft_types!(
     /// weir's openraft types: node ids are Kafka node ids (`node.id`, ≥ 0), a node's
     /// address is its CONTROLLER listener (`HOST:PORT`), an entry is a [`Proposal`],
     /// snapshots are bytes in memory (the image as records, JSON).
-    pub TypeConfig:
+    pub(crate) TypeConfig:
         D = Proposal,
         R = ProposalOutcome,
         NodeId = u64,
@@ -76,38 +75,38 @@ openraft::declare_raft_types!(
 
 /// Longest a metadata change waits to be committed and applied (ms) before the caller
 /// gets an error (the quorum is gone or no leader could be found).
-pub const COMMIT_TIMEOUT_MS: u64 = 15_000;
+pub(crate) const COMMIT_TIMEOUT_MS: u64 = 15_000;
 
 /// Raft timing (ms): heartbeats every [`HEARTBEAT_INTERVAL_MS`]; a follower that hears no
 /// leader for a random time in `ELECTION_TIMEOUT_MIN_MS..ELECTION_TIMEOUT_MAX_MS` stands
 /// for election. Low, as KRaft's own defaults (`controller.quorum.election.timeout.ms`
 /// 1000): a new controller within about a second of the old one's death.
-pub const HEARTBEAT_INTERVAL_MS: u64 = 100;
+pub(crate) const HEARTBEAT_INTERVAL_MS: u64 = 100;
 /// See [`HEARTBEAT_INTERVAL_MS`].
-pub const ELECTION_TIMEOUT_MIN_MS: u64 = 500;
+pub(crate) const ELECTION_TIMEOUT_MIN_MS: u64 = 500;
 /// See [`HEARTBEAT_INTERVAL_MS`].
-pub const ELECTION_TIMEOUT_MAX_MS: u64 = 1000;
+pub(crate) const ELECTION_TIMEOUT_MAX_MS: u64 = 1000;
 
 /// A snapshot is taken every this many entries; the log keeps as many behind it for
 /// followers that lag a little (bounds the log and the restart replay).
-pub const SNAPSHOT_EVERY_ENTRIES: u64 = 1000;
+pub(crate) const SNAPSHOT_EVERY_ENTRIES: u64 = 1000;
 
 /// What a node needs to join (or be) the controller quorum.
 #[derive(Debug)]
-pub struct QuorumSettings {
+pub(crate) struct QuorumSettings {
     /// `<log.dirs>/__cluster_metadata`: the Raft files go under `raft/`; an earlier
     /// version's file store there is migrated.
-    pub dir: PathBuf,
+    pub(crate) dir: PathBuf,
     /// The cluster id (KIP-78): the image's.
-    pub cluster_id: String,
+    pub(crate) cluster_id: String,
     /// This node's `node.id`.
-    pub node_id: i32,
+    pub(crate) node_id: i32,
     /// The effective voters ([`crate::config::ClusterSettings::voters`]); one voter with
     /// this node's id and no address for a single node.
-    pub voters: Vec<QuorumVoter>,
+    pub(crate) voters: Vec<QuorumVoter>,
     /// The bound CONTROLLER listener, served on the Raft runtime (`None`: no peers dial
     /// this node — a single node).
-    pub controller_listener: Option<std::net::TcpListener>,
+    pub(crate) controller_listener: Option<std::net::TcpListener>,
 }
 
 /// The Raft runtime and what runs on it; dropped (Raft shut down, files closed) when the
@@ -119,7 +118,7 @@ struct RaftRuntime {
 }
 
 /// The replicated [`MetadataLog`]: see the module doc.
-pub struct RaftMetadataLog {
+pub(crate) struct RaftMetadataLog {
     rt: RaftRuntime,
     machine: storage::StateMachine,
     queue: Arc<CommittedQueue>,
@@ -209,7 +208,7 @@ impl RaftMetadataLog {
     /// Errors: [`MetadataError`]: the files cannot be read or written, openraft refuses
     /// to start, a single node does not become leader, the migration fails, or a node of
     /// a multi-voter quorum has a file store to migrate (migrate as a single node first).
-    pub fn open(settings: QuorumSettings) -> Result<RaftMetadataLog, MetadataError> {
+    pub(crate) fn open(settings: QuorumSettings) -> Result<RaftMetadataLog, MetadataError> {
         let raft_dir = settings.dir.join("raft");
         let node_id = u64::try_from(settings.node_id)
             .map_err(|_| raft_error("node.id", "negative node id"))?;
@@ -376,11 +375,6 @@ impl RaftMetadataLog {
             })
             .ok_or_else(|| raft_error("election", "timed out"))?;
         result.map_err(|e| raft_error("election", e))
-    }
-
-    /// The queue `Metadata`'s follower thread waits on.
-    pub fn committed_queue(&self) -> Arc<CommittedQueue> {
-        self.queue.clone()
     }
 
     /// Proposes `proposal` to the local Raft, or to the leader it names, retrying while

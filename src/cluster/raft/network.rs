@@ -38,14 +38,14 @@ type NodeId = u64;
 
 /// Largest frame read from a peer (bytes): an AppendEntries of `max_payload_entries`
 /// metadata changes or a snapshot chunk fit well below it.
-pub const MAX_RPC_BYTES: usize = 64 << 20;
+pub(crate) const MAX_RPC_BYTES: usize = 64 << 20;
 
 /// Most connections the CONTROLLER listener serves at once (a quorum of 5 needs ~10).
-pub const MAX_CONTROLLER_CONNECTIONS: usize = 64;
+pub(crate) const MAX_CONTROLLER_CONNECTIONS: usize = 64;
 
 /// A request between controllers.
 #[derive(Debug, Serialize, Deserialize)]
-pub enum RaftRpc {
+pub(crate) enum RaftRpc {
     /// Raft AppendEntries (also the heartbeat).
     AppendEntries(AppendEntriesRequest<TypeConfig>),
     /// Raft RequestVote.
@@ -58,7 +58,7 @@ pub enum RaftRpc {
 
 /// The answer to a [`RaftRpc`], variant for variant.
 #[derive(Debug, Serialize, Deserialize)]
-pub enum RaftRpcReply {
+pub(crate) enum RaftRpcReply {
     /// To AppendEntries.
     AppendEntries(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
     /// To Vote.

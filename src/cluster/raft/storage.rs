@@ -67,7 +67,7 @@ fn replace_file(path: &Path, bytes: &[u8], durable: bool) -> std::io::Result<()>
 
 /// What the state machine applied, for `Metadata` to apply to its own image in log order.
 #[derive(Debug, Clone)]
-pub enum CommittedChange {
+pub(crate) enum CommittedChange {
     /// An entry's records, applied.
     Records(Vec<MetadataRecord>),
     /// An entry refused: its records did not apply to the image at its position.
@@ -80,9 +80,9 @@ pub enum CommittedChange {
 #[derive(Debug, Clone)]
 pub struct Committed {
     /// The Raft log index (`__cluster_metadata` offset) of the entry.
-    pub offset: u64,
+    pub(crate) offset: u64,
     /// What it changed.
-    pub change: CommittedChange,
+    pub(crate) change: CommittedChange,
 }
 
 /// The hand-over from the state machine (the Raft runtime) to `Metadata` (any thread):
@@ -105,7 +105,7 @@ impl CommittedQueue {
     }
 
     /// Everything queued, oldest first.
-    pub fn drain(&self) -> Vec<Committed> {
+    pub(crate) fn drain(&self) -> Vec<Committed> {
         self.items
             .lock()
             .expect("committed queue lock poisoned")
@@ -115,7 +115,7 @@ impl CommittedQueue {
 
     /// Waits up to `timeout` for the queue to hold an entry at `offset` or later (`None`:
     /// for anything); returns whether it does.
-    pub fn wait_for(&self, offset: Option<u64>, timeout: Duration) -> bool {
+    pub(crate) fn wait_for(&self, offset: Option<u64>, timeout: Duration) -> bool {
         let ready = |items: &VecDeque<Committed>| match offset {
             None => !items.is_empty(),
             Some(o) => items.back().is_some_and(|c| c.offset >= o),
