@@ -587,7 +587,10 @@ fn topic_changes(delta: &MetadataDelta) -> Result<Vec<TopicChange<'_>>, Listener
             MetadataRecord::PartitionsAdded { topic_id, .. }
             | MetadataRecord::TopicConfigsChanged { topic_id, .. }
             | MetadataRecord::TopicDeleted { topic_id } => *topic_id,
-            MetadataRecord::ProducerIdsReserved { .. } => continue,
+            MetadataRecord::ProducerIdsReserved { .. }
+            | MetadataRecord::BrokerRegistered { .. }
+            | MetadataRecord::BrokerFenced { .. }
+            | MetadataRecord::BrokerUnfenced { .. } => continue,
         };
         if !seen.insert(id) {
             continue;

@@ -2,7 +2,8 @@
 //!
 //! Owns: [`MetadataImage`] — an immutable snapshot of the cluster metadata (topics by name
 //! and by id with per-partition replicas, leader, leader epoch and ISR; the producer ids
-//! reserved; the cluster id and this node's id) — and [`MetadataRecord`], the closed set
+//! reserved; the registered brokers with their epochs and fencing; the cluster id and
+//! this node's id) — and [`MetadataRecord`], the closed set
 //! of changes, applied to an image as one [`MetadataDelta`]. Both are plain values:
 //! applying a delta reads no clock and touches no file, so it is tested with plain values
 //! and replayed the same way at start-up (Kafka's `MetadataImage`, `MetadataDelta` and
@@ -92,6 +93,38 @@ mod shared_slice {
     }
 }
 
+/// One endpoint a registered broker advertises (Kafka's `BrokerEndpoint` of
+/// `RegisterBrokerRecord`, KIP-631): an `advertised.listeners` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerEndpoint {
+    /// Listener name, e.g. `PLAINTEXT`.
+    pub name: String,
+    /// Host clients connect to.
+    pub host: String,
+    /// Port clients connect to.
+    pub port: i32,
+}
+
+/// A broker as the metadata knows it (Kafka's `BrokerRegistration`): its latest
+/// registration and whether it is fenced (KIP-631).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerRegistration {
+    /// The broker's `node.id`.
+    pub broker_id: i32,
+    /// Epoch of this registration: greater than every epoch handed out before it, to any
+    /// broker, so a restarted broker's epoch is higher than its previous one.
+    pub broker_epoch: i64,
+    /// Random per process start: tells a restart from a retried registration.
+    pub incarnation_id: Uuid,
+    /// Advertised endpoints, the first being the one Metadata lists.
+    pub endpoints: Vec<BrokerEndpoint>,
+    /// `broker.rack`, if set (Metadata v1+, DescribeCluster).
+    pub rack: Option<String>,
+    /// Fenced: its session lapsed (no heartbeat for `broker.session.timeout.ms`); clients
+    /// are not told of it.
+    pub fenced: bool,
+}
+
 /// A metadata change. Closed: every consumer matches every variant, so a new kind of
 /// change (later `LeaderAndIsrChanged`, Kafka's `PartitionChangeRecord`, and
 /// `BrokerRegistered`, its `RegisterBrokerRecord`) is handled wherever records are.
@@ -127,6 +160,37 @@ pub enum MetadataRecord {
         /// The first producer id not reserved yet.
         reserved_until: i64,
     },
+    /// A broker (re-)registered, unfenced, replacing any earlier registration of its id
+    /// (Kafka: `RegisterBrokerRecord`, KIP-631). `broker_epoch` must exceed every epoch
+    /// in the image.
+    BrokerRegistered {
+        /// The broker's `node.id`.
+        broker_id: i32,
+        /// The new epoch.
+        broker_epoch: i64,
+        /// Random per process start.
+        incarnation_id: Uuid,
+        /// Advertised endpoints, the first being the one Metadata lists.
+        endpoints: Vec<BrokerEndpoint>,
+        /// `broker.rack`.
+        rack: Option<String>,
+    },
+    /// A broker's session lapsed: fenced (Kafka: `FenceBrokerRecord`). Applies only to
+    /// its current epoch, unfenced.
+    BrokerFenced {
+        /// The broker.
+        broker_id: i32,
+        /// Its current epoch.
+        broker_epoch: i64,
+    },
+    /// A fenced broker heartbeat again: unfenced (Kafka: `UnfenceBrokerRecord`). Applies
+    /// only to its current epoch, fenced.
+    BrokerUnfenced {
+        /// The broker.
+        broker_id: i32,
+        /// Its current epoch.
+        broker_epoch: i64,
+    },
 }
 
 /// A record that does not apply to the image it is applied to. From a caller's records
@@ -144,6 +208,7 @@ pub struct MetadataImage {
     topics: BTreeMap<String, Arc<TopicMeta>>,
     topic_names_by_id: HashMap<Uuid, String>,
     producer_ids_reserved_until: i64,
+    brokers: BTreeMap<i32, BrokerRegistration>,
 }
 
 impl MetadataImage {
@@ -155,6 +220,7 @@ impl MetadataImage {
             topics: BTreeMap::new(),
             topic_names_by_id: HashMap::new(),
             producer_ids_reserved_until: 0,
+            brokers: BTreeMap::new(),
         }
     }
 
@@ -211,6 +277,55 @@ impl MetadataImage {
         self.producer_ids_reserved_until
     }
 
+    /// Every registered broker, fenced or not, by id.
+    pub fn brokers(&self) -> impl Iterator<Item = &BrokerRegistration> {
+        self.brokers.values()
+    }
+
+    /// The registration of broker `broker_id`.
+    pub fn broker(&self, broker_id: i32) -> Option<&BrokerRegistration> {
+        self.brokers.get(&broker_id)
+    }
+
+    /// The brokers clients are told of: registered and not fenced, by id.
+    pub fn live_brokers(&self) -> impl Iterator<Item = &BrokerRegistration> {
+        self.brokers.values().filter(|b| !b.fenced)
+    }
+
+    /// The highest broker epoch handed out (0: none); the next registration's must be
+    /// greater.
+    pub fn max_broker_epoch(&self) -> i64 {
+        self.brokers
+            .values()
+            .map(|b| b.broker_epoch)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The records that register `b` as it is (its fencing included).
+    fn registration_records(b: &BrokerRegistration, out: &mut Vec<MetadataRecord>) {
+        out.push(MetadataRecord::BrokerRegistered {
+            broker_id: b.broker_id,
+            broker_epoch: b.broker_epoch,
+            incarnation_id: b.incarnation_id,
+            endpoints: b.endpoints.clone(),
+            rack: b.rack.clone(),
+        });
+        if b.fenced {
+            out.push(MetadataRecord::BrokerFenced {
+                broker_id: b.broker_id,
+                broker_epoch: b.broker_epoch,
+            });
+        }
+    }
+
+    /// Registrations in epoch order: the order they replay in (epochs must grow).
+    fn brokers_by_epoch(&self) -> Vec<&BrokerRegistration> {
+        let mut brokers: Vec<&BrokerRegistration> = self.brokers.values().collect();
+        brokers.sort_by_key(|b| b.broker_epoch);
+        brokers
+    }
+
     /// The records that build this image from [`MetadataImage::empty`] (a snapshot as
     /// records: what a listener registered late is given, and what a log may compact to).
     pub fn to_records(&self) -> Vec<MetadataRecord> {
@@ -222,6 +337,9 @@ impl MetadataImage {
             out.push(MetadataRecord::ProducerIdsReserved {
                 reserved_until: self.producer_ids_reserved_until,
             });
+        }
+        for b in self.brokers_by_epoch() {
+            MetadataImage::registration_records(b, &mut out);
         }
         out
     }
@@ -262,7 +380,41 @@ impl MetadataImage {
                 reserved_until: after.producer_ids_reserved_until,
             });
         }
+        for a in after.brokers_by_epoch() {
+            match self.broker(a.broker_id) {
+                Some(b) if b.broker_epoch == a.broker_epoch => {
+                    if a.fenced && !b.fenced {
+                        out.push(MetadataRecord::BrokerFenced {
+                            broker_id: a.broker_id,
+                            broker_epoch: a.broker_epoch,
+                        });
+                    } else if !a.fenced && b.fenced {
+                        out.push(MetadataRecord::BrokerUnfenced {
+                            broker_id: a.broker_id,
+                            broker_epoch: a.broker_epoch,
+                        });
+                    }
+                }
+                _ => MetadataImage::registration_records(a, &mut out),
+            }
+        }
         out
+    }
+
+    /// The registration of `broker_id` at `broker_epoch`, for a fence or unfence.
+    fn current_registration(
+        &mut self,
+        broker_id: i32,
+        broker_epoch: i64,
+    ) -> Result<&mut BrokerRegistration, ImageError> {
+        match self.brokers.get_mut(&broker_id) {
+            Some(b) if b.broker_epoch == broker_epoch => Ok(b),
+            Some(b) => Err(ImageError(format!(
+                "broker {broker_id} is at epoch {}, not {broker_epoch}",
+                b.broker_epoch
+            ))),
+            None => Err(ImageError(format!("broker {broker_id} is not registered"))),
+        }
     }
 
     fn name_of(&self, id: Uuid) -> Result<&str, ImageError> {
@@ -336,6 +488,53 @@ impl MetadataImage {
                     )));
                 }
                 self.producer_ids_reserved_until = *reserved_until;
+            }
+            MetadataRecord::BrokerRegistered {
+                broker_id,
+                broker_epoch,
+                incarnation_id,
+                endpoints,
+                rack,
+            } => {
+                // Strictly: two registrations from one image must not both succeed, and a
+                // restarted broker's epoch must exceed its previous one.
+                let max = self.max_broker_epoch();
+                if *broker_epoch <= max {
+                    return Err(ImageError(format!(
+                        "broker {broker_id}'s epoch {broker_epoch} is not above the highest epoch {max}"
+                    )));
+                }
+                self.brokers.insert(
+                    *broker_id,
+                    BrokerRegistration {
+                        broker_id: *broker_id,
+                        broker_epoch: *broker_epoch,
+                        incarnation_id: *incarnation_id,
+                        endpoints: endpoints.clone(),
+                        rack: rack.clone(),
+                        fenced: false,
+                    },
+                );
+            }
+            MetadataRecord::BrokerFenced {
+                broker_id,
+                broker_epoch,
+            } => {
+                let b = self.current_registration(*broker_id, *broker_epoch)?;
+                if b.fenced {
+                    return Err(ImageError(format!("broker {broker_id} is fenced already")));
+                }
+                b.fenced = true;
+            }
+            MetadataRecord::BrokerUnfenced {
+                broker_id,
+                broker_epoch,
+            } => {
+                let b = self.current_registration(*broker_id, *broker_epoch)?;
+                if !b.fenced {
+                    return Err(ImageError(format!("broker {broker_id} is not fenced")));
+                }
+                b.fenced = false;
             }
         }
         Ok(())
@@ -561,5 +760,139 @@ mod tests {
         let json = serde_json::to_string(&after.to_records()).unwrap();
         let back: Vec<MetadataRecord> = serde_json::from_str(&json).unwrap();
         assert_eq!(back, after.to_records());
+    }
+
+    fn registered(broker_id: i32, broker_epoch: i64, port: i32) -> MetadataRecord {
+        MetadataRecord::BrokerRegistered {
+            broker_id,
+            broker_epoch,
+            incarnation_id: Uuid::new_v4(),
+            endpoints: vec![BrokerEndpoint {
+                name: "PLAINTEXT".into(),
+                host: "127.0.0.1".into(),
+                port,
+            }],
+            rack: None,
+        }
+    }
+
+    fn live(image: &MetadataImage) -> Vec<(i32, i64)> {
+        image
+            .live_brokers()
+            .map(|b| (b.broker_id, b.broker_epoch))
+            .collect()
+    }
+
+    #[test]
+    fn brokers_register_are_fenced_unfenced_and_reregister_with_a_higher_epoch() {
+        let empty = Arc::new(MetadataImage::empty("c", 1));
+        let two = apply(&empty, vec![registered(1, 1, 9092), registered(2, 2, 9094)]);
+        assert_eq!(live(&two), [(1, 1), (2, 2)]);
+        assert_eq!(two.max_broker_epoch(), 2);
+        assert_eq!(two.broker(2).unwrap().endpoints[0].port, 9094);
+
+        let fenced = apply(
+            &two,
+            vec![MetadataRecord::BrokerFenced {
+                broker_id: 2,
+                broker_epoch: 2,
+            }],
+        );
+        assert_eq!(live(&fenced), [(1, 1)]);
+        assert!(fenced.broker(2).unwrap().fenced);
+        assert_eq!(fenced.brokers().count(), 2);
+        let unfenced = apply(
+            &fenced,
+            vec![MetadataRecord::BrokerUnfenced {
+                broker_id: 2,
+                broker_epoch: 2,
+            }],
+        );
+        assert_eq!(live(&unfenced), [(1, 1), (2, 2)]);
+
+        // A restart registers again: a new epoch above every other, unfenced.
+        let restarted = apply(&fenced, vec![registered(2, 3, 9096)]);
+        assert_eq!(live(&restarted), [(1, 1), (2, 3)]);
+        assert_eq!(restarted.broker(2).unwrap().endpoints[0].port, 9096);
+        assert_eq!(restarted.brokers().count(), 2);
+    }
+
+    #[test]
+    fn stale_broker_records_are_refused() {
+        let empty = Arc::new(MetadataImage::empty("c", 1));
+        let image = apply(&empty, vec![registered(1, 1, 9092), registered(2, 5, 9094)]);
+        let refused = |records: Vec<MetadataRecord>| {
+            MetadataDelta::apply(image.clone(), records)
+                .expect_err("refused")
+                .0
+        };
+        // An epoch not above the highest (two registrations made from one image).
+        assert!(refused(vec![registered(3, 5, 1)]).contains("not above"));
+        assert!(refused(vec![registered(1, 2, 1)]).contains("not above"));
+        // A fence or unfence of an epoch that is not the broker's current one.
+        let stale = refused(vec![MetadataRecord::BrokerFenced {
+            broker_id: 2,
+            broker_epoch: 4,
+        }]);
+        assert!(stale.contains("at epoch 5"), "{stale}");
+        assert!(refused(vec![MetadataRecord::BrokerFenced {
+            broker_id: 9,
+            broker_epoch: 1,
+        }])
+        .contains("not registered"));
+        assert!(refused(vec![MetadataRecord::BrokerUnfenced {
+            broker_id: 1,
+            broker_epoch: 1,
+        }])
+        .contains("not fenced"));
+        let fence = MetadataRecord::BrokerFenced {
+            broker_id: 1,
+            broker_epoch: 1,
+        };
+        assert!(refused(vec![fence.clone(), fence]).contains("fenced already"));
+        assert_eq!(live(&image), [(1, 1), (2, 5)], "nothing applied");
+    }
+
+    #[test]
+    fn registrations_survive_snapshots_and_catch_up() {
+        let empty = Arc::new(MetadataImage::empty("c", 1));
+        let before = apply(
+            &empty,
+            vec![
+                MetadataRecord::TopicCreated(topic("x", 1)),
+                registered(3, 1, 1),
+                registered(1, 2, 2),
+                registered(2, 3, 3),
+                MetadataRecord::BrokerFenced {
+                    broker_id: 3,
+                    broker_epoch: 1,
+                },
+            ],
+        );
+        // The snapshot (the image as records) rebuilds registrations, epochs and fencing.
+        let rebuilt = apply(&empty, before.to_records());
+        assert_eq!(*rebuilt, *before);
+        assert!(rebuilt.broker(3).unwrap().fenced);
+        let after = apply(
+            &before,
+            vec![
+                registered(1, 4, 5),
+                MetadataRecord::BrokerUnfenced {
+                    broker_id: 3,
+                    broker_epoch: 1,
+                },
+                MetadataRecord::BrokerFenced {
+                    broker_id: 2,
+                    broker_epoch: 3,
+                },
+                registered(4, 5, 6),
+            ],
+        );
+        // A lagging node given a snapshot catches up through the same records.
+        assert_eq!(*apply(&before, before.changes_to(&after)), *after);
+        assert!(after.changes_to(&after).is_empty());
+        let json = serde_json::to_string(&after.to_records()).unwrap();
+        let back: Vec<MetadataRecord> = serde_json::from_str(&json).unwrap();
+        assert_eq!(*apply(&empty, back), *after);
     }
 }

@@ -265,6 +265,16 @@ impl MetadataLog for FileMetadataLog {
                         reserved_until.to_string().as_bytes(),
                     )?;
                 }
+                // The earlier layout has no place for them; a broker on this store (only
+                // the upgrade test makes one) is alone and never registers.
+                MetadataRecord::BrokerRegistered { .. }
+                | MetadataRecord::BrokerFenced { .. }
+                | MetadataRecord::BrokerUnfenced { .. } => {
+                    return Err(MetadataError::Unsupported(
+                        "the single-node metadata file store holds no broker registrations"
+                            .to_string(),
+                    ))
+                }
             }
         }
         Ok(None)
