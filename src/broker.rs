@@ -24,7 +24,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::admin::{self, AdminState};
-use crate::cluster::Metadata;
+use crate::cluster::{self, BrokerEndpoint, Metadata};
 use crate::config::BrokerConfig;
 use crate::connect::{self, ConnectRuntime, ConnectSettings};
 use crate::group::GroupCoordinator;
@@ -127,6 +127,43 @@ pub fn advertised_endpoint(config: &BrokerConfig, bound: &TcpListener) -> anyhow
     })
 }
 
+/// What this broker registers and how often it heartbeats: `advertised` first (what
+/// Metadata lists), then the other `advertised.listeners`.
+fn broker_session(
+    config: &BrokerConfig,
+    advertised: &Endpoint,
+) -> cluster::brokers::SessionSettings {
+    let name = config
+        .advertised_listeners
+        .first()
+        .or(config.listeners.first())
+        .map_or_else(|| "PLAINTEXT".to_string(), |l| l.name.clone());
+    let mut endpoints = vec![BrokerEndpoint {
+        name,
+        host: advertised.host.clone(),
+        port: advertised.port,
+    }];
+    endpoints.extend(
+        config
+            .advertised_listeners
+            .iter()
+            .skip(1)
+            .map(|l| BrokerEndpoint {
+                name: l.name.clone(),
+                host: l.host.clone(),
+                port: i32::from(l.port),
+            }),
+    );
+    cluster::brokers::SessionSettings {
+        endpoints,
+        rack: None,
+        heartbeat_interval: std::time::Duration::from_millis(
+            config.cluster.broker_heartbeat_interval_ms,
+        ),
+        session_timeout: std::time::Duration::from_millis(config.cluster.broker_session_timeout_ms),
+    }
+}
+
 /// Takes an exclusive advisory lock on `<log_dir>/.lock`.
 ///
 /// Errors: another process (another weir) holds it, or the file cannot be created.
@@ -216,6 +253,24 @@ pub async fn run_on(
     );
     // Applies what other nodes commit; stopped (joined) when `run` returns.
     let _metadata_follower = metadata.follow();
+    // Registers this broker (KIP-631) before serving, so Metadata lists it at the
+    // endpoint it has now; when the quorum cannot commit it yet, the heartbeat task
+    // retries.
+    let session = broker_session(&config, &advertised);
+    let broker_epoch = if store == MetadataStore::Quorum {
+        let (m, s) = (metadata.clone(), session.clone());
+        match tokio::task::spawn_blocking(move || cluster::brokers::register_blocking(&m, &s)).await
+        {
+            Ok(Ok(epoch)) => Some(epoch),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "broker registration failed; retrying in the background");
+                None
+            }
+            Err(e) => anyhow::bail!("broker registration task failed: {e}"),
+        }
+    } else {
+        None
+    };
     let purgatory = Arc::new(Purgatory::new(config.fetch_purgatory_max_size));
     let started = std::time::Instant::now();
     // The replica manager opens every partition of the metadata image, then follows it.
@@ -311,6 +366,19 @@ pub async fn run_on(
     // Every task below is owned here and awaited before this function returns.
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(connect_run);
+    if store == MetadataStore::Quorum {
+        tasks.spawn(cluster::brokers::heartbeat_loop(
+            metadata.clone(),
+            session.clone(),
+            broker_epoch,
+            shutdown.clone(),
+        ));
+        tasks.spawn(cluster::brokers::fence_loop(
+            metadata.clone(),
+            session,
+            shutdown.clone(),
+        ));
+    }
     for listener in listeners {
         let addr = listener
             .local_addr()

@@ -19,6 +19,7 @@
 //!
 //! Never does: serve client APIs or write partition data (that is `replica` + `log`).
 
+pub(crate) mod brokers;
 mod image;
 mod raft;
 mod store;
@@ -31,8 +32,11 @@ use uuid::Uuid;
 
 use crate::config::QuorumVoter;
 
-pub(crate) use image::{ImageError, MetadataDelta, MetadataImage, MetadataRecord, TopicMeta};
-pub(crate) use raft::{Committed, CommittedChange, QuorumSettings, RaftMetadataLog};
+pub(crate) use image::{
+    BrokerEndpoint, BrokerRegistration, ImageError, MetadataDelta, MetadataImage, MetadataRecord,
+    TopicMeta,
+};
+pub(crate) use raft::{Committed, CommittedChange, QuorumHandle, QuorumSettings, RaftMetadataLog};
 pub(crate) use store::{FileMetadataLog, MetadataLog};
 pub(crate) use topics::{NewTopic, TopicError};
 
@@ -240,6 +244,8 @@ pub struct Metadata {
     writer: Mutex<Writer>,
     /// The next producer id within the block the image reserves.
     producer_ids: Mutex<ProducerIdBlock>,
+    /// Who leads the quorum, broker sessions (`None`: a local store).
+    quorum: Option<Arc<QuorumHandle>>,
 }
 
 /// Reads the cluster id from `<dir>/meta.properties`, writing a new one at first start.
@@ -351,7 +357,9 @@ impl Metadata {
             .clone();
         // Ids handed out before a restart are below the reservation: start past them.
         let reserved = image.producer_ids_reserved_until();
+        let quorum = log.quorum();
         Ok(Metadata {
+            quorum,
             cluster_id,
             node_id,
             image: RwLock::new(image),
@@ -574,6 +582,71 @@ impl Metadata {
         })
     }
 
+    /// The quorum's handle (leader, broker sessions); `None` on a local store.
+    pub(crate) fn quorum(&self) -> Option<&Arc<QuorumHandle>> {
+        self.quorum.as_ref()
+    }
+
+    /// The node id of the active controller (the quorum leader), if one is known; `None`
+    /// also on a local store.
+    pub fn active_controller(&self) -> Option<i32> {
+        self.quorum.as_ref().and_then(|q| q.leader())
+    }
+
+    /// Every registered broker with its epoch, endpoints and whether it is fenced, by id
+    /// (what `weir cluster describe` shows).
+    pub fn brokers(&self) -> Vec<BrokerRegistration> {
+        self.image().brokers().cloned().collect()
+    }
+
+    /// Registers this node as a broker with a fresh incarnation id and a broker epoch
+    /// above every one handed out before (KIP-631's BrokerRegistration, through the
+    /// quorum): unfenced, replacing its earlier registration. Blocks until committed.
+    /// Returns the registration.
+    ///
+    /// Errors: [`MetadataError`]: the quorum did not commit it in time, or the store holds
+    /// no registrations (the earlier file store).
+    pub fn register_broker(
+        &self,
+        endpoints: Vec<BrokerEndpoint>,
+        rack: Option<String>,
+    ) -> Result<BrokerRegistration, MetadataError> {
+        let incarnation_id = Uuid::new_v4();
+        let broker_id = self.node_id;
+        // Registrations of several nodes from one image: all but one are refused, and
+        // retry on the newer image.
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let result = self.update(|image| {
+                Ok::<_, std::convert::Infallible>(vec![MetadataRecord::BrokerRegistered {
+                    broker_id,
+                    broker_epoch: image.max_broker_epoch() + 1,
+                    incarnation_id,
+                    endpoints: endpoints.clone(),
+                    rack: rack.clone(),
+                }])
+            });
+            let image = match result {
+                Ok(image) => image,
+                Err(UpdateError::Refused(never)) => match never {},
+                Err(UpdateError::NotApplied(MetadataError::Invalid(_))) if attempts < 10 => {
+                    continue
+                }
+                Err(UpdateError::NotApplied(e) | UpdateError::Incomplete(e)) => return Err(e),
+            };
+            match image.broker(broker_id) {
+                Some(r) if r.incarnation_id == incarnation_id => return Ok(r.clone()),
+                _ if attempts < 10 => {}
+                _ => {
+                    return Err(MetadataError::Unsupported(format!(
+                        "broker {broker_id}'s registration was not applied"
+                    )))
+                }
+            }
+        }
+    }
+
     /// The cluster id (generated at first start, KIP-78 style, 22 base64url characters).
     pub fn cluster_id(&self) -> &str {
         &self.cluster_id
@@ -771,6 +844,27 @@ mod tests {
         assert!(m.topic("old").is_none());
         assert_eq!(m.topic("new").unwrap().partitions, 1);
         assert!(m.next_producer_id().unwrap() > pid);
+
+        // A registration is replayed after a restart; registering again (a restart of
+        // the broker) gets a higher epoch and a new incarnation.
+        assert_eq!(m.active_controller(), Some(1));
+        let first = m.register_broker(endpoint(9092), None).unwrap();
+        assert_eq!((first.broker_id, first.fenced), (1, false));
+        drop(m);
+        let m = Metadata::open_quorum(dir.path(), 1, sole_voter(), None).unwrap();
+        assert_eq!(m.brokers(), std::slice::from_ref(&first));
+        let second = m.register_broker(endpoint(9094), None).unwrap();
+        assert!(second.broker_epoch > first.broker_epoch);
+        assert_ne!(second.incarnation_id, first.incarnation_id);
+        assert_eq!(m.brokers(), [second]);
+    }
+
+    fn endpoint(port: i32) -> Vec<BrokerEndpoint> {
+        vec![BrokerEndpoint {
+            name: "PLAINTEXT".into(),
+            host: "127.0.0.1".into(),
+            port,
+        }]
     }
 
     #[test]
@@ -824,6 +918,34 @@ mod tests {
         let a = nodes[0].next_producer_id().unwrap();
         let b = nodes[1].next_producer_id().unwrap();
         assert!(a.abs_diff(b) >= PRODUCER_ID_BLOCK as u64, "{a} {b}");
+
+        // Three brokers register at once through their own nodes: three epochs, each
+        // registration seen by every node; one registering again gets a higher epoch.
+        let mut epochs: Vec<i64> = std::thread::scope(|s| {
+            let running: Vec<_> = nodes
+                .iter()
+                .map(|m| s.spawn(|| m.register_broker(endpoint(9000 + m.node_id()), None)))
+                .collect();
+            running
+                .into_iter()
+                .map(|r| r.join().unwrap().unwrap().broker_epoch)
+                .collect()
+        });
+        epochs.sort();
+        epochs.dedup();
+        assert_eq!(epochs.len(), 3, "{epochs:?}");
+        for m in &nodes {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while m.brokers().len() < 3 && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            let ports: Vec<i32> = m.brokers().iter().map(|b| b.endpoints[0].port).collect();
+            assert_eq!(ports, [9001, 9002, 9003]);
+        }
+        let again = nodes[1].register_broker(endpoint(9012), None).unwrap();
+        assert!(again.broker_epoch > epochs[2]);
+        let leader = nodes[0].active_controller().unwrap();
+        assert!((1..=3).contains(&leader));
     }
 
     #[test]

@@ -66,6 +66,12 @@ pub trait MetadataLog: Send + std::fmt::Debug {
     fn committed_queue(&self) -> Option<std::sync::Arc<super::raft::CommittedQueue>> {
         None
     }
+
+    /// Who leads the quorum and where broker heartbeats go (`None`: a local store, a
+    /// node alone without registrations).
+    fn quorum(&self) -> Option<std::sync::Arc<super::raft::QuorumHandle>> {
+        None
+    }
 }
 
 /// The topic file, field for field what weir has always written (`topics/<name>.toml`).

@@ -1,8 +1,10 @@
 //! Metadata (key 3), v0–v13. Protocol guide "Metadata"; KIP-516 (topic ids, v10+),
 //! KIP-430 (authorized operations, not computed: left at "not requested").
 //!
-//! Lists this broker (its advertised listener) as the only broker and controller, and the
-//! requested topics: `null` (or an empty list at v0) means all. A missing topic is created
+//! Lists every registered broker that is not fenced (KIP-631), each at its first
+//! advertised endpoint (this broker at its own, and listed even before it is registered);
+//! `controller_id` is the active controller, the quorum leader (this broker while none is
+//! known: it forwards changes to the leader). Then the requested topics: `null` (or an empty list at v0) means all. A missing topic is created
 //! when `auto.create.topics.enable` is on and the request allows it (v4+ field; always at
 //! v0–v3, as in Kafka). Each partition's leader, leader epoch, replicas and ISR are the
 //! metadata image's (on a single node: this broker, epoch 0).
@@ -17,7 +19,7 @@ use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, Topi
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::cluster::{is_internal_topic, TopicMeta};
+use crate::cluster::{is_internal_topic, MetadataImage, TopicMeta};
 
 use super::Context;
 use crate::topics;
@@ -48,6 +50,64 @@ fn error_entry(name: Option<String>, error: ResponseError) -> MetadataResponseTo
     MetadataResponseTopic::default()
         .with_name(name.map(|n| TopicName(StrBytes::from_string(n))))
         .with_error_code(error.code())
+}
+
+/// A broker as Metadata and DescribeCluster list it.
+#[derive(Debug)]
+pub(super) struct ListedBroker {
+    pub(super) id: i32,
+    pub(super) host: String,
+    pub(super) port: i32,
+    pub(super) rack: Option<String>,
+    pub(super) fenced: bool,
+}
+
+/// The brokers of `image` clients are told of, by id: the unfenced ones (and the fenced
+/// ones too with `include_fenced`, DescribeCluster v2), each at its first endpoint; this
+/// broker at the endpoint it advertises now, and also when it is not registered (yet, or
+/// on a store without registrations).
+pub(super) fn listed_brokers(
+    ctx: &Context,
+    image: &MetadataImage,
+    include_fenced: bool,
+) -> Vec<ListedBroker> {
+    let me = image.node_id();
+    let this = |rack: Option<String>, fenced: bool| ListedBroker {
+        id: me,
+        host: ctx.advertised.host.clone(),
+        port: ctx.advertised.port,
+        rack,
+        fenced,
+    };
+    let mut out: Vec<ListedBroker> = image
+        .brokers()
+        .filter(|b| include_fenced || !b.fenced)
+        .filter_map(|b| {
+            if b.broker_id == me {
+                return Some(this(b.rack.clone(), b.fenced));
+            }
+            let e = b.endpoints.first()?;
+            Some(ListedBroker {
+                id: b.broker_id,
+                host: e.host.clone(),
+                port: e.port,
+                rack: b.rack.clone(),
+                fenced: b.fenced,
+            })
+        })
+        .collect();
+    if image.broker(me).is_none() {
+        out.push(this(None, false));
+        out.sort_by_key(|b| b.id);
+    }
+    out
+}
+
+/// The node id given as `controller_id`: the quorum leader, else this broker.
+pub(super) fn controller_id(ctx: &Context, image: &MetadataImage) -> i32 {
+    ctx.metadata
+        .active_controller()
+        .unwrap_or_else(|| image.node_id())
 }
 
 /// Handles a Metadata request.
@@ -82,13 +142,19 @@ pub(super) fn handle(ctx: &Context, request: MetadataRequest, version: i16) -> M
         }
         out
     };
-    let me = MetadataResponseBroker::default()
-        .with_node_id(BrokerId(image.node_id()))
-        .with_host(StrBytes::from_string(ctx.advertised.host.clone()))
-        .with_port(ctx.advertised.port);
+    let brokers = listed_brokers(ctx, &image, false)
+        .into_iter()
+        .map(|b| {
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(b.id))
+                .with_host(StrBytes::from_string(b.host))
+                .with_port(b.port)
+                .with_rack(b.rack.map(StrBytes::from_string))
+        })
+        .collect();
     MetadataResponse::default()
-        .with_brokers(vec![me])
+        .with_brokers(brokers)
         .with_cluster_id(Some(StrBytes::from_string(image.cluster_id().to_string())))
-        .with_controller_id(BrokerId(image.node_id()))
+        .with_controller_id(BrokerId(controller_id(ctx, &image)))
         .with_topics(topics)
 }

@@ -31,6 +31,7 @@ mod create_partitions;
 mod create_topics;
 mod delete_groups;
 mod delete_topics;
+mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
 mod fetch;
@@ -98,6 +99,7 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::DescribeGroups, 0, 6),
     api(ApiKey::DeleteGroups, 0, 2),
     api(ApiKey::OffsetDelete, 0, 0),
+    api(ApiKey::DescribeCluster, 0, 2),
 ];
 
 /// The supported range of `key`, if it is implemented.
@@ -373,6 +375,9 @@ async fn dispatch(
         }
         RequestKind::OffsetDelete(r) => {
             ResponseKind::OffsetDelete(offset_delete::handle(ctx, r, version))
+        }
+        RequestKind::DescribeCluster(r) => {
+            ResponseKind::DescribeCluster(describe_cluster::handle(ctx, r, version))
         }
         // Not in SUPPORTED_APIS, so `handle_frame` closed the connection before decoding.
         other => {

@@ -32,10 +32,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use openraft::error::{ClientWriteError, InitializeError, RaftError};
-use openraft::{BasicNode, Raft, ServerState, SnapshotPolicy};
+use openraft::{BasicNode, Raft, RaftMetrics, ServerState, SnapshotPolicy};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use super::brokers::BrokerSessions;
 use super::image::MetadataRecord;
 use super::store::{FileMetadataLog, MetadataLog};
 use super::MetadataError;
@@ -117,9 +118,97 @@ struct RaftRuntime {
     shutdown: watch::Sender<bool>,
 }
 
+/// Whether `raft` is the leader now (what a broker heartbeat needs of its receiver).
+fn leads(raft: &Raft<TypeConfig>) -> bool {
+    let m = raft.metrics();
+    let m = m.borrow();
+    m.state == ServerState::Leader && m.current_leader == Some(m.id)
+}
+
+/// The quorum as the broker side sees it, without the metadata change lock: who leads
+/// (Metadata's and DescribeCluster's `controller_id`), the leader's CONTROLLER address for
+/// broker heartbeats, and, on the leader, the broker sessions. Holds Raft's metrics watch
+/// only, no storage: it may outlive the log.
+pub struct QuorumHandle {
+    node_id: u64,
+    voters: BTreeMap<u64, BasicNode>,
+    metrics: watch::Receiver<RaftMetrics<u64, BasicNode>>,
+    sessions: Arc<BrokerSessions>,
+}
+
+impl std::fmt::Debug for QuorumHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuorumHandle")
+            .field("node_id", &self.node_id)
+            .field("voters", &self.voters)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A broker's connection to the active controller for heartbeats (remade when the leader
+/// changes or a call fails).
+#[derive(Debug, Default)]
+pub(crate) struct HeartbeatClient {
+    leader: Option<u64>,
+    conn: Option<tokio::net::TcpStream>,
+}
+
+impl QuorumHandle {
+    /// The node id of the quorum leader (the active controller), if one is known.
+    pub(crate) fn leader(&self) -> Option<i32> {
+        let leader = self.metrics.borrow().current_leader;
+        leader.and_then(|l| i32::try_from(l).ok())
+    }
+
+    /// Whether this node is the active controller now.
+    pub(crate) fn is_leader(&self) -> bool {
+        let m = self.metrics.borrow();
+        m.state == ServerState::Leader && m.current_leader == Some(self.node_id)
+    }
+
+    /// The broker sessions this node keeps while it leads.
+    pub(crate) fn sessions(&self) -> &BrokerSessions {
+        &self.sessions
+    }
+
+    /// Tells the active controller that `broker_id` at `broker_epoch` is alive: noted here
+    /// when this node leads, else sent to the leader's CONTROLLER listener (within `ttl`).
+    ///
+    /// Errors: no leader known, or it cannot be reached or does not lead any more, as text.
+    pub(crate) async fn heartbeat(
+        &self,
+        client: &mut HeartbeatClient,
+        broker_id: i32,
+        broker_epoch: i64,
+        ttl: Duration,
+    ) -> Result<(), String> {
+        let leader = self.metrics.borrow().current_leader;
+        let Some(leader) = leader else {
+            return Err("no active controller known".to_string());
+        };
+        if leader == self.node_id {
+            if !self.is_leader() {
+                return Err("this node is not the active controller yet".to_string());
+            }
+            self.sessions
+                .record(broker_id, broker_epoch, Instant::now());
+            return Ok(());
+        }
+        let Some(node) = self.voters.get(&leader) else {
+            return Err(format!("the active controller {leader} is not a voter"));
+        };
+        if client.leader != Some(leader) {
+            client.leader = Some(leader);
+            client.conn = None;
+        }
+        network::heartbeat_at(&mut client.conn, &node.addr, broker_id, broker_epoch, ttl).await
+    }
+}
+
 /// The replicated [`MetadataLog`]: see the module doc.
 pub(crate) struct RaftMetadataLog {
     rt: RaftRuntime,
+    quorum: Arc<QuorumHandle>,
     machine: storage::StateMachine,
     queue: Arc<CommittedQueue>,
     node_id: u64,
@@ -291,6 +380,13 @@ impl RaftMetadataLog {
         if let Some(runtime) = &rt.runtime {
             runtime.spawn(log_leader_changes(raft.clone(), shutdown_rx.clone()));
         }
+        let sessions = Arc::new(BrokerSessions::default());
+        let quorum = Arc::new(QuorumHandle {
+            node_id,
+            voters: voters.clone(),
+            metrics: raft.metrics(),
+            sessions: sessions.clone(),
+        });
         if let (Some(listener), Some(runtime)) = (settings.controller_listener, &rt.runtime) {
             let listener = {
                 let _guard = runtime.enter();
@@ -299,10 +395,16 @@ impl RaftMetadataLog {
                     .and_then(|()| tokio::net::TcpListener::from_std(listener))
                     .map_err(|e| raft_error("controller listener", e))?
             };
-            runtime.spawn(network::serve(listener, raft.clone(), shutdown_rx));
+            runtime.spawn(network::serve(
+                listener,
+                raft.clone(),
+                sessions,
+                shutdown_rx,
+            ));
         }
         let mut me = RaftMetadataLog {
             rt,
+            quorum,
             machine,
             queue,
             node_id,
@@ -488,6 +590,10 @@ impl MetadataLog for RaftMetadataLog {
 
     fn committed_queue(&self) -> Option<Arc<CommittedQueue>> {
         Some(self.queue.clone())
+    }
+
+    fn quorum(&self) -> Option<Arc<QuorumHandle>> {
+        Some(self.quorum.clone())
     }
 }
 

@@ -32,7 +32,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
-use super::{Proposal, TypeConfig};
+use super::{leads, BrokerSessions, Proposal, TypeConfig};
 
 type NodeId = u64;
 
@@ -54,6 +54,14 @@ pub(crate) enum RaftRpc {
     InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
     /// A metadata change for the leader to append (sent by a node that is not it).
     Propose(Proposal),
+    /// A broker is alive (Kafka's BrokerHeartbeat, KIP-631, without its log offsets):
+    /// kept in the leader's memory only, never a log entry.
+    BrokerHeartbeat {
+        /// The broker's `node.id`.
+        broker_id: i32,
+        /// Its current broker epoch.
+        broker_epoch: i64,
+    },
 }
 
 /// The answer to a [`RaftRpc`], variant for variant.
@@ -70,6 +78,8 @@ pub(crate) enum RaftRpcReply {
     /// To Propose: the log index (offset) the change was appended at, or why not (this
     /// node is not the leader, the quorum is gone).
     Propose(Result<u64, String>),
+    /// To BrokerHeartbeat: noted, or why not (this node is not the leader).
+    BrokerHeartbeat(Result<(), String>),
 }
 
 async fn write_frame<T: Serialize>(stream: &mut TcpStream, msg: &T) -> std::io::Result<()> {
@@ -154,6 +164,28 @@ pub(super) async fn propose_at(
     match call(&mut conn, addr, &RaftRpc::Propose(proposal), ttl).await {
         Ok(RaftRpcReply::Propose(r)) => r,
         Ok(other) => Err(format!("unexpected reply to Propose: {other:?}")),
+        Err(Ok(e)) | Err(Err(e)) => Err(format!("controller {addr}: {e}")),
+    }
+}
+
+/// Sends a broker heartbeat to the controller at `addr` over `conn` (made when `None`,
+/// dropped on error).
+///
+/// Errors: as text: unreachable, broken, timed out, or refused (not the leader).
+pub(super) async fn heartbeat_at(
+    conn: &mut Option<TcpStream>,
+    addr: &str,
+    broker_id: i32,
+    broker_epoch: i64,
+    ttl: Duration,
+) -> Result<(), String> {
+    let rpc = RaftRpc::BrokerHeartbeat {
+        broker_id,
+        broker_epoch,
+    };
+    match call(conn, addr, &rpc, ttl).await {
+        Ok(RaftRpcReply::BrokerHeartbeat(r)) => r,
+        Ok(other) => Err(format!("unexpected reply to BrokerHeartbeat: {other:?}")),
         Err(Ok(e)) | Err(Err(e)) => Err(format!("controller {addr}: {e}")),
     }
 }
@@ -250,6 +282,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
 pub(super) async fn serve(
     listener: TcpListener,
     raft: Raft<TypeConfig>,
+    sessions: Arc<BrokerSessions>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let permits = Arc::new(Semaphore::new(MAX_CONTROLLER_CONNECTIONS));
@@ -273,12 +306,13 @@ pub(super) async fn serve(
             },
         };
         let raft = raft.clone();
+        let sessions = sessions.clone();
         let mut shutdown = shutdown.clone();
         tokio::spawn(async move {
             let _permit = permit;
             tokio::select! {
                 _ = shutdown.changed() => {}
-                r = serve_connection(stream, raft) => {
+                r = serve_connection(stream, raft, sessions) => {
                     if let Err(e) = r {
                         tracing::debug!(%peer, error = %e, "controller connection closed");
                     }
@@ -288,7 +322,11 @@ pub(super) async fn serve(
     }
 }
 
-async fn serve_connection(mut stream: TcpStream, raft: Raft<TypeConfig>) -> std::io::Result<()> {
+async fn serve_connection(
+    mut stream: TcpStream,
+    raft: Raft<TypeConfig>,
+    sessions: Arc<BrokerSessions>,
+) -> std::io::Result<()> {
     let _ = stream.set_nodelay(true);
     loop {
         let rpc: RaftRpc = match read_frame(&mut stream).await {
@@ -308,6 +346,15 @@ async fn serve_connection(mut stream: TcpStream, raft: Raft<TypeConfig>) -> std:
                     .map(|r| r.log_id.index)
                     .map_err(|e| e.to_string()),
             ),
+            RaftRpc::BrokerHeartbeat {
+                broker_id,
+                broker_epoch,
+            } => RaftRpcReply::BrokerHeartbeat(if leads(&raft) {
+                sessions.record(broker_id, broker_epoch, std::time::Instant::now());
+                Ok(())
+            } else {
+                Err("not the active controller".to_string())
+            }),
         };
         write_frame(&mut stream, &reply).await?;
     }

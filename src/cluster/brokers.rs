@@ -1,0 +1,371 @@
+//! Broker registration, heartbeats and fencing (KIP-631, Kafka's `BrokerHeartbeatManager`
+//! and `ReplicationControlManager`'s fencing).
+//!
+//! Owns: [`BrokerSessions`], the active controller's in-memory table of last heartbeats
+//! (never written to the log: a heartbeat every `broker.heartbeat.interval.ms` per broker
+//! would grow it without end); [`session_changes`], the fence and unfence records the
+//! active controller proposes from that table and the image; and the two tasks a broker
+//! runs ([`heartbeat_loop`]: tell the active controller this broker is alive, registering
+//! first if start-up could not; [`fence_loop`]: on the active controller, propose those
+//! records). A newly elected controller starts every registered broker's clock afresh, as
+//! KRaft does. The controller never fences its own broker: it is alive while it runs the
+//! check (combined mode), so a single node never fences itself.
+//!
+//! Never does: decide the records' effects (`image.rs`), or block a task on a commit
+//! outside `spawn_blocking`. Every wait is bounded; both tasks end on the shutdown watch.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use super::image::{BrokerEndpoint, MetadataImage, MetadataRecord};
+use super::{Metadata, UpdateError};
+
+/// Most brokers the active controller keeps a heartbeat time for; a heartbeat of a
+/// further broker id is dropped.
+pub(crate) const MAX_BROKER_SESSIONS: usize = 4096;
+
+/// The active controller's last heartbeat per broker (Kafka's `BrokerHeartbeatManager`):
+/// in memory only; cleared when this node starts or stops leading.
+#[derive(Debug, Default)]
+pub(crate) struct BrokerSessions {
+    inner: Mutex<SessionTable>,
+}
+
+#[derive(Debug, Default)]
+struct SessionTable {
+    /// Since when this node leads (`None`: it does not); every clock starts here.
+    leading_since: Option<Instant>,
+    /// Broker id → (epoch heartbeat with, when).
+    last: HashMap<i32, (i64, Instant)>,
+}
+
+impl BrokerSessions {
+    fn table(&self) -> std::sync::MutexGuard<'_, SessionTable> {
+        // Poisoned only by a panic while holding it: a bug.
+        self.inner.lock().expect("broker sessions lock poisoned")
+    }
+
+    /// Notes a heartbeat of `broker_id` at `broker_epoch`.
+    pub(crate) fn record(&self, broker_id: i32, broker_epoch: i64, at: Instant) {
+        let mut t = self.table();
+        if t.last.len() < MAX_BROKER_SESSIONS || t.last.contains_key(&broker_id) {
+            t.last.insert(broker_id, (broker_epoch, at));
+        }
+    }
+
+    /// Tells whether this node leads now; a change of leadership starts every clock
+    /// afresh at `now`.
+    pub(crate) fn set_leading(&self, leading: bool, now: Instant) {
+        let mut t = self.table();
+        match (leading, t.leading_since) {
+            (true, None) => {
+                t.last.clear();
+                t.leading_since = Some(now);
+            }
+            (false, Some(_)) => {
+                t.last.clear();
+                t.leading_since = None;
+            }
+            _ => {}
+        }
+    }
+
+    /// Since when this node leads, if it does.
+    fn leading_since(&self) -> Option<Instant> {
+        self.table().leading_since
+    }
+
+    /// When `broker_id` last heartbeat at `broker_epoch` (since this node leads).
+    fn last_heartbeat(&self, broker_id: i32, broker_epoch: i64) -> Option<Instant> {
+        self.table()
+            .last
+            .get(&broker_id)
+            .filter(|(epoch, _)| *epoch == broker_epoch)
+            .map(|(_, at)| *at)
+    }
+}
+
+/// The records the active controller `controller_id` proposes at `now`: a fence for each
+/// unfenced broker not heard from (at its current epoch) for longer than
+/// `session_timeout` since the later of its last heartbeat and the start of this
+/// leadership; an unfence for each fenced broker heard from within it. Its own broker
+/// is never fenced (and unfenced if a previous controller fenced it). Empty when this
+/// node does not lead.
+pub(crate) fn session_changes(
+    image: &MetadataImage,
+    sessions: &BrokerSessions,
+    controller_id: i32,
+    now: Instant,
+    session_timeout: Duration,
+) -> Vec<MetadataRecord> {
+    let Some(since) = sessions.leading_since() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for b in image.brokers() {
+        let (broker_id, broker_epoch) = (b.broker_id, b.broker_epoch);
+        let last = sessions.last_heartbeat(broker_id, broker_epoch);
+        let alive = if broker_id == controller_id {
+            true
+        } else if b.fenced {
+            last.is_some_and(|at| now.saturating_duration_since(at) <= session_timeout)
+        } else {
+            let seen = last.map_or(since, |at| at.max(since));
+            now.saturating_duration_since(seen) <= session_timeout
+        };
+        match (b.fenced, alive) {
+            (false, false) => out.push(MetadataRecord::BrokerFenced {
+                broker_id,
+                broker_epoch,
+            }),
+            (true, true) => out.push(MetadataRecord::BrokerUnfenced {
+                broker_id,
+                broker_epoch,
+            }),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// What a broker's session tasks need.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionSettings {
+    /// Advertised endpoints (the first is what Metadata lists).
+    pub(crate) endpoints: Vec<BrokerEndpoint>,
+    /// `broker.rack`, if any.
+    pub(crate) rack: Option<String>,
+    /// `broker.heartbeat.interval.ms`.
+    pub(crate) heartbeat_interval: Duration,
+    /// `broker.session.timeout.ms`.
+    pub(crate) session_timeout: Duration,
+}
+
+/// Registers this broker (blocking: the change commits through the quorum, at most
+/// `COMMIT_TIMEOUT_MS`) and returns its new broker epoch, with a log line
+/// (`registered broker_id=ID broker_epoch=E`).
+///
+/// Errors: the registration could not be committed (no quorum), as text.
+pub(crate) fn register_blocking(
+    metadata: &Metadata,
+    settings: &SessionSettings,
+) -> Result<i64, String> {
+    let r = metadata
+        .register_broker(settings.endpoints.clone(), settings.rack.clone())
+        .map_err(|e| e.to_string())?;
+    tracing::info!(
+        "registered broker_id={} broker_epoch={} incarnation_id={}",
+        r.broker_id,
+        r.broker_epoch,
+        r.incarnation_id
+    );
+    Ok(r.broker_epoch)
+}
+
+/// Sleeps `d`, or returns `true` at once when `shutdown` turns true (or its sender is gone).
+async fn stopped_within(shutdown: &mut watch::Receiver<bool>, d: Duration) -> bool {
+    if *shutdown.borrow() {
+        return true;
+    }
+    tokio::select! {
+        r = shutdown.changed() => r.is_err() || *shutdown.borrow(),
+        () = tokio::time::sleep(d) => false,
+    }
+}
+
+/// Every `broker.heartbeat.interval.ms`, tells the active controller this broker (at
+/// `epoch`) is alive; registers first when `epoch` is `None` (start-up could not), retrying
+/// each interval. Ends when `shutdown` turns true. No quorum (a local store): registers
+/// nothing and ends.
+pub(crate) async fn heartbeat_loop(
+    metadata: Arc<Metadata>,
+    settings: SessionSettings,
+    mut epoch: Option<i64>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let Some(quorum) = metadata.quorum().cloned() else {
+        return;
+    };
+    let interval = settings.heartbeat_interval.max(Duration::from_millis(10));
+    let ttl = interval.clamp(Duration::from_millis(100), Duration::from_secs(5));
+    let mut client = super::raft::HeartbeatClient::default();
+    let mut failing = false;
+    loop {
+        match epoch {
+            None => {
+                let (m, s) = (metadata.clone(), settings.clone());
+                match tokio::task::spawn_blocking(move || register_blocking(&m, &s)).await {
+                    Ok(Ok(e)) => epoch = Some(e),
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "broker registration failed; retrying")
+                    }
+                    Err(e) => tracing::warn!(error = %e, "broker registration task failed"),
+                }
+            }
+            Some(e) => {
+                let sent = quorum
+                    .heartbeat(&mut client, metadata.node_id(), e, ttl)
+                    .await;
+                match sent {
+                    Ok(()) if failing => {
+                        failing = false;
+                        tracing::info!("broker heartbeats reach the active controller again");
+                    }
+                    Ok(()) => {}
+                    Err(why) if !failing => {
+                        failing = true;
+                        tracing::warn!(error = %why, "broker heartbeat not delivered");
+                    }
+                    Err(why) => tracing::debug!(error = %why, "broker heartbeat not delivered"),
+                }
+            }
+        }
+        if stopped_within(&mut shutdown, interval).await {
+            return;
+        }
+    }
+}
+
+/// On the active controller, every tick (a quarter of `broker.session.timeout.ms`, at
+/// most `broker.heartbeat.interval.ms`), proposes the fence and unfence records of
+/// [`session_changes`]. Ends when `shutdown` turns true. No quorum: ends at once.
+pub(crate) async fn fence_loop(
+    metadata: Arc<Metadata>,
+    settings: SessionSettings,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let Some(quorum) = metadata.quorum().cloned() else {
+        return;
+    };
+    let timeout = settings.session_timeout;
+    let tick = (timeout / 4)
+        .min(settings.heartbeat_interval)
+        .max(Duration::from_millis(10));
+    let me = metadata.node_id();
+    loop {
+        let now = Instant::now();
+        let sessions = quorum.sessions();
+        sessions.set_leading(quorum.is_leader(), now);
+        if !session_changes(&metadata.image(), sessions, me, now, timeout).is_empty() {
+            let (m, q) = (metadata.clone(), quorum.clone());
+            let proposed = tokio::task::spawn_blocking(move || {
+                m.update(|image| {
+                    let records = session_changes(image, q.sessions(), me, Instant::now(), timeout);
+                    Ok::<_, std::convert::Infallible>(records)
+                })
+                .map(|image| image.brokers().cloned().collect::<Vec<_>>())
+            })
+            .await;
+            match proposed {
+                Ok(Ok(brokers)) => {
+                    for b in brokers {
+                        tracing::debug!(
+                            broker_id = b.broker_id,
+                            broker_epoch = b.broker_epoch,
+                            fenced = b.fenced,
+                            "broker state"
+                        );
+                    }
+                }
+                Ok(Err(UpdateError::Refused(never))) => match never {},
+                Ok(Err(e)) => tracing::warn!(error = %e, "broker fencing not committed; retrying"),
+                Err(e) => tracing::warn!(error = %e, "broker fencing task failed"),
+            }
+        }
+        if stopped_within(&mut shutdown, tick).await {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::image::MetadataDelta;
+
+    fn image_with(brokers: &[(i32, i64, bool)]) -> Arc<MetadataImage> {
+        let mut records = Vec::new();
+        for &(broker_id, broker_epoch, fenced) in brokers {
+            records.push(MetadataRecord::BrokerRegistered {
+                broker_id,
+                broker_epoch,
+                incarnation_id: uuid::Uuid::new_v4(),
+                endpoints: vec![],
+                rack: None,
+            });
+            if fenced {
+                records.push(MetadataRecord::BrokerFenced {
+                    broker_id,
+                    broker_epoch,
+                });
+            }
+        }
+        let empty = Arc::new(MetadataImage::empty("c", 1));
+        MetadataDelta::apply(empty, records)
+            .unwrap()
+            .after()
+            .clone()
+    }
+
+    #[test]
+    fn lapsed_sessions_are_fenced_and_fresh_heartbeats_unfence() {
+        let timeout = Duration::from_millis(1500);
+        let t0 = Instant::now();
+        let sessions = BrokerSessions::default();
+        let image = image_with(&[(1, 1, false), (2, 2, false), (3, 3, true)]);
+        // Not leading: nothing.
+        assert!(session_changes(&image, &sessions, 1, t0, timeout).is_empty());
+        sessions.set_leading(true, t0);
+        // A new leader gives every broker a full session from now.
+        assert!(session_changes(&image, &sessions, 1, t0 + timeout, timeout).is_empty());
+        sessions.record(2, 2, t0 + Duration::from_millis(1000));
+        let later = t0 + Duration::from_millis(2000);
+        assert!(session_changes(&image, &sessions, 1, later, timeout).is_empty());
+        // Broker 2 stops: fenced once its session lapses; the controller (1) never is.
+        let lapsed = t0 + Duration::from_millis(2600);
+        assert_eq!(
+            session_changes(&image, &sessions, 1, lapsed, timeout),
+            [MetadataRecord::BrokerFenced {
+                broker_id: 2,
+                broker_epoch: 2
+            }]
+        );
+        // A heartbeat of a stale epoch does not count; one at the current epoch unfences.
+        sessions.record(3, 2, lapsed);
+        assert_eq!(
+            session_changes(&image, &sessions, 1, lapsed, timeout).len(),
+            1
+        );
+        sessions.record(3, 3, lapsed);
+        assert_eq!(
+            session_changes(&image, &sessions, 1, lapsed, timeout),
+            [
+                MetadataRecord::BrokerFenced {
+                    broker_id: 2,
+                    broker_epoch: 2
+                },
+                MetadataRecord::BrokerUnfenced {
+                    broker_id: 3,
+                    broker_epoch: 3
+                }
+            ]
+        );
+        // Losing the lead forgets every heartbeat; leading again restarts the clocks.
+        sessions.set_leading(false, lapsed);
+        assert!(session_changes(&image, &sessions, 1, lapsed, timeout).is_empty());
+        sessions.set_leading(true, lapsed);
+        assert!(session_changes(&image, &sessions, 1, lapsed, timeout).is_empty());
+        // A fenced controller broker (fenced by an earlier leader) is unfenced by itself.
+        let fenced_me = image_with(&[(1, 1, true)]);
+        assert_eq!(
+            session_changes(&fenced_me, &sessions, 1, lapsed, timeout),
+            [MetadataRecord::BrokerUnfenced {
+                broker_id: 1,
+                broker_epoch: 1
+            }]
+        );
+    }
+}
