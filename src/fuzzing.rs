@@ -390,6 +390,7 @@ fn default_request(key: ApiKey) -> Option<RequestKind> {
         ApiKey::DescribeGroups => RequestKind::DescribeGroups(DescribeGroupsRequest::default()),
         ApiKey::DeleteGroups => RequestKind::DeleteGroups(DeleteGroupsRequest::default()),
         ApiKey::OffsetDelete => RequestKind::OffsetDelete(OffsetDeleteRequest::default()),
+        ApiKey::DescribeCluster => RequestKind::DescribeCluster(DescribeClusterRequest::default()),
         _ => return None,
     })
 }
