@@ -252,22 +252,32 @@ pub(crate) async fn fence_loop(
         if !session_changes(&metadata.image(), sessions, me, now, timeout).is_empty() {
             let (m, q) = (metadata.clone(), quorum.clone());
             let proposed = tokio::task::spawn_blocking(move || {
+                let mut proposed = Vec::new();
                 m.update(|image| {
-                    let records = session_changes(image, q.sessions(), me, Instant::now(), timeout);
-                    Ok::<_, std::convert::Infallible>(records)
+                    proposed = session_changes(image, q.sessions(), me, Instant::now(), timeout);
+                    Ok::<_, std::convert::Infallible>(proposed.clone())
                 })
-                .map(|image| image.brokers().cloned().collect::<Vec<_>>())
+                .map(|_| proposed)
             })
             .await;
             match proposed {
-                Ok(Ok(brokers)) => {
-                    for b in brokers {
-                        tracing::debug!(
-                            broker_id = b.broker_id,
-                            broker_epoch = b.broker_epoch,
-                            fenced = b.fenced,
-                            "broker state"
-                        );
+                Ok(Ok(records)) => {
+                    for r in records {
+                        match r {
+                            MetadataRecord::BrokerFenced {
+                                broker_id,
+                                broker_epoch,
+                            } => tracing::info!(
+                                "fenced broker_id={broker_id} broker_epoch={broker_epoch}: no heartbeat for broker.session.timeout.ms"
+                            ),
+                            MetadataRecord::BrokerUnfenced {
+                                broker_id,
+                                broker_epoch,
+                            } => tracing::info!(
+                                "unfenced broker_id={broker_id} broker_epoch={broker_epoch}: heartbeats again"
+                            ),
+                            _ => {}
+                        }
                     }
                 }
                 Ok(Err(UpdateError::Refused(never))) => match never {},

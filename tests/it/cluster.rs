@@ -2,6 +2,8 @@
 //! store is migrated into the Raft metadata log with its topics, records and committed
 //! offsets; three `weir` processes form one quorum, a topic created through one node is
 //! seen on another, the leader's kill -9 elects a new one, and the killed node catches up.
+//! Brokers register and heartbeat: a killed broker is fenced and drops out of Metadata,
+//! and comes back with a higher broker epoch; DescribeCluster answers raw requests.
 
 use std::time::{Duration, Instant};
 
@@ -11,7 +13,7 @@ use rdkafka::producer::FutureRecord;
 use rdkafka::{Offset, TopicPartitionList};
 use weir::broker::MetadataStore;
 
-use crate::harness::{poll_for, wait_until, BinaryBroker, TestBroker};
+use crate::harness::{decode, poll_for, wait_until, BinaryBroker, RawConn, TestBroker};
 use crate::rdkafka_client::{create_topic, producer, read_partition};
 
 fn group_consumer(bootstrap: &str, group: &str) -> BaseConsumer {
@@ -143,12 +145,24 @@ fn free_ports(n: usize) -> Vec<u16> {
 
 /// A combined broker and controller, one of the voters `voters`.
 fn quorum_node(dir: &std::path::Path, id: i32, voters: &str, controller_port: u16) -> BinaryBroker {
-    let overrides = [
+    quorum_node_with(dir, id, voters, controller_port, &[])
+}
+
+/// [`quorum_node`] with more `--override`s.
+fn quorum_node_with(
+    dir: &std::path::Path,
+    id: i32,
+    voters: &str,
+    controller_port: u16,
+    more: &[&str],
+) -> BinaryBroker {
+    let mut overrides = vec![
         format!("node.id={id}"),
         format!("controller.quorum.voters={voters}"),
         "controller.listener.names=CONTROLLER".to_string(),
         format!("listeners=PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:{controller_port}"),
     ];
+    overrides.extend(more.iter().map(|o| o.to_string()));
     let refs: Vec<&str> = overrides.iter().map(String::as_str).collect();
     BinaryBroker::spawn(dir, 0, &refs)
 }
@@ -275,4 +289,251 @@ async fn three_nodes_share_the_metadata_log_and_survive_the_leaders_kill_9() {
     for n in nodes.iter().flatten() {
         assert!(!n.stderr_text().contains("panicked"), "{}", n.stderr_text());
     }
+}
+
+/// The broker epoch a node's log names last for broker `id` (`registered broker_id=ID
+/// broker_epoch=E`), if any.
+fn logged_epoch(stderr: &str, id: i32) -> Option<i64> {
+    let key = format!("registered broker_id={id} broker_epoch=");
+    let (at, _) = stderr.rmatch_indices(&key).next()?;
+    stderr[at + key.len()..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The brokers (id, port) a node's Metadata lists, asked through rdkafka with that node
+/// alone as bootstrap; `Err` with what went wrong when it does not answer.
+fn listed_brokers(bootstrap: &str) -> Result<Vec<(i32, i32)>, String> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .map_err(|e| e.to_string())?;
+    let m = c
+        .fetch_metadata(None, Duration::from_secs(5))
+        .map_err(|e| e.to_string())?;
+    let mut brokers: Vec<(i32, i32)> = m.brokers().iter().map(|b| (b.id(), b.port())).collect();
+    brokers.sort();
+    Ok(brokers)
+}
+
+fn port_of(bootstrap: &str) -> i32 {
+    bootstrap
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("HOST:PORT")
+}
+
+/// A raw DescribeCluster at `version` (fenced brokers included at v2).
+fn describe_cluster(
+    bootstrap: &str,
+    version: i16,
+    endpoint_type: i8,
+) -> kafka_protocol::messages::DescribeClusterResponse {
+    let req = kafka_protocol::messages::DescribeClusterRequest::default()
+        .with_endpoint_type(endpoint_type)
+        .with_include_fenced_brokers(version >= 2);
+    let mut conn = RawConn::connect(bootstrap);
+    decode(
+        conn.request(&req, version, 60)
+            .expect("a DescribeCluster answer"),
+        version,
+    )
+}
+
+/// Issue 12, broker registration: three `weir` processes with short broker sessions
+/// (1500 ms, heartbeats every 300 ms). Metadata lists the three brokers at their ports
+/// with the quorum leader as controller; a broker that is kill -9'd is fenced and drops
+/// out of the others' Metadata within the session timeout plus a few ticks; restarted
+/// over its data it registers again with a higher broker epoch and is listed again, and
+/// nothing created before is lost. Every process is killed at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_broker_is_fenced_and_comes_back_with_a_higher_epoch() {
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let ports = free_ports(3);
+    let voters = (1..=3)
+        .map(|id| format!("{id}@127.0.0.1:{}", ports[id - 1]))
+        .collect::<Vec<_>>()
+        .join(",");
+    let session = [
+        "broker.session.timeout.ms=1500",
+        "broker.heartbeat.interval.ms=300",
+    ];
+    let start = |id: i32| {
+        let i = (id - 1) as usize;
+        quorum_node_with(dirs[i].path(), id, &voters, ports[i], &session)
+    };
+    let mut nodes: Vec<Option<BinaryBroker>> = (1..=3).map(|id| Some(start(id))).collect();
+    let bootstrap = |nodes: &Vec<Option<BinaryBroker>>, id: i32| -> String {
+        nodes[(id - 1) as usize]
+            .as_ref()
+            .expect("running")
+            .bootstrap
+            .clone()
+    };
+    let leader = poll_for("a quorum leader every node agrees on", 20, || {
+        let seen: Vec<Option<i32>> = nodes
+            .iter()
+            .map(|n| n.as_ref().and_then(logged_leader))
+            .collect();
+        match seen[..] {
+            [Some(a), Some(b), Some(c)] if a == b && b == c => Ok(a),
+            _ => Err(format!("leaders logged by nodes 1, 2, 3: {seen:?}")),
+        }
+    });
+    create_topic(&bootstrap(&nodes, 1), "before-fence", 2, &[]).await;
+
+    // Every node lists the three brokers, each at the port it listens on.
+    let all: Vec<(i32, i32)> = (1..=3)
+        .map(|id| (id, port_of(&bootstrap(&nodes, id))))
+        .collect();
+    for id in 1..=3 {
+        let b = bootstrap(&nodes, id);
+        poll_for(&format!("node {id} lists the three brokers"), 20, || {
+            let listed = listed_brokers(&b)?;
+            if listed == all {
+                Ok(())
+            } else {
+                Err(format!("{listed:?}, not {all:?}"))
+            }
+        });
+        let d = describe_cluster(&b, 1, 1);
+        assert_eq!(d.error_code, 0);
+        assert_eq!(
+            d.controller_id.0, leader,
+            "controller_id is the quorum leader"
+        );
+        let described: Vec<(i32, i32)> =
+            d.brokers.iter().map(|b| (b.broker_id.0, b.port)).collect();
+        assert_eq!(described, all);
+    }
+
+    // kill -9 a broker that does not lead: the leader fences it after its session.
+    let victim = leader % 3 + 1;
+    let survivors: Vec<i32> = (1..=3).filter(|id| *id != victim).collect();
+    let old_stderr = nodes[(victim - 1) as usize].take().expect("victim").kill9();
+    let killed_at = Instant::now();
+    let old_epoch = logged_epoch(&old_stderr, victim).expect("the victim logged its registration");
+    let expected: Vec<(i32, i32)> = all
+        .iter()
+        .copied()
+        .filter(|(id, _)| *id != victim)
+        .collect();
+    for id in &survivors {
+        let b = bootstrap(&nodes, *id);
+        poll_for(
+            &format!("node {id} no longer lists broker {victim}"),
+            15,
+            || {
+                let listed = listed_brokers(&b)?;
+                if listed == expected {
+                    Ok(())
+                } else {
+                    Err(format!("{listed:?}"))
+                }
+            },
+        );
+    }
+    let gone_after = killed_at.elapsed();
+    eprintln!("broker {victim} killed; out of Metadata after {gone_after:?}");
+    assert!(gone_after < Duration::from_secs(10), "{gone_after:?}");
+    let d = describe_cluster(&bootstrap(&nodes, survivors[0]), 2, 1);
+    let fenced: Vec<(i32, bool)> = d
+        .brokers
+        .iter()
+        .map(|b| (b.broker_id.0, b.is_fenced))
+        .collect();
+    assert!(fenced.contains(&(victim, true)), "{fenced:?}");
+    assert_eq!(fenced.len(), 3, "{fenced:?}");
+
+    // Restarted over its data: registered again with a higher epoch, listed again.
+    nodes[(victim - 1) as usize] = Some(start(victim));
+    let new_epoch = poll_for("the restarted broker logs its registration", 20, || {
+        let text = nodes[(victim - 1) as usize]
+            .as_ref()
+            .expect("running")
+            .stderr_text();
+        logged_epoch(&text, victim).ok_or_else(|| "no registration logged yet".to_string())
+    });
+    assert!(new_epoch > old_epoch, "{new_epoch} after {old_epoch}");
+    let back: Vec<(i32, i32)> = (1..=3)
+        .map(|id| (id, port_of(&bootstrap(&nodes, id))))
+        .collect();
+    for id in 1..=3 {
+        let b = bootstrap(&nodes, id);
+        poll_for(
+            &format!("node {id} lists broker {victim} again"),
+            20,
+            || {
+                let listed = listed_brokers(&b)?;
+                if listed == back {
+                    Ok(())
+                } else {
+                    Err(format!("{listed:?}, not {back:?}"))
+                }
+            },
+        );
+        // Nothing created before is lost.
+        assert!(topic_names(&b).contains(&"before-fence".to_string()));
+    }
+    for n in nodes.iter().flatten() {
+        assert!(!n.stderr_text().contains("panicked"), "{}", n.stderr_text());
+    }
+}
+
+/// DescribeCluster (key 60) v0–v2 on a single node, raw: this broker at its port, itself
+/// as controller, the cluster id Metadata gives, authorized operations left at "not
+/// requested"; asking for controllers (KIP-919) is refused; ApiVersions advertises it.
+#[test]
+fn describe_cluster_answers_raw_requests() {
+    use kafka_protocol::messages::{
+        ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse,
+    };
+    let broker = TestBroker::start();
+    let mut conn = RawConn::connect(&broker.bootstrap);
+    let meta: MetadataResponse = decode(
+        conn.request(&MetadataRequest::default().with_topics(Some(vec![])), 12, 1)
+            .expect("a Metadata answer"),
+        12,
+    );
+    let me = meta.brokers.first().expect("one broker");
+    assert_eq!(meta.brokers.len(), 1);
+    for version in 0..=2 {
+        let d = describe_cluster(&broker.bootstrap, version, 1);
+        assert_eq!(d.error_code, 0, "v{version}");
+        assert_eq!(
+            d.cluster_id.as_str(),
+            meta.cluster_id.as_ref().unwrap().as_str()
+        );
+        assert_eq!(d.controller_id, me.node_id, "v{version}");
+        assert_eq!(d.cluster_authorized_operations, i32::MIN);
+        let brokers: Vec<(i32, &str, i32, bool)> = d
+            .brokers
+            .iter()
+            .map(|b| (b.broker_id.0, b.host.as_str(), b.port, b.is_fenced))
+            .collect();
+        assert_eq!(
+            brokers,
+            [(me.node_id.0, me.host.as_str(), me.port, false)],
+            "v{version}"
+        );
+        assert_eq!(me.port, port_of(&broker.bootstrap));
+    }
+    let refused = describe_cluster(&broker.bootstrap, 1, 2);
+    assert_eq!(refused.error_code, 115, "UNSUPPORTED_ENDPOINT_TYPE");
+    assert!(refused.brokers.is_empty());
+    let versions: ApiVersionsResponse = decode(
+        conn.request(&ApiVersionsRequest::default(), 0, 2)
+            .expect("an ApiVersions answer"),
+        0,
+    );
+    let key = versions
+        .api_keys
+        .iter()
+        .find(|k| k.api_key == 60)
+        .expect("DescribeCluster advertised");
+    assert_eq!((key.min_version, key.max_version), (0, 2));
+    broker.stop();
 }
