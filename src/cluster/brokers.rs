@@ -79,7 +79,7 @@ impl BrokerSessions {
     }
 
     /// When `broker_id` last heartbeat at `broker_epoch` (since this node leads).
-    fn last_heartbeat(&self, broker_id: i32, broker_epoch: i64) -> Option<Instant> {
+    pub(crate) fn last_heartbeat(&self, broker_id: i32, broker_epoch: i64) -> Option<Instant> {
         self.table()
             .last
             .get(&broker_id)

@@ -946,6 +946,29 @@ mod tests {
         assert!(again.broker_epoch > epochs[2]);
         let leader = nodes[0].active_controller().unwrap();
         assert!((1..=3).contains(&leader));
+
+        // A broker heartbeat from a node that does not lead reaches the leader's memory
+        // over the CONTROLLER listener (the leader's fence task is not running here: it
+        // is told it leads by hand).
+        let leading = &nodes[(leader - 1) as usize];
+        let sessions = leading.quorum().unwrap().sessions();
+        sessions.set_leading(true, std::time::Instant::now());
+        let other = nodes.iter().find(|m| m.node_id() != leader).unwrap();
+        let epoch = other.image().broker(other.node_id()).unwrap().broker_epoch;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let q = other.quorum().unwrap().clone();
+        let id = other.node_id();
+        rt.block_on(async move {
+            let mut client = raft::HeartbeatClient::default();
+            q.heartbeat(&mut client, id, epoch, std::time::Duration::from_secs(5))
+                .await
+        })
+        .unwrap();
+        assert!(sessions.last_heartbeat(id, epoch).is_some());
+        assert!(sessions.last_heartbeat(id, epoch - 1).is_none());
     }
 
     #[test]

@@ -318,6 +318,42 @@ fn listed_brokers(bootstrap: &str) -> Result<Vec<(i32, i32)>, String> {
     Ok(brokers)
 }
 
+/// The brokers (id, port) a node's Metadata lists, asked with a raw Metadata v12 request
+/// (cheap enough to poll with: no client threads).
+fn raw_listed_brokers(bootstrap: &str) -> Result<Vec<(i32, i32)>, String> {
+    use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
+    let mut conn = RawConn::connect(bootstrap);
+    let req = MetadataRequest::default().with_topics(Some(vec![]));
+    let body = conn
+        .request(&req, 12, 3)
+        .ok_or_else(|| "no Metadata answer".to_string())?;
+    let m: MetadataResponse = decode(body, 12);
+    let mut brokers: Vec<(i32, i32)> = m.brokers.iter().map(|b| (b.node_id.0, b.port)).collect();
+    brokers.sort();
+    Ok(brokers)
+}
+
+/// Polls (raw requests) until `bootstrap`'s Metadata lists exactly `want`, then checks
+/// that rdkafka sees the same.
+fn wait_for_brokers(what: &str, bootstrap: &str, want: &[(i32, i32)], timeout_secs: u64) {
+    for (how, list) in [
+        (
+            "raw",
+            raw_listed_brokers as fn(&str) -> Result<Vec<(i32, i32)>, String>,
+        ),
+        ("rdkafka", listed_brokers),
+    ] {
+        poll_for(&format!("{what} ({how} Metadata)"), timeout_secs, || {
+            let listed = list(bootstrap)?;
+            if listed == want {
+                Ok(())
+            } else {
+                Err(format!("{listed:?}, not {want:?}"))
+            }
+        });
+    }
+}
+
 fn port_of(bootstrap: &str) -> i32 {
     bootstrap
         .rsplit(':')
@@ -391,14 +427,7 @@ async fn a_killed_broker_is_fenced_and_comes_back_with_a_higher_epoch() {
         .collect();
     for id in 1..=3 {
         let b = bootstrap(&nodes, id);
-        poll_for(&format!("node {id} lists the three brokers"), 20, || {
-            let listed = listed_brokers(&b)?;
-            if listed == all {
-                Ok(())
-            } else {
-                Err(format!("{listed:?}, not {all:?}"))
-            }
-        });
+        wait_for_brokers(&format!("node {id} lists the three brokers"), &b, &all, 20);
         let d = describe_cluster(&b, 1, 1);
         assert_eq!(d.error_code, 0);
         assert_eq!(
@@ -423,17 +452,11 @@ async fn a_killed_broker_is_fenced_and_comes_back_with_a_higher_epoch() {
         .collect();
     for id in &survivors {
         let b = bootstrap(&nodes, *id);
-        poll_for(
+        wait_for_brokers(
             &format!("node {id} no longer lists broker {victim}"),
+            &b,
+            &expected,
             15,
-            || {
-                let listed = listed_brokers(&b)?;
-                if listed == expected {
-                    Ok(())
-                } else {
-                    Err(format!("{listed:?}"))
-                }
-            },
         );
     }
     let gone_after = killed_at.elapsed();
@@ -463,17 +486,11 @@ async fn a_killed_broker_is_fenced_and_comes_back_with_a_higher_epoch() {
         .collect();
     for id in 1..=3 {
         let b = bootstrap(&nodes, id);
-        poll_for(
+        wait_for_brokers(
             &format!("node {id} lists broker {victim} again"),
+            &b,
+            &back,
             20,
-            || {
-                let listed = listed_brokers(&b)?;
-                if listed == back {
-                    Ok(())
-                } else {
-                    Err(format!("{listed:?}, not {back:?}"))
-                }
-            },
         );
         // Nothing created before is lost.
         assert!(topic_names(&b).contains(&"before-fence".to_string()));
