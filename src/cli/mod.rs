@@ -2,6 +2,8 @@
 //! for people, in the spirit of Kafka's `kafka-*.sh` tools and rpk, built on librdkafka
 //! (the `rdkafka` crate) so it behaves like any other client.
 //!
+//! `cluster up` starts `weir serve` child processes and probes them as a Kafka client.
+//!
 //! Never does: reach into broker internals, except `serve`, which starts one (and
 //! `connector create`, which reads a connector TOML file with the broker's pure parser,
 //! `connect::config::file_properties`, so the CLI and the watched directory agree).
@@ -13,6 +15,7 @@ use clap::{Args, Parser, Subcommand};
 
 mod admin_http;
 mod client;
+mod cluster;
 mod connector;
 mod consume;
 mod group;
@@ -54,6 +57,9 @@ enum Command {
     /// Kafka Connect REST API on the admin listener).
     #[command(subcommand)]
     Connector(connector::ConnectorCommand),
+    /// Run a local multi-node cluster (`cluster up`: N `weir serve` child processes).
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCommand),
 }
 
 /// `weir serve` options.
@@ -92,6 +98,7 @@ pub fn run() -> ExitCode {
         Command::Group(cmd) => group::run(cmd),
         Command::Transform(cmd) => transform::run(cmd),
         Command::Connector(cmd) => connector::run(cmd),
+        Command::Cluster(cmd) => cluster::run(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,6 +3,11 @@
 //! Prints one machine-readable line on stdout once listening —
 //! `weir listening on HOST:PORT` per listener — so scripts and tests that start the binary
 //! with port 0 learn the port.
+//!
+//! Started by `weir cluster up` (its pid in the environment variable
+//! `cluster::PARENT_PID_ENV`), the broker asks Linux for SIGTERM when that parent dies
+//! (`prctl(PR_SET_PDEATHSIG)`), so a killed `cluster up` leaves no node behind; the
+//! SIGTERM stops the broker as Ctrl-C does.
 
 use tokio::sync::watch;
 
@@ -14,6 +19,9 @@ use super::ServeArgs;
 ///
 /// Errors: bad config (names the key), a listener that cannot bind, an unreadable log dir.
 pub(super) fn run(args: ServeArgs) -> anyhow::Result<()> {
+    if let Some(parent) = std::env::var_os(super::cluster::PARENT_PID_ENV) {
+        exit_with_parent(&parent.to_string_lossy())?;
+    }
     let config = BrokerConfig::load(args.config.as_deref(), &args.overrides)?;
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -49,6 +57,27 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<()> {
         });
         crate::broker::run(config, listeners, rx).await
     })
+}
+
+/// Asks for SIGTERM when the parent process dies; fails if the parent is not `expected_pid`
+/// any more (it died before the request, so the signal would never come).
+///
+/// Errors: `expected_pid` not a pid, the prctl refused, the parent already gone.
+fn exit_with_parent(expected_pid: &str) -> anyhow::Result<()> {
+    use rustix::process::{getppid, set_parent_process_death_signal, Pid, Signal};
+    let expected: i32 = expected_pid.parse().map_err(|_| {
+        anyhow::anyhow!(
+            "{}={expected_pid:?} is not a process id",
+            super::cluster::PARENT_PID_ENV
+        )
+    })?;
+    set_parent_process_death_signal(Some(Signal::TERM))
+        .map_err(|e| anyhow::anyhow!("prctl(PR_SET_PDEATHSIG): {e}"))?;
+    // Checked after the request: a parent that died before it is seen here.
+    if Pid::as_raw(getppid()) != expected {
+        anyhow::bail!("the parent process {expected} (weir cluster up) is gone");
+    }
+    Ok(())
 }
 
 async fn wait_for_signal() {
