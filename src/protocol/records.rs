@@ -172,8 +172,7 @@ fn walk(
 ) -> Result<(), RecordError> {
     // Allocated only when a keyless record is found where keys are required.
     let mut keyless: Vec<i32> = Vec::new();
-    for record in Records::new(buf, count) {
-        let record = record.map_err(walk_error)?;
+    Records::new(buf, count).try_each(|record| {
         let index = record.index;
         if record.offset_delta != index {
             return Err(RecordError::invalid(format!(
@@ -185,7 +184,8 @@ fn walk(
         if require_keys && record.key.is_none() {
             keyless.push(index);
         }
-    }
+        Ok(())
+    })?;
     if count > 0 && count - 1 != last_offset_delta {
         return Err(RecordError::invalid(format!(
             "lastOffsetDelta is {last_offset_delta} but record {} has offsetDelta {}",
@@ -201,11 +201,14 @@ fn walk(
 
 /// Kafka's codes for a walk error: bytes that do not parse → CORRUPT_MESSAGE; a record
 /// count that disagrees with well-formed records → INVALID_RECORD.
-fn walk_error(e: WalkError) -> RecordError {
-    if e.fault.is_count() {
-        RecordError::invalid(e.to_string())
-    } else {
-        RecordError::corrupt(e.to_string())
+impl From<WalkError> for RecordError {
+    #[cold]
+    fn from(e: WalkError) -> RecordError {
+        if e.fault.is_count() {
+            RecordError::invalid(e.to_string())
+        } else {
+            RecordError::corrupt(e.to_string())
+        }
     }
 }
 
