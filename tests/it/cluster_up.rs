@@ -214,8 +214,7 @@ async fn cluster_up_runs_three_nodes_that_serve_records_and_stop_on_sigint() {
     // all three brokers (polled: a node applies the others' registrations as they commit).
     let all: BTreeSet<i32> = [1, 2, 3].into();
     poll_for("every node lists brokers 1, 2 and 3", 15, || {
-        let listed: Vec<BTreeSet<i32>> =
-            addresses.iter().map(|a| brokers_listed_by(a)).collect();
+        let listed: Vec<BTreeSet<i32>> = addresses.iter().map(|a| brokers_listed_by(a)).collect();
         if listed.iter().all(|l| *l == all) {
             Ok(())
         } else {
