@@ -172,20 +172,29 @@ fn walk(
 ) -> Result<(), RecordError> {
     // Allocated only when a keyless record is found where keys are required.
     let mut keyless: Vec<i32> = Vec::new();
-    Records::new(buf, count).try_each(|record| {
+    let walked = Records::new(buf, count).try_each(|record| {
         let index = record.index;
         if record.offset_delta != index {
-            return Err(RecordError::invalid(format!(
-                "record {index} (of {count}): offsetDelta is {}, expected {index} (offsets \
-                 must be consecutive from 0)",
-                record.offset_delta
-            )));
+            return Err(Stop::OffsetDelta {
+                index,
+                found: record.offset_delta,
+            });
         }
         if require_keys && record.key.is_none() {
             keyless.push(index);
         }
         Ok(())
-    })?;
+    });
+    match walked {
+        Ok(()) => {}
+        Err(Stop::Walk(e)) => return Err(e.into()),
+        Err(Stop::OffsetDelta { index, found }) => {
+            return Err(RecordError::invalid(format!(
+                "record {index} (of {count}): offsetDelta is {found}, expected {index} \
+                 (offsets must be consecutive from 0)"
+            )))
+        }
+    }
     if count > 0 && count - 1 != last_offset_delta {
         return Err(RecordError::invalid(format!(
             "lastOffsetDelta is {last_offset_delta} but record {} has offsetDelta {}",
@@ -197,6 +206,24 @@ fn walk(
         return Err(RecordError::Keyless { indexes: keyless });
     }
     Ok(())
+}
+
+/// Why the per-record walk stopped. Small and `Copy`: the closure `walk` hands the walker
+/// returns it for every record, and a `RecordError` (a `String` inside) there made produce
+/// validation ~40% slower per record (benches/RESULTS.md, "Issue 11 A/B", run 7); the
+/// message is built once, after the walk.
+#[derive(Debug, Clone, Copy)]
+enum Stop {
+    /// The bytes do not parse as records.
+    Walk(WalkError),
+    /// Record `index` has offsetDelta `found`.
+    OffsetDelta { index: i32, found: i32 },
+}
+
+impl From<WalkError> for Stop {
+    fn from(e: WalkError) -> Stop {
+        Stop::Walk(e)
+    }
 }
 
 /// Kafka's codes for a walk error: bytes that do not parse → CORRUPT_MESSAGE; a record
