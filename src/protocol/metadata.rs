@@ -4,7 +4,8 @@
 //! Lists every registered broker that is not fenced (KIP-631), each at its first
 //! advertised endpoint (this broker at its own, and listed even before it is registered);
 //! `controller_id` is the active controller, the quorum leader (this broker while none is
-//! known: it forwards changes to the leader). Then the requested topics: `null` (or an empty list at v0) means all. A missing topic is created
+//! known: it forwards changes to the leader). Then the requested topics: `null` (or an
+//! empty list at v0) means all. A missing topic is created
 //! when `auto.create.topics.enable` is on and the request allows it (v4+ field; always at
 //! v0–v3, as in Kafka). Each partition's leader, leader epoch, replicas and ISR are the
 //! metadata image's (on a single node: this broker, epoch 0).
