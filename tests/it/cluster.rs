@@ -134,7 +134,7 @@ async fn a_file_store_data_dir_is_migrated_with_records_and_committed_offsets() 
 
 /// Free loopback ports, for the CONTROLLER listeners `controller.quorum.voters` must name
 /// before the nodes start (bound and released: another process could take one between).
-fn free_ports(n: usize) -> Vec<u16> {
+pub(crate) fn free_ports(n: usize) -> Vec<u16> {
     let held: Vec<std::net::TcpListener> = (0..n)
         .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind"))
         .collect();
@@ -144,7 +144,12 @@ fn free_ports(n: usize) -> Vec<u16> {
 }
 
 /// A combined broker and controller, one of the voters `voters`.
-fn quorum_node(dir: &std::path::Path, id: i32, voters: &str, controller_port: u16) -> BinaryBroker {
+pub(crate) fn quorum_node(
+    dir: &std::path::Path,
+    id: i32,
+    voters: &str,
+    controller_port: u16,
+) -> BinaryBroker {
     quorum_node_with(dir, id, voters, controller_port, &[])
 }
 
@@ -320,7 +325,7 @@ fn listed_brokers(bootstrap: &str) -> Result<Vec<(i32, i32)>, String> {
 
 /// The brokers (id, port) a node's Metadata lists, asked with a raw Metadata v12 request
 /// (cheap enough to poll with: no client threads).
-fn raw_listed_brokers(bootstrap: &str) -> Result<Vec<(i32, i32)>, String> {
+pub(crate) fn raw_listed_brokers(bootstrap: &str) -> Result<Vec<(i32, i32)>, String> {
     use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
     let mut conn = RawConn::connect(bootstrap);
     let req = MetadataRequest::default().with_topics(Some(vec![]));
