@@ -359,7 +359,7 @@ fn wait_for_brokers(what: &str, bootstrap: &str, want: &[(i32, i32)], timeout_se
     }
 }
 
-fn port_of(bootstrap: &str) -> i32 {
+pub(crate) fn port_of(bootstrap: &str) -> i32 {
     bootstrap
         .rsplit(':')
         .next()

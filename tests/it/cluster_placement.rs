@@ -3,7 +3,9 @@
 //! replicas, and only its leader answers Produce, ListOffsets and Fetch — the others say
 //! NOT_LEADER_OR_FOLLOWER (6), so a client bootstrapped to one node follows Metadata to
 //! the leaders. CreateTopics refuses a replication factor above the live brokers (38) and
-//! an assignment naming an unknown broker (39). Every process is killed at the end
+//! an assignment naming an unknown broker (39). A group's coordinator is the leader of its
+//! `__consumer_offsets` partition; the other brokers answer NOT_COORDINATOR (16). Every
+//! process is killed at the end
 //! (`BinaryBroker`'s drop).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -17,6 +19,7 @@ use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     BrokerId, CreateTopicsRequest, CreateTopicsResponse, FetchRequest, FetchResponse,
+    FindCoordinatorRequest, FindCoordinatorResponse, HeartbeatRequest, HeartbeatResponse,
     ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse, ProduceRequest,
     ProduceResponse, TopicName,
 };
@@ -30,7 +33,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::FutureRecord;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
-use crate::cluster::{free_ports, quorum_node, raw_listed_brokers};
+use crate::cluster::{free_ports, port_of, quorum_node, raw_listed_brokers};
 use crate::harness::{decode, poll_for, BinaryBroker, RawConn};
 use crate::rdkafka_client::{admin, producer};
 
@@ -428,6 +431,92 @@ async fn partitions_spread_over_three_brokers_and_clients_follow_the_leaders() {
     assert_eq!(assigned[&0].2, vec![3, 1]);
     assert_eq!(assigned[&1].1, 2);
     assert_eq!(assigned[&1].2, vec![2, 3]);
+
+    // Groups: FindCoordinator on every node answers the leader of the group's
+    // `__consumer_offsets` partition; the others answer NOT_COORDINATOR (16); offsets
+    // committed through node 1 are read back through node 2 (both go to the coordinator).
+    let group = "placement-group";
+    let mut coordinators = BTreeSet::new();
+    for id in 1..=3 {
+        let req = FindCoordinatorRequest::default()
+            .with_key(StrBytes::from_static_str(group))
+            .with_key_type(0);
+        let mut conn = RawConn::connect(&addr(id));
+        let r: FindCoordinatorResponse = decode(
+            conn.request(&req, 3, 10).expect("FindCoordinator answer"),
+            3,
+        );
+        assert_eq!(r.error_code, 0, "node {id}: {:?}", r.error_message);
+        assert_eq!(r.port, port_of(&addr(r.node_id.0)), "at its own endpoint");
+        coordinators.insert(r.node_id.0);
+    }
+    assert_eq!(coordinators.len(), 1, "{coordinators:?}");
+    let coordinator = *coordinators.first().unwrap();
+    let offsets = poll_for("__consumer_offsets in node 1's Metadata", 15, || {
+        let p = partitions_listed(&addr(1), "__consumer_offsets");
+        if p.is_empty() {
+            Err("not yet".to_string())
+        } else {
+            Ok(p)
+        }
+    });
+    let hash = group
+        .encode_utf16()
+        .fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c)));
+    let partition = (hash & 0x7fff_ffff) % offsets.len() as i32;
+    assert_eq!(offsets[&partition].1, coordinator, "leader of {partition}");
+    for id in 1..=3 {
+        let req = HeartbeatRequest::default()
+            .with_group_id(kafka_protocol::messages::GroupId(
+                StrBytes::from_static_str(group),
+            ))
+            .with_generation_id(1)
+            .with_member_id(StrBytes::from_static_str("nobody"));
+        let mut conn = RawConn::connect(&addr(id));
+        let r: HeartbeatResponse = decode(conn.request(&req, 3, 11).expect("Heartbeat answer"), 3);
+        if id == coordinator {
+            assert_ne!(r.error_code, 16, "the coordinator");
+        } else {
+            assert_eq!(r.error_code, 16, "NOT_COORDINATOR from node {id}");
+        }
+    }
+    let committer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", addr(1))
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    for part in 0..6 {
+        tpl.add_partition_offset("placed", part, Offset::Offset(10 + part as i64))
+            .unwrap();
+    }
+    committer
+        .commit(&tpl, rdkafka::consumer::CommitMode::Sync)
+        .expect("commit through node 1");
+    drop(committer);
+    let reader: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", addr(2))
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut wanted = TopicPartitionList::new();
+    for part in 0..6 {
+        wanted.add_partition("placed", part);
+    }
+    let got = reader
+        .committed_offsets(wanted, Duration::from_secs(20))
+        .expect("committed offsets through node 2");
+    for part in 0..6 {
+        assert_eq!(
+            got.find_partition("placed", part)
+                .expect("partition")
+                .offset(),
+            Offset::Offset(10 + part as i64)
+        );
+    }
+    drop(reader);
 
     for n in &nodes {
         assert!(!n.stderr_text().contains("panicked"), "{}", n.stderr_text());
