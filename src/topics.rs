@@ -9,7 +9,8 @@
 //! valid values) and applies it; the replica manager follows the metadata change.
 //!
 //! Errors returned: INVALID_TOPIC_EXCEPTION (17), TOPIC_ALREADY_EXISTS (36),
-//! INVALID_PARTITIONS (37), INVALID_REPLICATION_FACTOR (38), INVALID_CONFIG (40),
+//! INVALID_PARTITIONS (37), INVALID_REPLICATION_FACTOR (38), INVALID_REPLICA_ASSIGNMENT
+//! (39), INVALID_CONFIG (40),
 //! UNKNOWN_SERVER_ERROR (-1) when the metadata or log cannot be written.
 //!
 //! Never does: hold state of its own (it calls the owners in [`Topics`], which the

@@ -99,7 +99,7 @@ pub(crate) fn assign(
     let mut out = Vec::with_capacity(count.max(0) as usize);
     for p in first.max(0)..first.max(0) + count.max(0) {
         let p = p as usize;
-        if p > 0 && p % n == 0 {
+        if p > 0 && p.is_multiple_of(n) {
             shift += 1;
         }
         let leader = (p + start.index) % n;
@@ -299,7 +299,9 @@ mod tests {
         let ok = [vec![1, 2], vec![2, 3], vec![3, 1]];
         assert!(check_assignment(&image, &ok, None).is_ok());
         assert!(check_assignment(&image, &ok, Some(2)).is_ok());
-        let cases: [(&[Vec<i32>], Option<usize>, &str); 6] = [
+        // (assignment, replicas required, what the message says)
+        type Case<'a> = (&'a [Vec<i32>], Option<usize>, &'a str);
+        let cases: [Case; 6] = [
             (&[vec![1, 9]], None, "no such broker"),
             (&[vec![4]], None, "fenced"),
             (&[vec![1, 1]], None, "more than once"),

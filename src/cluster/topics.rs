@@ -246,14 +246,16 @@ impl Metadata {
     }
 
     /// Creates a topic with its partitions: validates `spec` against the current image,
-    /// records it durably, and has the replica manager open every partition log — all or
-    /// nothing: when a log cannot be opened the topic is not recorded and the logs already
-    /// opened are closed and their new directories removed. The path of CreateTopics,
-    /// auto-creation, and the internal topics of groups and connect.
+    /// places the replicas over the live brokers (or as `spec.assignment` says), records
+    /// it durably, and has the replica manager open every partition log hosted here — all
+    /// or nothing: when a log cannot be opened the topic is not recorded and the logs
+    /// already opened are closed and their new directories removed. The path of
+    /// CreateTopics, auto-creation, and the internal topics of groups and connect.
     ///
     /// Errors: INVALID_TOPIC_EXCEPTION (17) for a bad or colliding name,
     /// TOPIC_ALREADY_EXISTS (36), INVALID_PARTITIONS (37) outside 1..=10000,
-    /// INVALID_REPLICATION_FACTOR (38) outside 1..=brokers, INVALID_CONFIG (40),
+    /// INVALID_REPLICATION_FACTOR (38) outside 1..=live brokers,
+    /// INVALID_REPLICA_ASSIGNMENT (39) for a bad assignment, INVALID_CONFIG (40),
     /// UNKNOWN_SERVER_ERROR (-1) when the metadata or a partition log cannot be written.
     pub fn create_topic(&self, spec: NewTopic) -> Result<TopicMeta, TopicError> {
         let id = Uuid::new_v4();
