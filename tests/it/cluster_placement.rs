@@ -46,7 +46,7 @@ type Listed = (i16, i32, Vec<i32>, Vec<i32>);
 
 /// `topic`'s partitions as `bootstrap`'s Metadata v12 lists them (raw), by index; empty
 /// when the node does not know the topic (yet).
-fn partitions_listed(bootstrap: &str, topic: &str) -> BTreeMap<i32, Listed> {
+pub(crate) fn partitions_listed(bootstrap: &str, topic: &str) -> BTreeMap<i32, Listed> {
     let req = MetadataRequest::default()
         .with_topics(Some(vec![
             MetadataRequestTopic::default().with_name(Some(name(topic)))
@@ -77,7 +77,7 @@ fn partitions_listed(bootstrap: &str, topic: &str) -> BTreeMap<i32, Listed> {
 }
 
 /// A raw CreateTopics v5: the topic's (error code, message).
-fn create_raw(bootstrap: &str, topic: CreatableTopic) -> (i16, String) {
+pub(crate) fn create_raw(bootstrap: &str, topic: CreatableTopic) -> (i16, String) {
     let req = CreateTopicsRequest::default()
         .with_topics(vec![topic])
         .with_timeout_ms(10_000);
