@@ -18,10 +18,11 @@ use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListO
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    BrokerId, CreateTopicsRequest, CreateTopicsResponse, FetchRequest, FetchResponse,
-    FindCoordinatorRequest, FindCoordinatorResponse, HeartbeatRequest, HeartbeatResponse,
-    ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse, ProduceRequest,
-    ProduceResponse, TopicName,
+    BrokerId, CreateTopicsRequest, CreateTopicsResponse, DescribeGroupsRequest,
+    DescribeGroupsResponse, FetchRequest, FetchResponse, FindCoordinatorRequest,
+    FindCoordinatorResponse, HeartbeatRequest, HeartbeatResponse, ListOffsetsRequest,
+    ListOffsetsResponse, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse,
+    TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
@@ -474,10 +475,22 @@ async fn partitions_spread_over_three_brokers_and_clients_follow_the_leaders() {
             .with_member_id(StrBytes::from_static_str("nobody"));
         let mut conn = RawConn::connect(&addr(id));
         let r: HeartbeatResponse = decode(conn.request(&req, 3, 11).expect("Heartbeat answer"), 3);
+        let d =
+            DescribeGroupsRequest::default().with_groups(vec![kafka_protocol::messages::GroupId(
+                StrBytes::from_static_str(group),
+            )]);
+        let described: DescribeGroupsResponse =
+            decode(conn.request(&d, 5, 12).expect("DescribeGroups answer"), 5);
+        let described = described.groups[0].error_code;
         if id == coordinator {
             assert_ne!(r.error_code, 16, "the coordinator");
+            assert_eq!(described, 0, "the coordinator describes it");
         } else {
             assert_eq!(r.error_code, 16, "NOT_COORDINATOR from node {id}");
+            assert_eq!(
+                described, 16,
+                "DescribeGroups: NOT_COORDINATOR from node {id}"
+            );
         }
     }
     let committer: BaseConsumer = ClientConfig::new()
