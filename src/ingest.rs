@@ -391,12 +391,28 @@ impl Ingest {
         let fail = |error: ResponseError, message: String| {
             IngestError::new(error, format!("{topic}-{index}: {message}"))
         };
-        let Some(partition) = self.topics.replicas.partition(topic, index) else {
-            let e = fail(
-                ResponseError::UnknownTopicOrPartition,
-                format!("no partition {index} (the topic has {})", meta.partitions),
-            );
-            return indexes.iter().map(|_| Err(e.clone())).collect();
+        let partition = match self.topics.replicas.partition(topic, index) {
+            Some(p) if p.is_leader() => p,
+            hosted => {
+                // Only the leader appends: a write to a follower's (or no) log would never
+                // be seen through the leader.
+                let e =
+                    match meta.partition(index) {
+                        Some(state) => fail(
+                            ResponseError::NotLeaderOrFollower,
+                            format!(
+                            "led by broker {}; this broker {} (it writes only partitions it leads)",
+                            state.leader,
+                            if hosted.is_some() { "is a follower" } else { "holds no replica" }
+                        ),
+                        ),
+                        None => fail(
+                            ResponseError::UnknownTopicOrPartition,
+                            format!("no partition {index} (the topic has {})", meta.partitions),
+                        ),
+                    };
+                return indexes.iter().map(|_| Err(e.clone())).collect();
+            }
         };
         let settings = partition.settings();
         // Each record's outcome, by position in `indexes`; `None` until decided.

@@ -33,6 +33,10 @@ const REPLAY_READ_BYTES: usize = 1 << 20;
 pub(crate) struct InternalTopicSpec {
     /// Partition count (fixed at creation, as Kafka's).
     pub partitions: i32,
+    /// Replicas per partition (`offsets.topic.replication.factor` for the offsets topic,
+    /// Kafka Connect's default 3 for its topics), capped at the live brokers when the
+    /// topic is created: a cluster smaller than it works as before, with a warning.
+    pub replication_factor: i16,
     /// Topic configs beyond `cleanup.policy=compact`, which every internal topic has.
     pub configs: BTreeMap<String, String>,
 }
@@ -136,13 +140,28 @@ impl InternalTopic {
         }
         let mut configs = self.spec.configs.clone();
         configs.insert("cleanup.policy".to_string(), "compact".to_string());
+        // Kafka refuses to create the offsets topic until enough brokers exist; weir caps
+        // (a single node must keep working with the default of 3).
+        let live = crate::cluster::live_brokers(&self.metadata.image()).len();
+        let wanted = self.spec.replication_factor.max(1);
+        let replication_factor = wanted.min(i16::try_from(live).unwrap_or(i16::MAX).max(1));
+        if self.metadata.topic(self.name).is_none() && replication_factor < wanted {
+            tracing::warn!(
+                topic = self.name,
+                replication_factor,
+                configured = wanted,
+                live_brokers = live,
+                "fewer live brokers than the internal topic's replication factor: creating it with fewer replicas"
+            );
+        }
         let meta = self
             .metadata
             .ensure_topic(NewTopic {
                 name: self.name.to_string(),
                 partitions: self.spec.partitions,
-                replication_factor: 1,
+                replication_factor,
                 configs,
+                assignment: Vec::new(),
             })
             .map_err(|e| InternalTopicError::Create {
                 topic: self.name,
@@ -307,6 +326,7 @@ mod tests {
         let (metadata, replicas) = test_owners(dir);
         let spec = InternalTopicSpec {
             partitions,
+            replication_factor: 1,
             configs: BTreeMap::from([("segment.bytes".to_string(), "1048576".to_string())]),
         };
         InternalTopic::new(name, spec, metadata, replicas)

@@ -23,7 +23,8 @@ use bytes::Bytes;
 use tokio::sync::watch;
 
 use crate::cluster::{
-    ListenerError, Metadata, MetadataDelta, MetadataListener, MetadataRecord, TopicMeta,
+    ListenerError, Metadata, MetadataDelta, MetadataListener, MetadataRecord, PartitionState,
+    TopicMeta,
 };
 use crate::config::{BrokerConfig, TOPIC_KEYS};
 use crate::log::{
@@ -299,30 +300,46 @@ pub struct Partition {
 }
 
 impl Partition {
-    /// A partition over an opened log, led by this broker alone (a single node: ISR =
-    /// itself, leader epoch 0). The high watermark starts at the log end offset: every
-    /// record on the only replica is committed.
-    fn new_leader(
+    /// A partition over an opened log in the role `state` gives this broker: leader (ISR
+    /// = itself until replication exists) or follower of `state.leader`. The high
+    /// watermark starts at the log end offset: every record on the leader's only in-sync
+    /// replica is committed (a follower holds no data yet).
+    fn new_replica(
         topic: String,
         index: i32,
         node_id: i32,
+        state: &PartitionState,
         settings: ProduceSettings,
         log: PartitionLog,
     ) -> Partition {
         let (high_watermark, _) = watch::channel(log.log_end_offset());
+        let role = if state.leader == node_id {
+            ReplicaRole::Leader {
+                leader_epoch: state.leader_epoch,
+                isr: vec![node_id],
+                followers: BTreeMap::new(),
+            }
+        } else {
+            ReplicaRole::Follower {
+                leader_id: state.leader,
+                leader_epoch: state.leader_epoch,
+            }
+        };
         Partition {
             topic,
             index,
             node_id,
             settings: RwLock::new(settings),
             log: RwLock::new(log),
-            role: Mutex::new(ReplicaRole::Leader {
-                leader_epoch: 0,
-                isr: vec![node_id],
-                followers: BTreeMap::new(),
-            }),
+            role: Mutex::new(role),
             high_watermark,
         }
+    }
+
+    /// Whether this broker leads the partition (Produce, ListOffsets and consumer Fetch
+    /// go to the leader only: NOT_LEADER_OR_FOLLOWER elsewhere).
+    pub fn is_leader(&self) -> bool {
+        matches!(*self.role(), ReplicaRole::Leader { .. })
     }
 
     /// The topic settings in force now (a copy: the lock is held only to read them).
@@ -668,8 +685,10 @@ impl ReplicaManager {
         Ok(rm)
     }
 
-    /// Opens (creating) the logs of partitions `from..meta.partitions` of a topic and
-    /// adds them to the map. Directories it creates are pushed to `created`. On error
+    /// Opens (creating) the logs of partitions `from..meta.partitions` of a topic that
+    /// this broker is a replica of (its id in the partition's `replicas`) and adds them
+    /// to the map; the others are not hosted here. Directories it creates are pushed to
+    /// `created`. On error
     /// the partitions it opened stay open: the caller undoes (see [`Self::undo_open`]).
     fn open_partitions(
         &self,
@@ -680,16 +699,23 @@ impl ReplicaManager {
         let (log_config, settings) = resolve(&self.broker, &meta.configs);
         let now = now_ms();
         for index in from..meta.partitions {
+            let Some(state) = meta
+                .partition(index)
+                .filter(|s| s.replicas.contains(&self.broker.node_id))
+            else {
+                continue;
+            };
             let dir = partition_dir(&self.log_dir, &meta.name, index);
             if !dir.exists() {
                 // Pushed before opening: a log that fails half way leaves its directory.
                 created.push(dir.clone());
             }
             let log = PartitionLog::open(&dir, log_config.clone(), now)?;
-            let p = Arc::new(Partition::new_leader(
+            let p = Arc::new(Partition::new_replica(
                 meta.name.clone(),
                 index,
                 self.broker.node_id,
+                state,
                 settings,
                 log,
             ));
@@ -998,6 +1024,7 @@ mod lifecycle_tests {
             partitions,
             replication_factor: 1,
             configs: BTreeMap::new(),
+            assignment: Vec::new(),
         }
     }
 
@@ -1008,7 +1035,7 @@ mod lifecycle_tests {
         let rm = rm.unwrap();
         let t = m.create_topic(spec("t", 2)).unwrap();
         assert!(rm.partition("t", 1).is_some() && dir.path().join("t-1").is_dir());
-        m.add_partitions("t", 3).unwrap();
+        m.add_partitions("t", 3, &[]).unwrap();
         assert!(rm.partition("t", 2).is_some());
         let configs = BTreeMap::from([("max.message.bytes".to_string(), "100".to_string())]);
         m.alter_topic_configs("t", |_| Ok(configs)).unwrap();
@@ -1044,7 +1071,7 @@ mod lifecycle_tests {
         // Partitions added to an existing topic: the same, and the topic keeps its count.
         m.create_topic(spec("u", 1)).unwrap();
         std::fs::write(dir.path().join("u-2"), "in the way").unwrap();
-        assert!(m.add_partitions("u", 3).is_err());
+        assert!(m.add_partitions("u", 3, &[]).is_err());
         assert_eq!(m.topic("u").unwrap().partitions, 1);
         assert!(rm.partition("u", 1).is_none() && !dir.path().join("u-1").exists());
         assert!(rm.partition("u", 0).is_some() && dir.path().join("u-0").is_dir());
@@ -1116,7 +1143,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = PartitionLog::open(dir.path(), LogConfig::default(), 0).unwrap();
         let (_, settings) = resolve(&BrokerConfig::defaults(), &BTreeMap::new());
-        let p = Partition::new_leader("t".into(), 0, 1, settings, log);
+        let p = Partition::new_replica(
+            "t".into(),
+            0,
+            1,
+            &PartitionState::single_node(1),
+            settings,
+            log,
+        );
         let mut hw = p.watch_high_watermark();
         assert_eq!(
             p.offsets(),

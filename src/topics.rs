@@ -9,7 +9,8 @@
 //! valid values) and applies it; the replica manager follows the metadata change.
 //!
 //! Errors returned: INVALID_TOPIC_EXCEPTION (17), TOPIC_ALREADY_EXISTS (36),
-//! INVALID_PARTITIONS (37), INVALID_REPLICATION_FACTOR (38), INVALID_CONFIG (40),
+//! INVALID_PARTITIONS (37), INVALID_REPLICATION_FACTOR (38), INVALID_REPLICA_ASSIGNMENT
+//! (39), INVALID_CONFIG (40),
 //! UNKNOWN_SERVER_ERROR (-1) when the metadata or log cannot be written.
 //!
 //! Never does: hold state of its own (it calls the owners in [`Topics`], which the
@@ -41,7 +42,9 @@ pub(crate) use crate::cluster::TopicError;
 
 /// Validates and (unless `validate_only`) creates a topic with its partition logs, through
 /// [`crate::cluster::Metadata::create_topic`]. `partitions` / `replication_factor` of -1
-/// mean the broker defaults (`num.partitions`, `default.replication.factor`).
+/// mean the broker defaults (`num.partitions`, `default.replication.factor`); a non-empty
+/// `assignment` (replicas of each partition, by index) places the partitions as it says
+/// (then both are -1; the caller checked the numbering).
 ///
 /// Errors: as [`crate::cluster::Metadata::create_topic`].
 pub(crate) fn create(
@@ -50,8 +53,16 @@ pub(crate) fn create(
     partitions: i32,
     replication_factor: i16,
     configs: BTreeMap<String, String>,
+    assignment: Vec<Vec<i32>>,
     validate_only: bool,
 ) -> Result<TopicMeta, TopicError> {
+    let (partitions, replication_factor) = match assignment.first() {
+        Some(first) => (
+            i32::try_from(assignment.len()).unwrap_or(i32::MAX),
+            i16::try_from(first.len()).unwrap_or(i16::MAX),
+        ),
+        None => (partitions, replication_factor),
+    };
     let spec = NewTopic {
         name: name.to_string(),
         partitions: if partitions == -1 {
@@ -65,6 +76,7 @@ pub(crate) fn create(
             replication_factor
         },
         configs,
+        assignment,
     };
     if validate_only {
         ctx.metadata.validate_new_topic(&spec)
@@ -117,7 +129,7 @@ pub(crate) fn get_or_auto_create(
             "This server does not host this topic-partition.",
         ));
     }
-    match create(ctx, name, -1, -1, BTreeMap::new(), false) {
+    match create(ctx, name, -1, -1, BTreeMap::new(), Vec::new(), false) {
         Ok(t) => Ok(t),
         // Lost a race with another creator: the topic exists now.
         Err(e) if e.error == ResponseError::TopicAlreadyExists => ctx.metadata.topic(name).ok_or(e),

@@ -21,6 +21,7 @@
 
 pub(crate) mod brokers;
 mod image;
+mod placement;
 mod raft;
 mod store;
 mod topics;
@@ -34,8 +35,9 @@ use crate::config::QuorumVoter;
 
 pub(crate) use image::{
     BrokerEndpoint, BrokerRegistration, ImageError, MetadataDelta, MetadataImage, MetadataRecord,
-    TopicMeta,
+    PartitionState, TopicMeta,
 };
+pub(crate) use placement::live_brokers;
 pub(crate) use raft::{Committed, CommittedChange, QuorumHandle, QuorumSettings, RaftMetadataLog};
 pub(crate) use store::{FileMetadataLog, MetadataLog};
 pub(crate) use topics::{NewTopic, TopicError};
@@ -761,6 +763,7 @@ mod tests {
             partitions,
             replication_factor: 1,
             configs: BTreeMap::new(),
+            assignment: Vec::new(),
         }
     }
 
@@ -784,7 +787,7 @@ mod tests {
         assert_eq!(m.image().topic_by_id(t.id), Some(&t));
         assert_eq!(m.cluster_id(), cluster);
         assert!(m.next_producer_id().unwrap() > p1);
-        m.add_partitions("a.b", 5).unwrap();
+        m.add_partitions("a.b", 5, &[]).unwrap();
         let configs = BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]);
         let c = configs.clone();
         assert_eq!(
@@ -906,7 +909,7 @@ mod tests {
             nodes[2].create_topic(spec("t", 2)).unwrap_err().error,
             ResponseError::TopicAlreadyExists
         );
-        nodes[2].add_partitions("t", 3).unwrap();
+        nodes[2].add_partitions("t", 3, &[]).unwrap();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         while nodes[0].topic("t").map(|t| t.partitions) != Some(3)
             && std::time::Instant::now() < deadline
@@ -1055,10 +1058,10 @@ mod tests {
         assert_eq!(m.validate_new_topic(&spec("c", 2)).unwrap().id, Uuid::nil());
         assert!(m.topic("c").is_none());
         assert_eq!(
-            m.add_partitions("a.b", 1).unwrap_err().error,
+            m.add_partitions("a.b", 1, &[]).unwrap_err().error,
             ResponseError::InvalidPartitions
         );
-        assert!(m.validate_add_partitions("a.b", 2).is_ok());
+        assert!(m.validate_add_partitions("a.b", 2, &[]).is_ok());
         assert_eq!(m.topic("a.b").unwrap().partitions, 1);
     }
 
@@ -1155,7 +1158,7 @@ mod tests {
             records: vec![],
             fail_next_append: true,
         });
-        let e = m.add_partitions("t", 3).unwrap_err();
+        let e = m.add_partitions("t", 3, &[]).unwrap_err();
         assert_eq!(e.error, ResponseError::UnknownServerError);
         assert_eq!(m.topic("t").unwrap().partitions, 1);
         assert_eq!(
@@ -1164,7 +1167,7 @@ mod tests {
         );
 
         // Refused by validation: listeners hear nothing.
-        assert!(m.add_partitions("t", 1).is_err());
+        assert!(m.add_partitions("t", 1, &[]).is_err());
         assert!(r.take().is_empty());
 
         // Applied, but the listener could not finish: the caller hears of it.

@@ -1,7 +1,8 @@
 //! Topic lifecycle: the one place a topic is created, grown, reconfigured or deleted.
 //!
 //! Owns: validating each change like Kafka's controller (`Topic.validate`, `.`/`_`
-//! collisions, partitions ≥ 1, replication factor ≤ live brokers, known topic-level
+//! collisions, partitions ≥ 1, replication factor ≤ live brokers, a named replica
+//! assignment (`placement::check_assignment`), known topic-level
 //! config keys with valid values) against the current image, turning it into records,
 //! and applying them through [`Metadata::update`] — which makes them durable and has the
 //! listeners (the replica manager) open, reconfigure or close partitions. CreateTopics,
@@ -20,6 +21,7 @@ use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
 use super::image::{MetadataImage, MetadataRecord, PartitionState, TopicMeta};
+use super::placement::{self, assign, check_assignment, live_brokers, new_partition};
 use super::{validate_topic_name, Metadata, UpdateError};
 use crate::config::{check_value, topic_key};
 
@@ -88,6 +90,10 @@ pub struct NewTopic {
     pub replication_factor: i16,
     /// Topic-level config overrides, Kafka names.
     pub configs: BTreeMap<String, String>,
+    /// The replicas of each partition, by index, leader first (CreateTopics
+    /// `assignments`): empty places them over the live brokers (`cluster::placement`);
+    /// else `partitions` is its length and `replication_factor` its lists' length.
+    pub assignment: Vec<Vec<i32>>,
 }
 
 /// Checks topic-level configs: known keys, values of the right type.
@@ -140,25 +146,22 @@ fn plan_create(image: &MetadataImage, spec: &NewTopic, id: Uuid) -> Result<Topic
             format!("Number of partitions must be between 1 and {MAX_PARTITIONS_PER_TOPIC}, got {partitions}."),
         ));
     }
-    // The brokers of the image: this node only, until broker registrations land.
-    let brokers = 1;
-    let replication_factor = spec.replication_factor;
-    if !(1..=brokers).contains(&replication_factor) {
-        return Err(TopicError::new(
-            ResponseError::InvalidReplicationFactor,
-            format!("Replication factor must be between 1 and the number of brokers ({brokers}), got {replication_factor}."),
-        ));
-    }
+    let replicas = if spec.assignment.is_empty() {
+        let brokers = live_brokers(image);
+        let start = placement::random_start(brokers.len());
+        assign(&brokers, 0, partitions, spec.replication_factor, start)?
+    } else {
+        check_assignment(image, &spec.assignment, None)?;
+        spec.assignment.clone()
+    };
     check_configs(&spec.configs)?;
     Ok(TopicMeta {
         name: name.to_string(),
         id,
         partitions,
-        replication_factor,
+        replication_factor: replicas.first().map_or(0, |r| r.len() as i16),
         configs: spec.configs.clone(),
-        partition_states: (0..partitions)
-            .map(|_| PartitionState::single_node(image.node_id()))
-            .collect(),
+        partition_states: replicas.into_iter().map(new_partition).collect(),
     })
 }
 
@@ -167,6 +170,7 @@ fn plan_grow(
     image: &MetadataImage,
     name: &str,
     count: i32,
+    assignment: &[Vec<i32>],
 ) -> Result<(Uuid, Vec<PartitionState>), TopicError> {
     let Some(meta) = image.topic(name) else {
         return Err(TopicError::new(
@@ -191,10 +195,32 @@ fn plan_grow(
             format!("At most {MAX_PARTITIONS_PER_TOPIC} partitions per topic."),
         ));
     }
-    let added = (meta.partitions..count)
-        .map(|_| PartitionState::single_node(image.node_id()))
-        .collect();
-    Ok((meta.id, added))
+    let new = count - meta.partitions;
+    let replicas = if assignment.is_empty() {
+        let brokers = live_brokers(image);
+        let start = placement::random_start(brokers.len());
+        assign(
+            &brokers,
+            meta.partitions,
+            new,
+            meta.replication_factor,
+            start,
+        )?
+    } else {
+        if assignment.len() != new as usize {
+            return Err(TopicError::new(
+                ResponseError::InvalidReplicaAssignment,
+                format!(
+                    "Attempted to add {new} additional partition(s), but only {} assignment(s) were specified.",
+                    assignment.len()
+                ),
+            ));
+        }
+        let rf = usize::try_from(meta.replication_factor).unwrap_or(0);
+        check_assignment(image, assignment, Some(rf))?;
+        assignment.to_vec()
+    };
+    Ok((meta.id, replicas.into_iter().map(new_partition).collect()))
 }
 
 /// The new overrides of `name` that `f` computes from its current ones, validated.
@@ -220,14 +246,16 @@ impl Metadata {
     }
 
     /// Creates a topic with its partitions: validates `spec` against the current image,
-    /// records it durably, and has the replica manager open every partition log — all or
-    /// nothing: when a log cannot be opened the topic is not recorded and the logs already
-    /// opened are closed and their new directories removed. The path of CreateTopics,
-    /// auto-creation, and the internal topics of groups and connect.
+    /// places the replicas over the live brokers (or as `spec.assignment` says), records
+    /// it durably, and has the replica manager open every partition log hosted here — all
+    /// or nothing: when a log cannot be opened the topic is not recorded and the logs
+    /// already opened are closed and their new directories removed. The path of
+    /// CreateTopics, auto-creation, and the internal topics of groups and connect.
     ///
     /// Errors: INVALID_TOPIC_EXCEPTION (17) for a bad or colliding name,
     /// TOPIC_ALREADY_EXISTS (36), INVALID_PARTITIONS (37) outside 1..=10000,
-    /// INVALID_REPLICATION_FACTOR (38) outside 1..=brokers, INVALID_CONFIG (40),
+    /// INVALID_REPLICATION_FACTOR (38) outside 1..=live brokers,
+    /// INVALID_REPLICA_ASSIGNMENT (39) for a bad assignment, INVALID_CONFIG (40),
     /// UNKNOWN_SERVER_ERROR (-1) when the metadata or a partition log cannot be written.
     pub fn create_topic(&self, spec: NewTopic) -> Result<TopicMeta, TopicError> {
         let id = Uuid::new_v4();
@@ -264,21 +292,35 @@ impl Metadata {
     /// (CreatePartitions `validate_only`).
     ///
     /// Errors: as [`Metadata::add_partitions`], except UNKNOWN_SERVER_ERROR.
-    pub fn validate_add_partitions(&self, name: &str, count: i32) -> Result<(), TopicError> {
-        plan_grow(&self.image(), name, count).map(|_| ())
+    pub fn validate_add_partitions(
+        &self,
+        name: &str,
+        count: i32,
+        assignment: &[Vec<i32>],
+    ) -> Result<(), TopicError> {
+        plan_grow(&self.image(), name, count, assignment).map(|_| ())
     }
 
-    /// Grows `name` to `count` partitions (never shrinks): records the new partitions and
-    /// has the replica manager open their logs, all or nothing. Returns the topic as grown.
+    /// Grows `name` to `count` partitions (never shrinks): records the new partitions,
+    /// placed over the live brokers at the topic's replication factor or as `assignment`
+    /// says (one replica list per new partition; empty: placed), and has the replica
+    /// manager open their logs where hosted, all or nothing. Returns the topic as grown.
+    /// INVALID_REPLICATION_FACTOR (38) when fewer brokers are live than the topic's
+    /// replication factor, INVALID_REPLICA_ASSIGNMENT (39) for a bad `assignment`.
     ///
     /// Errors: UNKNOWN_TOPIC_OR_PARTITION (3), INVALID_PARTITIONS (37) when `count` is not
     /// above the current count or above 10000, UNKNOWN_SERVER_ERROR (-1) when the
     /// metadata or a log cannot be written (the topic keeps its partitions).
-    pub fn add_partitions(&self, name: &str, count: i32) -> Result<TopicMeta, TopicError> {
+    pub fn add_partitions(
+        &self,
+        name: &str,
+        count: i32,
+        assignment: &[Vec<i32>],
+    ) -> Result<TopicMeta, TopicError> {
         let mut from = 0;
         let image = self
             .update(|image| {
-                let (topic_id, partitions) = plan_grow(image, name, count)?;
+                let (topic_id, partitions) = plan_grow(image, name, count, assignment)?;
                 from = image.topic(name).map_or(0, |t| t.partitions);
                 Ok(vec![MetadataRecord::PartitionsAdded {
                     topic_id,

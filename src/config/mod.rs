@@ -689,6 +689,8 @@ pub struct GroupSettings {
     pub offsets_topic_num_partitions: i32,
     /// `offsets.topic.segment.bytes`.
     pub offsets_topic_segment_bytes: i64,
+    /// `offsets.topic.replication.factor` (capped at the live brokers at creation).
+    pub offsets_topic_replication_factor: i16,
     /// `offsets.retention.minutes`, in ms.
     pub offsets_retention_ms: i64,
     /// `offsets.retention.check.interval.ms`.
@@ -732,6 +734,7 @@ impl BrokerConfig {
         let node_id = int("node.id")? as i32;
         let (cluster, listeners) =
             cluster::cluster_settings(&raw, node_id, listeners, &advertised_listeners)?;
+        let offsets_topic_replication_factor = cluster.offsets_topic_replication_factor;
         let log_dirs = text("log.dirs");
         let log_dir = log_dirs.split(',').next().unwrap_or("./data").trim();
         if log_dir.is_empty() {
@@ -776,6 +779,7 @@ impl BrokerConfig {
                 max_size: int("group.max.size")? as usize,
                 offsets_topic_num_partitions: int("offsets.topic.num.partitions")? as i32,
                 offsets_topic_segment_bytes: int("offsets.topic.segment.bytes")?,
+                offsets_topic_replication_factor,
                 offsets_retention_ms: int("offsets.retention.minutes")?.saturating_mul(60_000),
                 offsets_retention_check_interval_ms: int("offsets.retention.check.interval.ms")?
                     as u64,

@@ -48,8 +48,12 @@ pub(crate) const STATE_MAX_KEYS: usize = 10_000;
 /// memory, so a plugin must not be able to make the broker hold more than this.
 pub(crate) const STATE_MAX_BYTES: usize = 16 << 20;
 
+/// Replication factor of the connect runtime's topics: Kafka Connect's default for
+/// `offset.storage.replication.factor` and its siblings (capped at the live brokers).
+const CONNECT_TOPICS_REPLICATION_FACTOR: i16 = 3;
+
 /// The connect runtime's internal topic `name`: compacted, one partition, created on
-/// first use (Kafka Connect's defaults for its own topics, at replication factor 1).
+/// first use (Kafka Connect's defaults for its own topics).
 pub(crate) fn connect_topic(
     name: &'static str,
     metadata: Arc<Metadata>,
@@ -57,6 +61,7 @@ pub(crate) fn connect_topic(
 ) -> InternalTopic {
     let spec = InternalTopicSpec {
         partitions: 1,
+        replication_factor: CONNECT_TOPICS_REPLICATION_FACTOR,
         configs: BTreeMap::new(),
     };
     InternalTopic::new(name, spec, metadata, replicas)

@@ -302,6 +302,7 @@ impl OffsetStore {
     ) -> OffsetStore {
         let spec = InternalTopicSpec {
             partitions: settings.offsets_topic_num_partitions,
+            replication_factor: settings.offsets_topic_replication_factor,
             configs: BTreeMap::from([(
                 "segment.bytes".to_string(),
                 settings.offsets_topic_segment_bytes.to_string(),

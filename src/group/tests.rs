@@ -22,6 +22,7 @@ fn settings(delay_ms: u64) -> GroupSettings {
         max_size: 100,
         offsets_topic_num_partitions: 3,
         offsets_topic_segment_bytes: 1 << 20,
+        offsets_topic_replication_factor: 3,
         offsets_retention_ms: 60_000,
         offsets_retention_check_interval_ms: 1000,
         offset_metadata_max_bytes: 16,
@@ -45,6 +46,7 @@ fn open_in(dir: &Path, delay_ms: u64) -> Arc<GroupCoordinator> {
                 partitions,
                 replication_factor: 1,
                 configs: BTreeMap::new(),
+                assignment: Vec::new(),
             })
             .unwrap();
     }

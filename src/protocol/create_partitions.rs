@@ -1,10 +1,12 @@
 //! CreatePartitions (key 37), v0–v3. Protocol guide "CreatePartitions"; KIP-195.
 //!
 //! Grows a topic to `count` partitions (never shrinks) through
-//! `cluster::Metadata::add_partitions`; the replica manager opens the new partition logs.
+//! `cluster::Metadata::add_partitions`: placed over the live brokers at the topic's
+//! replication factor, or as `assignments` says; the replica manager opens the new
+//! partition logs where hosted.
 //!
 //! Errors returned per topic: UNKNOWN_TOPIC_OR_PARTITION (3), INVALID_PARTITIONS (37),
-//! INVALID_REPLICA_ASSIGNMENT (39), INVALID_REQUEST (42) for a topic named twice,
+//! INVALID_REPLICATION_FACTOR (38), INVALID_REPLICA_ASSIGNMENT (39), INVALID_REQUEST (42) for a topic named twice,
 //! UNKNOWN_SERVER_ERROR (-1) when the metadata or logs cannot be written.
 
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
@@ -19,22 +21,17 @@ fn grow(
     ctx: &Context,
     name: &str,
     count: i32,
-    assignments: usize,
+    assignment: &[Vec<i32>],
     validate_only: bool,
 ) -> Result<(), TopicError> {
-    ctx.metadata.validate_add_partitions(name, count)?;
-    // Validated, so the topic exists and `count` is above its partition count.
-    let current = ctx.metadata.topic(name).map_or(0, |t| t.partitions);
-    if assignments != 0 && assignments as i32 != count - current {
-        return Err(TopicError::new(
-            ResponseError::InvalidReplicaAssignment,
-            "The assignment must name each new partition once.",
-        ));
-    }
     if validate_only {
-        return Ok(());
+        return ctx
+            .metadata
+            .validate_add_partitions(name, count, assignment);
     }
-    ctx.metadata.add_partitions(name, count).map(|_| ())
+    ctx.metadata
+        .add_partitions(name, count, assignment)
+        .map(|_| ())
 }
 
 /// Handles a CreatePartitions request.
@@ -49,14 +46,19 @@ pub(super) fn handle(
         .into_iter()
         .map(|t| {
             let name = t.name.0.as_str().to_string();
-            let assignments = t.assignments.as_ref().map_or(0, Vec::len);
+            let assignment: Vec<Vec<i32>> = t
+                .assignments
+                .iter()
+                .flatten()
+                .map(|a| a.broker_ids.iter().map(|b| b.0).collect())
+                .collect();
             let result = if !seen.insert(name.clone()) {
                 Err(TopicError::new(
                     ResponseError::InvalidRequest,
                     "Duplicate topic in request.",
                 ))
             } else {
-                grow(ctx, &name, t.count, assignments, request.validate_only)
+                grow(ctx, &name, t.count, &assignment, request.validate_only)
             };
             let out = CreatePartitionsTopicResult::default().with_name(t.name);
             match result {

@@ -101,38 +101,39 @@ fn create_one(
             }
         }
     }
-    let (partitions, replication_factor) = if t.assignments.is_empty() {
-        (t.num_partitions, t.replication_factor)
+    let assignment = if t.assignments.is_empty() {
+        Vec::new()
     } else {
         if t.num_partitions != -1 || t.replication_factor != -1 {
             return Err(TopicError::new(ResponseError::InvalidRequest, "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time."));
         }
-        let me = ctx.metadata.node_id();
-        let mut indexes: Vec<i32> = t.assignments.iter().map(|a| a.partition_index).collect();
-        indexes.sort_unstable();
-        if indexes.iter().enumerate().any(|(i, p)| *p != i as i32) {
-            return Err(TopicError::new(
-                ResponseError::InvalidReplicaAssignment,
-                "Partitions in the assignment must be 0..N-1, each once.",
-            ));
+        // Partitions numbered 0..N-1, each once (Kafka's controller); the brokers of each
+        // are checked by `cluster::placement` against the live brokers.
+        let mut by_index: Vec<&_> = t.assignments.iter().collect();
+        by_index.sort_by_key(|a| a.partition_index);
+        for (expected, a) in by_index.iter().enumerate() {
+            if a.partition_index != expected as i32 {
+                return Err(TopicError::new(
+                    ResponseError::InvalidReplicaAssignment,
+                    format!(
+                        "Partitions should be sequentially numbered from 0: partition {expected} is missing or named twice (got {}).",
+                        a.partition_index
+                    ),
+                ));
+            }
         }
-        if t.assignments
+        by_index
             .iter()
-            .any(|a| a.broker_ids.len() != 1 || a.broker_ids[0].0 != me)
-        {
-            return Err(TopicError::new(
-                ResponseError::InvalidReplicaAssignment,
-                format!("Replica assignment may only name broker {me}, once per partition."),
-            ));
-        }
-        (t.assignments.len() as i32, 1)
+            .map(|a| a.broker_ids.iter().map(|b| b.0).collect())
+            .collect()
     };
     topics::create(
         &ctx.topics,
         name,
-        partitions,
-        replication_factor,
+        t.num_partitions,
+        t.replication_factor,
         configs,
+        assignment,
         validate_only,
     )
 }

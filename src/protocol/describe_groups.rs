@@ -5,6 +5,8 @@
 //!
 //! Before v6 an unknown group is described as state "Dead" with no error, as Kafka does.
 //! Member metadata and assignment are filled only for Stable groups (Kafka's `summary`).
+//! Per group: NOT_COORDINATOR (16) on a broker that does not coordinate the group
+//! (`find_coordinator.rs`), COORDINATOR_NOT_AVAILABLE (15) when its coordinator is fenced.
 
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
@@ -25,6 +27,9 @@ pub(super) fn handle(
         .into_iter()
         .map(|id| {
             let out = DescribedGroup::default().with_group_id(id.clone());
+            if let Err(e) = super::find_coordinator::check_coordinator(ctx, id.0.as_str()) {
+                return out.with_error_code(e.code());
+            }
             let Some(d) = ctx.groups.describe(id.0.as_str()) else {
                 let out = out
                     .with_group_state(StrBytes::from_static_str(GroupState::Dead.name()))

@@ -10,6 +10,7 @@
 //! zero-length record set, never null (older librdkafka fails on null).
 //!
 //! Errors returned per partition: OFFSET_OUT_OF_RANGE (1), UNKNOWN_TOPIC_OR_PARTITION (3),
+//! NOT_LEADER_OR_FOLLOWER (6) when another broker leads the partition,
 //! KAFKA_STORAGE_ERROR (56), UNKNOWN_TOPIC_ID (100).
 
 use bytes::Bytes;
@@ -70,12 +71,13 @@ fn read_once(
                 partitions.push(partition_error(p.partition, unknown));
                 continue;
             };
-            let Some(partition) = ctx.replicas.partition(&meta.name, p.partition) else {
-                partitions.push(partition_error(
-                    p.partition,
-                    ResponseError::UnknownTopicOrPartition,
-                ));
-                continue;
+            // Every Fetch is a consumer's (no follower fetches yet): the leader answers.
+            let partition = match super::leader_partition(ctx, &meta.name, p.partition) {
+                Ok(partition) => partition,
+                Err(e) => {
+                    partitions.push(partition_error(p.partition, e));
+                    continue;
+                }
             };
             watches.push(partition.watch_high_watermark());
             let limit = (p.partition_max_bytes.max(0) as usize).min(remaining);

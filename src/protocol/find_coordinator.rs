@@ -1,15 +1,19 @@
 //! FindCoordinator (key 10), v0–v6. Protocol guide "FindCoordinator"; KIP-699 (v4+: batched
 //! `coordinator_keys`).
 //!
-//! Every group's coordinator is this broker (one node). The first request creates
-//! `__consumer_offsets`, as Kafka does.
+//! A group's coordinator is the broker leading its `__consumer_offsets` partition
+//! (Kafka's `partitionFor`), at the endpoint it registered (this broker at the one it
+//! advertises now; on a single node, always this broker). The first request creates
+//! `__consumer_offsets`, as Kafka does. The group APIs answer NOT_COORDINATOR (16) on any
+//! other broker ([`check_coordinator`]).
 //!
 //! Errors returned per key: TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53) for a transactional
 //! id (key type 1) — transactions are not implemented, and this is the answer Kafka gives a
 //! client that may not use a transactional id, which clients treat as fatal (librdkafka's
 //! `init_transactions()` fails at once instead of retrying the coordinator query until its
 //! timeout); InitProducerId answers the same. INVALID_REQUEST (42) for any other key type;
-//! COORDINATOR_NOT_AVAILABLE (15) when the offsets topic cannot be created.
+//! COORDINATOR_NOT_AVAILABLE (15) when the offsets topic cannot be created or the
+//! partition's leader is fenced (no leader election yet).
 
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
@@ -17,6 +21,45 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::Context;
+use crate::group::store::partition_for;
+use crate::group::OFFSETS_TOPIC;
+
+/// The broker coordinating `group` as (id, host, port): the leader of its
+/// `__consumer_offsets` partition; this broker while the topic does not exist (it creates
+/// it on first use).
+///
+/// Errors: COORDINATOR_NOT_AVAILABLE (15) when that leader is fenced or unknown.
+fn coordinator_of(ctx: &Context, group: &str) -> Result<(i32, String, i32), ResponseError> {
+    let image = ctx.metadata.image();
+    let me = image.node_id();
+    let this = || (me, ctx.advertised.host.clone(), ctx.advertised.port);
+    let Some(topic) = image.topic(OFFSETS_TOPIC) else {
+        return Ok(this());
+    };
+    let leader = topic
+        .partition(partition_for(group, topic.partitions))
+        .map_or(-1, |p| p.leader);
+    if leader == me {
+        return Ok(this());
+    }
+    image
+        .broker(leader)
+        .filter(|b| !b.fenced)
+        .and_then(|b| b.endpoints.first())
+        .map(|e| (leader, e.host.clone(), e.port))
+        .ok_or(ResponseError::CoordinatorNotAvailable)
+}
+
+/// Whether this broker coordinates `group` (the group APIs' first check).
+///
+/// Errors: NOT_COORDINATOR (16) when another broker does (the client asks
+/// FindCoordinator again), COORDINATOR_NOT_AVAILABLE (15) as [`coordinator_of`].
+pub(super) fn check_coordinator(ctx: &Context, group: &str) -> Result<(), ResponseError> {
+    match coordinator_of(ctx, group)? {
+        (id, _, _) if id == ctx.metadata.node_id() => Ok(()),
+        _ => Err(ResponseError::NotCoordinator),
+    }
+}
 
 /// Key type of a consumer group.
 const KEY_TYPE_GROUP: i8 = 0;
@@ -24,13 +67,20 @@ const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;
 
 fn find(ctx: &Context, key: StrBytes, key_type: i8) -> Coordinator {
+    let group = key.to_string();
     let out = Coordinator::default().with_key(key);
+    let mut found = None;
     let error = match key_type {
-        KEY_TYPE_GROUP => ctx
-            .groups
-            .ensure_offsets_topic()
-            .err()
-            .map(|e| (e, "the offsets topic cannot be created".to_string())),
+        KEY_TYPE_GROUP => match ctx.groups.ensure_offsets_topic() {
+            Err(e) => Some((e, "the offsets topic cannot be created".to_string())),
+            Ok(()) => match coordinator_of(ctx, &group) {
+                Ok(c) => {
+                    found = Some(c);
+                    None
+                }
+                Err(e) => Some((e, "the group's coordinator is not available".to_string())),
+            },
+        },
         KEY_TYPE_TRANSACTION => Some((
             ResponseError::TransactionalIdAuthorizationFailed,
             "transactions are not implemented by this broker".to_string(),
@@ -47,10 +97,18 @@ fn find(ctx: &Context, key: StrBytes, key_type: i8) -> Coordinator {
             .with_port(-1)
             .with_error_code(e.code())
             .with_error_message(Some(StrBytes::from_string(message))),
-        None => out
-            .with_node_id(BrokerId(ctx.metadata.node_id()))
-            .with_host(StrBytes::from_string(ctx.advertised.host.clone()))
-            .with_port(ctx.advertised.port),
+        None => {
+            let (id, host, port) = found.unwrap_or_else(|| {
+                (
+                    ctx.metadata.node_id(),
+                    ctx.advertised.host.clone(),
+                    ctx.advertised.port,
+                )
+            });
+            out.with_node_id(BrokerId(id))
+                .with_host(StrBytes::from_string(host))
+                .with_port(port)
+        }
     }
 }
 

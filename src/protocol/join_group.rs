@@ -7,6 +7,8 @@
 //! timeout serves as both, as Kafka does.
 //!
 //! Errors returned: see [`crate::group::GroupCoordinator::join`].
+//! NOT_COORDINATOR (16) first on a broker that does not coordinate the group
+//! (`find_coordinator.rs`), COORDINATOR_NOT_AVAILABLE (15) when its coordinator is fenced.
 
 use std::net::SocketAddr;
 
@@ -25,6 +27,15 @@ pub(super) async fn handle(
     client_id: &str,
     peer: SocketAddr,
 ) -> JoinGroupResponse {
+    if let Err(e) = super::find_coordinator::check_coordinator(ctx, request.group_id.0.as_str()) {
+        // Nullable only from v7; before that "" means none.
+        let protocol_name = (version < 7).then(StrBytes::default);
+        return JoinGroupResponse::default()
+            .with_error_code(e.code())
+            .with_generation_id(-1)
+            .with_protocol_name(protocol_name)
+            .with_member_id(request.member_id);
+    }
     let req = JoinRequest {
         group_id: request.group_id.0.to_string(),
         member_id: request.member_id.to_string(),

@@ -3,6 +3,8 @@
 //!
 //! Errors returned: INVALID_GROUP_ID (24) for the request; per member UNKNOWN_MEMBER_ID (25)
 //! or FENCED_INSTANCE_ID (82). Before v3 the one member's error is the response's.
+//! NOT_COORDINATOR (16) first on a broker that does not coordinate the group
+//! (`find_coordinator.rs`), COORDINATOR_NOT_AVAILABLE (15) when its coordinator is fenced.
 
 use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse};
@@ -15,6 +17,9 @@ pub(super) fn handle(
     request: LeaveGroupRequest,
     version: i16,
 ) -> LeaveGroupResponse {
+    if let Err(e) = super::find_coordinator::check_coordinator(ctx, request.group_id.0.as_str()) {
+        return LeaveGroupResponse::default().with_error_code(e.code());
+    }
     let members: Vec<(String, Option<String>)> = if version >= 3 {
         request
             .members

@@ -6,7 +6,8 @@
 //! a timestamp ≥ 0 answers the first offset whose timestamp is at or after it, through the
 //! time index, across segments; none → offset -1, timestamp -1.
 //!
-//! Errors returned per partition: UNKNOWN_TOPIC_OR_PARTITION (3), KAFKA_STORAGE_ERROR (56),
+//! Errors returned per partition: UNKNOWN_TOPIC_OR_PARTITION (3), NOT_LEADER_OR_FOLLOWER
+//! (6) when another broker leads the partition, KAFKA_STORAGE_ERROR (56),
 //! INVALID_REQUEST (42) for other negative timestamps.
 
 use kafka_protocol::messages::list_offsets_response::{
@@ -46,8 +47,9 @@ pub(super) fn handle(
                         .with_timestamp(-1)
                         .with_offset(-1)
                         .with_leader_epoch(if version >= 4 { 0 } else { -1 });
-                    let Some(partition) = ctx.replicas.partition(&name, p.partition_index) else {
-                        return out.with_error_code(ResponseError::UnknownTopicOrPartition.code());
+                    let partition = match super::leader_partition(ctx, &name, p.partition_index) {
+                        Ok(p) => p,
+                        Err(e) => return out.with_error_code(e.code()),
                     };
                     let found = match p.timestamp {
                         LATEST_TIMESTAMP => Ok(Some((partition.offsets().high_watermark, -1))),

@@ -8,7 +8,8 @@
 //! empty list at v0) means all. A missing topic is created
 //! when `auto.create.topics.enable` is on and the request allows it (v4+ field; always at
 //! v0–v3, as in Kafka). Each partition's leader, leader epoch, replicas and ISR are the
-//! metadata image's (on a single node: this broker, epoch 0).
+//! metadata image's (placed by `cluster::placement`; on a single node: this broker, epoch
+//! 0); a partition whose leader is fenced lists leader -1 and LEADER_NOT_AVAILABLE (5).
 //!
 //! Errors returned per topic: UNKNOWN_TOPIC_OR_PARTITION (3), INVALID_TOPIC_EXCEPTION (17),
 //! UNKNOWN_TOPIC_ID (100) for an id lookup that finds nothing.
@@ -25,16 +26,26 @@ use crate::cluster::{is_internal_topic, MetadataImage, TopicMeta};
 use super::Context;
 use crate::topics;
 
-fn topic_entry(t: &TopicMeta) -> MetadataResponseTopic {
+/// A topic's entry: each partition's leader, epoch, replicas and ISR as the image has
+/// them, except that a leader whose broker is fenced is listed as -1 with
+/// LEADER_NOT_AVAILABLE (5), as Kafka lists a partition whose leader is offline.
+fn topic_entry(image: &MetadataImage, t: &TopicMeta) -> MetadataResponseTopic {
     let partitions = t
         .partition_states
         .iter()
         .zip(0..)
         .map(|(p, i)| {
             let nodes = |ids: &[i32]| ids.iter().copied().map(BrokerId).collect::<Vec<_>>();
+            let offline = image.broker(p.leader).is_some_and(|b| b.fenced);
+            let (leader, error) = if offline {
+                (-1, ResponseError::LeaderNotAvailable.code())
+            } else {
+                (p.leader, 0)
+            };
             MetadataResponsePartition::default()
                 .with_partition_index(i)
-                .with_leader_id(BrokerId(p.leader))
+                .with_error_code(error)
+                .with_leader_id(BrokerId(leader))
                 .with_leader_epoch(p.leader_epoch)
                 .with_replica_nodes(nodes(&p.replicas))
                 .with_isr_nodes(nodes(&p.isr))
@@ -120,7 +131,7 @@ pub(super) fn handle(ctx: &Context, request: MetadataRequest, version: i16) -> M
     let allow_auto_create = version < 4 || request.allow_auto_topic_creation;
     let image = ctx.metadata.image();
     let topics = if all {
-        image.topics().map(topic_entry).collect()
+        image.topics().map(|t| topic_entry(&image, t)).collect()
     } else {
         let mut out = Vec::new();
         for req in request.topics.unwrap_or_default() {
@@ -128,12 +139,12 @@ pub(super) fn handle(ctx: &Context, request: MetadataRequest, version: i16) -> M
                 Some(name) => {
                     let name = name.0.as_str().to_string();
                     match topics::get_or_auto_create(&ctx.topics, &name, allow_auto_create) {
-                        Ok(t) => out.push(topic_entry(&t)),
+                        Ok(t) => out.push(topic_entry(&image, &t)),
                         Err(e) => out.push(error_entry(Some(name), e.error)),
                     }
                 }
                 None => match image.topic_by_id(req.topic_id) {
-                    Some(t) => out.push(topic_entry(t)),
+                    Some(t) => out.push(topic_entry(&image, t)),
                     None => out.push(
                         error_entry(None, ResponseError::UnknownTopicId)
                             .with_topic_id(req.topic_id),

@@ -142,6 +142,28 @@ pub struct Context {
     pub metrics: crate::metrics::Metrics,
 }
 
+/// Partition `index` of `topic` when this broker leads it: what Produce, ListOffsets and
+/// a consumer's Fetch act on.
+///
+/// Errors: NOT_LEADER_OR_FOLLOWER (6) when the partition exists but another broker leads
+/// it (this one hosts a follower replica, or none) — clients refresh Metadata and go to
+/// the leader; UNKNOWN_TOPIC_OR_PARTITION (3) when the metadata has no such partition.
+pub(crate) fn leader_partition(
+    ctx: &Context,
+    topic: &str,
+    index: i32,
+) -> Result<Arc<crate::replica::Partition>, kafka_protocol::ResponseError> {
+    use kafka_protocol::ResponseError;
+    match ctx.replicas.partition(topic, index) {
+        Some(p) if p.is_leader() => Ok(p),
+        Some(_) => Err(ResponseError::NotLeaderOrFollower),
+        None if ctx.metadata.image().partition(topic, index).is_some() => {
+            Err(ResponseError::NotLeaderOrFollower)
+        }
+        None => Err(ResponseError::UnknownTopicOrPartition),
+    }
+}
+
 /// The protocol layer as the server sees it.
 #[derive(Debug)]
 pub struct Handler {

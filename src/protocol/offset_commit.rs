@@ -5,6 +5,8 @@
 //! Kafka since 2.1 (KIP-211).
 //!
 //! Errors returned per partition: see [`crate::group::GroupCoordinator::commit`].
+//! NOT_COORDINATOR (16) first on a broker that does not coordinate the group
+//! (`find_coordinator.rs`), COORDINATOR_NOT_AVAILABLE (15) when its coordinator is fenced.
 
 use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
@@ -40,7 +42,11 @@ pub(super) fn handle(
         group_instance_id: request.group_instance_id.as_ref().map(|s| s.to_string()),
         offsets,
     };
-    let mut errors = ctx.groups.commit(&req).into_iter();
+    let mut errors = match super::find_coordinator::check_coordinator(ctx, &req.group_id) {
+        Ok(()) => ctx.groups.commit(&req),
+        Err(e) => req.offsets.iter().map(|_| Some(e)).collect(),
+    }
+    .into_iter();
     let topics = request
         .topics
         .into_iter()

@@ -3,7 +3,9 @@
 //! Errors returned: GROUP_ID_NOT_FOUND (69), NON_EMPTY_GROUP (68) (a non-consumer group
 //! with members), COORDINATOR_NOT_AVAILABLE (15) for the request; per partition
 //! GROUP_SUBSCRIBED_TO_TOPIC (86) while a member subscribes to the topic,
-//! UNKNOWN_TOPIC_OR_PARTITION (3) for a partition that does not exist.
+//! UNKNOWN_TOPIC_OR_PARTITION (3) for a partition that does not exist. First:
+//! NOT_COORDINATOR (16) on a broker that does not coordinate the group
+//! (`find_coordinator.rs`), COORDINATOR_NOT_AVAILABLE (15) when its coordinator is fenced.
 
 use kafka_protocol::messages::offset_delete_response::{
     OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
@@ -19,6 +21,9 @@ pub(super) fn handle(
     request: OffsetDeleteRequest,
     _version: i16,
 ) -> OffsetDeleteResponse {
+    if let Err(e) = super::find_coordinator::check_coordinator(ctx, request.group_id.0.as_str()) {
+        return OffsetDeleteResponse::default().with_error_code(e.code());
+    }
     let exists = |t: &str, p: i32| {
         ctx.metadata
             .topic(t)

@@ -5,6 +5,8 @@
 //!
 //! A partition without a committed offset answers offset -1 and metadata "", as Kafka.
 //! `require_stable` (KIP-447) has nothing to wait for: there are no transactions.
+//! NOT_COORDINATOR (16) first on a broker that does not coordinate the group
+//! (`find_coordinator.rs`), COORDINATOR_NOT_AVAILABLE (15) when its coordinator is fenced.
 
 use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
@@ -38,6 +40,13 @@ pub(super) fn handle(
             .groups
             .into_iter()
             .map(|g| {
+                if let Err(e) =
+                    super::find_coordinator::check_coordinator(ctx, g.group_id.0.as_str())
+                {
+                    return OffsetFetchResponseGroup::default()
+                        .with_group_id(g.group_id)
+                        .with_error_code(e.code());
+                }
                 let topics = g.topics.map(|ts| {
                     ts.into_iter()
                         .map(|t| (t.name.0.to_string(), t.partition_indexes))
@@ -69,6 +78,34 @@ pub(super) fn handle(
             })
             .collect();
         return OffsetFetchResponse::default().with_groups(groups);
+    }
+    if let Err(e) = super::find_coordinator::check_coordinator(ctx, request.group_id.0.as_str()) {
+        if version >= 2 {
+            return OffsetFetchResponse::default().with_error_code(e.code());
+        }
+        // v0–v1 have errors per partition only.
+        let topics = request
+            .topics
+            .unwrap_or_default()
+            .into_iter()
+            .map(|t| {
+                OffsetFetchResponseTopic::default()
+                    .with_name(t.name)
+                    .with_partitions(
+                        t.partition_indexes
+                            .into_iter()
+                            .map(|p| {
+                                OffsetFetchResponsePartition::default()
+                                    .with_partition_index(p)
+                                    .with_committed_offset(-1)
+                                    .with_metadata(Some(StrBytes::default()))
+                                    .with_error_code(e.code())
+                            })
+                            .collect(),
+                    )
+            })
+            .collect();
+        return OffsetFetchResponse::default().with_topics(topics);
     }
     let topics = request.topics.map(|ts| {
         ts.into_iter()

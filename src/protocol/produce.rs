@@ -6,7 +6,8 @@
 //!
 //! Per topic: find it (auto-creating it when enabled) and its inline transform. Per
 //! partition (`produce_partition`), four steps, each a function:
-//! 1. `validate`: the partition exists; the records field splits into record batches
+//! 1. `validate`: the partition exists and this broker leads it (else
+//!    NOT_LEADER_OR_FOLLOWER, 6: the client refreshes Metadata); the records field splits into record batches
 //!    that are each whole (magic 2, length, CRC-32C), within `max.message.bytes`, of a
 //!    codec the request version allows, and whose every record walks
 //!    (`records::validate_records`: bounded decompression, every length, count and
@@ -253,13 +254,8 @@ fn validate(
 ) -> Result<Validated, PartitionProduceResponse> {
     let name = &topic.name;
     let index = data.index;
-    let Some(partition) = ctx.replicas.partition(name, index) else {
-        return Err(partition_error(
-            index,
-            ResponseError::UnknownTopicOrPartition,
-            None,
-        ));
-    };
+    let partition =
+        super::leader_partition(ctx, name, index).map_err(|e| partition_error(index, e, None))?;
     let Some(records) = data.records.filter(|r| !r.is_empty()) else {
         return Err(partition_error(
             index,

@@ -5,6 +5,8 @@
 //! until the leader's has delivered it.
 //!
 //! Errors returned: see [`crate::group::GroupCoordinator::sync`].
+//! NOT_COORDINATOR (16) first on a broker that does not coordinate the group
+//! (`find_coordinator.rs`), COORDINATOR_NOT_AVAILABLE (15) when its coordinator is fenced.
 
 use kafka_protocol::messages::{SyncGroupRequest, SyncGroupResponse};
 use kafka_protocol::protocol::StrBytes;
@@ -18,6 +20,9 @@ pub(super) async fn handle(
     request: SyncGroupRequest,
     version: i16,
 ) -> SyncGroupResponse {
+    if let Err(e) = super::find_coordinator::check_coordinator(ctx, request.group_id.0.as_str()) {
+        return SyncGroupResponse::default().with_error_code(e.code());
+    }
     let req = SyncRequest {
         group_id: request.group_id.0.to_string(),
         generation_id: request.generation_id,

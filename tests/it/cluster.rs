@@ -13,8 +13,12 @@ use rdkafka::producer::FutureRecord;
 use rdkafka::{Offset, TopicPartitionList};
 use weir::broker::MetadataStore;
 
+use crate::cluster_placement::{create_raw, partitions_listed};
 use crate::harness::{decode, poll_for, wait_until, BinaryBroker, RawConn, TestBroker};
 use crate::rdkafka_client::{create_topic, producer, read_partition};
+use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
+use kafka_protocol::messages::{BrokerId, TopicName};
+use kafka_protocol::protocol::StrBytes;
 
 fn group_consumer(bootstrap: &str, group: &str) -> BaseConsumer {
     ClientConfig::new()
@@ -134,7 +138,7 @@ async fn a_file_store_data_dir_is_migrated_with_records_and_committed_offsets() 
 
 /// Free loopback ports, for the CONTROLLER listeners `controller.quorum.voters` must name
 /// before the nodes start (bound and released: another process could take one between).
-fn free_ports(n: usize) -> Vec<u16> {
+pub(crate) fn free_ports(n: usize) -> Vec<u16> {
     let held: Vec<std::net::TcpListener> = (0..n)
         .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind"))
         .collect();
@@ -144,7 +148,12 @@ fn free_ports(n: usize) -> Vec<u16> {
 }
 
 /// A combined broker and controller, one of the voters `voters`.
-fn quorum_node(dir: &std::path::Path, id: i32, voters: &str, controller_port: u16) -> BinaryBroker {
+pub(crate) fn quorum_node(
+    dir: &std::path::Path,
+    id: i32,
+    voters: &str,
+    controller_port: u16,
+) -> BinaryBroker {
     quorum_node_with(dir, id, voters, controller_port, &[])
 }
 
@@ -320,7 +329,7 @@ fn listed_brokers(bootstrap: &str) -> Result<Vec<(i32, i32)>, String> {
 
 /// The brokers (id, port) a node's Metadata lists, asked with a raw Metadata v12 request
 /// (cheap enough to poll with: no client threads).
-fn raw_listed_brokers(bootstrap: &str) -> Result<Vec<(i32, i32)>, String> {
+pub(crate) fn raw_listed_brokers(bootstrap: &str) -> Result<Vec<(i32, i32)>, String> {
     use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
     let mut conn = RawConn::connect(bootstrap);
     let req = MetadataRequest::default().with_topics(Some(vec![]));
@@ -354,7 +363,7 @@ fn wait_for_brokers(what: &str, bootstrap: &str, want: &[(i32, i32)], timeout_se
     }
 }
 
-fn port_of(bootstrap: &str) -> i32 {
+pub(crate) fn port_of(bootstrap: &str) -> i32 {
     bootstrap
         .rsplit(':')
         .next()
@@ -384,7 +393,9 @@ fn describe_cluster(
 /// with the quorum leader as controller; a broker that is kill -9'd is fenced and drops
 /// out of the others' Metadata within the session timeout plus a few ticks; restarted
 /// over its data it registers again with a higher broker epoch and is listed again, and
-/// nothing created before is lost. Every process is killed at the end.
+/// nothing created before is lost. A partition assigned to it alone is listed with leader
+/// -1 and LEADER_NOT_AVAILABLE (5) while it is fenced, and led by it again once it is
+/// back. Every process is killed at the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_broker_is_fenced_and_comes_back_with_a_higher_epoch() {
     let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
@@ -441,6 +452,18 @@ async fn a_killed_broker_is_fenced_and_comes_back_with_a_higher_epoch() {
 
     // kill -9 a broker that does not lead: the leader fences it after its session.
     let victim = leader % 3 + 1;
+    // A partition placed on the victim alone (an explicit assignment).
+    let (e, m) = create_raw(
+        &bootstrap(&nodes, leader),
+        CreatableTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("on-victim")))
+            .with_num_partitions(-1)
+            .with_replication_factor(-1)
+            .with_assignments(vec![CreatableReplicaAssignment::default()
+                .with_partition_index(0)
+                .with_broker_ids(vec![BrokerId(victim)])]),
+    );
+    assert_eq!(e, 0, "{m}");
     let survivors: Vec<i32> = (1..=3).filter(|id| *id != victim).collect();
     let old_stderr = nodes[(victim - 1) as usize].take().expect("victim").kill9();
     let killed_at = Instant::now();
@@ -470,6 +493,13 @@ async fn a_killed_broker_is_fenced_and_comes_back_with_a_higher_epoch() {
         .collect();
     assert!(fenced.contains(&(victim, true)), "{fenced:?}");
     assert_eq!(fenced.len(), 3, "{fenced:?}");
+    // Its leader is fenced: Metadata lists leader -1 and LEADER_NOT_AVAILABLE (5).
+    let listed = partitions_listed(&bootstrap(&nodes, survivors[0]), "on-victim");
+    assert_eq!(
+        listed.get(&0).map(|p| (p.0, p.1)),
+        Some((5, -1)),
+        "{listed:?}"
+    );
 
     // Restarted over its data: registered again with a higher epoch, listed again.
     nodes[(victim - 1) as usize] = Some(start(victim));
@@ -491,6 +521,18 @@ async fn a_killed_broker_is_fenced_and_comes_back_with_a_higher_epoch() {
             &b,
             &back,
             20,
+        );
+        // Listed with its leader again once it is back (polled: the unfence commits).
+        poll_for(
+            &format!("node {id} lists on-victim led by {victim}"),
+            20,
+            || {
+                let p = partitions_listed(&b, "on-victim");
+                match p.get(&0) {
+                    Some((0, l, _, _)) if *l == victim => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            },
         );
         // Nothing created before is lost.
         assert!(topic_names(&b).contains(&"before-fence".to_string()));
