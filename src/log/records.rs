@@ -247,8 +247,8 @@ impl<'a> Iterator for Headers<'a> {
         }
         let mut p = 0;
         let header = (|| {
-            let key = bytes_field(self.bytes, &mut p, Field::HeaderKeyLength, false)?;
-            let value = bytes_field(self.bytes, &mut p, Field::HeaderValueLength, true)?;
+            let key = bytes_field::<true>(self.bytes, &mut p, Field::HeaderKeyLength, false)?;
+            let value = bytes_field::<true>(self.bytes, &mut p, Field::HeaderValueLength, true)?;
             Ok::<_, Fault>((key.unwrap_or_default(), value))
         })();
         match header {
@@ -314,42 +314,92 @@ impl<'a> Records<'a> {
     }
 
     /// The same walk as the iterator, driven from inside: `f` gets every record in order
-    /// and the first walk fault or `f`'s first error ends it. For the hot loops (produce
-    /// validation checks every record of every client batch): a view handed to an inlined
-    /// closure stays in registers, where `next`'s `Option<Result<RecordView, _>>` is built
-    /// in memory for every record — that cost the produce path about a quarter more
-    /// broker CPU per record (benches/RESULTS.md, "Issue 11 A/B", run 5).
+    /// and the first walk fault or `f`'s first error ends it. For the hot loops: a view
+    /// handed to an inlined closure stays in registers, where `next`'s
+    /// `Option<Result<RecordView, _>>` is built in memory for every record — that cost the
+    /// produce path about a quarter more broker CPU per record (benches/RESULTS.md, "Issue
+    /// 11 A/B", run 5).
     ///
     /// Errors: the walk's [`WalkError`] (converted by `E: From<WalkError>`), or `f`'s.
     #[inline(always)]
     pub fn try_each<E: From<WalkError>>(
-        mut self,
+        self,
+        f: impl FnMut(RecordView<'a>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.walk_each::<E, true>(f)
+    }
+
+    /// [`Records::try_each`] for a caller that needs no bytes, only each record's
+    /// [`RecordCheck`]: the same walk and the same checks (every length bounds-checked,
+    /// headers included), without building the slices of a [`RecordView`]. Produce
+    /// validation walks every record of every client batch with it: the slices cost it ~15%
+    /// more instructions per record (benches/RESULTS.md, "Issue 11 A/B", run 10).
+    ///
+    /// Errors: as [`Records::try_each`].
+    #[inline(always)]
+    pub fn check_each<E: From<WalkError>>(
+        self,
+        mut f: impl FnMut(RecordCheck) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.walk_each::<E, false>(|view| {
+            f(RecordCheck {
+                index: view.index,
+                offset_delta: view.offset_delta,
+                key_is_null: view.key.is_none(),
+            })
+        })
+    }
+
+    /// The walk of [`Records::try_each`] (`VIEW`) and [`Records::check_each`] (not
+    /// `VIEW`: the views' slices are left empty, so they must not escape this module).
+    #[inline(always)]
+    fn walk_each<E: From<WalkError>, const VIEW: bool>(
+        self,
         mut f: impl FnMut(RecordView<'a>) -> Result<(), E>,
     ) -> Result<(), E> {
         if self.done {
             return Ok(());
         }
-        if self.count < 0 {
-            return Err(self.error(Fault::NegativeCount).into());
+        // Locals, not fields: they stay in registers across the loop.
+        let (section, count) = (self.section, self.count);
+        let (mut pos, mut index) = (self.pos, self.index);
+        let error = |fault: Fault, index: i32| WalkError {
+            index,
+            count,
+            fault,
+        };
+        if count < 0 {
+            return Err(error(Fault::NegativeCount, index).into());
         }
-        while self.index < self.count {
-            if self.pos == self.section.len() {
-                return Err(self.error(Fault::Missing).into());
+        while index < count {
+            if pos == section.len() {
+                return Err(error(Fault::Missing, index).into());
             }
-            match record(self.section, &mut self.pos, self.index) {
+            match record::<VIEW>(section, &mut pos, index) {
                 Ok(view) => {
-                    self.index += 1;
+                    index += 1;
                     f(view)?;
                 }
-                Err(fault) => return Err(self.error(fault).into()),
+                Err(fault) => return Err(error(fault, index).into()),
             }
         }
-        let left = self.section.len() - self.pos;
+        let left = section.len() - pos;
         if left > 0 {
-            return Err(self.error(Fault::Trailing { bytes: left }).into());
+            return Err(error(Fault::Trailing { bytes: left }, index).into());
         }
         Ok(())
     }
+}
+
+/// What [`Records::check_each`] gives of a record: enough to check a client's batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordCheck {
+    /// Index of the record in its batch (0-based).
+    pub index: i32,
+    /// offsetDelta as sent.
+    pub offset_delta: i32,
+    /// Whether the key is null.
+    pub key_is_null: bool,
 }
 
 impl<'a> Iterator for Records<'a> {
@@ -373,7 +423,7 @@ impl<'a> Iterator for Records<'a> {
         if self.pos == self.section.len() {
             return self.fail(Fault::Missing);
         }
-        match record(self.section, &mut self.pos, self.index) {
+        match record::<true>(self.section, &mut self.pos, self.index) {
             Ok(view) => {
                 self.index += 1;
                 Some(Ok(view))
@@ -394,9 +444,14 @@ impl<'a> Iterator for Records<'a> {
     }
 }
 
-/// One record starting at `*pos` in `section`; advances `*pos` past it.
+/// One record starting at `*pos` in `section`; advances `*pos` past it. Without `VIEW` the
+/// view's slices (key, value, headers, raw) are empty: the checks are the same.
 #[inline(always)]
-fn record<'a>(section: &'a [u8], pos: &mut usize, index: i32) -> Result<RecordView<'a>, Fault> {
+fn record<'a, const VIEW: bool>(
+    section: &'a [u8],
+    pos: &mut usize,
+    index: i32,
+) -> Result<RecordView<'a>, Fault> {
     let start = *pos;
     let length = varint(section, pos, Field::Length)?;
     let left = section.len() - *pos;
@@ -408,14 +463,14 @@ fn record<'a>(section: &'a [u8], pos: &mut usize, index: i32) -> Result<RecordVi
     }
     let body = &section[*pos..*pos + length as usize];
     *pos += length as usize;
-    let raw = &section[start..*pos];
+    let raw: &[u8] = if VIEW { &section[start..*pos] } else { &[] };
 
     let attributes = *body.first().ok_or(Fault::Truncated(Field::Attributes))? as i8;
     let mut p = 1usize;
     let timestamp_delta = varlong(body, &mut p, Field::TimestampDelta)?;
     let offset_delta = varint(body, &mut p, Field::OffsetDelta)?;
-    let key = bytes_field(body, &mut p, Field::KeyLength, true)?;
-    let value = bytes_field(body, &mut p, Field::ValueLength, true)?;
+    let key = bytes_field::<VIEW>(body, &mut p, Field::KeyLength, true)?;
+    let value = bytes_field::<VIEW>(body, &mut p, Field::ValueLength, true)?;
     let header_count = varint(body, &mut p, Field::HeaderCount)?;
     if header_count < 0 {
         return Err(Fault::Negative(Field::HeaderCount, header_count));
@@ -430,8 +485,8 @@ fn record<'a>(section: &'a [u8], pos: &mut usize, index: i32) -> Result<RecordVi
     }
     let headers_at = p;
     for _ in 0..header_count {
-        bytes_field(body, &mut p, Field::HeaderKeyLength, false)?;
-        bytes_field(body, &mut p, Field::HeaderValueLength, true)?;
+        bytes_field::<false>(body, &mut p, Field::HeaderKeyLength, false)?;
+        bytes_field::<false>(body, &mut p, Field::HeaderValueLength, true)?;
     }
     if p != body.len() {
         return Err(Fault::LengthMismatch {
@@ -447,16 +502,17 @@ fn record<'a>(section: &'a [u8], pos: &mut usize, index: i32) -> Result<RecordVi
         key,
         value,
         headers: Headers {
-            bytes: &body[headers_at..],
+            bytes: if VIEW { &body[headers_at..] } else { &[] },
             left: header_count as usize,
         },
         raw,
     })
 }
 
-/// A length-prefixed byte field: its length (-1 = null when `nullable`) and bytes.
+/// A length-prefixed byte field: its length (-1 = null when `nullable`) and bytes (empty
+/// without `SLICE`: the bounds are checked all the same).
 #[inline(always)]
-fn bytes_field<'a>(
+fn bytes_field<'a, const SLICE: bool>(
     body: &'a [u8],
     p: &mut usize,
     field: Field,
@@ -473,7 +529,11 @@ fn bytes_field<'a>(
     if len as usize > left {
         return Err(Fault::PastEnd(field, len, left));
     }
-    let bytes = &body[*p..*p + len as usize];
+    let bytes: &[u8] = if SLICE {
+        &body[*p..*p + len as usize]
+    } else {
+        &[]
+    };
     *p += len as usize;
     Ok(Some(bytes))
 }
@@ -1081,6 +1141,53 @@ mod tests {
                 }
             }
             prop_assert!(seen <= count.max(0));
+        }
+
+        /// The iterator, `try_each` and `check_each` are one walk: on any bytes they see the
+        /// same records (index, offsetDelta, null key) and end with the same error.
+        #[test]
+        fn the_three_drivers_agree(
+            mutate in proptest::option::of((0usize..64, any::<u8>())),
+            cut in 0usize..64,
+            count in -1i32..4,
+        ) {
+            let batch = rewritten(Compression::None);
+            let mut section = section_of(&batch).to_vec();
+            if let Some((at, byte)) = mutate {
+                let at = at % section.len();
+                section[at] = byte;
+            }
+            section.truncate(section.len() - cut % (section.len() + 1));
+            let check = |v: &RecordView<'_>| RecordCheck {
+                index: v.index,
+                offset_delta: v.offset_delta,
+                key_is_null: v.key.is_none(),
+            };
+            let (mut by_next, mut next_error) = (Vec::new(), None);
+            for r in Records::new(&section, count) {
+                match r {
+                    Ok(v) => by_next.push(check(&v)),
+                    Err(e) => next_error = Some(e),
+                }
+            }
+            let mut by_try = Vec::new();
+            let try_error = Records::new(&section, count)
+                .try_each(|v| {
+                    by_try.push(check(&v));
+                    Ok::<(), WalkError>(())
+                })
+                .err();
+            let mut by_check = Vec::new();
+            let check_error = Records::new(&section, count)
+                .check_each(|c| {
+                    by_check.push(c);
+                    Ok::<(), WalkError>(())
+                })
+                .err();
+            prop_assert_eq!(&by_next, &by_try);
+            prop_assert_eq!(&by_next, &by_check);
+            prop_assert_eq!(next_error, try_error);
+            prop_assert_eq!(next_error, check_error);
         }
 
         /// Mutating one byte of a valid section never panics.

@@ -172,7 +172,7 @@ fn walk(
 ) -> Result<(), RecordError> {
     // Allocated only when a keyless record is found where keys are required.
     let mut keyless: Vec<i32> = Vec::new();
-    let walked = Records::new(buf, count).try_each(|record| {
+    let walked = Records::new(buf, count).check_each(|record| {
         let index = record.index;
         if record.offset_delta != index {
             return Err(Stop::OffsetDelta {
@@ -180,7 +180,7 @@ fn walk(
                 found: record.offset_delta,
             });
         }
-        if require_keys && record.key.is_none() {
+        if require_keys && record.key_is_null {
             keyless.push(index);
         }
         Ok(())
