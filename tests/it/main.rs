@@ -12,6 +12,7 @@ mod clients;
 mod cluster;
 mod cluster_fixture;
 mod cluster_placement;
+mod cluster_scenarios;
 mod cluster_up;
 mod config;
 mod connect;
