@@ -461,3 +461,38 @@ async fn serve_connection(
         write_frame(&mut stream, &reply).await?;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Sender;
+
+    const VOTERS: &str = "1@127.0.0.1:9093,2@127.0.0.1:9095,3@127.0.0.1:9097";
+
+    fn sender(node_id: u64, voters: &str) -> Sender {
+        Sender {
+            node_id,
+            cluster_id: "c".into(),
+            voters: voters.into(),
+        }
+    }
+
+    #[test]
+    fn only_a_voter_of_the_same_quorum_is_heard() {
+        let me = sender(1, VOTERS);
+        assert_eq!(me.refusal(&sender(2, VOTERS)), None);
+        assert_eq!(me.refusal(&sender(1, VOTERS)), None);
+        let moved = VOTERS.replace("2@127.0.0.1:9095", "2@127.0.0.1:9999");
+        let why = me.refusal(&sender(2, &moved)).expect("other voters");
+        assert!(why.contains("controller.quorum.voters"), "{why}");
+        let mut other = sender(2, VOTERS);
+        other.cluster_id = "d".into();
+        let why = me.refusal(&other).expect("another cluster");
+        assert!(why.contains("cluster d"), "{why}");
+        let why = me.refusal(&sender(4, VOTERS)).expect("not a voter");
+        assert!(why.contains("not a voter"), "{why}");
+        // Node 12 is not node 1 or 2.
+        assert!(sender(1, "1@h:1,2@h:2")
+            .refusal(&sender(12, "1@h:1,2@h:2"))
+            .is_some());
+    }
+}
