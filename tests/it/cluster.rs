@@ -13,6 +13,7 @@ use rdkafka::producer::FutureRecord;
 use rdkafka::{Offset, TopicPartitionList};
 use weir::broker::MetadataStore;
 
+use crate::cluster_fixture::{keyed_value, produce_keyed, ThreeNodes};
 use crate::cluster_placement::{create_raw, partitions_listed};
 use crate::harness::{decode, poll_for, wait_until, BinaryBroker, RawConn, TestBroker};
 use crate::rdkafka_client::{create_topic, producer, read_partition};
@@ -58,19 +59,9 @@ async fn a_file_store_data_dir_is_migrated_with_records_and_committed_offsets() 
 
     let old = TestBroker::start_on(dir.path(), &[], MetadataStore::EarlierFileStore);
     create_topic(&old.bootstrap, "kept", 2, &[("retention.ms", "123456789")]).await;
-    let p = producer(&old.bootstrap, &[("acks", "all")]);
-    for i in 0..100 {
-        p.send(
-            FutureRecord::to("kept")
-                .key("k")
-                .payload(&format!("r{i:03}"))
-                .partition(i % 2),
-            Duration::from_secs(10),
-        )
+    produce_keyed(&old.bootstrap, "kept", 100, Some(2))
         .await
-        .unwrap();
-    }
-    drop(p);
+        .assert_all_acked(100);
     {
         let c = group_consumer(&old.bootstrap, "g");
         let mut tpl = TopicPartitionList::new();
@@ -89,7 +80,7 @@ async fn a_file_store_data_dir_is_migrated_with_records_and_committed_offsets() 
         let got = read_partition(&new.bootstrap, "kept", part, Offset::Beginning, 50);
         let want: Vec<String> = (0..100)
             .filter(|i| i % 2 == part)
-            .map(|i| format!("r{i:03}"))
+            .map(|i| keyed_value(i as usize))
             .collect();
         assert_eq!(values(&got), want, "partition {part}");
     }
@@ -147,18 +138,8 @@ pub(crate) fn free_ports(n: usize) -> Vec<u16> {
         .collect()
 }
 
-/// A combined broker and controller, one of the voters `voters`.
-pub(crate) fn quorum_node(
-    dir: &std::path::Path,
-    id: i32,
-    voters: &str,
-    controller_port: u16,
-) -> BinaryBroker {
-    quorum_node_with(dir, id, voters, controller_port, &[])
-}
-
-/// [`quorum_node`] with more `--override`s.
-fn quorum_node_with(
+/// A combined broker and controller, one of the voters `voters`, with more `--override`s.
+pub(crate) fn quorum_node_with(
     dir: &std::path::Path,
     id: i32,
     voters: &str,
@@ -177,7 +158,7 @@ fn quorum_node_with(
 }
 
 /// The quorum leader a node's log names last (`quorum_leader=ID`), if any.
-fn logged_leader(node: &BinaryBroker) -> Option<i32> {
+pub(crate) fn logged_leader(node: &BinaryBroker) -> Option<i32> {
     let text = node.stderr_text();
     let (at, key) = text.rmatch_indices("quorum_leader=").next()?;
     text[at + key.len()..]
@@ -210,45 +191,14 @@ fn topic_names(bootstrap: &str) -> Vec<String> {
 /// restarts and catches up. Every process is killed at the end (`BinaryBroker`'s drop).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_share_the_metadata_log_and_survive_the_leaders_kill_9() {
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let ports = free_ports(3);
-    let voters = (1..=3)
-        .map(|id| format!("{id}@127.0.0.1:{}", ports[id - 1]))
-        .collect::<Vec<_>>()
-        .join(",");
-    let mut nodes: Vec<Option<BinaryBroker>> = (1..=3)
-        .map(|id| {
-            Some(quorum_node(
-                dirs[id - 1].path(),
-                id as i32,
-                &voters,
-                ports[id - 1],
-            ))
-        })
-        .collect();
-    let node = |nodes: &Vec<Option<BinaryBroker>>, id: i32| -> String {
-        nodes[(id - 1) as usize]
-            .as_ref()
-            .expect("running")
-            .bootstrap
-            .clone()
-    };
+    let mut nodes = ThreeNodes::start(&[]);
 
     // One leader, the same on every node.
-    let leader = poll_for("a quorum leader every node agrees on", 20, || {
-        let seen: Vec<Option<i32>> = nodes
-            .iter()
-            .map(|n| n.as_ref().and_then(logged_leader))
-            .collect();
-        match seen[..] {
-            [Some(a), Some(b), Some(c)] if a == b && b == c => Ok(a),
-            _ => Err(format!("leaders logged by nodes 1, 2, 3: {seen:?}")),
-        }
-    });
+    let leader = nodes.leader();
 
-    create_topic(&node(&nodes, 2), "through-2", 3, &[]).await;
+    create_topic(&nodes.bootstrap(2), "through-2", 3, &[]).await;
     let created = Instant::now();
-    let b3 = node(&nodes, 3);
+    let b3 = nodes.bootstrap(3);
     wait_until("node 3 lists the topic created through node 2", 3, || {
         topic_names(&b3).contains(&"through-2".to_string())
     });
@@ -256,36 +206,26 @@ async fn three_nodes_share_the_metadata_log_and_survive_the_leaders_kill_9() {
 
     // kill -9 the leader: the two others elect a new one.
     let killed_at = Instant::now();
-    nodes[(leader - 1) as usize].take().expect("leader").kill9();
+    nodes.kill9(leader);
     let survivors: Vec<i32> = (1..=3).filter(|id| *id != leader).collect();
-    let new_leader = poll_for("a new leader among the survivors", 15, || {
-        let seen: Vec<Option<i32>> = survivors
-            .iter()
-            .map(|id| nodes[(*id - 1) as usize].as_ref().and_then(logged_leader))
-            .collect();
-        match seen[..] {
-            [Some(a), Some(b)] if a == b && a != leader => Ok(a),
-            _ => Err(format!("leaders logged by nodes {survivors:?}: {seen:?}")),
-        }
-    });
+    let new_leader = nodes.leader_other_than(Some(leader), 15);
     let other = *survivors
         .iter()
         .find(|id| **id != new_leader)
         .expect("two survivors");
     // Through the survivor that does not lead: forwarded to the new leader.
-    create_topic(&node(&nodes, other), "after-failover", 1, &[]).await;
+    create_topic(&nodes.bootstrap(other), "after-failover", 1, &[]).await;
     let failover = killed_at.elapsed();
     eprintln!("leader {leader} killed; {new_leader} leads; CreateTopics through {other} done {failover:?} after the kill");
     assert!(failover < Duration::from_secs(10), "{failover:?}");
-    let bn = node(&nodes, new_leader);
+    let bn = nodes.bootstrap(new_leader);
     wait_until("the new leader lists the topic", 3, || {
         topic_names(&bn).contains(&"after-failover".to_string())
     });
 
     // The killed node restarts over its data and catches up.
-    let i = (leader - 1) as usize;
-    nodes[i] = Some(quorum_node(dirs[i].path(), leader, &voters, ports[i]));
-    let back = node(&nodes, leader);
+    nodes.restart(leader);
+    let back = nodes.bootstrap(leader);
     poll_for("the restarted node lists both topics", 20, || {
         let names = topic_names(&back);
         if names.contains(&"through-2".to_string()) && names.contains(&"after-failover".to_string())
@@ -295,9 +235,7 @@ async fn three_nodes_share_the_metadata_log_and_survive_the_leaders_kill_9() {
             Err(format!("it lists {names:?}"))
         }
     });
-    for n in nodes.iter().flatten() {
-        assert!(!n.stderr_text().contains("panicked"), "{}", n.stderr_text());
-    }
+    nodes.assert_no_panic();
 }
 
 /// The broker epoch a node's log names last for broker `id` (`registered broker_id=ID
@@ -398,46 +336,19 @@ fn describe_cluster(
 /// back. Every process is killed at the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_broker_is_fenced_and_comes_back_with_a_higher_epoch() {
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let ports = free_ports(3);
-    let voters = (1..=3)
-        .map(|id| format!("{id}@127.0.0.1:{}", ports[id - 1]))
-        .collect::<Vec<_>>()
-        .join(",");
-    let session = [
+    let mut nodes = ThreeNodes::start(&[
         "broker.session.timeout.ms=1500",
         "broker.heartbeat.interval.ms=300",
-    ];
-    let start = |id: i32| {
-        let i = (id - 1) as usize;
-        quorum_node_with(dirs[i].path(), id, &voters, ports[i], &session)
-    };
-    let mut nodes: Vec<Option<BinaryBroker>> = (1..=3).map(|id| Some(start(id))).collect();
-    let bootstrap = |nodes: &Vec<Option<BinaryBroker>>, id: i32| -> String {
-        nodes[(id - 1) as usize]
-            .as_ref()
-            .expect("running")
-            .bootstrap
-            .clone()
-    };
-    let leader = poll_for("a quorum leader every node agrees on", 20, || {
-        let seen: Vec<Option<i32>> = nodes
-            .iter()
-            .map(|n| n.as_ref().and_then(logged_leader))
-            .collect();
-        match seen[..] {
-            [Some(a), Some(b), Some(c)] if a == b && b == c => Ok(a),
-            _ => Err(format!("leaders logged by nodes 1, 2, 3: {seen:?}")),
-        }
-    });
-    create_topic(&bootstrap(&nodes, 1), "before-fence", 2, &[]).await;
+    ]);
+    let leader = nodes.leader();
+    create_topic(&nodes.bootstrap(1), "before-fence", 2, &[]).await;
 
     // Every node lists the three brokers, each at the port it listens on.
     let all: Vec<(i32, i32)> = (1..=3)
-        .map(|id| (id, port_of(&bootstrap(&nodes, id))))
+        .map(|id| (id, port_of(&nodes.bootstrap(id))))
         .collect();
     for id in 1..=3 {
-        let b = bootstrap(&nodes, id);
+        let b = nodes.bootstrap(id);
         wait_for_brokers(&format!("node {id} lists the three brokers"), &b, &all, 20);
         let d = describe_cluster(&b, 1, 1);
         assert_eq!(d.error_code, 0);
@@ -454,7 +365,7 @@ async fn a_killed_broker_is_fenced_and_comes_back_with_a_higher_epoch() {
     let victim = leader % 3 + 1;
     // A partition placed on the victim alone (an explicit assignment).
     let (e, m) = create_raw(
-        &bootstrap(&nodes, leader),
+        &nodes.bootstrap(leader),
         CreatableTopic::default()
             .with_name(TopicName(StrBytes::from_static_str("on-victim")))
             .with_num_partitions(-1)
@@ -465,7 +376,7 @@ async fn a_killed_broker_is_fenced_and_comes_back_with_a_higher_epoch() {
     );
     assert_eq!(e, 0, "{m}");
     let survivors: Vec<i32> = (1..=3).filter(|id| *id != victim).collect();
-    let old_stderr = nodes[(victim - 1) as usize].take().expect("victim").kill9();
+    let old_stderr = nodes.kill9(victim);
     let killed_at = Instant::now();
     let old_epoch = logged_epoch(&old_stderr, victim).expect("the victim logged its registration");
     let expected: Vec<(i32, i32)> = all
@@ -474,7 +385,7 @@ async fn a_killed_broker_is_fenced_and_comes_back_with_a_higher_epoch() {
         .filter(|(id, _)| *id != victim)
         .collect();
     for id in &survivors {
-        let b = bootstrap(&nodes, *id);
+        let b = nodes.bootstrap(*id);
         wait_for_brokers(
             &format!("node {id} no longer lists broker {victim}"),
             &b,
@@ -485,7 +396,7 @@ async fn a_killed_broker_is_fenced_and_comes_back_with_a_higher_epoch() {
     let gone_after = killed_at.elapsed();
     eprintln!("broker {victim} killed; out of Metadata after {gone_after:?}");
     assert!(gone_after < Duration::from_secs(10), "{gone_after:?}");
-    let d = describe_cluster(&bootstrap(&nodes, survivors[0]), 2, 1);
+    let d = describe_cluster(&nodes.bootstrap(survivors[0]), 2, 1);
     let fenced: Vec<(i32, bool)> = d
         .brokers
         .iter()
@@ -494,7 +405,7 @@ async fn a_killed_broker_is_fenced_and_comes_back_with_a_higher_epoch() {
     assert!(fenced.contains(&(victim, true)), "{fenced:?}");
     assert_eq!(fenced.len(), 3, "{fenced:?}");
     // Its leader is fenced: Metadata lists leader -1 and LEADER_NOT_AVAILABLE (5).
-    let listed = partitions_listed(&bootstrap(&nodes, survivors[0]), "on-victim");
+    let listed = partitions_listed(&nodes.bootstrap(survivors[0]), "on-victim");
     assert_eq!(
         listed.get(&0).map(|p| (p.0, p.1)),
         Some((5, -1)),
@@ -502,20 +413,17 @@ async fn a_killed_broker_is_fenced_and_comes_back_with_a_higher_epoch() {
     );
 
     // Restarted over its data: registered again with a higher epoch, listed again.
-    nodes[(victim - 1) as usize] = Some(start(victim));
+    nodes.restart(victim);
     let new_epoch = poll_for("the restarted broker logs its registration", 20, || {
-        let text = nodes[(victim - 1) as usize]
-            .as_ref()
-            .expect("running")
-            .stderr_text();
+        let text = nodes.node(victim).stderr_text();
         logged_epoch(&text, victim).ok_or_else(|| "no registration logged yet".to_string())
     });
     assert!(new_epoch > old_epoch, "{new_epoch} after {old_epoch}");
     let back: Vec<(i32, i32)> = (1..=3)
-        .map(|id| (id, port_of(&bootstrap(&nodes, id))))
+        .map(|id| (id, port_of(&nodes.bootstrap(id))))
         .collect();
     for id in 1..=3 {
-        let b = bootstrap(&nodes, id);
+        let b = nodes.bootstrap(id);
         wait_for_brokers(
             &format!("node {id} lists broker {victim} again"),
             &b,
@@ -537,9 +445,7 @@ async fn a_killed_broker_is_fenced_and_comes_back_with_a_higher_epoch() {
         // Nothing created before is lost.
         assert!(topic_names(&b).contains(&"before-fence".to_string()));
     }
-    for n in nodes.iter().flatten() {
-        assert!(!n.stderr_text().contains("panicked"), "{}", n.stderr_text());
-    }
+    nodes.assert_no_panic();
 }
 
 /// DescribeCluster (key 60) v0–v2 on a single node, raw: this broker at its port, itself

@@ -9,7 +9,7 @@
 //! (`BinaryBroker`'s drop).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
@@ -31,12 +31,12 @@ use kafka_protocol::records::{
 use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::FutureRecord;
-use rdkafka::{Message, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 
-use crate::cluster::{free_ports, port_of, quorum_node, raw_listed_brokers};
-use crate::harness::{decode, poll_for, BinaryBroker, RawConn};
-use crate::rdkafka_client::{admin, producer};
+use crate::cluster::port_of;
+use crate::cluster_fixture::{produce_keyed, read_keyed, ThreeNodes};
+use crate::harness::{decode, poll_for, RawConn};
+use crate::rdkafka_client::admin;
 
 fn name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_string()))
@@ -170,30 +170,10 @@ fn produce_list_fetch_errors(bootstrap: &str, topic: &str, partition: i32) -> [i
 /// INVALID_REPLICA_ASSIGNMENT (39).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partitions_spread_over_three_brokers_and_clients_follow_the_leaders() {
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let ports = free_ports(3);
-    let voters = (1..=3)
-        .map(|id| format!("{id}@127.0.0.1:{}", ports[id - 1]))
-        .collect::<Vec<_>>()
-        .join(",");
-    let nodes: Vec<BinaryBroker> = (1..=3)
-        .map(|id| quorum_node(dirs[id - 1].path(), id as i32, &voters, ports[id - 1]))
-        .collect();
-    let addr = |id: i32| nodes[(id - 1) as usize].bootstrap.clone();
-    // Placement is over the live brokers of the image: wait until every node has all three.
-    for id in 1..=3 {
-        poll_for(&format!("node {id} lists brokers 1, 2, 3"), 30, || {
-            let ids: Vec<i32> = raw_listed_brokers(&addr(id))?
-                .into_iter()
-                .map(|b| b.0)
-                .collect();
-            if ids == [1, 2, 3] {
-                Ok(())
-            } else {
-                Err(format!("{ids:?}"))
-            }
-        });
-    }
+    // Placement is over the live brokers of the image: the fixture waits until every
+    // node has all three.
+    let nodes = ThreeNodes::start(&[]);
+    let addr = |id: i32| nodes.bootstrap(id);
 
     // CreateTopics through a real client bootstrapped to node 1.
     let created = admin(&addr(1))
@@ -244,93 +224,15 @@ async fn partitions_spread_over_three_brokers_and_clients_follow_the_leaders() {
         .map(|(p, l)| (p, l.1))
         .collect();
 
-    // 3000 keyed records, acks=all, through a client that knows node 1 only.
+    // 3000 keyed records, acks=all, through a client that knows node 1 only; read back
+    // through a consumer that knows node 1 only (librdkafka assigns only with a group
+    // id; nothing is committed).
     const RECORDS: usize = 3000;
-    let p = producer(&addr(1), &[("acks", "all")]);
-    let mut deliveries = Vec::with_capacity(RECORDS);
-    for i in 0..RECORDS {
-        let key = format!("key-{}", i % 97);
-        let value = format!("{i}");
-        let record = FutureRecord::to("placed").key(&key).payload(&value);
-        deliveries.push((
-            i,
-            p.send_result(record).map_err(|(e, _)| e).expect("queued"),
-        ));
-    }
-    let mut acked = BTreeSet::new();
-    let mut failed = Vec::new();
-    for (i, d) in deliveries {
-        match d.await {
-            Ok(Ok(_)) => {
-                acked.insert(i);
-            }
-            Ok(Err((e, _))) => failed.push((i, e.to_string())),
-            Err(_) => failed.push((i, "delivery future cancelled".to_string())),
-        }
-    }
-    drop(p);
-
-    // librdkafka assigns only with a group id; nothing is committed.
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", addr(1))
-        .set("group.id", "placement-test")
-        .set("enable.auto.commit", "false")
-        .create()
-        .expect("consumer");
-    let mut tpl = TopicPartitionList::new();
-    for part in 0..6 {
-        tpl.add_partition_offset("placed", part, Offset::Beginning)
-            .unwrap();
-    }
-    consumer.assign(&tpl).expect("assign");
-    let mut seen: BTreeMap<usize, usize> = BTreeMap::new();
-    let mut partitions_of_key: BTreeMap<String, BTreeSet<i32>> = BTreeMap::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while seen.len() < acked.len() && Instant::now() < deadline {
-        let Some(msg) = consumer.poll(Duration::from_millis(500)) else {
-            continue;
-        };
-        let msg = msg.expect("consume");
-        let value: usize = std::str::from_utf8(msg.payload().expect("value"))
-            .expect("utf-8")
-            .parse()
-            .expect("a number");
-        *seen.entry(value).or_default() += 1;
-        let key = String::from_utf8(msg.key().expect("key").to_vec()).unwrap();
-        partitions_of_key
-            .entry(key)
-            .or_default()
-            .insert(msg.partition());
-    }
-    drop(consumer);
-    let lost: Vec<&usize> = acked.iter().filter(|i| !seen.contains_key(i)).collect();
-    let duplicated: Vec<&usize> = seen
-        .iter()
-        .filter(|(_, n)| **n > 1)
-        .map(|(i, _)| i)
-        .collect();
-    eprintln!(
-        "acknowledged {}, failed {}, read {}, lost {}, duplicated {}",
-        acked.len(),
-        failed.len(),
-        seen.len(),
-        lost.len(),
-        duplicated.len()
-    );
-    assert!(
-        failed.is_empty(),
-        "{} of {RECORDS} not acknowledged, first: {:?}",
-        failed.len(),
-        failed.first()
-    );
-    assert!(
-        lost.is_empty(),
-        "lost {}, first {:?}",
-        lost.len(),
-        lost.first()
-    );
-    assert!(duplicated.is_empty(), "duplicated: {duplicated:?}");
-    assert_eq!(seen.len(), RECORDS);
+    let produced = produce_keyed(&addr(1), "placed", RECORDS, None).await;
+    let read = read_keyed(&addr(1), "placed", 6, produced.acked.len());
+    produced.assert_all_acked(RECORDS);
+    read.assert_exactly(&produced.acked);
+    let partitions_of_key = &read.partitions_of_key;
     assert!(partitions_of_key.values().all(|p| p.len() == 1));
     let used: BTreeSet<i32> = partitions_of_key.values().flatten().copied().collect();
     let leaders_used: BTreeSet<i32> = used.iter().map(|p| leaders[p]).collect();
@@ -531,7 +433,5 @@ async fn partitions_spread_over_three_brokers_and_clients_follow_the_leaders() {
     }
     drop(reader);
 
-    for n in &nodes {
-        assert!(!n.stderr_text().contains("panicked"), "{}", n.stderr_text());
-    }
+    nodes.assert_no_panic();
 }

@@ -47,7 +47,7 @@ impl ClusterUp {
     /// Runs `weir cluster up --dir DIR [--nodes N]` and reads what it prints until the
     /// line saying the nodes are up.
     fn start(dir: &std::path::Path, nodes: Option<u8>) -> ClusterUp {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));
+        let mut cmd = Command::new(crate::harness::weir_bin());
         cmd.args(["cluster", "up", "--dir"]).arg(dir);
         if let Some(n) = nodes {
             cmd.args(["--nodes", &n.to_string()]);
@@ -331,7 +331,7 @@ async fn cluster_up_runs_three_nodes_that_serve_records_and_stop_on_sigint() {
     // kafka-topics.sh layout, one line per partition, its leader among its replicas.
     let out = Command::new("timeout")
         .arg("60")
-        .arg(env!("CARGO_BIN_EXE_weir"))
+        .arg(crate::harness::weir_bin())
         .args(["topic", "describe", "orders", "-b", &addresses[1]])
         .output()
         .expect("weir topic describe");
@@ -456,7 +456,7 @@ fn a_node_that_cannot_start_fails_cluster_up_with_its_log() {
     .unwrap();
     let out = Command::new("timeout")
         .arg(STARTED_SECS.to_string())
-        .arg(env!("CARGO_BIN_EXE_weir"))
+        .arg(crate::harness::weir_bin())
         .args(["cluster", "up", "--dir"])
         .arg(dir.path())
         .stdin(Stdio::null())
@@ -474,4 +474,181 @@ fn a_node_that_cannot_start_fails_cluster_up_with_its_log() {
     // Node 1 was stopped: its port refuses connections.
     assert!(TcpStream::connect(("127.0.0.1", f[0])).is_err());
     drop(taken);
+}
+
+/// What kafka-python's admin client (Metadata) sees of topic `argv[2]` through
+/// bootstrap `argv[1]`, as JSON: the brokers, the topic's error code, and each partition's
+/// leader and replicas.
+const KAFKA_PYTHON_METADATA: &str = r#"
+import json, sys
+from kafka import KafkaAdminClient
+def get(d, *names):
+    for n in names:
+        if n in d:
+            return d[n]
+    raise KeyError(f"none of {names} in {sorted(d)}")
+a = KafkaAdminClient(bootstrap_servers=sys.argv[1].split(","), client_id="weir-cluster-test")
+brokers = sorted(get(b, "node_id", "broker_id", "nodeId") for b in a.describe_cluster()["brokers"])
+t = a.describe_topics([sys.argv[2]])[0]
+parts = {
+    str(get(p, "partition", "partition_index")): [
+        get(p, "leader", "leader_id"),
+        sorted(get(p, "replicas", "replica_nodes")),
+    ]
+    for p in t["partitions"]
+}
+print(json.dumps({"brokers": brokers, "error": t["error_code"], "partitions": parts}))
+a.close()
+"#;
+
+/// Issue 12, test 1: `weir cluster up --nodes 3`; a topic of 6 partitions at
+/// replication factor 3. librdkafka's and kafka-python's Metadata (each through one
+/// node) list 3 brokers, leaders on all three, 3 replicas per partition; kcat produces
+/// 30,000 keyed records (`-K:`, acks=all) from stdin and `kcat -C -e` reads every one
+/// back, each once, its key matching its value. SIGINT stops the cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_up_rf3_topic_seen_by_two_clients_and_kcat_moves_30000_records() {
+    use std::io::Write;
+    const RECORDS: usize = 30_000;
+    let dir = tempfile::tempdir().unwrap();
+    let mut up = ClusterUp::start(dir.path(), Some(3));
+    let addresses: Vec<String> = up.bootstrap.split(',').map(str::to_string).collect();
+    assert_eq!(addresses.len(), 3, "bootstrap line {:?}", up.bootstrap);
+    let all: BTreeSet<i32> = [1, 2, 3].into();
+    poll_for("every node lists brokers 1, 2 and 3", 15, || {
+        let listed: Vec<BTreeSet<i32>> = addresses.iter().map(|a| brokers_listed_by(a)).collect();
+        if listed.iter().all(|l| *l == all) {
+            Ok(())
+        } else {
+            Err(format!("brokers listed by nodes 1, 2, 3: {listed:?}"))
+        }
+    });
+    let created = crate::rdkafka_client::admin(&up.bootstrap)
+        .create_topics(
+            &[rdkafka::admin::NewTopic::new(
+                "spread",
+                6,
+                rdkafka::admin::TopicReplication::Fixed(3),
+            )],
+            &rdkafka::admin::AdminOptions::new().operation_timeout(Some(Duration::from_secs(20))),
+        )
+        .await
+        .expect("create_topics");
+    for r in created {
+        r.expect("topic created");
+    }
+
+    // librdkafka, through each node alone.
+    for address in &addresses {
+        let seen = poll_for("the node lists spread's 6 partitions", 10, || {
+            let seen = partitions_seen_by(address, "spread");
+            if seen.len() == 6 {
+                Ok(seen)
+            } else {
+                Err(format!("{address} lists {seen:?}"))
+            }
+        });
+        assert_eq!(brokers_listed_by(address), all);
+        let leaders: BTreeSet<i32> = seen.values().map(|(l, _)| *l).collect();
+        assert_eq!(leaders, all, "leaders on all three brokers: {seen:?}");
+        for (p, (leader, replicas)) in &seen {
+            let set: BTreeSet<i32> = replicas.iter().copied().collect();
+            assert_eq!((replicas.len(), &set), (3, &all), "partition {p}: {seen:?}");
+            assert!(set.contains(leader));
+        }
+    }
+
+    // kafka-python, through node 2 alone.
+    let out = Command::new("timeout")
+        .args([
+            "60",
+            "python3",
+            "-c",
+            KAFKA_PYTHON_METADATA,
+            &addresses[1],
+            "spread",
+        ])
+        .output()
+        .expect("python3");
+    assert!(out.status.success(), "{out:?}");
+    let seen: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    eprintln!("kafka-python: {seen}");
+    assert_eq!(seen["brokers"], serde_json::json!([1, 2, 3]));
+    assert_eq!(seen["error"], 0);
+    let parts = seen["partitions"].as_object().expect("partitions");
+    assert_eq!(parts.len(), 6, "{seen}");
+    let mut leaders = BTreeSet::new();
+    for (p, lr) in parts {
+        leaders.insert(lr[0].as_i64().expect("leader"));
+        assert_eq!(lr[1], serde_json::json!([1, 2, 3]), "partition {p}");
+    }
+    assert_eq!(leaders, BTreeSet::from([1, 2, 3]));
+
+    // kcat: 30,000 keyed records from stdin, acks=all, then read back to the end.
+    let mut input = String::with_capacity(RECORDS * 20);
+    for i in 0..RECORDS {
+        input.push_str(&format!("key-{}:v{i:06}\n", i % 97));
+    }
+    let mut kcat = Command::new("timeout")
+        .args([
+            "120",
+            "kcat",
+            "-P",
+            "-b",
+            &up.bootstrap,
+            "-t",
+            "spread",
+            "-K:",
+        ])
+        .args(["-X", "acks=all"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kcat -P");
+    kcat.stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .expect("kcat stdin");
+    let produced = kcat.wait_with_output().expect("kcat -P");
+    assert!(produced.status.success(), "{produced:?}");
+    let consumed = Command::new("timeout")
+        .args([
+            "120",
+            "kcat",
+            "-C",
+            "-b",
+            &addresses[2],
+            "-t",
+            "spread",
+            "-e",
+            "-q",
+        ])
+        .args(["-o", "beginning", "-f", "%p %k:%s\\n"])
+        .output()
+        .expect("kcat -C");
+    assert!(consumed.status.success(), "{consumed:?}");
+    let text = String::from_utf8(consumed.stdout).expect("utf-8");
+    let mut seen: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut partitions_of_key: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for line in text.lines() {
+        let (partition, record) = line.split_once(' ').expect("PARTITION KEY:VALUE");
+        let (key, value) = record.split_once(':').expect("KEY:VALUE");
+        let i: usize = value[1..].parse().unwrap_or_else(|_| panic!("{line:?}"));
+        assert_eq!(key, format!("key-{}", i % 97), "{line:?}");
+        *seen.entry(i).or_default() += 1;
+        partitions_of_key.entry(key).or_default().insert(partition);
+    }
+    assert_eq!(text.lines().count(), RECORDS);
+    assert_eq!(seen.len(), RECORDS, "every record read back");
+    assert!(seen.values().all(|n| *n == 1), "a record read twice");
+    assert!(partitions_of_key.values().all(|p| p.len() == 1));
+    let used: BTreeSet<&str> = partitions_of_key.values().flatten().copied().collect();
+    assert_eq!(used.len(), 6, "97 keys over all 6 partitions: {used:?}");
+
+    kill_process(up.pid(), Signal::INT).expect("SIGINT");
+    let status = up.wait_exit(STOPPED_SECS);
+    assert!(status.success(), "{status}");
 }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use rdkafka::producer::FutureRecord;
 use rdkafka::Offset;
 
+use crate::cluster_fixture::{keyed_value, produce_keyed};
 use crate::harness::{BinaryBroker, TestBroker};
 use crate::rdkafka_client::{create_topic, high_watermark, producer, read_partition};
 
@@ -158,19 +159,9 @@ async fn graceful_restart_keeps_topics_configs_and_records() {
         &[("retention.ms", "123456789")],
     )
     .await;
-    let p = producer(&broker.bootstrap, &[("acks", "all")]);
-    for i in 0..500 {
-        p.send(
-            FutureRecord::to("kept")
-                .key("k")
-                .payload(&format!("r{i:04}"))
-                .partition(i % 2),
-            Duration::from_secs(10),
-        )
+    produce_keyed(&broker.bootstrap, "kept", 500, Some(2))
         .await
-        .unwrap();
-    }
-    drop(p);
+        .assert_all_acked(500);
     let log = broker.terminate();
     assert!(log.contains("broker stopped"), "no clean stop in:\n{log}");
     let broker = BinaryBroker::spawn(dir.path(), 0, &[]);
@@ -178,7 +169,7 @@ async fn graceful_restart_keeps_topics_configs_and_records() {
         let got = read_partition(&broker.bootstrap, "kept", part, Offset::Beginning, 250);
         let want: Vec<String> = (0..500)
             .filter(|i| i % 2 == part)
-            .map(|i| format!("r{i:04}"))
+            .map(|i| keyed_value(i as usize))
             .collect();
         let values: Vec<String> = got
             .iter()

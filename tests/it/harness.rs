@@ -145,6 +145,15 @@ impl Drop for TestBroker {
     }
 }
 
+/// The `weir` binary the tests run: `$WEIR_BIN` when set (a copy taken right after the
+/// build, when several worktrees share one target dir and another build may relink
+/// `target/debug/weir` mid-run), else the one Cargo built for this test binary.
+pub fn weir_bin() -> PathBuf {
+    std::env::var_os("WEIR_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_weir")))
+}
+
 /// The `weir` binary as a child process.
 pub struct BinaryBroker {
     /// `127.0.0.1:PORT`.
@@ -159,7 +168,7 @@ pub struct BinaryBroker {
 impl BinaryBroker {
     /// Spawns `weir serve` over `dir` on a free port (or `port` if non-zero).
     pub fn spawn(dir: &Path, port: u16, overrides: &[&str]) -> BinaryBroker {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));
+        let mut cmd = Command::new(weir_bin());
         cmd.arg("serve")
             .arg("--override")
             .arg(format!("listeners=PLAINTEXT://127.0.0.1:{port}"))

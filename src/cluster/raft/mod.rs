@@ -131,6 +131,8 @@ fn leads(raft: &Raft<TypeConfig>) -> bool {
 /// only, no storage: it may outlive the log.
 pub struct QuorumHandle {
     node_id: u64,
+    /// This node as the sender of its Raft RPCs.
+    me: Arc<network::Sender>,
     voters: BTreeMap<u64, BasicNode>,
     metrics: watch::Receiver<RaftMetrics<u64, BasicNode>>,
     sessions: Arc<BrokerSessions>,
@@ -201,7 +203,15 @@ impl QuorumHandle {
             client.leader = Some(leader);
             client.conn = None;
         }
-        network::heartbeat_at(&mut client.conn, &node.addr, broker_id, broker_epoch, ttl).await
+        network::heartbeat_at(
+            &mut client.conn,
+            &node.addr,
+            &self.me,
+            broker_id,
+            broker_epoch,
+            ttl,
+        )
+        .await
     }
 }
 
@@ -310,6 +320,15 @@ impl RaftMetadataLog {
             })
             .collect();
         let single_node = voters.len() == 1 && voters.contains_key(&node_id);
+        let me = Arc::new(network::Sender {
+            node_id,
+            cluster_id: settings.cluster_id.clone(),
+            voters: voters
+                .iter()
+                .map(|(id, node)| format!("{id}@{}", node.addr))
+                .collect::<Vec<_>>()
+                .join(","),
+        });
         let log = storage::LogStore::open(&raft_dir).map_err(io_error(&raft_dir))?;
         let pristine = log.is_pristine();
         let queue = Arc::new(CommittedQueue::default());
@@ -355,8 +374,9 @@ impl RaftMetadataLog {
         let timeout = Duration::from_millis(COMMIT_TIMEOUT_MS);
         let raft = {
             let (log, machine) = (log.clone(), machine.clone());
+            let peers = network::Peers { me: me.clone() };
             let started = run_on(&runtime, timeout, async move {
-                Raft::new(node_id, Arc::new(config), network::Peers, log, machine).await
+                Raft::new(node_id, Arc::new(config), peers, log, machine).await
             });
             match started {
                 Some(Ok(raft)) => raft,
@@ -383,6 +403,7 @@ impl RaftMetadataLog {
         let sessions = Arc::new(BrokerSessions::default());
         let quorum = Arc::new(QuorumHandle {
             node_id,
+            me: me.clone(),
             voters: voters.clone(),
             metrics: raft.metrics(),
             sessions: sessions.clone(),
@@ -397,6 +418,7 @@ impl RaftMetadataLog {
             };
             runtime.spawn(network::serve(
                 listener,
+                me,
                 raft.clone(),
                 sessions,
                 shutdown_rx,
@@ -498,11 +520,12 @@ impl RaftMetadataLog {
             };
             if let Some(node) = leader {
                 let p = proposal.clone();
+                let me = self.quorum.me.clone();
                 let ttl = left.min(Duration::from_secs(5));
                 let sent = self
                     .rt
                     .run(left, async move {
-                        network::propose_at(&node.addr, p, ttl).await
+                        network::propose_at(&node.addr, &me, p, ttl).await
                     })
                     .ok_or_else(|| raft_error("commit", "timed out"))?;
                 match sent {

@@ -43,6 +43,54 @@ pub(crate) const MAX_RPC_BYTES: usize = 64 << 20;
 /// Most connections the CONTROLLER listener serves at once (a quorum of 5 needs ~10).
 pub(crate) const MAX_CONTROLLER_CONNECTIONS: usize = 64;
 
+/// Who sends a request: its node id and the quorum it belongs to. Every request carries
+/// it, and a receiver whose own quorum differs refuses the request (a node started with
+/// other `controller.quorum.voters`, or one of another cluster, never votes or appends).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Sender {
+    /// The sender's `node.id`.
+    pub(crate) node_id: u64,
+    /// Its cluster id (`meta.properties`).
+    pub(crate) cluster_id: String,
+    /// Its `controller.quorum.voters`, sorted: `ID@HOST:PORT,...`.
+    pub(crate) voters: String,
+}
+
+impl Sender {
+    /// Why a request from `from` is refused by a node that is `self`, if it is.
+    fn refusal(&self, from: &Sender) -> Option<String> {
+        if from.voters != self.voters {
+            Some(format!(
+                "node {} has controller.quorum.voters {}, this node {}: every node must list the same voters",
+                from.node_id, from.voters, self.voters
+            ))
+        } else if from.cluster_id != self.cluster_id {
+            Some(format!(
+                "node {} is of cluster {}, this node of {}",
+                from.node_id, from.cluster_id, self.cluster_id
+            ))
+        } else if !self
+            .voters
+            .split(',')
+            .any(|v| v.split('@').next() == Some(from.node_id.to_string().as_str()))
+        {
+            Some(format!(
+                "node {} is not a voter ({})",
+                from.node_id, self.voters
+            ))
+        } else {
+            None
+        }
+    }
+}
+
+/// One request on the wire: the sender, then the request.
+#[derive(Debug, Serialize, Deserialize)]
+struct Envelope<S, R> {
+    from: S,
+    rpc: R,
+}
+
 /// A request between controllers.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) enum RaftRpc {
@@ -80,6 +128,8 @@ pub(crate) enum RaftRpcReply {
     Propose(Result<u64, String>),
     /// To BrokerHeartbeat: noted, or why not (this node is not the leader).
     BrokerHeartbeat(Result<(), String>),
+    /// To any request whose sender's quorum is not this node's ([`Sender`]): why.
+    Refused(String),
 }
 
 async fn write_frame<T: Serialize>(stream: &mut TcpStream, msg: &T) -> std::io::Result<()> {
@@ -116,6 +166,7 @@ async fn read_frame<T: for<'de> Deserialize<'de>>(stream: &mut TcpStream) -> std
 async fn call(
     conn: &mut Option<TcpStream>,
     addr: &str,
+    from: &Sender,
     rpc: &RaftRpc,
     ttl: Duration,
 ) -> Result<RaftRpcReply, Result<std::io::Error, std::io::Error>> {
@@ -136,7 +187,7 @@ async fn call(
         return Err(Err(std::io::Error::other("no connection")));
     };
     let result = tokio::time::timeout(ttl, async {
-        write_frame(stream, rpc).await?;
+        write_frame(stream, &Envelope { from, rpc }).await?;
         read_frame::<RaftRpcReply>(stream).await
     })
     .await
@@ -157,12 +208,14 @@ async fn call(
 /// Errors: as text: the peer is unreachable, or refused (not the leader any more).
 pub(super) async fn propose_at(
     addr: &str,
+    from: &Sender,
     proposal: Proposal,
     ttl: Duration,
 ) -> Result<u64, String> {
     let mut conn = None;
-    match call(&mut conn, addr, &RaftRpc::Propose(proposal), ttl).await {
+    match call(&mut conn, addr, from, &RaftRpc::Propose(proposal), ttl).await {
         Ok(RaftRpcReply::Propose(r)) => r,
+        Ok(RaftRpcReply::Refused(why)) => Err(format!("controller {addr} refused: {why}")),
         Ok(other) => Err(format!("unexpected reply to Propose: {other:?}")),
         Err(Ok(e)) | Err(Err(e)) => Err(format!("controller {addr}: {e}")),
     }
@@ -175,6 +228,7 @@ pub(super) async fn propose_at(
 pub(super) async fn heartbeat_at(
     conn: &mut Option<TcpStream>,
     addr: &str,
+    from: &Sender,
     broker_id: i32,
     broker_epoch: i64,
     ttl: Duration,
@@ -183,23 +237,30 @@ pub(super) async fn heartbeat_at(
         broker_id,
         broker_epoch,
     };
-    match call(conn, addr, &rpc, ttl).await {
+    match call(conn, addr, from, &rpc, ttl).await {
         Ok(RaftRpcReply::BrokerHeartbeat(r)) => r,
+        Ok(RaftRpcReply::Refused(why)) => Err(format!("controller {addr} refused: {why}")),
         Ok(other) => Err(format!("unexpected reply to BrokerHeartbeat: {other:?}")),
         Err(Ok(e)) | Err(Err(e)) => Err(format!("controller {addr}: {e}")),
     }
 }
 
-/// openraft's network factory: a [`PeerClient`] per peer it asks for.
-#[derive(Debug, Clone, Default)]
-pub(super) struct Peers;
+/// openraft's network factory: a [`PeerClient`] per peer it asks for, each sending as
+/// `me`.
+#[derive(Debug, Clone)]
+pub(super) struct Peers {
+    pub(super) me: Arc<Sender>,
+}
 
 /// The client side of one peer: its address and one connection.
 #[derive(Debug)]
 pub(super) struct PeerClient {
     target: NodeId,
     addr: String,
+    me: Arc<Sender>,
     conn: Option<TcpStream>,
+    /// Whether this peer's refusal was logged (once per client, not per heartbeat).
+    refusal_logged: bool,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Peers {
@@ -209,7 +270,9 @@ impl RaftNetworkFactory<TypeConfig> for Peers {
         PeerClient {
             target,
             addr: node.addr.clone(),
+            me: self.me.clone(),
             conn: None,
+            refusal_logged: false,
         }
     }
 }
@@ -220,7 +283,26 @@ impl PeerClient {
         rpc: RaftRpc,
         option: &RPCOption,
     ) -> Result<RaftRpcReply, RPCError<NodeId, BasicNode, E>> {
-        match call(&mut self.conn, &self.addr, &rpc, option.hard_ttl()).await {
+        match call(
+            &mut self.conn,
+            &self.addr,
+            &self.me,
+            &rpc,
+            option.hard_ttl(),
+        )
+        .await
+        {
+            Ok(RaftRpcReply::Refused(why)) => {
+                if !std::mem::replace(&mut self.refusal_logged, true) {
+                    tracing::error!(
+                        peer = self.target,
+                        addr = %self.addr,
+                        "controller quorum: the peer refuses this node's Raft requests: {why}"
+                    );
+                }
+                let e = std::io::Error::other(format!("refused by node {}: {why}", self.target));
+                Err(RPCError::Network(NetworkError::new(&e)))
+            }
             Ok(reply) => Ok(reply),
             Err(Ok(e)) => Err(RPCError::Unreachable(Unreachable::new(&e))),
             Err(Err(e)) => Err(RPCError::Network(NetworkError::new(&e))),
@@ -281,6 +363,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
 /// sequence of requests, each answered in turn by the local `raft`.
 pub(super) async fn serve(
     listener: TcpListener,
+    me: Arc<Sender>,
     raft: Raft<TypeConfig>,
     sessions: Arc<BrokerSessions>,
     mut shutdown: watch::Receiver<bool>,
@@ -307,12 +390,13 @@ pub(super) async fn serve(
         };
         let raft = raft.clone();
         let sessions = sessions.clone();
+        let me = me.clone();
         let mut shutdown = shutdown.clone();
         tokio::spawn(async move {
             let _permit = permit;
             tokio::select! {
                 _ = shutdown.changed() => {}
-                r = serve_connection(stream, raft, sessions) => {
+                r = serve_connection(stream, &me, raft, sessions) => {
                     if let Err(e) = r {
                         tracing::debug!(%peer, error = %e, "controller connection closed");
                     }
@@ -324,16 +408,34 @@ pub(super) async fn serve(
 
 async fn serve_connection(
     mut stream: TcpStream,
+    me: &Sender,
     raft: Raft<TypeConfig>,
     sessions: Arc<BrokerSessions>,
 ) -> std::io::Result<()> {
     let _ = stream.set_nodelay(true);
+    let mut refusal_logged = false;
     loop {
-        let rpc: RaftRpc = match read_frame(&mut stream).await {
-            Ok(rpc) => rpc,
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-            Err(e) => return Err(e),
-        };
+        let Envelope { from, rpc } =
+            match read_frame::<Envelope<Sender, RaftRpc>>(&mut stream).await {
+                Ok(request) => request,
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+                Err(e) => return Err(e),
+            };
+        if let Some(why) = me.refusal(&from) {
+            // Once per connection: a refused peer retries on it every heartbeat.
+            if !std::mem::replace(&mut refusal_logged, true) {
+                let peer = stream
+                    .peer_addr()
+                    .map(|a| a.to_string())
+                    .unwrap_or_default();
+                tracing::error!(
+                    %peer,
+                    "controller quorum: refusing Raft requests from a node not of this quorum: {why}"
+                );
+            }
+            write_frame(&mut stream, &RaftRpcReply::Refused(why)).await?;
+            continue;
+        }
         let reply = match rpc {
             RaftRpc::AppendEntries(r) => RaftRpcReply::AppendEntries(raft.append_entries(r).await),
             RaftRpc::Vote(r) => RaftRpcReply::Vote(raft.vote(r).await),
@@ -357,5 +459,40 @@ async fn serve_connection(
             }),
         };
         write_frame(&mut stream, &reply).await?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Sender;
+
+    const VOTERS: &str = "1@127.0.0.1:9093,2@127.0.0.1:9095,3@127.0.0.1:9097";
+
+    fn sender(node_id: u64, voters: &str) -> Sender {
+        Sender {
+            node_id,
+            cluster_id: "c".into(),
+            voters: voters.into(),
+        }
+    }
+
+    #[test]
+    fn only_a_voter_of_the_same_quorum_is_heard() {
+        let me = sender(1, VOTERS);
+        assert_eq!(me.refusal(&sender(2, VOTERS)), None);
+        assert_eq!(me.refusal(&sender(1, VOTERS)), None);
+        let moved = VOTERS.replace("2@127.0.0.1:9095", "2@127.0.0.1:9999");
+        let why = me.refusal(&sender(2, &moved)).expect("other voters");
+        assert!(why.contains("controller.quorum.voters"), "{why}");
+        let mut other = sender(2, VOTERS);
+        other.cluster_id = "d".into();
+        let why = me.refusal(&other).expect("another cluster");
+        assert!(why.contains("cluster d"), "{why}");
+        let why = me.refusal(&sender(4, VOTERS)).expect("not a voter");
+        assert!(why.contains("not a voter"), "{why}");
+        // Node 12 is not node 1 or 2.
+        assert!(sender(1, "1@h:1,2@h:2")
+            .refusal(&sender(12, "1@h:1,2@h:2"))
+            .is_some());
     }
 }

@@ -1,0 +1,338 @@
+//! Shared fixtures of the cluster tests: [`ThreeNodes`], three `weir` processes forming
+//! one controller quorum on free loopback ports, and [`produce_keyed`] / [`read_keyed`],
+//! the "produce N keyed records with acks=all, read them all back" round trip.
+//!
+//! Every wait has a deadline; `ThreeNodes`' drop kills every node it still runs (each a
+//! `BinaryBroker`, killed on drop), then removes the data dirs.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::FutureRecord;
+use rdkafka::{Message, Offset, TopicPartitionList};
+
+use crate::cluster::{free_ports, logged_leader, quorum_node_with, raw_listed_brokers};
+use crate::harness::{poll_for, BinaryBroker};
+use crate::rdkafka_client::producer;
+
+/// Three combined broker/controller nodes, ids 1, 2, 3, all voters.
+pub(crate) struct ThreeNodes {
+    /// Index `id - 1`; `None` while that node is killed.
+    nodes: Vec<Option<BinaryBroker>>,
+    /// Each node's CONTROLLER port (its `controller.quorum.voters` entry).
+    ports: Vec<u16>,
+    /// `controller.quorum.voters`, the same on every node.
+    voters: String,
+    /// Extra `--override`s every node gets (at each start).
+    overrides: Vec<String>,
+    /// Each node's `log.dirs`; kept over a restart; dropped after the nodes.
+    dirs: Vec<tempfile::TempDir>,
+}
+
+impl ThreeNodes {
+    /// Starts the three nodes with `overrides` on top of the quorum keys, and waits (at
+    /// most 30 s) until each one's Metadata lists brokers 1, 2 and 3.
+    pub(crate) fn start(overrides: &[&str]) -> ThreeNodes {
+        let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+        let ports = free_ports(3);
+        let voters = (1..=3)
+            .map(|id| format!("{id}@127.0.0.1:{}", ports[id - 1]))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut me = ThreeNodes {
+            nodes: Vec::new(),
+            ports,
+            voters,
+            overrides: overrides.iter().map(|o| o.to_string()).collect(),
+            dirs,
+        };
+        me.nodes = (1..=3).map(|id| Some(me.spawn(id))).collect();
+        for id in 1..=3 {
+            me.wait_for_brokers(id, &[1, 2, 3], 30);
+        }
+        me
+    }
+
+    fn spawn(&self, id: i32) -> BinaryBroker {
+        let i = (id - 1) as usize;
+        let more: Vec<&str> = self.overrides.iter().map(String::as_str).collect();
+        quorum_node_with(self.dirs[i].path(), id, &self.voters, self.ports[i], &more)
+    }
+
+    /// Polls (raw Metadata) until node `id` lists exactly the broker ids `want`.
+    pub(crate) fn wait_for_brokers(&self, id: i32, want: &[i32], timeout_secs: u64) {
+        let b = self.bootstrap(id);
+        poll_for(
+            &format!("node {id} lists brokers {want:?}"),
+            timeout_secs,
+            || {
+                let ids: Vec<i32> = raw_listed_brokers(&b)?.into_iter().map(|b| b.0).collect();
+                if ids == want {
+                    Ok(())
+                } else {
+                    Err(format!("{ids:?}"))
+                }
+            },
+        );
+    }
+
+    /// Node `id` (panics when it is killed).
+    pub(crate) fn node(&self, id: i32) -> &BinaryBroker {
+        self.nodes[(id - 1) as usize]
+            .as_ref()
+            .unwrap_or_else(|| panic!("node {id} is not running"))
+    }
+
+    /// Node `id`'s Kafka address, `127.0.0.1:PORT` (it changes over a restart).
+    pub(crate) fn bootstrap(&self, id: i32) -> String {
+        self.node(id).bootstrap.clone()
+    }
+
+    /// Every running node's address, comma-separated (a client's bootstrap list).
+    pub(crate) fn bootstrap_all(&self) -> String {
+        self.running()
+            .map(|(_, n)| n.bootstrap.clone())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The running nodes with their ids.
+    pub(crate) fn running(&self) -> impl Iterator<Item = (i32, &BinaryBroker)> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| Some((i as i32 + 1, n.as_ref()?)))
+    }
+
+    /// `controller.quorum.voters` of the three nodes.
+    pub(crate) fn voters(&self) -> &str {
+        &self.voters
+    }
+
+    /// Node `id`'s CONTROLLER port.
+    pub(crate) fn controller_port(&self, id: i32) -> u16 {
+        self.ports[(id - 1) as usize]
+    }
+
+    /// kill -9 node `id`; returns its stderr.
+    pub(crate) fn kill9(&mut self, id: i32) -> String {
+        self.nodes[(id - 1) as usize]
+            .take()
+            .unwrap_or_else(|| panic!("node {id} is not running"))
+            .kill9()
+    }
+
+    /// Starts node `id` again over its data dir (after [`ThreeNodes::kill9`]).
+    pub(crate) fn restart(&mut self, id: i32) {
+        assert!(self.nodes[(id - 1) as usize].is_none(), "node {id} runs");
+        let node = self.spawn(id);
+        self.nodes[(id - 1) as usize] = Some(node);
+    }
+
+    /// Polls (at most `timeout_secs`) until every running node's log names the same
+    /// quorum leader, other than `not`, and returns it.
+    pub(crate) fn leader_other_than(&self, not: Option<i32>, timeout_secs: u64) -> i32 {
+        poll_for(
+            "a quorum leader every running node agrees on",
+            timeout_secs,
+            || {
+                let seen: Vec<(i32, Option<i32>)> = self
+                    .running()
+                    .map(|(id, n)| (id, logged_leader(n)))
+                    .collect();
+                let first = seen.first().and_then(|s| s.1);
+                match first {
+                    Some(l) if Some(l) != not && seen.iter().all(|s| s.1 == Some(l)) => Ok(l),
+                    _ => Err(format!("leaders logged by (node, leader): {seen:?}")),
+                }
+            },
+        )
+    }
+
+    /// The quorum leader every node agrees on (polled, at most 20 s).
+    pub(crate) fn leader(&self) -> i32 {
+        self.leader_other_than(None, 20)
+    }
+
+    /// Fails the test if a running node's stderr shows a panic.
+    pub(crate) fn assert_no_panic(&self) {
+        for (id, n) in self.running() {
+            let text = n.stderr_text();
+            assert!(!text.contains("panicked"), "node {id}:\n{text}");
+        }
+    }
+}
+
+impl Drop for ThreeNodes {
+    fn drop(&mut self) {
+        // Every node killed (`BinaryBroker`'s drop) before its directory goes.
+        self.nodes.clear();
+    }
+}
+
+/// The key of record `i` of [`produce_keyed`]: 97 distinct keys.
+pub(crate) fn keyed_key(i: usize) -> String {
+    format!("key-{}", i % 97)
+}
+
+/// The value of record `i` of [`produce_keyed`] (sorts as `i` does, below 10^6).
+pub(crate) fn keyed_value(i: usize) -> String {
+    format!("r{i:06}")
+}
+
+/// What [`produce_keyed`] got back.
+#[derive(Debug, Default)]
+pub(crate) struct Produced {
+    /// Indexes of the records acknowledged.
+    pub(crate) acked: BTreeSet<usize>,
+    /// Indexes not acknowledged, with the error.
+    pub(crate) failed: Vec<(usize, String)>,
+}
+
+impl Produced {
+    /// Fails the test unless every one of `n` records was acknowledged.
+    pub(crate) fn assert_all_acked(&self, n: usize) {
+        assert!(
+            self.failed.is_empty(),
+            "{} of {n} not acknowledged, first: {:?}",
+            self.failed.len(),
+            self.failed.first()
+        );
+        assert_eq!(self.acked.len(), n);
+    }
+}
+
+/// Produces `n` records (`keyed_key(i)`, `keyed_value(i)`) to `topic` through a librdkafka
+/// producer bootstrapped to `bootstrap` with acks=all: all queued, then awaited. Record
+/// `i` goes to partition `i % k` when `spread` is `Some(k)`, else where librdkafka's
+/// partitioner puts its key. Returns which were acknowledged.
+pub(crate) async fn produce_keyed(
+    bootstrap: &str,
+    topic: &str,
+    n: usize,
+    spread: Option<i32>,
+) -> Produced {
+    let p = producer(bootstrap, &[("acks", "all")]);
+    let mut deliveries = Vec::with_capacity(n);
+    for i in 0..n {
+        let (key, value) = (keyed_key(i), keyed_value(i));
+        let mut record = FutureRecord::to(topic).key(&key).payload(&value);
+        if let Some(k) = spread {
+            record = record.partition(i as i32 % k);
+        }
+        deliveries.push((
+            i,
+            p.send_result(record).map_err(|(e, _)| e).expect("queued"),
+        ));
+    }
+    let mut out = Produced::default();
+    for (i, d) in deliveries {
+        match d.await {
+            Ok(Ok(_)) => {
+                out.acked.insert(i);
+            }
+            Ok(Err((e, _))) => out.failed.push((i, e.to_string())),
+            Err(_) => out
+                .failed
+                .push((i, "delivery future cancelled".to_string())),
+        }
+    }
+    out
+}
+
+/// What [`read_keyed`] read.
+#[derive(Debug, Default)]
+pub(crate) struct ReadBack {
+    /// Record index → how many times it was read.
+    pub(crate) seen: BTreeMap<usize, usize>,
+    /// Key → the partitions it was read from.
+    pub(crate) partitions_of_key: BTreeMap<String, BTreeSet<i32>>,
+    /// Records whose key is not `keyed_key` of their value's index, or whose value does
+    /// not parse.
+    pub(crate) bad: Vec<String>,
+}
+
+impl ReadBack {
+    /// Fails the test unless every index in `acked` was read exactly once, nothing else
+    /// was read, and every key matches its value.
+    pub(crate) fn assert_exactly(&self, acked: &BTreeSet<usize>) {
+        let lost: Vec<&usize> = acked
+            .iter()
+            .filter(|i| !self.seen.contains_key(i))
+            .collect();
+        let duplicated: Vec<(&usize, &usize)> = self.seen.iter().filter(|(_, n)| **n > 1).collect();
+        let unknown: Vec<&usize> = self.seen.keys().filter(|i| !acked.contains(i)).collect();
+        eprintln!(
+            "acknowledged {}, read {}, lost {}, duplicated {}, not acknowledged but read {}",
+            acked.len(),
+            self.seen.len(),
+            lost.len(),
+            duplicated.len(),
+            unknown.len()
+        );
+        assert!(
+            lost.is_empty(),
+            "lost {}, first {:?}",
+            lost.len(),
+            lost.first()
+        );
+        assert!(duplicated.is_empty(), "duplicated: {duplicated:?}");
+        assert!(
+            unknown.is_empty(),
+            "read but never acknowledged: {unknown:?}"
+        );
+        assert!(self.bad.is_empty(), "{:?}", self.bad);
+    }
+}
+
+/// Reads `topic`'s partitions `0..partitions` from the beginning through a librdkafka
+/// consumer bootstrapped to `bootstrap` (assigned, nothing committed) until `want`
+/// records are read or 60 s pass, then 1 s more to catch anything extra.
+pub(crate) fn read_keyed(bootstrap: &str, topic: &str, partitions: i32, want: usize) -> ReadBack {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "read-keyed-no-commits")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    for part in 0..partitions {
+        tpl.add_partition_offset(topic, part, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&tpl).expect("assign");
+    let mut out = ReadBack::default();
+    let mut read = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut extra: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        if read >= want && extra.is_none() {
+            extra = Some(now + Duration::from_secs(1));
+        }
+        if now > deadline || extra.is_some_and(|e| now > e) {
+            break;
+        }
+        let Some(msg) = consumer.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let msg = msg.expect("consume");
+        read += 1;
+        let key = String::from_utf8_lossy(msg.key().unwrap_or_default()).to_string();
+        let value = String::from_utf8_lossy(msg.payload().unwrap_or_default()).to_string();
+        match value
+            .strip_prefix('r')
+            .and_then(|v| v.parse::<usize>().ok())
+        {
+            Some(i) if keyed_key(i) == key => *out.seen.entry(i).or_default() += 1,
+            _ => out.bad.push(format!("{key:?} = {value:?}")),
+        }
+        out.partitions_of_key
+            .entry(key)
+            .or_default()
+            .insert(msg.partition());
+    }
+    out
+}
