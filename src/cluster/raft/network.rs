@@ -15,6 +15,7 @@
 //! The listener trusts its peers as Kafka's PLAINTEXT controller listener does: bind it
 //! to an address only the quorum reaches.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,7 +33,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
-use super::{leads, BrokerSessions, Proposal, TypeConfig};
+use super::{describe_local, leads, BrokerSessions, Proposal, QuorumState, TypeConfig};
 
 type NodeId = u64;
 
@@ -110,6 +111,8 @@ pub(crate) enum RaftRpc {
         /// Its current broker epoch.
         broker_epoch: i64,
     },
+    /// Describe the quorum (DescribeQuorum forwarded by a broker to the active controller).
+    DescribeQuorum,
 }
 
 /// The answer to a [`RaftRpc`], variant for variant.
@@ -130,6 +133,8 @@ pub(crate) enum RaftRpcReply {
     BrokerHeartbeat(Result<(), String>),
     /// To any request whose sender's quorum is not this node's ([`Sender`]): why.
     Refused(String),
+    /// To DescribeQuorum: the leader's view, or why not (this node is not the leader).
+    DescribeQuorum(Result<QuorumState, String>),
 }
 
 async fn write_frame<T: Serialize>(stream: &mut TcpStream, msg: &T) -> std::io::Result<()> {
@@ -241,6 +246,23 @@ pub(super) async fn heartbeat_at(
         Ok(RaftRpcReply::BrokerHeartbeat(r)) => r,
         Ok(RaftRpcReply::Refused(why)) => Err(format!("controller {addr} refused: {why}")),
         Ok(other) => Err(format!("unexpected reply to BrokerHeartbeat: {other:?}")),
+        Err(Ok(e)) | Err(Err(e)) => Err(format!("controller {addr}: {e}")),
+    }
+}
+
+/// Asks the controller at `addr` to describe the quorum (on a connection of its own).
+///
+/// Errors: as text: unreachable, broken, timed out, or refused (not the leader).
+pub(super) async fn describe_at(
+    addr: &str,
+    from: &Sender,
+    ttl: Duration,
+) -> Result<QuorumState, String> {
+    let mut conn = None;
+    match call(&mut conn, addr, from, &RaftRpc::DescribeQuorum, ttl).await {
+        Ok(RaftRpcReply::DescribeQuorum(r)) => r,
+        Ok(RaftRpcReply::Refused(why)) => Err(format!("controller {addr} refused: {why}")),
+        Ok(other) => Err(format!("unexpected reply to DescribeQuorum: {other:?}")),
         Err(Ok(e)) | Err(Err(e)) => Err(format!("controller {addr}: {e}")),
     }
 }
@@ -366,8 +388,10 @@ pub(super) async fn serve(
     me: Arc<Sender>,
     raft: Raft<TypeConfig>,
     sessions: Arc<BrokerSessions>,
+    voters: BTreeMap<NodeId, BasicNode>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let voters = Arc::new(voters);
     let permits = Arc::new(Semaphore::new(MAX_CONTROLLER_CONNECTIONS));
     loop {
         let permit = tokio::select! {
@@ -391,12 +415,13 @@ pub(super) async fn serve(
         let raft = raft.clone();
         let sessions = sessions.clone();
         let me = me.clone();
+        let voters = voters.clone();
         let mut shutdown = shutdown.clone();
         tokio::spawn(async move {
             let _permit = permit;
             tokio::select! {
                 _ = shutdown.changed() => {}
-                r = serve_connection(stream, &me, raft, sessions) => {
+                r = serve_connection(stream, &me, raft, sessions, &voters) => {
                     if let Err(e) = r {
                         tracing::debug!(%peer, error = %e, "controller connection closed");
                     }
@@ -411,6 +436,7 @@ async fn serve_connection(
     me: &Sender,
     raft: Raft<TypeConfig>,
     sessions: Arc<BrokerSessions>,
+    voters: &BTreeMap<NodeId, BasicNode>,
 ) -> std::io::Result<()> {
     let _ = stream.set_nodelay(true);
     let mut refusal_logged = false;
@@ -457,6 +483,7 @@ async fn serve_connection(
             } else {
                 Err("not the active controller".to_string())
             }),
+            RaftRpc::DescribeQuorum => RaftRpcReply::DescribeQuorum(describe_local(&raft, voters)),
         };
         write_frame(&mut stream, &reply).await?;
     }
