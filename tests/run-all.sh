@@ -64,8 +64,20 @@ cargo test --locked
 # remembers the pid.
 lrk_pids=()
 lrk_dirs=()
+lrk_jobs=()  # suite runs in the background: stopped with all their processes
 # Every broker started here gets SIGTERM, and SIGKILL if it is still there 15 s later;
 # also on Ctrl-C or SIGTERM of this script (the INT/TERM traps turn those into an exit).
+# A background suite run still going is stopped first with all its processes: each one
+# is frozen (SIGSTOP, so it starts no more children), its children are stopped the same
+# way, then it gets SIGTERM and SIGCONT.
+lrk_kill_tree() {
+    local c kids
+    kill -STOP "$1" 2>/dev/null || true
+    kids="$(pgrep -P "$1" || true)"
+    for c in $kids; do lrk_kill_tree "$c"; done
+    kill "$1" 2>/dev/null || true
+    kill -CONT "$1" 2>/dev/null || true
+}
 lrk_any_alive() {
     local p
     for p in "${lrk_pids[@]}"; do kill -0 "$p" 2>/dev/null && return 0; done
@@ -73,6 +85,7 @@ lrk_any_alive() {
 }
 stop_lrk_brokers() {
     local p
+    for p in "${lrk_jobs[@]}"; do lrk_kill_tree "$p"; done
     for p in "${lrk_pids[@]}"; do kill "$p" 2>/dev/null || true; done
     for _ in $(seq 1 150); do
         lrk_any_alive || break
@@ -199,13 +212,16 @@ lrk_dirs+=("$lrk_out")
     LRK_ALLOWLIST=tests/compat/librdkafka-allowlist-noautocreate.txt \
     LRK_LOG_DIR="$lrk_noauto/lrk-logs") >"$lrk_out/noauto" 2>&1 &
 lrk_noauto_job=$!
+lrk_jobs+=("$lrk_noauto_job")
 (run_lrk_suite "$lrk_three" "$lrk_three_boot" TEST_SCENARIO=noautocreate \
     LRK_ALLOWLIST=tests/compat/librdkafka-allowlist-3brokers.txt \
     LRK_LOG_DIR="$lrk_three/lrk-logs" LRK_PARALLEL=2) >"$lrk_out/three" 2>&1 &
 lrk_three_job=$!
+lrk_jobs+=("$lrk_three_job")
 lrk_failed=0
 wait "$lrk_noauto_job" || lrk_failed=1
 wait "$lrk_three_job" || lrk_failed=$((lrk_failed + 2))
+lrk_jobs=()  # done: their pids may be reused
 echo "--- scenario noautocreate, 1 broker ($lrk_noauto_boot)"
 cat "$lrk_out/noauto"
 echo "--- 3 brokers ($lrk_three_boot)"
