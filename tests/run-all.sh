@@ -173,7 +173,7 @@ print("\n".join(str(s.getsockname()[1]) for s in held))' "$n")
 # against BOOTSTRAP; fails on a failed test or a panic in a broker log under DIR
 # (DIR/broker.log, or DIR/node-K/broker.log of a cluster).
 run_lrk_suite() {
-    local dir="$1" boot="$2" logs
+    local dir="$1" boot="$2" logs log
     shift 2
     mapfile -t logs < <(find "$dir" -name broker.log | sort)
     if ! env "$@" bash tests/compat/librdkafka.sh "$boot"; then
