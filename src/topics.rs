@@ -131,8 +131,11 @@ pub(crate) fn get_or_auto_create(
     }
     match create(ctx, name, -1, -1, BTreeMap::new(), Vec::new(), false) {
         Ok(t) => Ok(t),
-        // Lost a race with another creator: the topic exists now.
-        Err(e) if e.error == ResponseError::TopicAlreadyExists => ctx.metadata.topic(name).ok_or(e),
-        Err(e) => Err(e),
+        // Lost a race with another creator: the topic exists now. Either this node knew
+        // it by then (TOPIC_ALREADY_EXISTS), or, on a cluster, the other creation reached
+        // this node's image only with the refusal of ours (a refused metadata change,
+        // UNKNOWN_SERVER_ERROR): answering that would fail a Produce for good in clients
+        // that treat -1 as fatal (kafka-python) while the topic is there.
+        Err(e) => ctx.metadata.topic(name).ok_or(e),
     }
 }
