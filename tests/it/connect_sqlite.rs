@@ -690,10 +690,12 @@ fn a_writer_holding_the_lock_makes_the_connector_wait_not_fail() {
 /// `GET /connectors/{name}/status`: (connector state, task 0 state, task 0 trace).
 fn rest_status(admin: &str, name: &str) -> (String, String, Value) {
     let url = format!("{admin}/connectors/{name}/status");
-    let body: Value = ureq::get(&url)
+    let response = ureq::get(&url)
         .timeout(Duration::from_secs(30))
         .call()
-        .and_then(|r| Ok(r.into_json()?))
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    let body: Value = response
+        .into_json()
         .unwrap_or_else(|e| panic!("GET {url}: {e}"));
     let task = &body["tasks"][0];
     (
