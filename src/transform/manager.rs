@@ -344,8 +344,9 @@ impl TransformManager {
 
     /// `POST /transforms`: a new deployment.
     ///
-    /// Errors: [`DeployError::Invalid`] (bad spec, or the component does not load: not a
-    /// component, wrong world, missing import, `open` refused the config),
+    /// Errors: [`DeployError::Invalid`] (bad spec, a cycle of deployments it would close,
+    /// or the component does not load: not a component, wrong world, missing import,
+    /// `open` refused the config),
     /// [`DeployError::Conflict`] (name taken, or the input topic already has an inline
     /// transform), [`DeployError::Io`] (cannot persist).
     pub async fn create(&self, spec: TransformSpec) -> Result<TransformStatus, DeployError> {
