@@ -22,7 +22,7 @@ use uuid::Uuid;
 
 use super::image::{MetadataImage, MetadataRecord, PartitionState, TopicMeta};
 use super::placement::{self, assign, check_assignment, live_brokers, new_partition};
-use super::{validate_topic_name, Metadata, UpdateError};
+use super::{validate_topic_name, Metadata, MetadataError, UpdateError};
 use crate::config::{check_value, topic_key};
 
 /// Most partitions one topic may have (a limit on everything; Kafka has none, but each
@@ -62,6 +62,11 @@ impl std::fmt::Display for TopicError {
 }
 
 impl std::error::Error for TopicError {}
+
+/// How often [`Metadata::create_topic`] plans a creation refused by a race before it
+/// answers UNKNOWN_SERVER_ERROR: each refusal means another change was committed first,
+/// and the next plan sees it.
+const CREATE_ATTEMPTS: u32 = 3;
 
 /// UNKNOWN_SERVER_ERROR (-1) for a change the metadata or a listener could not make; the
 /// message says which and whether anything changed.
@@ -259,11 +264,21 @@ impl Metadata {
     /// UNKNOWN_SERVER_ERROR (-1) when the metadata or a partition log cannot be written.
     pub fn create_topic(&self, spec: NewTopic) -> Result<TopicMeta, TopicError> {
         let id = Uuid::new_v4();
-        let image = self
-            .update(|image| {
+        let mut attempts = 0;
+        let image = loop {
+            attempts += 1;
+            match self.update(|image| {
                 plan_create(image, &spec, id).map(|t| vec![MetadataRecord::TopicCreated(t)])
-            })
-            .map_err(|e| server_error(&spec.name, "create topic", e))?;
+            }) {
+                Ok(image) => break image,
+                // Another node's change was committed first and ours was refused on every
+                // node (a race, e.g. two creators of one name): plan again on the image
+                // that now holds it, so the loser gets TOPIC_ALREADY_EXISTS (36), not -1.
+                Err(UpdateError::NotApplied(MetadataError::Invalid(_)))
+                    if attempts < CREATE_ATTEMPTS => {}
+                Err(e) => return Err(server_error(&spec.name, "create topic", e)),
+            }
+        };
         let meta = image
             .topic_by_id(id)
             .cloned()

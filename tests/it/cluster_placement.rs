@@ -283,6 +283,34 @@ async fn partitions_spread_over_three_brokers_and_clients_follow_the_leaders() {
         "node {elsewhere} does not host on-one-0 (led by {leader})"
     );
 
+    // Two brokers creating one name at the same moment: one creation wins, the other
+    // answers TOPIC_ALREADY_EXISTS (36) — never UNKNOWN_SERVER_ERROR (-1), which is what
+    // the loser got when the quorum refused its change because the winner's came first.
+    for round in 0..8 {
+        let topic = format!("raced-{round}");
+        let answers: Vec<(i16, String)> = std::thread::scope(|scope| {
+            let racers: Vec<_> = [2, 3]
+                .into_iter()
+                .map(|id| {
+                    let (bootstrap, topic) = (addr(id), topic.clone());
+                    scope.spawn(move || {
+                        create_raw(
+                            &bootstrap,
+                            CreatableTopic::default()
+                                .with_name(name(&topic))
+                                .with_num_partitions(1)
+                                .with_replication_factor(1),
+                        )
+                    })
+                })
+                .collect();
+            racers.into_iter().map(|r| r.join().unwrap()).collect()
+        });
+        let mut codes: Vec<i16> = answers.iter().map(|(e, _)| *e).collect();
+        codes.sort_unstable();
+        assert_eq!(codes, [0, 36], "{topic}: {answers:?}");
+    }
+
     // Replication factor above the live brokers; an assignment naming broker 9.
     let (e, m) = create_raw(
         &addr(2),
