@@ -218,7 +218,7 @@ impl QuorumHandle {
         let me = self.me.clone();
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         // Dropped unsent (tx with it) when the runtime is shut down: `recv` returns then.
-        let _ = self.runtime.spawn(async move {
+        let task = self.runtime.spawn(async move {
             let lagging = network::await_applied_all(targets, index, bound, |addr, index, wait| {
                 let me = me.clone();
                 async move { network::await_applied_at(&addr, &me, index, wait).await }
@@ -226,6 +226,8 @@ impl QuorumHandle {
             .await;
             let _ = tx.send(lagging);
         });
+        // Detached: it ends within the bound, waited for below.
+        drop(task);
         let lagging = match rx.recv_timeout(bound + network::AWAIT_APPLIED_GRACE * 2) {
             Ok(lagging) => lagging,
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {

@@ -10,6 +10,9 @@
 //! request to the local `Raft`). `Propose` carries a metadata change from a node that is
 //! not the Raft leader to the one that is (forwarding at the log level: the leader
 //! appends, the proposer waits for its own state machine to apply the entry).
+//! `AwaitApplied` is answered once this broker's image holds an entry (or at a timeout):
+//! the node that made a change asks every other live broker before it answers
+//! ([`await_applied_all`], bounded).
 //!
 //! Never does: interpret metadata records, or trust the frame length before checking it.
 //! The listener trusts its peers as Kafka's PLAINTEXT controller listener does: bind it
