@@ -607,7 +607,8 @@ fn topic_changes(delta: &MetadataDelta) -> Result<Vec<TopicChange<'_>>, Listener
             MetadataRecord::ProducerIdsReserved { .. }
             | MetadataRecord::BrokerRegistered { .. }
             | MetadataRecord::BrokerFenced { .. }
-            | MetadataRecord::BrokerUnfenced { .. } => continue,
+            | MetadataRecord::BrokerUnfenced { .. }
+            | MetadataRecord::BrokerShuttingDown { .. } => continue,
         };
         if !seen.insert(id) {
             continue;

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use kafka_protocol::ResponseError;
 
 use crate::cluster::{validate_topic_name, Metadata, NewTopic, TopicMeta};
-use crate::config::BrokerConfig;
+use crate::config::{parse_plugin_config, BrokerConfig};
 use crate::replica::ReplicaManager;
 
 /// The owners a topic change goes through: the broker defaults, the topic registry and
@@ -63,6 +63,7 @@ pub(crate) fn create(
         ),
         None => (partitions, replication_factor),
     };
+    check_plugin_configs(&BTreeMap::new(), &configs)?;
     let spec = NewTopic {
         name: name.to_string(),
         partitions: if partitions == -1 {
@@ -99,11 +100,62 @@ pub(crate) fn alter_configs(
     validate_only: bool,
     f: impl FnOnce(&BTreeMap<String, String>) -> Result<BTreeMap<String, String>, TopicError>,
 ) -> Result<(), TopicError> {
+    let f = |old: &BTreeMap<String, String>| {
+        let new = f(old)?;
+        check_plugin_configs(old, &new)?;
+        Ok(new)
+    };
     if validate_only {
         ctx.metadata.validate_topic_configs(name, f)
     } else {
         ctx.metadata.alter_topic_configs(name, f).map(|_| ())
     }
+}
+
+/// Checks the topic-level plugin settings of `new` that differ from `old`, as Kafka checks
+/// a class-valued config (a class that cannot be found is refused when set, not at first
+/// use): a non-empty `partitioner` must name a file on the broker host, and
+/// `partitioner.config` must parse as `key=value` pairs. Unchanged values are not
+/// re-checked, so altering another key of a topic whose component went away still works
+/// (its produce requests report the missing component).
+///
+/// Errors: INVALID_CONFIG (40), "Invalid value V for configuration K: why".
+fn check_plugin_configs(
+    old: &BTreeMap<String, String>,
+    new: &BTreeMap<String, String>,
+) -> Result<(), TopicError> {
+    let changed = |key: &str| new.get(key).filter(|v| old.get(key) != Some(*v));
+    let invalid = |key: &str, value: &str, why: String| {
+        TopicError::new(
+            ResponseError::InvalidConfig,
+            format!("Invalid value {value} for configuration {key}: {why}"),
+        )
+    };
+    if let Some(path) = changed("partitioner").map(|p| p.trim()) {
+        if !path.is_empty() {
+            match std::fs::metadata(path) {
+                Ok(m) if m.is_file() => {}
+                Ok(_) => {
+                    return Err(invalid(
+                        "partitioner",
+                        path,
+                        "not a file (a .wasm component on the broker host)".into(),
+                    ))
+                }
+                Err(e) => {
+                    return Err(invalid(
+                        "partitioner",
+                        path,
+                        format!("cannot read the component on the broker host: {e}"),
+                    ))
+                }
+            }
+        }
+    }
+    if let Some(text) = changed("partitioner.config") {
+        parse_plugin_config(text).map_err(|e| invalid("partitioner.config", text, e))?;
+    }
+    Ok(())
 }
 
 /// The topic, auto-creating it with the broker defaults when `auto.create.topics.enable`
@@ -131,8 +183,11 @@ pub(crate) fn get_or_auto_create(
     }
     match create(ctx, name, -1, -1, BTreeMap::new(), Vec::new(), false) {
         Ok(t) => Ok(t),
-        // Lost a race with another creator: the topic exists now.
-        Err(e) if e.error == ResponseError::TopicAlreadyExists => ctx.metadata.topic(name).ok_or(e),
-        Err(e) => Err(e),
+        // Lost a race with another creator: the topic exists now. Either this node knew
+        // it by then (TOPIC_ALREADY_EXISTS), or, on a cluster, the other creation reached
+        // this node's image only with the refusal of ours (a refused metadata change,
+        // UNKNOWN_SERVER_ERROR): answering that would fail a Produce for good in clients
+        // that treat -1 as fatal (kafka-python) while the topic is there.
+        Err(e) => ctx.metadata.topic(name).ok_or(e),
     }
 }

@@ -11,7 +11,8 @@
 #     real clients (rdkafka, kcat, confluent-kafka, kafka-python, aiokafka, kafkajs) drive
 #     real brokers;
 #  4. runs librdkafka's own integration tests on the allow-lists (tests/compat/): the
-#     default scenario, then `noautocreate` against a broker without auto-creation.
+#     default scenario, then, side by side, `noautocreate` against a broker without
+#     auto-creation and the 3-broker list against a cluster of three weir nodes.
 #
 # CARGO_TARGET_DIR defaults to /var/tmp/weir-target so a second run on the same machine
 # reuses the build (a fresh clone otherwise rebuilds wasmtime-sized dependencies).
@@ -63,7 +64,39 @@ cargo test --locked
 # remembers the pid.
 lrk_pids=()
 lrk_dirs=()
-trap 'for p in "${lrk_pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "${lrk_dirs[@]}"' EXIT
+lrk_jobs=()  # suite runs in the background: stopped with all their processes
+# Every broker started here gets SIGTERM, and SIGKILL if it is still there 15 s later;
+# also on Ctrl-C or SIGTERM of this script (the INT/TERM traps turn those into an exit).
+# A background suite run still going is stopped first with all its processes: each one
+# is frozen (SIGSTOP, so it starts no more children), its children are stopped the same
+# way, then it gets SIGTERM and SIGCONT.
+lrk_kill_tree() {
+    local c kids
+    kill -STOP "$1" 2>/dev/null || true
+    kids="$(pgrep -P "$1" || true)"
+    for c in $kids; do lrk_kill_tree "$c"; done
+    kill "$1" 2>/dev/null || true
+    kill -CONT "$1" 2>/dev/null || true
+}
+lrk_any_alive() {
+    local p
+    for p in "${lrk_pids[@]}"; do kill -0 "$p" 2>/dev/null && return 0; done
+    return 1
+}
+stop_lrk_brokers() {
+    local p
+    for p in "${lrk_jobs[@]}"; do lrk_kill_tree "$p"; done
+    for p in "${lrk_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    for _ in $(seq 1 150); do
+        lrk_any_alive || break
+        sleep 0.1
+    done
+    for p in "${lrk_pids[@]}"; do kill -9 "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+    rm -rf "${lrk_dirs[@]}"
+}
+trap stop_lrk_brokers EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 start_lrk_broker() {
     local dir="$1"; shift
     lrk_dirs+=("$dir")
@@ -82,17 +115,76 @@ start_lrk_broker() {
     lrk_boot="$(sed -n 's/^weir listening on //p' "$dir/stdout" | head -n1)"
     [ -n "$lrk_boot" ] || { cat "$dir/broker.log" >&2; echo "weir did not start" >&2; exit 1; }
 }
-# Runs the suite (extra environment first) against $lrk_boot; fails on a failed test or a
-# panic in the broker log of DIR.
+# A cluster of N combined broker-and-controller nodes (docs/cluster.md), shaped like the
+# suite's scenarios as start_lrk_broker's broker is; node K keeps data and logs in
+# DIR/node-K. `start_lrk_cluster DIR N [--override K=V]...` waits until every node's
+# Metadata lists N brokers, sets $lrk_boot to all N PLAINTEXT addresses and remembers the
+# pids. The CONTROLLER ports are picked free first (the voter list names them); the Kafka
+# and admin ports are the nodes' own picks (port 0). WEIR_PARENT_PID: a node dies with
+# this script even if it is killed with SIGKILL and its EXIT trap never runs.
+start_lrk_cluster() {
+    local dir="$1" n="$2" id voters="" boot="" node ports
+    shift 2
+    lrk_dirs+=("$dir")
+    mapfile -t ports < <(python3 -c '
+import socket, sys
+held = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in held:
+    s.bind(("127.0.0.1", 0))
+print("\n".join(str(s.getsockname()[1]) for s in held))' "$n")
+    for id in $(seq 1 "$n"); do voters+="${voters:+,}$id@127.0.0.1:${ports[id - 1]}"; done
+    for id in $(seq 1 "$n"); do
+        node="$dir/node-$id"
+        mkdir -p "$node"
+        WEIR_PARENT_PID=$$ "$CARGO_TARGET_DIR/debug/weir" serve \
+            --override "node.id=$id" \
+            --override "controller.quorum.voters=$voters" \
+            --override controller.listener.names=CONTROLLER \
+            --override "listeners=PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:${ports[id - 1]}" \
+            --override admin.listeners=http://127.0.0.1:0 \
+            --override "log.dirs=$node/data" \
+            --override num.partitions=4 \
+            --override group.initial.rebalance.delay.ms=500 \
+            "$@" >"$node/stdout" 2>"$node/broker.log" &
+        lrk_pids+=($!)
+    done
+    for id in $(seq 1 "$n"); do
+        node="$dir/node-$id"
+        for _ in $(seq 1 300); do
+            grep -q '^weir listening on ' "$node/stdout" && break
+            sleep 0.1
+        done
+        lrk_boot="$(sed -n 's/^weir listening on //p' "$node/stdout" | head -n1)"
+        [ -n "$lrk_boot" ] || { tail -n 40 "$node/broker.log" >&2; echo "weir node $id did not start" >&2; exit 1; }
+        boot+="${boot:+,}$lrk_boot"
+    done
+    # Registration goes through the quorum: wait until each node lists all N brokers.
+    for addr in ${boot//,/ }; do
+        for _ in $(seq 1 300); do
+            [ "$(timeout 5 kcat -b "$addr" -L -m 3 2>/dev/null | grep -c '^  broker [0-9]* at ')" = "$n" ] && break
+            sleep 0.1
+        done
+        [ "$(timeout 5 kcat -b "$addr" -L -m 3 2>/dev/null | grep -c '^  broker [0-9]* at ')" = "$n" ] \
+            || { tail -n 40 "$dir"/node-*/broker.log >&2; echo "$addr does not list $n brokers" >&2; exit 1; }
+    done
+    lrk_boot="$boot"
+}
+# `run_lrk_suite DIR BOOTSTRAP [ENV=VALUE]...` runs the suite with that extra environment
+# against BOOTSTRAP; fails on a failed test or a panic in a broker log under DIR
+# (DIR/broker.log, or DIR/node-K/broker.log of a cluster).
 run_lrk_suite() {
-    local dir="$1"; shift
-    if ! env "$@" bash tests/compat/librdkafka.sh "$lrk_boot"; then
-        echo "--- broker log (last 40 lines)" >&2
-        tail -n 40 "$dir/broker.log" >&2
+    local dir="$1" boot="$2" logs log
+    shift 2
+    mapfile -t logs < <(find "$dir" -name broker.log | sort)
+    if ! env "$@" bash tests/compat/librdkafka.sh "$boot"; then
+        for log in "${logs[@]}"; do
+            echo "--- ${log#"$dir"/} (last 40 lines)" >&2
+            tail -n 40 "$log" >&2
+        done
         exit 1
     fi
-    if grep -q 'panicked' "$dir/broker.log"; then
-        grep -B2 -A8 'panicked' "$dir/broker.log" >&2
+    if grep -q 'panicked' "${logs[@]}"; then
+        grep -B2 -A8 'panicked' "${logs[@]}" >&2
         echo "weir panicked during the librdkafka suite" >&2
         exit 1
     fi
@@ -101,10 +193,42 @@ run_lrk_suite() {
 step "librdkafka's own test suite (allow-list)"
 lrk_default="$(mktemp -d /tmp/weir-lrk.XXXXXX)"
 start_lrk_broker "$lrk_default"
-run_lrk_suite "$lrk_default"
+run_lrk_suite "$lrk_default" "$lrk_boot"
 
-step "librdkafka's own test suite, scenario noautocreate (allow-list)"
+# The two short scenarios run side by side (separate brokers, ports, data and log dirs):
+# each one's output goes to a file, printed when both are done; either failing fails the run.
+step "librdkafka's own test suite: scenario noautocreate, and 3 brokers (allow-lists, in parallel)"
 lrk_noauto="$(mktemp -d /tmp/weir-lrk.XXXXXX)"
 start_lrk_broker "$lrk_noauto" --override auto.create.topics.enable=false
-run_lrk_suite "$lrk_noauto" TEST_SCENARIO=noautocreate \
-    LRK_ALLOWLIST=tests/compat/librdkafka-allowlist-noautocreate.txt
+lrk_noauto_boot="$lrk_boot"
+lrk_three="$(mktemp -d /tmp/weir-lrk.XXXXXX)"
+# the suite's scenarios name replication factor 3 (trivup's 3-broker cluster)
+start_lrk_cluster "$lrk_three" 3 --override auto.create.topics.enable=false \
+    --override default.replication.factor=3
+lrk_three_boot="$lrk_boot"
+lrk_out="$(mktemp -d /tmp/weir-lrk-out.XXXXXX)"
+lrk_dirs+=("$lrk_out")
+(run_lrk_suite "$lrk_noauto" "$lrk_noauto_boot" TEST_SCENARIO=noautocreate \
+    LRK_ALLOWLIST=tests/compat/librdkafka-allowlist-noautocreate.txt \
+    LRK_LOG_DIR="$lrk_noauto/lrk-logs") >"$lrk_out/noauto" 2>&1 &
+lrk_noauto_job=$!
+lrk_jobs+=("$lrk_noauto_job")
+(run_lrk_suite "$lrk_three" "$lrk_three_boot" TEST_SCENARIO=noautocreate \
+    LRK_ALLOWLIST=tests/compat/librdkafka-allowlist-3brokers.txt \
+    LRK_LOG_DIR="$lrk_three/lrk-logs" LRK_PARALLEL=2) >"$lrk_out/three" 2>&1 &
+lrk_three_job=$!
+lrk_jobs+=("$lrk_three_job")
+lrk_failed=0
+wait "$lrk_noauto_job" || lrk_failed=1
+wait "$lrk_three_job" || lrk_failed=$((lrk_failed + 2))
+lrk_jobs=()  # done: their pids may be reused
+echo "--- scenario noautocreate, 1 broker ($lrk_noauto_boot)"
+cat "$lrk_out/noauto"
+echo "--- 3 brokers ($lrk_three_boot)"
+cat "$lrk_out/three"
+case "$lrk_failed" in
+    0) ;;
+    1) echo "librdkafka suite failed: scenario noautocreate" >&2; exit 1 ;;
+    2) echo "librdkafka suite failed: 3 brokers" >&2; exit 1 ;;
+    *) echo "librdkafka suite failed: scenario noautocreate and 3 brokers" >&2; exit 1 ;;
+esac

@@ -1,8 +1,9 @@
 //! `/transforms`: deploy, replace, list, describe and delete transform deployments.
 //!
 //! - `POST /transforms`, JSON body [`TransformSpec`] → 201 + status; 409 when the name
-//!   exists; 400 for a bad spec or a component that does not load (the message names the
-//!   problem: not a component, wrong world, missing import or export, `open` refused the
+//!   exists; 400 for a bad spec, one closing a cycle of deployments (named: "a -> b ->
+//!   a"), or a component that does not load (the message names the problem: not a
+//!   component, a connector, wrong world, missing import or export, `open` refused the
 //!   config).
 //! - `PUT /transforms/{name}` → 200 (replaced) or 201 (created) + status; the body's
 //!   `name` may be omitted, and must match the path when given.

@@ -38,6 +38,8 @@ use serde::{Deserialize, Serialize};
 use super::client::{self, CliContext};
 use super::ClientArgs;
 
+mod describe;
+
 /// Environment variable naming the pid of the `weir cluster up` that started a node:
 /// `weir serve` then asks for SIGTERM when that parent dies, and exits at once if it is
 /// already gone.
@@ -73,6 +75,17 @@ pub(super) enum ClusterCommand {
     /// Start N local nodes (combined broker and controller) as child processes, print the
     /// bootstrap list, run until Ctrl-C or SIGTERM, then stop them.
     Up(UpArgs),
+    /// Show the cluster id, each broker (id, address, state) and the controller quorum
+    /// (leader, epoch, high watermark, each voter's log end offset and lag), asked of a
+    /// broker with DescribeCluster and DescribeQuorum.
+    Describe(DescribeArgs),
+}
+
+/// `weir cluster describe` options.
+#[derive(Debug, Args)]
+pub(super) struct DescribeArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
 /// `weir cluster up` options.
@@ -91,6 +104,7 @@ pub(super) struct UpArgs {
 pub(super) fn run(cmd: ClusterCommand) -> anyhow::Result<()> {
     match cmd {
         ClusterCommand::Up(args) => up(args),
+        ClusterCommand::Describe(args) => describe::run(&args.client.bootstrap_server),
     }
 }
 

@@ -57,7 +57,8 @@ enum Command {
     /// Kafka Connect REST API on the admin listener).
     #[command(subcommand)]
     Connector(connector::ConnectorCommand),
-    /// Run a local multi-node cluster (`cluster up`: N `weir serve` child processes).
+    /// Run a local multi-node cluster (`cluster up`: N `weir serve` child processes) or
+    /// describe a cluster (`cluster describe`: brokers and the controller quorum).
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
 }

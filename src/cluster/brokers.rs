@@ -11,8 +11,19 @@
 //! KRaft does. The controller never fences its own broker: it is alive while it runs the
 //! check (combined mode), so a single node never fences itself.
 //!
+//! Controlled shutdown (KIP-631's `wantShutDown`): when a broker of a multi-node quorum
+//! stops, its heartbeat task commits `BrokerShuttingDown` for its epoch (every image
+//! shows it shutting down, clients stop being told of it, its partitions go offline),
+//! then, as KRaft's controller does once such a broker has nothing left to hand over
+//! (`SHUTDOWN_NOW`), `BrokerFenced`: it is fenced at once rather than after
+//! `broker.session.timeout.ms`. Heartbeats never unfence a broker in controlled
+//! shutdown; registering again (a restart) does. Bounded by
+//! [`CONTROLLED_SHUTDOWN_TIMEOUT`]: the broker stops anyway when the quorum does not
+//! commit in time (its session then lapses as a killed broker's does).
+//!
 //! Never does: decide the records' effects (`image.rs`), or block a task on a commit
-//! outside `spawn_blocking`. Every wait is bounded; both tasks end on the shutdown watch.
+//! outside `spawn_blocking` (or, for the bounded controlled shutdown, a thread of its
+//! own). Every wait is bounded; both tasks end on the shutdown watch.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -26,6 +37,10 @@ use super::{Metadata, UpdateError};
 /// Most brokers the active controller keeps a heartbeat time for; a heartbeat of a
 /// further broker id is dropped.
 pub(crate) const MAX_BROKER_SESSIONS: usize = 4096;
+
+/// Longest a stopping broker waits for its controlled shutdown to be committed before it
+/// stops anyway.
+pub(crate) const CONTROLLED_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The active controller's last heartbeat per broker (Kafka's `BrokerHeartbeatManager`):
 /// in memory only; cleared when this node starts or stops leading.
@@ -108,7 +123,12 @@ pub(crate) fn session_changes(
     for b in image.brokers() {
         let (broker_id, broker_epoch) = (b.broker_id, b.broker_epoch);
         let last = sessions.last_heartbeat(broker_id, broker_epoch);
-        let alive = if broker_id == controller_id {
+        let alive = if b.in_controlled_shutdown {
+            // Stopping (even this controller's own broker): never unfenced by
+            // heartbeats; fenced when its session lapses, if its own fence did not commit.
+            let seen = last.map_or(since, |at| at.max(since));
+            !b.fenced && now.saturating_duration_since(seen) <= session_timeout
+        } else if broker_id == controller_id {
             true
         } else if b.fenced {
             last.is_some_and(|at| now.saturating_duration_since(at) <= session_timeout)
@@ -224,8 +244,96 @@ pub(crate) async fn heartbeat_loop(
             }
         }
         if stopped_within(&mut shutdown, interval).await {
+            if let Some(e) = epoch {
+                if quorum.voter_count() > 1 {
+                    controlled_shutdown(metadata, e).await;
+                }
+            }
             return;
         }
+    }
+}
+
+/// The records that put `broker_id` at `broker_epoch` in controlled shutdown and then
+/// fence it, those of the two steps not in `image` yet (none when it registered again).
+fn shutdown_records(
+    image: &MetadataImage,
+    broker_id: i32,
+    broker_epoch: i64,
+) -> [Vec<MetadataRecord>; 2] {
+    let Some(b) = image
+        .broker(broker_id)
+        .filter(|b| b.broker_epoch == broker_epoch)
+    else {
+        return [Vec::new(), Vec::new()];
+    };
+    let shutting = if b.in_controlled_shutdown {
+        Vec::new()
+    } else {
+        vec![MetadataRecord::BrokerShuttingDown {
+            broker_id,
+            broker_epoch,
+        }]
+    };
+    let fence = if b.fenced {
+        Vec::new()
+    } else {
+        vec![MetadataRecord::BrokerFenced {
+            broker_id,
+            broker_epoch,
+        }]
+    };
+    [shutting, fence]
+}
+
+/// This broker (at `epoch`) stops: commits its controlled shutdown, then its fence (see
+/// the module doc), through the quorum, on a thread of its own; waits at most
+/// [`CONTROLLED_SHUTDOWN_TIMEOUT`], then lets the broker stop anyway (the thread gives up
+/// within `COMMIT_TIMEOUT_MS`; the process may end first).
+async fn controlled_shutdown(metadata: Arc<Metadata>, epoch: i64) {
+    let me = metadata.node_id();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let spawned = std::thread::Builder::new()
+        .name("weir-shutdown".into())
+        .spawn(move || {
+            let mut result = Ok(());
+            for step in 0..2 {
+                let committed = metadata.update(|image| {
+                    let mut records = shutdown_records(image, me, epoch);
+                    Ok::<_, std::convert::Infallible>(std::mem::take(&mut records[step]))
+                });
+                match committed {
+                    Ok(_) => {}
+                    Err(UpdateError::Refused(never)) => match never {},
+                    Err(e) => {
+                        result = Err(e.to_string());
+                        break;
+                    }
+                }
+                if step == 0 {
+                    tracing::info!(
+                        "controlled shutdown: broker_id={me} broker_epoch={epoch} is shutting down"
+                    );
+                }
+            }
+            let _ = tx.send(result);
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "controlled shutdown not started; stopping anyway");
+        return;
+    }
+    match tokio::time::timeout(CONTROLLED_SHUTDOWN_TIMEOUT, rx).await {
+        Ok(Ok(Ok(()))) => tracing::info!(
+            "controlled shutdown: fenced broker_id={me} broker_epoch={epoch}: it stops"
+        ),
+        Ok(Ok(Err(e))) => {
+            tracing::warn!(error = %e, "controlled shutdown not committed; stopping anyway")
+        }
+        Ok(Err(_)) => tracing::warn!("controlled shutdown thread ended; stopping anyway"),
+        Err(_) => tracing::warn!(
+            "controlled shutdown not committed within {} ms; stopping anyway",
+            CONTROLLED_SHUTDOWN_TIMEOUT.as_millis()
+        ),
     }
 }
 
@@ -368,6 +476,50 @@ mod tests {
         assert!(session_changes(&image, &sessions, 1, lapsed, timeout).is_empty());
         sessions.set_leading(true, lapsed);
         assert!(session_changes(&image, &sessions, 1, lapsed, timeout).is_empty());
+        // A broker in controlled shutdown, fenced, is not unfenced by a heartbeat, and one
+        // not fenced yet is fenced once its session lapses, the controller's own included.
+        let stopping = MetadataDelta::apply(
+            image_with(&[(1, 1, false), (3, 3, true)]),
+            vec![
+                MetadataRecord::BrokerShuttingDown {
+                    broker_id: 1,
+                    broker_epoch: 1,
+                },
+                MetadataRecord::BrokerShuttingDown {
+                    broker_id: 3,
+                    broker_epoch: 3,
+                },
+            ],
+        )
+        .unwrap()
+        .after()
+        .clone();
+        sessions.record(3, 3, lapsed);
+        assert!(session_changes(&stopping, &sessions, 1, lapsed, timeout).is_empty());
+        assert_eq!(
+            session_changes(&stopping, &sessions, 1, lapsed + timeout * 2, timeout),
+            [MetadataRecord::BrokerFenced {
+                broker_id: 1,
+                broker_epoch: 1
+            }]
+        );
+        assert_eq!(
+            shutdown_records(&stopping, 3, 3),
+            [Vec::<MetadataRecord>::new(), Vec::new()],
+            "in controlled shutdown and fenced already"
+        );
+        assert_eq!(
+            shutdown_records(&stopping, 3, 2),
+            [Vec::<MetadataRecord>::new(), Vec::new()],
+            "stale epoch"
+        );
+        assert_eq!(
+            shutdown_records(&image_with(&[(2, 2, false)]), 2, 2)
+                .iter()
+                .map(Vec::len)
+                .collect::<Vec<_>>(),
+            [1, 1]
+        );
         // A fenced controller broker (fenced by an earlier leader) is unfenced by itself.
         let fenced_me = image_with(&[(1, 1, true)]);
         assert_eq!(

@@ -120,9 +120,23 @@ pub struct BrokerRegistration {
     pub endpoints: Vec<BrokerEndpoint>,
     /// `broker.rack`, if set (Metadata v1+, DescribeCluster).
     pub rack: Option<String>,
-    /// Fenced: its session lapsed (no heartbeat for `broker.session.timeout.ms`); clients
-    /// are not told of it.
+    /// Fenced: its session lapsed (no heartbeat for `broker.session.timeout.ms`) or it
+    /// shut down; clients are not told of it.
     pub fenced: bool,
+    /// In controlled shutdown (KIP-631's `inControlledShutdown`): it asked to stop;
+    /// clients are not told of it, no new replica goes to it, heartbeats do not unfence
+    /// it; cleared only by registering again.
+    #[serde(default)]
+    pub in_controlled_shutdown: bool,
+}
+
+impl BrokerRegistration {
+    /// Whether it is active (Kafka's term): neither fenced nor in controlled shutdown.
+    /// Only active brokers are listed to clients, lead partitions online and get new
+    /// replicas.
+    pub fn is_active(&self) -> bool {
+        !self.fenced && !self.in_controlled_shutdown
+    }
 }
 
 /// A metadata change. Closed: every consumer matches every variant, so a new kind of
@@ -186,6 +200,15 @@ pub enum MetadataRecord {
     /// A fenced broker heartbeat again: unfenced (Kafka: `UnfenceBrokerRecord`). Applies
     /// only to its current epoch, fenced.
     BrokerUnfenced {
+        /// The broker.
+        broker_id: i32,
+        /// Its current epoch.
+        broker_epoch: i64,
+    },
+    /// A broker is shutting down (Kafka: `BrokerRegistrationChangeRecord` with
+    /// `inControlledShutdown`, KIP-631): not active any more until it registers again.
+    /// Applies only to its current epoch, not in controlled shutdown yet.
+    BrokerShuttingDown {
         /// The broker.
         broker_id: i32,
         /// Its current epoch.
@@ -287,9 +310,10 @@ impl MetadataImage {
         self.brokers.get(&broker_id)
     }
 
-    /// The brokers clients are told of: registered and not fenced, by id.
+    /// The brokers clients are told of: registered and active (neither fenced nor in
+    /// controlled shutdown), by id.
     pub fn live_brokers(&self) -> impl Iterator<Item = &BrokerRegistration> {
-        self.brokers.values().filter(|b| !b.fenced)
+        self.brokers.values().filter(|b| b.is_active())
     }
 
     /// The highest broker epoch handed out (0: none); the next registration's must be
@@ -311,6 +335,12 @@ impl MetadataImage {
             endpoints: b.endpoints.clone(),
             rack: b.rack.clone(),
         });
+        if b.in_controlled_shutdown {
+            out.push(MetadataRecord::BrokerShuttingDown {
+                broker_id: b.broker_id,
+                broker_epoch: b.broker_epoch,
+            });
+        }
         if b.fenced {
             out.push(MetadataRecord::BrokerFenced {
                 broker_id: b.broker_id,
@@ -383,6 +413,12 @@ impl MetadataImage {
         for a in after.brokers_by_epoch() {
             match self.broker(a.broker_id) {
                 Some(b) if b.broker_epoch == a.broker_epoch => {
+                    if a.in_controlled_shutdown && !b.in_controlled_shutdown {
+                        out.push(MetadataRecord::BrokerShuttingDown {
+                            broker_id: a.broker_id,
+                            broker_epoch: a.broker_epoch,
+                        });
+                    }
                     if a.fenced && !b.fenced {
                         out.push(MetadataRecord::BrokerFenced {
                             broker_id: a.broker_id,
@@ -513,6 +549,7 @@ impl MetadataImage {
                         endpoints: endpoints.clone(),
                         rack: rack.clone(),
                         fenced: false,
+                        in_controlled_shutdown: false,
                     },
                 );
             }
@@ -535,6 +572,18 @@ impl MetadataImage {
                     return Err(ImageError(format!("broker {broker_id} is not fenced")));
                 }
                 b.fenced = false;
+            }
+            MetadataRecord::BrokerShuttingDown {
+                broker_id,
+                broker_epoch,
+            } => {
+                let b = self.current_registration(*broker_id, *broker_epoch)?;
+                if b.in_controlled_shutdown {
+                    return Err(ImageError(format!(
+                        "broker {broker_id} is shutting down already"
+                    )));
+                }
+                b.in_controlled_shutdown = true;
             }
         }
         Ok(())
@@ -891,6 +940,29 @@ mod tests {
         // A lagging node given a snapshot catches up through the same records.
         assert_eq!(*apply(&before, before.changes_to(&after)), *after);
         assert!(after.changes_to(&after).is_empty());
+        // Controlled shutdown: inactive, then fenced; rebuilt and caught up alike.
+        let shut = MetadataRecord::BrokerShuttingDown {
+            broker_id: 4,
+            broker_epoch: 5,
+        };
+        let stopping = apply(&after, vec![shut.clone()]);
+        let b4 = stopping.broker(4).unwrap();
+        assert!(b4.in_controlled_shutdown && !b4.fenced && !b4.is_active());
+        assert!(!stopping.live_brokers().any(|b| b.broker_id == 4));
+        let stopped = apply(
+            &stopping,
+            vec![MetadataRecord::BrokerFenced {
+                broker_id: 4,
+                broker_epoch: 5,
+            }],
+        );
+        assert_eq!(*apply(&empty, stopped.to_records()), *stopped);
+        assert_eq!(*apply(&after, after.changes_to(&stopped)), *stopped);
+        let twice = MetadataDelta::apply(stopping.clone(), vec![shut]);
+        assert!(twice.is_err());
+        // Registering again clears it.
+        let back = apply(&stopped, vec![registered(4, 6, 6)]);
+        assert!(back.broker(4).unwrap().is_active());
         let json = serde_json::to_string(&after.to_records()).unwrap();
         let back: Vec<MetadataRecord> = serde_json::from_str(&json).unwrap();
         assert_eq!(*apply(&empty, back), *after);

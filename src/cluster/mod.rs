@@ -38,7 +38,11 @@ pub(crate) use image::{
     PartitionState, TopicMeta,
 };
 pub(crate) use placement::live_brokers;
-pub(crate) use raft::{Committed, CommittedChange, QuorumHandle, QuorumSettings, RaftMetadataLog};
+#[cfg(test)]
+pub(crate) use raft::VoterState;
+pub(crate) use raft::{
+    Committed, CommittedChange, QuorumHandle, QuorumSettings, QuorumState, RaftMetadataLog,
+};
 pub(crate) use store::{FileMetadataLog, MetadataLog};
 pub(crate) use topics::{NewTopic, TopicError};
 

@@ -275,7 +275,8 @@ impl MetadataLog for FileMetadataLog {
                 // the upgrade test makes one) is alone and never registers.
                 MetadataRecord::BrokerRegistered { .. }
                 | MetadataRecord::BrokerFenced { .. }
-                | MetadataRecord::BrokerUnfenced { .. } => {
+                | MetadataRecord::BrokerUnfenced { .. }
+                | MetadataRecord::BrokerShuttingDown { .. } => {
                     return Err(MetadataError::Unsupported(
                         "the single-node metadata file store holds no broker registrations"
                             .to_string(),

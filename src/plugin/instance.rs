@@ -259,6 +259,8 @@ fn version(name: &str) -> Option<&str> {
 ///
 /// - anything of `weir:plugin` at another version → "built for weir:plugin 1.0.0; this
 ///   weir provides weir:plugin 0.1.0 (exports: ...)";
+/// - a connector (exports `weir:plugin/source` or `sink`) where another world is
+///   wanted → "it is a connector: it implements the world `sink-connector` ...";
 /// - an import weir does not link (anything but WASI 0.2's cli, clocks, filesystem, io,
 ///   random, sockets and weir's own `types`) → "imports `weir:host/secrets@0.1.0`, which
 ///   weir does not provide (...)";
@@ -290,6 +292,21 @@ pub(crate) fn check_world(
             listed(exports)
         ));
     }
+    let wanted = format!("{export}@{PACKAGE_VERSION}");
+    let connector_world = export.ends_with("/source") || export.ends_with("/sink");
+    if !exports.contains(&wanted) && !connector_world {
+        // A connector has imports no other world gets: say what it is before naming one.
+        for (world, iface) in [("source-connector", "source"), ("sink-connector", "sink")] {
+            let connector = format!("weir:plugin/{iface}@{PACKAGE_VERSION}");
+            if exports.contains(&connector) {
+                return Err(format!(
+                    "it is a connector: it implements the world `{world}` (exports \
+                     `{connector}`); run it as a connector (`weir connector create`, \
+                     POST /connectors or a connect.config.dir file)"
+                ));
+            }
+        }
+    }
     let ours = format!("weir:plugin/types@{PACKAGE_VERSION}");
     for name in imports {
         let wasi_02 = LINKED_WASI.iter().any(|p| name.starts_with(p))
@@ -301,7 +318,6 @@ pub(crate) fn check_world(
             ));
         }
     }
-    let wanted = format!("{export}@{PACKAGE_VERSION}");
     if !exports.contains(&wanted) {
         return Err(format!(
             "does not export `{wanted}` (exports: {})",
@@ -351,6 +367,20 @@ mod tests {
             e,
             "built for weir:plugin 1.0.0; this weir provides weir:plugin 0.1.0 \
              (exports: weir:plugin/transformer@1.0.0)"
+        );
+    }
+
+    #[test]
+    fn a_connector_is_named_as_one() {
+        let imports = names(&["weir:plugin/sqlite@0.1.0", "weir:plugin/log@0.1.0"]);
+        let exports = names(&["weir:plugin/sink@0.1.0"]);
+        let e = check_world(&imports, &exports, "weir:plugin/transformer").unwrap_err();
+        assert!(
+            e.starts_with(
+                "it is a connector: it implements the world `sink-connector` \
+                 (exports `weir:plugin/sink@0.1.0`)"
+            ),
+            "{e}"
         );
     }
 

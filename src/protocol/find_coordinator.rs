@@ -44,7 +44,7 @@ fn coordinator_of(ctx: &Context, group: &str) -> Result<(i32, String, i32), Resp
     }
     image
         .broker(leader)
-        .filter(|b| !b.fenced)
+        .filter(|b| b.is_active())
         .and_then(|b| b.endpoints.first())
         .map(|e| (leader, e.host.clone(), e.port))
         .ok_or(ResponseError::CoordinatorNotAvailable)

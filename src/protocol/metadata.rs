@@ -27,7 +27,7 @@ use super::Context;
 use crate::topics;
 
 /// A topic's entry: each partition's leader, epoch, replicas and ISR as the image has
-/// them, except that a leader whose broker is fenced is listed as -1 with
+/// them, except that a leader whose broker is fenced or in controlled shutdown is listed as -1 with
 /// LEADER_NOT_AVAILABLE (5), as Kafka lists a partition whose leader is offline.
 fn topic_entry(image: &MetadataImage, t: &TopicMeta) -> MetadataResponseTopic {
     let partitions = t
@@ -36,7 +36,7 @@ fn topic_entry(image: &MetadataImage, t: &TopicMeta) -> MetadataResponseTopic {
         .zip(0..)
         .map(|(p, i)| {
             let nodes = |ids: &[i32]| ids.iter().copied().map(BrokerId).collect::<Vec<_>>();
-            let offline = image.broker(p.leader).is_some_and(|b| b.fenced);
+            let offline = image.broker(p.leader).is_some_and(|b| !b.is_active());
             let (leader, error) = if offline {
                 (-1, ResponseError::LeaderNotAvailable.code())
             } else {
@@ -74,8 +74,8 @@ pub(super) struct ListedBroker {
     pub(super) fenced: bool,
 }
 
-/// The brokers of `image` clients are told of, by id: the unfenced ones (and the fenced
-/// ones too with `include_fenced`, DescribeCluster v2), each at its first endpoint; this
+/// The brokers of `image` clients are told of, by id: the active ones (and the fenced or
+/// shutting-down ones too with `include_fenced`, DescribeCluster v2), each at its first endpoint; this
 /// broker at the endpoint it advertises now, and also when it is not registered (yet, or
 /// on a store without registrations).
 pub(super) fn listed_brokers(
@@ -93,7 +93,7 @@ pub(super) fn listed_brokers(
     };
     let mut out: Vec<ListedBroker> = image
         .brokers()
-        .filter(|b| include_fenced || !b.fenced)
+        .filter(|b| include_fenced || b.is_active())
         .filter_map(|b| {
             if b.broker_id == me {
                 return Some(this(b.rack.clone(), b.fenced));

@@ -34,6 +34,7 @@ mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
+mod describe_quorum;
 mod fetch;
 mod find_coordinator;
 mod heartbeat;
@@ -100,6 +101,7 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::DeleteGroups, 0, 2),
     api(ApiKey::OffsetDelete, 0, 0),
     api(ApiKey::DescribeCluster, 0, 2),
+    api(ApiKey::DescribeQuorum, 0, 2),
 ];
 
 /// The supported range of `key`, if it is implemented.
@@ -400,6 +402,9 @@ async fn dispatch(
         }
         RequestKind::DescribeCluster(r) => {
             ResponseKind::DescribeCluster(describe_cluster::handle(ctx, r, version))
+        }
+        RequestKind::DescribeQuorum(r) => {
+            ResponseKind::DescribeQuorum(describe_quorum::handle(ctx, r, version).await)
         }
         // Not in SUPPORTED_APIS, so `handle_frame` closed the connection before decoding.
         other => {

@@ -106,6 +106,68 @@ pub struct TransformStatus {
     pub source_file: Option<PathBuf>,
 }
 
+/// Whether deploying `spec` next to `others` (every other deployment; a replaced one
+/// excluded) closes a cycle of topics: async deployments are edges input -> output, and
+/// a cycle would move a record round it forever. A topic feeding itself is refused by
+/// [`TransformSpec::validate`]; inline deployments rewrite their input in place (no
+/// edge), and dead-letter topics are no edge (re-processing dead letters into the input
+/// is a legitimate pipeline, and records only reach them by failing).
+///
+/// Returns the refusal naming the cycle and the deployments on it: "outputs: b -> a
+/// closes the cycle a -> b -> a (transforms t1, t2): a record would loop forever".
+fn closed_cycle<'a>(
+    spec: &TransformSpec,
+    others: impl Iterator<Item = &'a TransformSpec>,
+) -> Option<String> {
+    if spec.mode != Mode::Async {
+        return None;
+    }
+    // topic -> [(output, deployment)], over the other async deployments.
+    let mut edges: BTreeMap<&str, Vec<(&str, &str)>> = BTreeMap::new();
+    for o in others.filter(|o| o.mode == Mode::Async) {
+        for out in &o.outputs {
+            edges
+                .entry(o.input.as_str())
+                .or_default()
+                .push((out.as_str(), o.name.as_str()));
+        }
+    }
+    for out in &spec.outputs {
+        // Breadth-first from `out` back to the input: the shortest way round is named.
+        let mut came_from: BTreeMap<&str, (&str, &str)> = BTreeMap::new();
+        let mut queue = std::collections::VecDeque::from([out.as_str()]);
+        let mut seen = BTreeSet::from([out.as_str()]);
+        while let Some(t) = queue.pop_front() {
+            if t == spec.input {
+                let mut path = vec![(t, "")];
+                let mut at = t;
+                while let Some(&(prev, via)) = came_from.get(at) {
+                    path.push((prev, via));
+                    at = prev;
+                }
+                path.reverse();
+                let mut topics: Vec<&str> = vec![&spec.input];
+                topics.extend(path.iter().map(|(t, _)| *t));
+                let mut names: Vec<&str> = vec![&spec.name];
+                names.extend(path.iter().map(|(_, n)| *n).filter(|n| !n.is_empty()));
+                return Some(format!(
+                    "outputs: {} -> {out} closes the cycle {} (transforms {}): a record would loop forever",
+                    spec.input,
+                    topics.join(" -> "),
+                    names.join(", ")
+                ));
+            }
+            for &(next, via) in edges.get(t).map(Vec::as_slice).unwrap_or_default() {
+                if seen.insert(next) {
+                    came_from.insert(next, (t, via));
+                    queue.push_back(next);
+                }
+            }
+        }
+    }
+    None
+}
+
 /// Where a deployment came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Source {
@@ -282,8 +344,9 @@ impl TransformManager {
 
     /// `POST /transforms`: a new deployment.
     ///
-    /// Errors: [`DeployError::Invalid`] (bad spec, or the component does not load: not a
-    /// component, wrong world, missing import, `open` refused the config),
+    /// Errors: [`DeployError::Invalid`] (bad spec, a cycle of deployments it would close,
+    /// or the component does not load: not a component, wrong world, missing import,
+    /// `open` refused the config),
     /// [`DeployError::Conflict`] (name taken, or the input topic already has an inline
     /// transform), [`DeployError::Io`] (cannot persist).
     pub async fn create(&self, spec: TransformSpec) -> Result<TransformStatus, DeployError> {
@@ -319,7 +382,8 @@ impl TransformManager {
         if let Some(old) = deployments.get(&spec.name) {
             if replace == Replace::No {
                 return Err(DeployError::Conflict(format!(
-                    "transform {} already exists (PUT /transforms/{} replaces it)",
+                    "transform {} already exists: to replace it, deploy again with \
+                     `weir transform deploy --replace` (PUT /transforms/{})",
                     spec.name, spec.name
                 )));
             }
@@ -346,6 +410,13 @@ impl TransformManager {
                     spec.input
                 )));
             }
+        }
+        let others = deployments
+            .iter()
+            .filter(|(n, _)| **n != spec.name)
+            .map(|(_, o)| &o.d.spec);
+        if let Some(cycle) = closed_cycle(&spec, others) {
+            return Err(DeployError::Invalid(cycle));
         }
         let loaded = self.load(&spec).await.map_err(DeployError::Invalid)?;
         if persist && source == Source::Api {
@@ -844,4 +915,54 @@ fn is_toml(path: &Path) -> bool {
 pub fn sha256_hex(bytes: &[u8]) -> String {
     let digest = sha2::Sha256::digest(bytes);
     digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str, input: &str, outputs: &[&str]) -> TransformSpec {
+        TransformSpec {
+            name: name.into(),
+            wasm: "/p/t.wasm".into(),
+            input: input.into(),
+            outputs: outputs.iter().map(|s| s.to_string()).collect(),
+            config: BTreeMap::new(),
+            mode: Mode::Async,
+            tolerance: Tolerance::default(),
+            dlq_topic: None,
+        }
+    }
+
+    #[test]
+    fn a_deployment_closing_a_cycle_is_named_with_the_way_round() {
+        let t1 = spec("t1", "a", &["b"]);
+        let t2 = spec("t2", "b", &["x", "a"]);
+        assert_eq!(
+            closed_cycle(&t2, [&t1].into_iter()).as_deref(),
+            Some(
+                "outputs: b -> a closes the cycle b -> a -> b (transforms t2, t1): \
+                 a record would loop forever"
+            )
+        );
+        // Three hops, found whatever the order of the outputs.
+        let t3 = spec("t3", "c", &["z", "a"]);
+        let t2 = spec("t2", "b", &["c"]);
+        assert_eq!(
+            closed_cycle(&t3, [&t1, &t2].into_iter()).as_deref(),
+            Some(
+                "outputs: c -> a closes the cycle c -> a -> b -> c (transforms t3, t1, t2): \
+                 a record would loop forever"
+            )
+        );
+        // A chain, a diamond and an inline deployment close nothing.
+        let chain = spec("t2", "b", &["c"]);
+        assert_eq!(closed_cycle(&chain, [&t1].into_iter()), None);
+        let diamond = spec("d", "a", &["c"]);
+        assert_eq!(closed_cycle(&diamond, [&t1, &chain].into_iter()), None);
+        let mut inline = spec("i", "b", &["a"]);
+        inline.mode = Mode::Inline;
+        assert_eq!(closed_cycle(&inline, [&t1].into_iter()), None);
+        assert!(closed_cycle(&t1, [&inline].into_iter()).is_none());
+    }
 }

@@ -792,3 +792,78 @@ async fn topic_lifecycle_and_partition_state_survive_a_restart() {
     assert_eq!(states.len(), 2);
     assert_ne!(new_id, uuid::Uuid::nil());
 }
+
+/// Issue 16: a `partitioner` naming a missing file is refused when set (CreateTopics,
+/// AlterConfigs, IncrementalAlterConfigs: INVALID_CONFIG naming the key and the path), not
+/// accepted to fail every produce later; other keys of such a topic can still change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioner_naming_a_missing_file_is_refused_when_set() {
+    let tmp = tempfile::tempdir().unwrap();
+    let present = tmp.path().join("p.wasm");
+    std::fs::write(&present, b"\0asm").unwrap();
+    let present = present.to_str().unwrap().to_string();
+    let missing = tmp.path().join("missing.wasm");
+    let missing = missing.to_str().unwrap().to_string();
+    let b = TestBroker::start();
+    let bs = b.bootstrap.clone();
+
+    let t = NewTopic::new("routed", 1, TopicReplication::Fixed(1)).set("partitioner", &missing);
+    assert_eq!(
+        create_err(&bs, t).await,
+        Some(RDKafkaErrorCode::InvalidConfig)
+    );
+    let t = NewTopic::new("routed", 1, TopicReplication::Fixed(1))
+        .set("partitioner.config", "no-equals-sign");
+    assert_eq!(
+        create_err(&bs, t).await,
+        Some(RDKafkaErrorCode::InvalidConfig)
+    );
+    let t = NewTopic::new("routed", 1, TopicReplication::Fixed(1)).set("partitioner", &present);
+    assert_eq!(create_err(&bs, t).await, None);
+    assert_eq!(
+        overrides(&bs, "routed").await,
+        map(&[("partitioner", &present)])
+    );
+
+    let mut c = RawConn::connect(&bs);
+    let (code, message) = raw_alter(&mut c, 1, 2, "routed", &[("partitioner", &missing)]);
+    assert_eq!(code, 40, "{message}");
+    assert!(
+        message.contains("configuration partitioner") && message.contains(&missing),
+        "{message}"
+    );
+    let (code, message) = incremental(
+        &mut c,
+        1,
+        2,
+        "routed",
+        &[("partitioner", 0, Some(missing.as_str()))],
+        false,
+    );
+    assert_eq!(code, 40, "{message}");
+    assert!(
+        message.contains("configuration partitioner") && message.contains(&missing),
+        "{message}"
+    );
+    assert_eq!(
+        overrides(&bs, "routed").await,
+        map(&[("partitioner", &present)])
+    );
+
+    // The component goes away: a change to another key keeps the (unchanged) partitioner.
+    std::fs::remove_file(&present).unwrap();
+    let (code, message) = incremental(
+        &mut c,
+        1,
+        2,
+        "routed",
+        &[("retention.ms", 0, Some("60000"))],
+        false,
+    );
+    assert_eq!(code, 0, "{message}");
+    assert_eq!(
+        overrides(&bs, "routed").await,
+        map(&[("partitioner", &present), ("retention.ms", "60000")])
+    );
+    b.stop();
+}

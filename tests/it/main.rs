@@ -10,6 +10,8 @@ mod bad_input;
 mod cli;
 mod clients;
 mod cluster;
+mod cluster_clients;
+mod cluster_describe;
 mod cluster_fixture;
 mod cluster_placement;
 mod cluster_scenarios;

@@ -193,8 +193,10 @@ async fn cli_deploys_redact_lists_it_running_and_deletes_it() {
         ],
     );
     assert!(!again.status.success());
+    // The refusal points at how to replace it.
     assert!(
-        text(&again.stderr).contains("already exists"),
+        text(&again.stderr).contains("already exists")
+            && text(&again.stderr).contains("weir transform deploy --replace"),
         "{}",
         text(&again.stderr)
     );
@@ -612,6 +614,100 @@ async fn deploys_that_cannot_run_are_refused_with_the_reason() {
     assert_eq!(code, 404);
     let (code, _) = http("DELETE", &format!("{admin}/transforms/t"), None);
     assert_eq!(code, 204);
+    broker.stop();
+}
+
+/// Issue 16: deployments feeding each other in a cycle are refused, naming the cycle,
+/// whether the cycle is closed by a new deployment or by replacing one (`--replace`); a
+/// connector component deployed as a transform is named as a connector.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployment_closing_a_cycle_or_a_connector_is_refused_with_the_reason() {
+    let broker = TestBroker::start();
+    let admin = broker.admin_url.clone();
+    let identity = guest("identity");
+    let spec = |name: &str, input: &str, outputs: &[&str]| json!({"name": name, "wasm": identity, "input": input, "outputs": outputs});
+    let refused = |method: &str, path: &str, body: Value, want: &[&str]| {
+        let (code, answer) = http(method, &format!("{admin}{path}"), Some(body));
+        let message = answer["message"].as_str().unwrap_or_default().to_string();
+        eprintln!("{code} {message}");
+        assert_eq!(code, 400, "{answer}");
+        for w in want {
+            assert!(message.contains(w), "{message:?} lacks {w:?}");
+        }
+    };
+    for t in ["a", "b", "c"] {
+        create_topic(&broker.bootstrap, t, 1, &[]).await;
+    }
+    deploy(&admin, spec("t1", "a", &["b"]));
+    refused(
+        "POST",
+        "/transforms",
+        spec("t2", "b", &["x", "a"]),
+        &["cycle b -> a -> b", "t2, t1"],
+    );
+    // A chain is fine; replacing its head to read the chain's end closes a cycle.
+    deploy(&admin, spec("t2", "b", &["c"]));
+    refused(
+        "PUT",
+        "/transforms/t1",
+        spec("t1", "c", &["b"]),
+        &["cycle c -> b -> c", "t1, t2"],
+    );
+    // Through the CLI, as a user would: the same refusal, exit non-zero.
+    let dir = identity.parent().expect("guest dir");
+    let out = weir_transform(
+        &admin,
+        dir,
+        &[
+            "deploy",
+            "t3",
+            "--wasm",
+            "identity.wasm",
+            "--input",
+            "c",
+            "--output",
+            "a",
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("cycle c -> a -> b -> c"),
+        "{}",
+        text(&out.stderr)
+    );
+    // The old t1 is what runs; a record goes a -> b -> c once.
+    let p = producer(&broker.bootstrap, &[]);
+    send(&p, "a", None, "once").await;
+    assert_eq!(values(&broker.bootstrap, "c", 1), vec!["once".to_string()]);
+    let (_, list) = http("GET", &format!("{admin}/transforms"), None);
+    let names: Vec<&str> = list
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|t| t["name"].as_str().expect("a name"))
+        .collect();
+    assert_eq!(names, ["t1", "t2"]);
+    assert_eq!(status(&admin, "t1")["input"], "a");
+
+    let sink = crate::connect::plugin_path().join("sqlite_sink.wasm");
+    refused(
+        "POST",
+        "/transforms",
+        spec("s", "in", &["out"])
+            .as_object()
+            .map(|o| {
+                let mut o = o.clone();
+                o.insert("wasm".into(), json!(sink));
+                Value::Object(o)
+            })
+            .expect("an object"),
+        &[
+            "sqlite_sink.wasm",
+            "it is a connector",
+            "`sink-connector`",
+            "weir connector create",
+        ],
+    );
     broker.stop();
 }
 

@@ -14,6 +14,11 @@
 //! Records: key and value are JSON objects; a field of the value that is an object or an
 //! array is stored as its JSON text. Each `put` is one transaction, so `flush` has
 //! nothing left to do: what `put` returned ok for is committed.
+//!
+//! Another connection holding the database (a writer in `BEGIN IMMEDIATE`) past the
+//! runtime's busy timeout rolls the batch back and asks the host to put it again after a
+//! backoff (100 ms doubling to 2 s): the wait is latency, the task stays RUNNING, and the
+//! batch goes in whole, once, in order. Only `errors.retry.timeout` of refusals fails it.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -24,7 +29,7 @@ wit_bindgen::generate!({
 });
 
 use exports::weir::plugin::sink::Guest;
-use weir::plugin::connector_types::{PutResult, SinkRecord, TopicOffset, TopicPartition};
+use weir::plugin::connector_types::{PutResult, PutRetry, SinkRecord, TopicOffset, TopicPartition};
 use weir::plugin::log::{log, Level};
 use weir::plugin::sqlite::{self as sql, Value};
 use weir::plugin::types::PluginError;
@@ -38,6 +43,8 @@ struct State {
     auto_evolve: bool,
     /// Known columns of each table written to.
     columns: BTreeMap<String, Vec<String>>,
+    /// Batches refused in a row because another connection held the database.
+    busy_retries: u32,
 }
 
 thread_local! {
@@ -306,6 +313,58 @@ impl State {
     }
 }
 
+/// First wait before a batch refused for a lock is put again, in ms (each attempt has
+/// already waited the runtime's busy timeout inside SQLite); doubled per refusal.
+const BUSY_BACKOFF_MIN_MS: u64 = 100;
+/// Longest wait between attempts, in ms. The host caps it by `retry.backoff.max.ms` and
+/// fails the task once `errors.retry.timeout` passed without the batch going in.
+const BUSY_BACKOFF_MAX_MS: u64 = 2_000;
+
+/// Whether SQLite's message says another connection holds a lock (SQLITE_BUSY,
+/// SQLITE_LOCKED): retriable, unlike anything a record or the schema can cause.
+fn is_busy(message: &str) -> bool {
+    message.contains("database is locked")
+        || message.contains("database table is locked")
+        || message.contains("database schema is locked")
+        || message.contains("database is busy")
+}
+
+/// Why a batch's transaction did not commit.
+enum Failed {
+    /// Another connection held the database past the busy timeout.
+    Busy(String),
+    /// Record `0` (index in the batch) cannot be written.
+    Record(usize, String),
+    /// BEGIN or COMMIT failed otherwise.
+    Other(String),
+}
+
+impl State {
+    /// Writes `records` in one transaction (`BEGIN IMMEDIATE` ... `COMMIT`); on an error
+    /// the caller rolls back.
+    fn put_all(&mut self, records: &[SinkRecord]) -> Result<(), Failed> {
+        let txn = |e: String| {
+            if is_busy(&e) {
+                Failed::Busy(e)
+            } else {
+                Failed::Other(e)
+            }
+        };
+        sql::execute(self.db, "BEGIN IMMEDIATE", &[]).map_err(txn)?;
+        for (i, r) in records.iter().enumerate() {
+            if let Err(e) = self.write(r) {
+                return Err(if is_busy(&e) {
+                    Failed::Busy(e)
+                } else {
+                    Failed::Record(i, e)
+                });
+            }
+        }
+        sql::execute(self.db, "COMMIT", &[]).map_err(txn)?;
+        Ok(())
+    }
+}
+
 fn with_state<T>(f: impl FnOnce(&mut State) -> Result<T, PluginError>) -> Result<T, PluginError> {
     STATE.with(|s| match s.borrow_mut().as_mut() {
         Some(state) => f(state),
@@ -351,6 +410,7 @@ impl Guest for SqliteSink {
             auto_create: flag(&config, "auto.create", false)?,
             auto_evolve: flag(&config, "auto.evolve", false)?,
             columns: BTreeMap::new(),
+            busy_retries: 0,
         };
         log(Level::Info, &format!("writing to {path}"));
         STATE.with(|s| *s.borrow_mut() = Some(state));
@@ -359,22 +419,49 @@ impl Guest for SqliteSink {
 
     fn put(records: Vec<SinkRecord>) -> Result<PutResult, PluginError> {
         with_state(|s| {
-            sql::execute(s.db, "BEGIN IMMEDIATE", &[]).map_err(|e| error(e, None))?;
-            for (i, r) in records.iter().enumerate() {
-                if let Err(e) = s.write(r) {
-                    let _ = sql::execute(s.db, "ROLLBACK", &[]);
-                    s.columns.clear();
-                    return Err(error(
+            let failed = match s.put_all(&records) {
+                Ok(()) => {
+                    s.busy_retries = 0;
+                    return Ok(PutResult {
+                        errant: Vec::new(),
+                        retry: None,
+                    });
+                }
+                Err(f) => f,
+            };
+            // Nothing of this batch stays: it is put again whole, or the task fails.
+            let _ = sql::execute(s.db, "ROLLBACK", &[]);
+            s.columns.clear();
+            match failed {
+                Failed::Busy(e) => {
+                    let after_ms =
+                        (BUSY_BACKOFF_MIN_MS << s.busy_retries.min(8)).min(BUSY_BACKOFF_MAX_MS);
+                    s.busy_retries = s.busy_retries.saturating_add(1);
+                    log(
+                        Level::Warn,
+                        &format!(
+                            "another connection holds the database ({e}); putting {} records \
+                             again in {after_ms} ms",
+                            records.len()
+                        ),
+                    );
+                    Ok(PutResult {
+                        errant: Vec::new(),
+                        retry: Some(PutRetry {
+                            settled: 0,
+                            after_ms,
+                        }),
+                    })
+                }
+                Failed::Record(i, e) => {
+                    let r = &records[i];
+                    Err(error(
                         format!("{}[{}]@{}: {e}", r.topic, r.partition, r.offset),
                         Some(i as u32),
-                    ));
+                    ))
                 }
+                Failed::Other(e) => Err(error(e, None)),
             }
-            sql::execute(s.db, "COMMIT", &[]).map_err(|e| error(e, None))?;
-            Ok(PutResult {
-                errant: Vec::new(),
-                retry: None,
-            })
         })
     }
 

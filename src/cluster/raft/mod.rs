@@ -137,6 +137,87 @@ fn leads(raft: &Raft<TypeConfig>) -> bool {
     m.state == ServerState::Leader && m.current_leader == Some(m.id)
 }
 
+/// The controller quorum as its leader describes it (DescribeQuorum, KIP-595 and
+/// KIP-836): offsets are Raft log indexes, so an entry's offset is its index and an end
+/// offset is one past the last entry (Kafka's convention).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct QuorumState {
+    /// The leader's node id.
+    pub(crate) leader_id: i32,
+    /// The Raft term, KRaft's leader epoch.
+    pub(crate) leader_epoch: i32,
+    /// One past the last entry committed and applied on the leader; -1 when none is.
+    pub(crate) high_watermark: i64,
+    /// Every voter, by id.
+    pub(crate) voters: Vec<VoterState>,
+}
+
+/// One voter of [`QuorumState`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct VoterState {
+    /// Its node id.
+    pub(crate) id: i32,
+    /// One past the last entry the leader knows it holds (the leader: its own log end);
+    /// -1 when unknown.
+    pub(crate) log_end_offset: i64,
+    /// Its CONTROLLER listener `HOST:PORT` (empty on a single node).
+    pub(crate) addr: String,
+}
+
+/// The quorum as `metrics` (the leader's) shows it, or `None` when they are not a
+/// leader's: the term, the applied entry and the replication map with each voter's
+/// matched log id.
+fn quorum_state(
+    m: &RaftMetrics<u64, BasicNode>,
+    voters: &BTreeMap<u64, BasicNode>,
+) -> Option<QuorumState> {
+    if m.state != ServerState::Leader || m.current_leader != Some(m.id) {
+        return None;
+    }
+    let end = |index: Option<u64>| {
+        index
+            .and_then(|i| i64::try_from(i).ok())
+            .map_or(-1, |i| i + 1)
+    };
+    let replication = m.replication.as_ref();
+    let mut ids: std::collections::BTreeSet<u64> =
+        m.membership_config.membership().voter_ids().collect();
+    ids.extend(voters.keys().copied());
+    let voters = ids
+        .into_iter()
+        .filter_map(|id| {
+            let log_end_offset = if id == m.id {
+                end(m.last_log_index)
+            } else {
+                end(replication
+                    .and_then(|r| r.get(&id))
+                    .and_then(|matched| matched.as_ref().map(|l| l.index)))
+            };
+            Some(VoterState {
+                id: i32::try_from(id).ok()?,
+                log_end_offset,
+                addr: voters.get(&id).map(|n| n.addr.clone()).unwrap_or_default(),
+            })
+        })
+        .collect();
+    Some(QuorumState {
+        leader_id: i32::try_from(m.id).ok()?,
+        leader_epoch: i32::try_from(m.current_term).unwrap_or(i32::MAX),
+        high_watermark: end(m.last_applied.map(|l| l.index)),
+        voters,
+    })
+}
+
+/// [`quorum_state`] of `raft` now, or why not (it does not lead).
+pub(super) fn describe_local(
+    raft: &Raft<TypeConfig>,
+    voters: &BTreeMap<u64, BasicNode>,
+) -> Result<QuorumState, String> {
+    let m = raft.metrics();
+    let m = m.borrow();
+    quorum_state(&m, voters).ok_or_else(|| "not the active controller".to_string())
+}
+
 /// The quorum as the broker side sees it, without the metadata change lock: who leads
 /// (Metadata's and DescribeCluster's `controller_id`), the leader's CONTROLLER address for
 /// broker heartbeats, and, on the leader, the broker sessions. Holds Raft's metrics watch
@@ -180,6 +261,11 @@ impl QuorumHandle {
         leader.and_then(|l| i32::try_from(l).ok())
     }
 
+    /// How many voters the quorum has (1: a single node).
+    pub(crate) fn voter_count(&self) -> usize {
+        self.voters.len()
+    }
+
     /// Whether this node is the active controller now.
     pub(crate) fn is_leader(&self) -> bool {
         let m = self.metrics.borrow();
@@ -189,6 +275,27 @@ impl QuorumHandle {
     /// The broker sessions this node keeps while it leads.
     pub(crate) fn sessions(&self) -> &BrokerSessions {
         &self.sessions
+    }
+
+    /// The quorum as its leader describes it: computed here when this node leads, else
+    /// asked of the leader over its CONTROLLER listener (within `ttl`), as a Kafka broker
+    /// forwards DescribeQuorum to the active controller.
+    ///
+    /// Errors: no leader known, or it cannot be reached or does not lead any more, as text.
+    pub(crate) async fn describe(&self, ttl: Duration) -> Result<QuorumState, String> {
+        let leader = self.metrics.borrow().current_leader;
+        let Some(leader) = leader else {
+            return Err("no active controller known".to_string());
+        };
+        if leader == self.node_id {
+            let m = self.metrics.borrow();
+            return quorum_state(&m, &self.voters)
+                .ok_or_else(|| "this node is not the active controller yet".to_string());
+        }
+        let Some(node) = self.voters.get(&leader) else {
+            return Err(format!("the active controller {leader} is not a voter"));
+        };
+        network::describe_at(&node.addr, &self.me, ttl).await
     }
 
     /// Waits until every other live broker of `image` (registered and unfenced) has the
@@ -535,6 +642,7 @@ impl RaftMetadataLog {
                 me,
                 raft.clone(),
                 sessions,
+                voters.clone(),
                 shutdown_rx,
                 queue.clone(),
             ));

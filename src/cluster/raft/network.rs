@@ -18,6 +18,7 @@
 //! The listener trusts its peers as Kafka's PLAINTEXT controller listener does: bind it
 //! to an address only the quorum reaches.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,7 +36,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
-use super::{leads, BrokerSessions, CommittedQueue, Proposal, TypeConfig};
+use super::{
+    describe_local, leads, BrokerSessions, CommittedQueue, Proposal, QuorumState, TypeConfig,
+};
 
 type NodeId = u64;
 
@@ -113,6 +116,8 @@ pub(crate) enum RaftRpc {
         /// Its current broker epoch.
         broker_epoch: i64,
     },
+    /// Describe the quorum (DescribeQuorum forwarded by a broker to the active controller).
+    DescribeQuorum,
     /// Answer once this broker's image holds the entry at `index` (its metadata readers
     /// see it), or after `timeout_ms` (capped at [`AWAIT_APPLIED_MAX_MS`]) with what it
     /// holds: the node that answered an admin request waits for every live broker so.
@@ -142,6 +147,8 @@ pub(crate) enum RaftRpcReply {
     BrokerHeartbeat(Result<(), String>),
     /// To any request whose sender's quorum is not this node's ([`Sender`]): why.
     Refused(String),
+    /// To DescribeQuorum: the leader's view, or why not (this node is not the leader).
+    DescribeQuorum(Result<QuorumState, String>),
     /// To AwaitApplied: the index of the last entry this broker's image holds (below the
     /// one asked for when the wait timed out).
     Applied(u64),
@@ -260,6 +267,23 @@ pub(super) async fn heartbeat_at(
         Ok(RaftRpcReply::BrokerHeartbeat(r)) => r,
         Ok(RaftRpcReply::Refused(why)) => Err(format!("controller {addr} refused: {why}")),
         Ok(other) => Err(format!("unexpected reply to BrokerHeartbeat: {other:?}")),
+        Err(Ok(e)) | Err(Err(e)) => Err(format!("controller {addr}: {e}")),
+    }
+}
+
+/// Asks the controller at `addr` to describe the quorum (on a connection of its own).
+///
+/// Errors: as text: unreachable, broken, timed out, or refused (not the leader).
+pub(super) async fn describe_at(
+    addr: &str,
+    from: &Sender,
+    ttl: Duration,
+) -> Result<QuorumState, String> {
+    let mut conn = None;
+    match call(&mut conn, addr, from, &RaftRpc::DescribeQuorum, ttl).await {
+        Ok(RaftRpcReply::DescribeQuorum(r)) => r,
+        Ok(RaftRpcReply::Refused(why)) => Err(format!("controller {addr} refused: {why}")),
+        Ok(other) => Err(format!("unexpected reply to DescribeQuorum: {other:?}")),
         Err(Ok(e)) | Err(Err(e)) => Err(format!("controller {addr}: {e}")),
     }
 }
@@ -461,9 +485,11 @@ pub(super) async fn serve(
     me: Arc<Sender>,
     raft: Raft<TypeConfig>,
     sessions: Arc<BrokerSessions>,
+    voters: BTreeMap<NodeId, BasicNode>,
     mut shutdown: watch::Receiver<bool>,
     visible: Arc<CommittedQueue>,
 ) {
+    let voters = Arc::new(voters);
     let permits = Arc::new(Semaphore::new(MAX_CONTROLLER_CONNECTIONS));
     loop {
         let permit = tokio::select! {
@@ -487,13 +513,14 @@ pub(super) async fn serve(
         let raft = raft.clone();
         let sessions = sessions.clone();
         let me = me.clone();
+        let voters = voters.clone();
         let mut shutdown = shutdown.clone();
         let visible = visible.clone();
         tokio::spawn(async move {
             let _permit = permit;
             tokio::select! {
                 _ = shutdown.changed() => {}
-                r = serve_connection(stream, &me, raft, sessions, visible) => {
+                r = serve_connection(stream, &me, raft, sessions, &voters, visible) => {
                     if let Err(e) = r {
                         tracing::debug!(%peer, error = %e, "controller connection closed");
                     }
@@ -508,6 +535,7 @@ async fn serve_connection(
     me: &Sender,
     raft: Raft<TypeConfig>,
     sessions: Arc<BrokerSessions>,
+    voters: &BTreeMap<NodeId, BasicNode>,
     visible: Arc<CommittedQueue>,
 ) -> std::io::Result<()> {
     let _ = stream.set_nodelay(true);
@@ -555,6 +583,7 @@ async fn serve_connection(
             } else {
                 Err("not the active controller".to_string())
             }),
+            RaftRpc::DescribeQuorum => RaftRpcReply::DescribeQuorum(describe_local(&raft, voters)),
             RaftRpc::AwaitApplied { index, timeout_ms } => {
                 let wait = Duration::from_millis(timeout_ms.min(AWAIT_APPLIED_MAX_MS));
                 RaftRpcReply::Applied(visible.wait_visible(index, wait).await)
