@@ -252,6 +252,9 @@ pub struct Metadata {
     producer_ids: Mutex<ProducerIdBlock>,
     /// Who leads the quorum, broker sessions (`None`: a local store).
     quorum: Option<Arc<QuorumHandle>>,
+    /// Where the last entry in the image is noted for peers waiting on it (a replicated
+    /// log; `None`: a local store).
+    committed: Option<Arc<raft::CommittedQueue>>,
 }
 
 /// Reads the cluster id from `<dir>/meta.properties`, writing a new one at first start.
@@ -364,8 +367,10 @@ impl Metadata {
         // Ids handed out before a restart are below the reservation: start past them.
         let reserved = image.producer_ids_reserved_until();
         let quorum = log.quorum();
+        let committed = log.committed_queue();
         Ok(Metadata {
             quorum,
+            committed,
             cluster_id,
             node_id,
             image: RwLock::new(image),
@@ -419,11 +424,34 @@ impl Metadata {
     /// Changes are serialised: `f` sees the image the records apply to. An empty record
     /// list changes nothing. Returns the image after the change.
     ///
+    /// With a multi-voter quorum, a change made returns only once every other live broker
+    /// has it in its image too, or after [`raft::AWAIT_APPLIED_TIMEOUT_MS`] (see
+    /// [`QuorumHandle::await_applied_everywhere`]): what a client was answered is what
+    /// every broker's Metadata and DescribeConfigs show. That wait is outside the change
+    /// lock (peers apply under theirs).
+    ///
     /// Errors: [`UpdateError`]: refused or not applied (nothing changed), or applied and
     /// not finished by a listener.
     pub fn update<E>(
         &self,
         f: impl FnOnce(&MetadataImage) -> Result<Vec<MetadataRecord>, E>,
+    ) -> Result<Arc<MetadataImage>, UpdateError<E>> {
+        let mut offset = None;
+        let result = self.update_locked(f, &mut offset);
+        if let (Some(offset), Some(quorum)) = (offset, &self.quorum) {
+            if matches!(result, Ok(_) | Err(UpdateError::Incomplete(_))) {
+                quorum.await_applied_everywhere(offset, &self.image());
+            }
+        }
+        result
+    }
+
+    /// [`Metadata::update`] under the change lock; sets `appended` to the log offset of
+    /// the change when the log gave one (a replicated log).
+    fn update_locked<E>(
+        &self,
+        f: impl FnOnce(&MetadataImage) -> Result<Vec<MetadataRecord>, E>,
+        appended: &mut Option<u64>,
     ) -> Result<Arc<MetadataImage>, UpdateError<E>> {
         let mut writer = self.writer();
         // Changes other nodes committed come first: `f` sees the newest image.
@@ -453,6 +481,7 @@ impl Metadata {
                 return Err(UpdateError::NotApplied(e));
             }
         };
+        *appended = offset;
         if let Some(offset) = offset {
             // A replicated log: ours is among the changes committed since, in log order.
             // Unless another change came first or ours was refused, `delta` is exactly
@@ -467,6 +496,7 @@ impl Metadata {
                 Some(CommittedChange::Records(_)) if !changed_before => {
                     let (_, after) = committed.split_at(ours.unwrap_or(0) + 1);
                     let result = self.publish(writer, &delta);
+                    self.mark_visible(offset);
                     self.apply_each(writer, after.to_vec());
                     return result;
                 }
@@ -524,36 +554,52 @@ impl Metadata {
     /// closed) and the image moves on, as on every other node.
     fn apply_each(&self, writer: &mut Writer, committed: Vec<Committed>) {
         for c in committed {
-            let before = self.image();
-            let records = match c.change {
-                CommittedChange::Refused(_) => continue,
-                CommittedChange::Records(records) => records,
-                CommittedChange::Image(image) => before.changes_to(&image),
-            };
-            let delta = match MetadataDelta::apply(before, records) {
-                Ok(d) => d,
+            let offset = c.offset;
+            self.apply_one(writer, c);
+            // Refused or skipped, the broker's image is at this entry all the same.
+            self.mark_visible(offset);
+        }
+    }
+
+    /// Notes that the image holds every entry up to `offset` (a replicated log: peers
+    /// waiting for it are answered).
+    fn mark_visible(&self, offset: u64) {
+        if let Some(committed) = &self.committed {
+            committed.mark_visible(offset);
+        }
+    }
+
+    /// One committed change of [`Metadata::apply_each`].
+    fn apply_one(&self, writer: &mut Writer, c: Committed) {
+        let before = self.image();
+        let records = match c.change {
+            CommittedChange::Refused(_) => return,
+            CommittedChange::Records(records) => records,
+            CommittedChange::Image(image) => before.changes_to(&image),
+        };
+        let delta = match MetadataDelta::apply(before, records) {
+            Ok(d) => d,
+            Err(e) => {
+                // The state machine applied it to the same image: our bug.
+                tracing::error!(offset = c.offset, error = %e, "committed metadata change does not apply to this broker's image; skipped");
+                return;
+            }
+        };
+        let prepared: Vec<&Arc<dyn MetadataListener>> = writer
+            .listeners
+            .iter()
+            .filter(|l| match l.prepare(&delta) {
+                Ok(()) => true,
                 Err(e) => {
-                    // The state machine applied it to the same image: our bug.
-                    tracing::error!(offset = c.offset, error = %e, "committed metadata change does not apply to this broker's image; skipped");
-                    continue;
+                    tracing::error!(offset = c.offset, error = %e, "committed metadata change not taken by a listener");
+                    false
                 }
-            };
-            let prepared: Vec<&Arc<dyn MetadataListener>> = writer
-                .listeners
-                .iter()
-                .filter(|l| match l.prepare(&delta) {
-                    Ok(()) => true,
-                    Err(e) => {
-                        tracing::error!(offset = c.offset, error = %e, "committed metadata change not taken by a listener");
-                        false
-                    }
-                })
-                .collect();
-            *self.image.write().expect("metadata image lock poisoned") = delta.after().clone();
-            for l in prepared {
-                if let Err(e) = l.publish(&delta) {
-                    tracing::error!(offset = c.offset, error = %e, "committed metadata change not fully applied");
-                }
+            })
+            .collect();
+        *self.image.write().expect("metadata image lock poisoned") = delta.after().clone();
+        for l in prepared {
+            if let Err(e) = l.publish(&delta) {
+                tracing::error!(offset = c.offset, error = %e, "committed metadata change not fully applied");
             }
         }
     }

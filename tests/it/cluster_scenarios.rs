@@ -104,12 +104,11 @@ fn lag_until(since: Instant, mut probe: impl FnMut() -> bool) -> Duration {
 /// response. Repeated a few times (and through whichever node leads), since a lag shows
 /// only sometimes; when it fails, the message says how long the change took to appear.
 ///
-/// Ignored: it fails today (docs/cluster.md, "Not yet"): the answer races the apply on
-/// the other followers (leader node 2: 6 of 10 topics made through node 2 were not in
-/// node 3's Metadata right after the response, there 3-7 ms later). Run it with
-/// `--ignored`.
+/// The answering broker waits (bounded) until every live broker's image holds the change
+/// before it answers (docs/cluster.md, Decisions, "Admin answered once every live broker
+/// has it"); without that wait, 6 of 10 topics made through node 2 were not yet in node
+/// 3's Metadata right after the response.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 12 test 3 fails: other followers apply a change a few ms after the response (docs/cluster.md, Not yet)"]
 async fn admin_changes_through_one_broker_are_visible_on_the_others_when_answered() {
     let nodes = ThreeNodes::start(&[]);
     let leader = nodes.leader();

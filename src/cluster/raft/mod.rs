@@ -88,6 +88,18 @@ pub(crate) const ELECTION_TIMEOUT_MIN_MS: u64 = 500;
 /// See [`HEARTBEAT_INTERVAL_MS`].
 pub(crate) const ELECTION_TIMEOUT_MAX_MS: u64 = 1000;
 
+/// Longest the node that made a metadata change waits, after its own image has it, for
+/// every other live broker's image to have it too (ms), before it answers anyway (with a
+/// warning): a broker that is slow or unreachable but not fenced yet (up to
+/// `broker.session.timeout.ms`) must not make every admin request hang. Brokers answer in
+/// a few ms; Kafka's own brokers never wait (their metadata is eventually consistent), so
+/// on timeout weir is as consistent as Kafka.
+pub(crate) const AWAIT_APPLIED_TIMEOUT_MS: u64 = 1_000;
+
+/// At most one warning per this many seconds that a change was answered before some
+/// broker applied it (with how many were not logged since).
+const AWAIT_APPLIED_WARN_EVERY_S: u64 = 10;
+
 /// A snapshot is taken every this many entries; the log keeps as many behind it for
 /// followers that lag a little (bounds the log and the restart replay).
 pub(crate) const SNAPSHOT_EVERY_ENTRIES: u64 = 1000;
@@ -217,6 +229,12 @@ pub struct QuorumHandle {
     voters: BTreeMap<u64, BasicNode>,
     metrics: watch::Receiver<RaftMetrics<u64, BasicNode>>,
     sessions: Arc<BrokerSessions>,
+    /// The Raft runtime, where [`QuorumHandle::await_applied_everywhere`]'s RPCs run (a
+    /// handle: once the runtime is gone, nothing is sent and nothing is waited for).
+    runtime: tokio::runtime::Handle,
+    /// When a change was last answered before some broker applied it was logged, and how
+    /// many such changes were not logged since (rate limit of the warning).
+    lag_warned: std::sync::Mutex<(Option<Instant>, u64)>,
 }
 
 impl std::fmt::Debug for QuorumHandle {
@@ -278,6 +296,97 @@ impl QuorumHandle {
             return Err(format!("the active controller {leader} is not a voter"));
         };
         network::describe_at(&node.addr, &self.me, ttl).await
+    }
+
+    /// Waits until every other live broker of `image` (registered and unfenced) has the
+    /// entry at `index` in its image, asking each over its CONTROLLER listener in parallel
+    /// (`AwaitApplied`), at most [`AWAIT_APPLIED_TIMEOUT_MS`] (plus the RPCs' grace); then
+    /// returns whatever they answered, logging a (rate-limited) warning naming the brokers
+    /// that had not applied it. Called by the node that made the change, once its own
+    /// image has it and outside the change lock, so a change answered to a client is seen
+    /// by every broker's metadata readers. Blocks the calling thread (the RPCs run on the
+    /// Raft runtime). A single node, or no other live broker: returns at once, no RPC.
+    pub(crate) fn await_applied_everywhere(&self, index: u64, image: &super::MetadataImage) {
+        if self.voters.len() <= 1 {
+            return;
+        }
+        // Every broker is a voter today (combined nodes): its CONTROLLER listener is its
+        // voter address. A live broker that is not a voter is not waited for.
+        let targets: Vec<(u64, String)> = image
+            .live_brokers()
+            .filter_map(|b| u64::try_from(b.broker_id).ok())
+            .filter(|id| *id != self.node_id)
+            .filter_map(|id| Some((id, self.voters.get(&id)?.addr.clone())))
+            .collect();
+        if targets.is_empty() {
+            return;
+        }
+        let bound = Duration::from_millis(AWAIT_APPLIED_TIMEOUT_MS);
+        let me = self.me.clone();
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        // Dropped unsent (tx with it) when the runtime is shut down: `recv` returns then.
+        let task = self.runtime.spawn(async move {
+            let lagging = network::await_applied_all(targets, index, bound, |addr, index, wait| {
+                let me = me.clone();
+                async move { network::await_applied_at(&addr, &me, index, wait).await }
+            })
+            .await;
+            let _ = tx.send(lagging);
+        });
+        // Detached: it ends within the bound, waited for below.
+        drop(task);
+        let lagging = match rx.recv_timeout(bound + network::AWAIT_APPLIED_GRACE * 2) {
+            Ok(lagging) => lagging,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                vec![(
+                    u64::MAX,
+                    network::Lagging::Failed("no answer in time".into()),
+                )]
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+        };
+        if !lagging.is_empty() {
+            self.warn_lagging(index, &lagging);
+        }
+    }
+
+    /// The warning of [`Self::await_applied_everywhere`], at most once every
+    /// [`AWAIT_APPLIED_WARN_EVERY_S`].
+    fn warn_lagging(&self, index: u64, lagging: &[(u64, network::Lagging)]) {
+        let now = Instant::now();
+        let suppressed = {
+            let mut warned = self.lag_warned.lock().expect("lag warning lock poisoned");
+            let due = warned.0.is_none_or(|at| {
+                now.duration_since(at) >= Duration::from_secs(AWAIT_APPLIED_WARN_EVERY_S)
+            });
+            if !due {
+                warned.1 += 1;
+                return;
+            }
+            let suppressed = warned.1;
+            *warned = (Some(now), 0);
+            suppressed
+        };
+        let brokers = lagging
+            .iter()
+            .map(|(node, l)| {
+                let node = if *node == u64::MAX {
+                    "all".to_string()
+                } else {
+                    format!("broker {node}")
+                };
+                match l {
+                    network::Lagging::Behind(at) => format!("{node} had applied up to {at}"),
+                    network::Lagging::Failed(why) => format!("{node} did not answer: {why}"),
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        tracing::warn!(
+            index,
+            suppressed,
+            "metadata change answered before every live broker applied it (waited at most {AWAIT_APPLIED_TIMEOUT_MS} ms): {brokers}; such warnings are logged at most every {AWAIT_APPLIED_WARN_EVERY_S} s, {suppressed} not logged since the last"
+        );
     }
 
     /// Tells the active controller that `broker_id` at `broker_epoch` is alive: noted here
@@ -508,12 +617,17 @@ impl RaftMetadataLog {
             runtime.spawn(log_leader_changes(raft.clone(), shutdown_rx.clone()));
         }
         let sessions = Arc::new(BrokerSessions::default());
+        let Some(runtime_handle) = rt.runtime.as_ref().map(|r| r.handle().clone()) else {
+            return Err(raft_error("start", "no runtime"));
+        };
         let quorum = Arc::new(QuorumHandle {
             node_id,
             me: me.clone(),
             voters: voters.clone(),
             metrics: raft.metrics(),
             sessions: sessions.clone(),
+            runtime: runtime_handle,
+            lag_warned: std::sync::Mutex::new((None, 0)),
         });
         if let (Some(listener), Some(runtime)) = (settings.controller_listener, &rt.runtime) {
             let listener = {
@@ -530,6 +644,7 @@ impl RaftMetadataLog {
                 sessions,
                 voters.clone(),
                 shutdown_rx,
+                queue.clone(),
             ));
         }
         let mut me = RaftMetadataLog {
@@ -687,6 +802,8 @@ impl MetadataLog for RaftMetadataLog {
         // that one are dropped by `take_committed`.
         let (image, applied) = self.machine.applied();
         self.replayed_through = applied;
+        // The image `Metadata` starts from holds everything up to here.
+        self.queue.mark_visible(applied);
         Ok(image.to_records())
     }
 

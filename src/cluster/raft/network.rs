@@ -10,6 +10,9 @@
 //! request to the local `Raft`). `Propose` carries a metadata change from a node that is
 //! not the Raft leader to the one that is (forwarding at the log level: the leader
 //! appends, the proposer waits for its own state machine to apply the entry).
+//! `AwaitApplied` is answered once this broker's image holds an entry (or at a timeout):
+//! the node that made a change asks every other live broker before it answers
+//! ([`await_applied_all`], bounded).
 //!
 //! Never does: interpret metadata records, or trust the frame length before checking it.
 //! The listener trusts its peers as Kafka's PLAINTEXT controller listener does: bind it
@@ -33,7 +36,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
-use super::{describe_local, leads, BrokerSessions, Proposal, QuorumState, TypeConfig};
+use super::{
+    describe_local, leads, BrokerSessions, CommittedQueue, Proposal, QuorumState, TypeConfig,
+};
 
 type NodeId = u64;
 
@@ -113,6 +118,15 @@ pub(crate) enum RaftRpc {
     },
     /// Describe the quorum (DescribeQuorum forwarded by a broker to the active controller).
     DescribeQuorum,
+    /// Answer once this broker's image holds the entry at `index` (its metadata readers
+    /// see it), or after `timeout_ms` (capped at [`AWAIT_APPLIED_MAX_MS`]) with what it
+    /// holds: the node that answered an admin request waits for every live broker so.
+    AwaitApplied {
+        /// The Raft log index (`__cluster_metadata` offset) of the entry.
+        index: u64,
+        /// How long to wait at most (ms).
+        timeout_ms: u64,
+    },
 }
 
 /// The answer to a [`RaftRpc`], variant for variant.
@@ -135,7 +149,14 @@ pub(crate) enum RaftRpcReply {
     Refused(String),
     /// To DescribeQuorum: the leader's view, or why not (this node is not the leader).
     DescribeQuorum(Result<QuorumState, String>),
+    /// To AwaitApplied: the index of the last entry this broker's image holds (below the
+    /// one asked for when the wait timed out).
+    Applied(u64),
 }
+
+/// The longest wait a peer's [`RaftRpc::AwaitApplied`] gets (ms), whatever it asks: a
+/// served connection is not held longer.
+pub(crate) const AWAIT_APPLIED_MAX_MS: u64 = 5_000;
 
 async fn write_frame<T: Serialize>(stream: &mut TcpStream, msg: &T) -> std::io::Result<()> {
     let body = serde_json::to_vec(msg)?;
@@ -267,6 +288,82 @@ pub(super) async fn describe_at(
     }
 }
 
+/// Asks the broker whose CONTROLLER listener is `addr` to answer once its image holds the
+/// entry at `index` (waiting at most `wait` there), over a connection of its own; returns
+/// the last index it holds. The call is bounded by `wait` plus [`AWAIT_APPLIED_GRACE`].
+///
+/// Errors: as text: unreachable, broken, timed out, or refused (not of this quorum).
+pub(super) async fn await_applied_at(
+    addr: &str,
+    from: &Sender,
+    index: u64,
+    wait: Duration,
+) -> Result<u64, String> {
+    let rpc = RaftRpc::AwaitApplied {
+        index,
+        timeout_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+    };
+    let mut conn = None;
+    match call(&mut conn, addr, from, &rpc, wait + AWAIT_APPLIED_GRACE).await {
+        Ok(RaftRpcReply::Applied(applied)) => Ok(applied),
+        Ok(RaftRpcReply::Refused(why)) => Err(format!("refused: {why}")),
+        Ok(other) => Err(format!("unexpected reply to AwaitApplied: {other:?}")),
+        Err(Ok(e)) | Err(Err(e)) => Err(e.to_string()),
+    }
+}
+
+/// What an [`await_applied_at`] call may take beyond the wait it asks for: connecting,
+/// and the answer's way back.
+pub(super) const AWAIT_APPLIED_GRACE: Duration = Duration::from_millis(100);
+
+/// Where a broker stood when [`await_applied_all`] gave up on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Lagging {
+    /// It answered, holding entries up to this index only.
+    Behind(u64),
+    /// It did not answer: why.
+    Failed(String),
+}
+
+/// Asks every `(node id, CONTROLLER address)` of `targets` in parallel, with `ask` (in
+/// weir: [`await_applied_at`]), to answer once it holds the entry at `index`, and waits
+/// for all of them, at most `bound` (each is asked to wait `bound`, and is cut off at
+/// `bound` + [`AWAIT_APPLIED_GRACE`]). Returns those that had not applied it, by node id:
+/// empty when every one had. No targets: returns at once.
+pub(super) async fn await_applied_all<F, Fut>(
+    targets: Vec<(u64, String)>,
+    index: u64,
+    bound: Duration,
+    ask: F,
+) -> Vec<(u64, Lagging)>
+where
+    F: Fn(String, u64, Duration) -> Fut,
+    Fut: std::future::Future<Output = Result<u64, String>> + Send + 'static,
+{
+    let mut calls = tokio::task::JoinSet::new();
+    for (node, addr) in targets {
+        let call = ask(addr, index, bound);
+        calls.spawn(async move {
+            let answer = tokio::time::timeout(bound + AWAIT_APPLIED_GRACE, call)
+                .await
+                .unwrap_or_else(|_| Err("no answer in time".to_string()));
+            (node, answer)
+        });
+    }
+    let mut lagging = Vec::new();
+    while let Some(joined) = calls.join_next().await {
+        match joined {
+            Ok((_, Ok(applied))) if applied >= index => {}
+            Ok((node, Ok(applied))) => lagging.push((node, Lagging::Behind(applied))),
+            Ok((node, Err(why))) => lagging.push((node, Lagging::Failed(why))),
+            // The task panicked or was cancelled (the runtime stops): not waited for.
+            Err(_) => {}
+        }
+    }
+    lagging.sort_by_key(|(node, _)| *node);
+    lagging
+}
+
 /// openraft's network factory: a [`PeerClient`] per peer it asks for, each sending as
 /// `me`.
 #[derive(Debug, Clone)]
@@ -390,6 +487,7 @@ pub(super) async fn serve(
     sessions: Arc<BrokerSessions>,
     voters: BTreeMap<NodeId, BasicNode>,
     mut shutdown: watch::Receiver<bool>,
+    visible: Arc<CommittedQueue>,
 ) {
     let voters = Arc::new(voters);
     let permits = Arc::new(Semaphore::new(MAX_CONTROLLER_CONNECTIONS));
@@ -417,11 +515,12 @@ pub(super) async fn serve(
         let me = me.clone();
         let voters = voters.clone();
         let mut shutdown = shutdown.clone();
+        let visible = visible.clone();
         tokio::spawn(async move {
             let _permit = permit;
             tokio::select! {
                 _ = shutdown.changed() => {}
-                r = serve_connection(stream, &me, raft, sessions, &voters) => {
+                r = serve_connection(stream, &me, raft, sessions, &voters, visible) => {
                     if let Err(e) = r {
                         tracing::debug!(%peer, error = %e, "controller connection closed");
                     }
@@ -437,6 +536,7 @@ async fn serve_connection(
     raft: Raft<TypeConfig>,
     sessions: Arc<BrokerSessions>,
     voters: &BTreeMap<NodeId, BasicNode>,
+    visible: Arc<CommittedQueue>,
 ) -> std::io::Result<()> {
     let _ = stream.set_nodelay(true);
     let mut refusal_logged = false;
@@ -484,6 +584,10 @@ async fn serve_connection(
                 Err("not the active controller".to_string())
             }),
             RaftRpc::DescribeQuorum => RaftRpcReply::DescribeQuorum(describe_local(&raft, voters)),
+            RaftRpc::AwaitApplied { index, timeout_ms } => {
+                let wait = Duration::from_millis(timeout_ms.min(AWAIT_APPLIED_MAX_MS));
+                RaftRpcReply::Applied(visible.wait_visible(index, wait).await)
+            }
         };
         write_frame(&mut stream, &reply).await?;
     }
@@ -491,7 +595,80 @@ async fn serve_connection(
 
 #[cfg(test)]
 mod tests {
-    use super::Sender;
+    use super::{await_applied_all, Lagging, Sender};
+    use std::time::Duration;
+
+    /// A fake peer at `addr` (its name tells how it behaves) for [`await_applied_all`].
+    async fn fake_peer(addr: String, index: u64, wait: Duration) -> Result<u64, String> {
+        match addr.as_str() {
+            "quick" => Ok(index),
+            "ahead" => Ok(index + 3),
+            "late" => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Ok(index)
+            }
+            // Waits as long as it is asked to, then says where it is.
+            "behind" => {
+                tokio::time::sleep(wait).await;
+                Ok(index - 1)
+            }
+            // Never answers.
+            "hung" => {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                Ok(index)
+            }
+            _ => Err("connection refused".to_string()),
+        }
+    }
+
+    fn targets(addrs: &[&str]) -> Vec<(u64, String)> {
+        addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (i as u64 + 1, a.to_string()))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn every_peer_that_applied_the_entry_is_waited_for_and_nothing_else() {
+        let bound = Duration::from_secs(30);
+        let lagging =
+            await_applied_all(targets(&["quick", "late", "ahead"]), 10, bound, fake_peer).await;
+        assert_eq!(lagging, vec![]);
+        // No peers: nothing to wait for.
+        assert_eq!(
+            await_applied_all(vec![], 10, bound, fake_peer).await,
+            vec![]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_or_unreachable_peer_is_given_up_on_at_the_bound() {
+        let bound = Duration::from_millis(1000);
+        let started = tokio::time::Instant::now();
+        let lagging = await_applied_all(
+            targets(&["quick", "behind", "gone", "hung"]),
+            10,
+            bound,
+            fake_peer,
+        )
+        .await;
+        // Paused time: exactly the bound plus the grace, never the hung peer's hour.
+        assert_eq!(started.elapsed(), bound + super::AWAIT_APPLIED_GRACE);
+        assert_eq!(
+            lagging,
+            vec![
+                (2, Lagging::Behind(9)),
+                (3, Lagging::Failed("connection refused".to_string())),
+                (4, Lagging::Failed("no answer in time".to_string())),
+            ]
+        );
+        // The unreachable one alone: not waited for at all.
+        let started = tokio::time::Instant::now();
+        let lagging = await_applied_all(targets(&["gone"]), 10, bound, fake_peer).await;
+        assert_eq!(lagging.len(), 1);
+        assert_eq!(started.elapsed(), Duration::ZERO);
+    }
 
     const VOTERS: &str = "1@127.0.0.1:9093,2@127.0.0.1:9095,3@127.0.0.1:9097";
 

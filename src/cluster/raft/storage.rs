@@ -88,14 +88,55 @@ pub struct Committed {
 /// The hand-over from the state machine (the Raft runtime) to `Metadata` (any thread):
 /// the state machine pushes, never blocking; `Metadata` drains under its change lock, and
 /// its follower thread is woken by each push, so the queue holds only what was applied
-/// since the last drain.
-#[derive(Debug, Default)]
+/// since the last drain. Back the other way, `Metadata` marks the last entry its image
+/// (and its listeners) took ([`CommittedQueue::mark_visible`]): what a peer's
+/// `AwaitApplied` waits for ([`CommittedQueue::wait_visible`]).
+#[derive(Debug)]
 pub struct CommittedQueue {
     items: Mutex<VecDeque<Committed>>,
     pushed: Condvar,
+    /// The index of the last entry in the broker's image (0: none yet).
+    visible: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for CommittedQueue {
+    fn default() -> CommittedQueue {
+        CommittedQueue {
+            items: Mutex::default(),
+            pushed: Condvar::new(),
+            visible: tokio::sync::watch::Sender::new(0),
+        }
+    }
 }
 
 impl CommittedQueue {
+    /// Notes that the broker's image holds every entry up to `offset` (published, every
+    /// listener done): what readers of this broker's metadata see. Never goes back.
+    pub(crate) fn mark_visible(&self, offset: u64) {
+        self.visible.send_if_modified(|v| {
+            let newer = offset > *v;
+            if newer {
+                *v = offset;
+            }
+            newer
+        });
+    }
+
+    /// The index of the last entry in the broker's image (see [`Self::mark_visible`]).
+    #[cfg(test)]
+    pub(crate) fn visible(&self) -> u64 {
+        *self.visible.borrow()
+    }
+
+    /// Waits until the broker's image holds the entry at `index`, at most `timeout`, and
+    /// returns the last index it holds then (below `index` on timeout).
+    pub(crate) async fn wait_visible(&self, index: u64, timeout: Duration) -> u64 {
+        let mut rx = self.visible.subscribe();
+        let _ = tokio::time::timeout(timeout, rx.wait_for(|v| *v >= index)).await;
+        let visible = *rx.borrow();
+        visible
+    }
+
     fn push(&self, item: Committed) {
         self.items
             .lock()
@@ -642,4 +683,39 @@ pub(crate) fn formed_voters(log: &LogStore, machine: &StateMachine) -> BTreeSet<
             EntryPayload::Blank | EntryPayload::Normal(_) => None,
         });
     from_log.unwrap_or_else(|| machine.lock().membership.membership().voter_ids().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    #[tokio::test]
+    async fn wait_visible_returns_once_the_image_holds_the_entry_or_at_the_timeout() {
+        let queue = Arc::new(CommittedQueue::default());
+        assert_eq!(queue.visible(), 0);
+        queue.mark_visible(5);
+        // Never goes back.
+        queue.mark_visible(3);
+        assert_eq!(queue.visible(), 5);
+        // Already there: at once.
+        let started = Instant::now();
+        assert_eq!(queue.wait_visible(4, Duration::from_secs(10)).await, 5);
+        assert!(started.elapsed() < Duration::from_secs(5));
+        // Marked later, from another thread (Metadata's follower): woken by it.
+        let marker = queue.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            marker.mark_visible(6);
+            marker.mark_visible(7);
+        });
+        let started = Instant::now();
+        assert!(queue.wait_visible(7, Duration::from_secs(10)).await >= 7);
+        assert!(started.elapsed() < Duration::from_secs(5));
+        t.join().unwrap();
+        // Never marked: what it has, after the timeout.
+        let started = Instant::now();
+        assert_eq!(queue.wait_visible(9, Duration::from_millis(50)).await, 7);
+        assert!(started.elapsed() >= Duration::from_millis(50));
+    }
 }
