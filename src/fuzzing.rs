@@ -391,6 +391,7 @@ fn default_request(key: ApiKey) -> Option<RequestKind> {
         ApiKey::DeleteGroups => RequestKind::DeleteGroups(DeleteGroupsRequest::default()),
         ApiKey::OffsetDelete => RequestKind::OffsetDelete(OffsetDeleteRequest::default()),
         ApiKey::DescribeCluster => RequestKind::DescribeCluster(DescribeClusterRequest::default()),
+        ApiKey::DescribeQuorum => RequestKind::DescribeQuorum(DescribeQuorumRequest::default()),
         _ => return None,
     })
 }
@@ -516,6 +517,14 @@ fn sample_request(key: ApiKey, version: i16) -> Option<RequestKind> {
         ),
         ApiKey::FindCoordinator if version < 4 => {
             RequestKind::FindCoordinator(FindCoordinatorRequest::default().with_key(group().0))
+        }
+        ApiKey::DescribeQuorum => {
+            use describe_quorum_request::{PartitionData, TopicData};
+            RequestKind::DescribeQuorum(DescribeQuorumRequest::default().with_topics(vec![
+                TopicData::default()
+                    .with_topic_name(TopicName(StrBytes::from_static_str("__cluster_metadata")))
+                    .with_partitions(vec![PartitionData::default().with_partition_index(0)]),
+            ]))
         }
         _ => return None,
     })
