@@ -262,6 +262,47 @@ pub fn split_batches(bytes: Bytes) -> Result<Vec<ValidatedBatch>, BatchError> {
     Ok(batches)
 }
 
+/// Splits the `records` of a leader's Fetch response partition (zero or more concatenated
+/// stored v2 batches) into batches for `PartitionLog::append_as_follower`, each a
+/// zero-copy slice of `bytes` that keeps the leader's baseOffset, partitionLeaderEpoch and
+/// timestamps.
+///
+/// Each whole batch gets the structural checks of recovery (`validate_stored`: batchLength,
+/// magic, CRC-32C, codec, non-negative counts) but not `validate`'s `recordCount ==
+/// lastOffsetDelta + 1`, because a batch the leader's cleaner rewrote keeps its
+/// lastOffsetDelta with fewer records. A trailing partial batch (fewer bytes left than a
+/// header, or a batchLength running past the end) is dropped, not an error: a Kafka leader
+/// may end a size-limited response mid-batch (weir's own leader sends whole batches), and
+/// the follower fetches the rest next time; Kafka's fetcher stops there the same way
+/// (`ByteBufferLogInputStream`). If even the first batch is partial the result is empty.
+///
+/// Errors: [`BatchError::CorruptMessage`] (batchLength below the header size, magic, CRC;
+/// with the byte position in `bytes`), [`BatchError::InvalidRecord`],
+/// [`BatchError::UnsupportedCompression`]. Kafka's fetcher answers a corrupt fetched batch
+/// by failing that partition's fetch (`CorruptRecordException`) and retrying.
+pub fn split_fetched(bytes: Bytes) -> Result<Vec<ValidatedBatch>, BatchError> {
+    let mut batches = Vec::new();
+    let mut position = 0usize;
+    while bytes.len() - position >= BATCH_HEADER_BYTES {
+        let remaining = bytes.len() - position;
+        let batch_length = read_i32(&bytes[position..], BATCH_LENGTH_AT);
+        let total = i64::from(batch_length) + LOG_OVERHEAD_BYTES as i64;
+        if total < BATCH_HEADER_BYTES as i64 {
+            return Err(BatchError::CorruptMessage {
+                position,
+                reason: format!("batchLength {batch_length} is shorter than a batch header"),
+            });
+        }
+        if total > remaining as i64 {
+            break;
+        }
+        let end = position + total as usize;
+        batches.push(validate_stored(bytes.slice(position..end), position)?);
+        position = end;
+    }
+    Ok(batches)
+}
+
 impl ValidatedBatch {
     /// Total size in bytes (header + records), as stored on disk.
     pub fn len(&self) -> usize {
@@ -421,6 +462,7 @@ impl ValidatedBatch {
 pub(crate) struct BatchHeader {
     pub base_offset: i64,
     pub batch_length: i32,
+    pub partition_leader_epoch: i32,
     pub magic: i8,
     pub crc: u32,
     pub attributes: i16,
@@ -441,6 +483,7 @@ impl BatchHeader {
         BatchHeader {
             base_offset: read_i64(bytes, BASE_OFFSET_AT),
             batch_length: read_i32(bytes, BATCH_LENGTH_AT),
+            partition_leader_epoch: read_i32(bytes, LEADER_EPOCH_AT),
             magic: bytes[MAGIC_AT] as i8,
             crc: read_u32(bytes, CRC_AT),
             attributes: read_i16(bytes, ATTRIBUTES_AT),
@@ -732,6 +775,82 @@ mod tests {
             Err(BatchError::CorruptMessage { position, .. }) if position == first_len
         ));
         assert!(split_batches(Bytes::new()).unwrap().is_empty());
+    }
+
+    /// Two batches as a leader stored them (offsets 100.. and 103.., epoch 7).
+    fn stored_pair() -> Vec<u8> {
+        let mut first = batch(3, 0);
+        first.set_base_offset(100);
+        first.set_partition_leader_epoch(7);
+        let mut second = batch(2, 5);
+        second.set_base_offset(103);
+        second.set_partition_leader_epoch(7);
+        let mut bytes = first.to_bytes().to_vec();
+        bytes.extend_from_slice(&second.to_bytes());
+        bytes
+    }
+
+    #[test]
+    fn split_fetched_keeps_offsets_and_drops_a_trailing_partial_batch() {
+        let whole = stored_pair();
+        let batches = split_fetched(Bytes::from(whole.clone())).unwrap();
+        let kept: Vec<_> = batches
+            .iter()
+            .map(|b| (b.base_offset(), b.last_offset(), b.partition_leader_epoch()))
+            .collect();
+        assert_eq!(kept, [(100, 102, 7), (103, 104, 7)]);
+        let first_len = batches[0].len();
+        // Cut inside the second batch's records, inside its header, inside its length.
+        for cut in [
+            whole.len() - 1,
+            first_len + 30,
+            first_len + 10,
+            first_len + 3,
+        ] {
+            let batches = split_fetched(Bytes::from(whole[..cut].to_vec())).unwrap();
+            assert_eq!(batches.len(), 1, "cut at {cut}");
+            assert_eq!(batches[0].base_offset(), 100);
+        }
+        // Only a partial first batch, or nothing: no batch, no error.
+        assert!(split_fetched(Bytes::from(whole[..first_len - 1].to_vec()))
+            .unwrap()
+            .is_empty());
+        assert!(split_fetched(Bytes::new()).unwrap().is_empty());
+        // A batch a cleaner rewrote (fewer records than its offsets span) is accepted.
+        let mut compacted = whole[..first_len].to_vec();
+        compacted[RECORD_COUNT_AT..RECORD_COUNT_AT + 4].copy_from_slice(&2i32.to_be_bytes());
+        fix_crc(&mut compacted);
+        assert!(validate(Bytes::from(compacted.clone())).is_err());
+        assert_eq!(split_fetched(Bytes::from(compacted)).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn split_fetched_refuses_a_corrupt_batch_with_its_position() {
+        let whole = stored_pair();
+        let first_len = split_fetched(Bytes::from(whole.clone())).unwrap()[0].len();
+        let mut crc = whole.clone();
+        let last = crc.len() - 1;
+        crc[last] ^= 0xff;
+        match split_fetched(Bytes::from(crc)) {
+            Err(BatchError::CorruptMessage { position, reason }) => {
+                assert_eq!(position, first_len);
+                assert!(reason.contains("crc"), "{reason}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        let mut length = whole.clone();
+        length[first_len + BATCH_LENGTH_AT..first_len + BATCH_LENGTH_AT + 4]
+            .copy_from_slice(&10i32.to_be_bytes());
+        assert!(matches!(
+            split_fetched(Bytes::from(length)),
+            Err(BatchError::CorruptMessage { position, .. }) if position == first_len
+        ));
+        let mut magic = whole;
+        magic[MAGIC_AT] = 1;
+        assert!(matches!(
+            split_fetched(Bytes::from(magic)),
+            Err(BatchError::CorruptMessage { position: 0, .. })
+        ));
     }
 
     #[test]

@@ -39,7 +39,9 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 
-pub use batch::{split_batches, validate, BatchError, Compression, TimestampType, ValidatedBatch};
+pub use batch::{
+    split_batches, split_fetched, validate, BatchError, Compression, TimestampType, ValidatedBatch,
+};
 pub use compact::{CleanerThrottle, CompactionPlan, CompactionStats, PreparedCompaction};
 use producer::{ProducerStateManager, SequenceCheck};
 use segment::{file_path, io_error, remove_if_exists, Segment};
