@@ -1,7 +1,8 @@
 //! The partition log: bytes on disk for one partition, in Kafka's layout.
 //!
 //! Owns: `<log.dirs>/<topic>-<partition>/` — segments (`<base_offset:020>.log`), their
-//! sparse `.index` / `.timeindex`, producer snapshots (`.snapshot`); offset assignment,
+//! sparse `.index` / `.timeindex`, producer snapshots (`.snapshot`), the leader epoch
+//! cache (`leader-epoch-checkpoint`, `epoch.rs`; KIP-101/KIP-279); offset assignment,
 //! the log start offset and log end offset (LEO), rolling, retention (time/size, only when
 //! `cleanup.policy` has `delete`), compaction (`compact.rs`, when it has `compact`),
 //! truncation, recovery after kill -9, idempotent producer state, and fsync when
@@ -16,7 +17,8 @@
 //! attributes/maxTimestamp/CRC; compaction later rewrites the batches it removes records
 //! from (same offsets, uncompressed; see `compact.rs`). Closed segments and their indexes are trusted on open;
 //! only the tail of the last segment is scanned, so start-up time is bounded by
-//! `segment_bytes`, not by the data size.
+//! `segment_bytes`, not by the data size (one exception: a log without a readable
+//! `leader-epoch-checkpoint` has its batch headers scanned once to rebuild it).
 //!
 //! Durability without flush settings is the page cache (survives kill -9, not power
 //! loss). There is no recovery-point checkpoint yet: after a power loss only the last
@@ -25,6 +27,7 @@
 pub mod batch;
 pub mod codec;
 mod compact;
+mod epoch;
 mod index;
 pub mod plain;
 mod producer;
@@ -43,6 +46,8 @@ pub use batch::{
     split_batches, split_fetched, validate, BatchError, Compression, TimestampType, ValidatedBatch,
 };
 pub use compact::{CleanerThrottle, CompactionPlan, CompactionStats, PreparedCompaction};
+pub use epoch::EpochEndOffset;
+use epoch::LeaderEpochCache;
 use producer::{ProducerStateManager, SequenceCheck};
 use segment::{file_path, io_error, remove_if_exists, Segment};
 
@@ -282,6 +287,8 @@ pub struct PartitionLog {
     /// The cleaner's checkpoint: offsets below it were compacted by the last run (Kafka's
     /// `cleaner-offset-checkpoint`, kept per partition in `compact::CHECKPOINT_FILE`).
     first_dirty_offset: i64,
+    /// Which leader epoch wrote which offsets (`epoch.rs`, `leader-epoch-checkpoint`).
+    epochs: LeaderEpochCache,
 }
 
 fn check_config(config: &LogConfig) -> Result<(), LogError> {
@@ -319,12 +326,37 @@ fn check_config(config: &LogConfig) -> Result<(), LogError> {
     Ok(())
 }
 
+/// The upgrade path for a log written before epochs were kept (or whose checkpoint is
+/// unreadable): one pass over every segment's batch headers, the only time `open` reads
+/// closed segments; then the checkpoint is written so the next open does not repeat it.
+fn rebuild_epoch_cache(dir: &Path, segments: &[Segment]) -> Result<LeaderEpochCache, LogError> {
+    let mut epochs = LeaderEpochCache::empty(dir);
+    for segment in segments {
+        segment.for_each_header(|header| {
+            epochs.push_if_newer(header.partition_leader_epoch, header.base_offset);
+        })?;
+    }
+    tracing::info!(
+        dir = %dir.display(),
+        entries = epochs.entries().len(),
+        latest_epoch = ?epochs.latest_epoch(),
+        "rebuilt the leader epoch cache from the batch headers"
+    );
+    epochs.persist()?;
+    Ok(epochs)
+}
+
 impl PartitionLog {
     /// Opens (creating if absent) `dir` (= `<log.dirs>/<topic>-<partition>`) and recovers
     /// it: closed segments are trusted (an index that is missing is rebuilt), the last
     /// segment's tail is scanned from its last index entry and cut at the first torn or
     /// corrupt batch (logged with `tracing::warn!`), producer state is reloaded from the
-    /// active segment's snapshot plus its batch headers. `now_ms` is the wall clock.
+    /// active segment's snapshot plus its batch headers. The leader epoch cache is read
+    /// from `leader-epoch-checkpoint`; when that is missing or unparsable and the log holds
+    /// batches, it is rebuilt from every segment's batch headers once (logged with
+    /// `tracing::info!`: a log from before epochs were kept). Entries starting at or after
+    /// the log end offset are dropped, and the first one is moved up to the log start
+    /// offset. `now_ms` is the wall clock.
     ///
     /// Errors: `InvalidConfig`, `Io` (with the path), `Corrupt`.
     pub fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<PartitionLog, LogError> {
@@ -394,6 +426,13 @@ impl PartitionLog {
         }
         let log_start_offset = segments[0].base_offset;
         let first_dirty_offset = compact::read_checkpoint(dir)?.unwrap_or(log_start_offset);
+        let epochs = match LeaderEpochCache::load(dir)? {
+            Some(epochs) => epochs,
+            None if segments.iter().any(|s| s.size_bytes > 0) => {
+                rebuild_epoch_cache(dir, &segments)?
+            }
+            None => LeaderEpochCache::empty(dir),
+        };
         let mut log = PartitionLog {
             dir: dir.to_path_buf(),
             config,
@@ -404,18 +443,39 @@ impl PartitionLog {
             last_flush_ms: now_ms,
             scratch: Vec::new(),
             first_dirty_offset,
+            epochs,
         };
-        log.reload_producer_state()?;
+        // A crash can leave the checkpoint ahead of the recovered tail (an epoch is
+        // assigned before its first batch is written) or behind the segments retention
+        // deleted (the files go first).
+        let log_end_offset = log.log_end_offset();
+        log.epochs.truncate_from_end(log_end_offset)?;
+        log.epochs.truncate_from_start(log_start_offset)?;
+        log.reload_tail_state()?;
         Ok(log)
     }
 
-    /// Producer state = snapshot at the active segment's base + the active segment's batches.
-    fn reload_producer_state(&mut self) -> Result<(), LogError> {
+    /// Producer state = snapshot at the active segment's base + the active segment's
+    /// batches. The same pass over the headers adds to the epoch cache any epoch newer than
+    /// its latest entry (one whose checkpoint write failed), as Kafka's segment recovery
+    /// does.
+    fn reload_tail_state(&mut self) -> Result<(), LogError> {
         let active = self.active();
         let path = file_path(&self.dir, active.base_offset, "snapshot");
         let mut producers = ProducerStateManager::read_snapshot(&path)?.unwrap_or_default();
-        active.for_each_header(|header| producers.update(header))?;
+        let mut newer_epochs: Vec<(i32, i64)> = Vec::new();
+        let mut latest = self.epochs.latest_epoch().unwrap_or(-1);
+        active.for_each_header(|header| {
+            producers.update(header);
+            if header.partition_leader_epoch > latest {
+                latest = header.partition_leader_epoch;
+                newer_epochs.push((latest, header.base_offset));
+            }
+        })?;
         self.producers = producers;
+        for (epoch, start_offset) in newer_epochs {
+            self.epochs.assign(epoch, start_offset)?;
+        }
         Ok(())
     }
 
@@ -502,11 +562,27 @@ impl PartitionLog {
             }
             None => -1,
         };
-        if self.should_roll(&batch, now_ms) {
+        self.write_batch(&batch, now_ms)?;
+        Ok(AppendInfo {
+            base_offset,
+            last_offset: batch.last_offset(),
+            log_append_time_ms,
+            log_start_offset: self.log_start_offset,
+            duplicate: false,
+        })
+    }
+
+    /// The write shared by both appends, for a batch whose header is final: roll if due,
+    /// note its leader epoch (before the bytes, so a crash leaves no batch whose epoch the
+    /// cache lacks), write, update producer state, flush if the settings say so.
+    fn write_batch(&mut self, batch: &ValidatedBatch, now_ms: i64) -> Result<(), LogError> {
+        if self.should_roll(batch, now_ms) {
             self.roll(now_ms)?;
         }
+        self.epochs
+            .assign(batch.partition_leader_epoch(), batch.base_offset())?;
         let mut scratch = std::mem::take(&mut self.scratch);
-        let appended = self.active_mut().append(&batch, &mut scratch);
+        let appended = self.active_mut().append(batch, &mut scratch);
         self.scratch = scratch;
         appended?;
         let header = batch::BatchHeader::parse(batch.header());
@@ -519,13 +595,42 @@ impl PartitionLog {
         if due_by_count || self.flush_due_by_time(now_ms) {
             self.flush_at(now_ms)?;
         }
-        Ok(AppendInfo {
-            base_offset,
-            last_offset: batch.last_offset(),
-            log_append_time_ms,
-            log_start_offset: self.log_start_offset,
-            duplicate: false,
-        })
+        Ok(())
+    }
+
+    /// The newest leader epoch that wrote to this log, from the epoch cache (`None` for a
+    /// log no epoch has written to, or whose entries truncation removed).
+    pub fn latest_epoch(&self) -> Option<i32> {
+        self.epochs.latest_epoch()
+    }
+
+    /// OffsetsForLeaderEpoch for this partition (KIP-101; with the epoch, KIP-279), Kafka's
+    /// `LeaderEpochFileCache.endOffsetFor`: where `requested_epoch` ended in this log.
+    ///
+    /// - `requested_epoch` is the latest epoch: `(requested_epoch, log end offset)`;
+    /// - an older epoch: `(largest epoch <= requested_epoch, start offset of the next
+    ///   epoch in the cache)`, so a follower truncates to where the leader's history and
+    ///   its own part;
+    /// - older than every epoch the cache still holds (retention removed them):
+    ///   `(requested_epoch, start offset of the first epoch)`, as Kafka answers: that data
+    ///   is gone and the follower should replicate from there;
+    /// - negative (`UNDEFINED_EPOCH`), newer than the latest, or an empty cache:
+    ///   [`EpochEndOffset::UNDEFINED`] (-1, -1).
+    pub fn end_offset_for_epoch(&self, requested_epoch: i32) -> EpochEndOffset {
+        self.epochs
+            .end_offset_for(requested_epoch, self.log_end_offset())
+    }
+
+    /// Records that `leader_epoch` starts at the log end offset, when it is newer than the
+    /// latest epoch: what Kafka's `Partition.makeLeader` does through
+    /// `maybeAssignEpochStartOffset` when a replica becomes leader, before it has appended
+    /// anything in that epoch, so that a follower asking OffsetsForLeaderEpoch for the
+    /// previous epoch gets its end offset rather than UNDEFINED (KIP-279). An entry no
+    /// batch follows is dropped at the next open (it starts at the log end offset) and
+    /// replaced by the next newer epoch at the same offset. Errors: `Io` (56).
+    pub fn assign_epoch_start_offset(&mut self, leader_epoch: i32) -> Result<(), LogError> {
+        let log_end_offset = self.log_end_offset();
+        self.epochs.assign(leader_epoch, log_end_offset)
     }
 
     fn should_roll(&self, batch: &ValidatedBatch, now_ms: i64) -> bool {
@@ -653,7 +758,8 @@ impl PartitionLog {
     /// `retention_bytes`, oldest first, never leaving a gap. A closed segment that
     /// compaction emptied holds nothing and goes with its neighbours. If every segment, the
     /// active one included, is to go, it rolls first so the active segment is new and empty
-    /// and the log start offset becomes the LEO (new records continue from there). Without
+    /// and the log start offset becomes the LEO (new records continue from there). The
+    /// epoch cache follows the new log start (Kafka's `truncateFromStart`). Without
     /// `delete` (`cleanup.policy=compact` alone) no segment is deleted, as in Kafka. Idle
     /// producer ids expire either way. Returns the number of segments deleted. The caller
     /// must not call it with data above the high watermark it cares about (single node:
@@ -731,6 +837,8 @@ impl PartitionLog {
             );
             segment.delete_files()?;
         }
+        // After the files: a crash in between is repaired by `open`.
+        self.epochs.truncate_from_start(self.log_start_offset)?;
         Ok(deletable)
     }
 
@@ -792,13 +900,19 @@ impl PartitionLog {
     }
 
     /// Removes every record at or above `offset` (a batch containing `offset` goes
-    /// entirely, as in Kafka, so the LEO may end below `offset`). `offset >= LEO` does
-    /// nothing; `offset <= log_start_offset` empties the log and restarts it at `offset`.
-    /// Producer state is reloaded for the new tail. For replication (follower truncation).
+    /// entirely, as in Kafka, so the LEO may end below `offset`). `offset >= LEO` removes
+    /// no record; `offset <= log_start_offset` empties the log and restarts it at `offset`.
+    /// Producer state is reloaded for the new tail. Leader epochs starting at or after the
+    /// new LEO leave the epoch cache (Kafka's `truncateFromEnd`), also when no record goes:
+    /// an epoch this replica assigned as leader ([`PartitionLog::assign_epoch_start_offset`])
+    /// without writing anything must not shadow the older epoch of the batches the new
+    /// leader sends from there. For replication (follower truncation).
     /// Errors: `Io`, `Corrupt`.
     pub fn truncate_to(&mut self, offset: i64, now_ms: i64) -> Result<(), LogError> {
-        if offset >= self.log_end_offset() {
-            return Ok(());
+        let log_end_offset = self.log_end_offset();
+        if offset >= log_end_offset {
+            // No record goes, but an epoch assigned at the LEO does (Kafka's `truncateTo`).
+            return self.epochs.truncate_from_end(log_end_offset);
         }
         self.first_dirty_offset = self.first_dirty_offset.min(offset);
         if offset <= self.log_start_offset {
@@ -810,6 +924,7 @@ impl PartitionLog {
             self.segments.push(segment);
             self.log_start_offset = offset;
             self.producers = ProducerStateManager::default();
+            self.epochs.truncate_from_end(offset)?;
             return Ok(());
         }
         // Newest first, so a crash leaves a prefix of segments.
@@ -821,7 +936,11 @@ impl PartitionLog {
             segment.delete_files()?;
         }
         self.active_mut().truncate_to(offset, now_ms)?;
-        self.reload_producer_state()?;
+        // The new end, not `offset`: a batch containing `offset` went whole. After the
+        // segments, so a crash in between is repaired by `open`.
+        let log_end_offset = self.log_end_offset();
+        self.epochs.truncate_from_end(log_end_offset)?;
+        self.reload_tail_state()?;
         Ok(())
     }
 }

@@ -36,10 +36,23 @@ fn opts() -> AppendOptions {
 
 /// Appends and returns the bytes the log should have stored.
 fn append(log: &mut PartitionLog, b: ValidatedBatch) -> (AppendInfo, Bytes) {
+    append_in_epoch(log, b, 3)
+}
+
+/// Appends as leader of `leader_epoch` and returns the bytes the log should have stored.
+fn append_in_epoch(
+    log: &mut PartitionLog,
+    b: ValidatedBatch,
+    leader_epoch: i32,
+) -> (AppendInfo, Bytes) {
     let mut expected = b.clone();
-    let info = log.append(b, opts(), NOW_MS).expect("append");
+    let options = AppendOptions {
+        log_append_time_ms: None,
+        leader_epoch,
+    };
+    let info = log.append(b, options, NOW_MS).expect("append");
     expected.set_base_offset(info.base_offset);
-    expected.set_partition_leader_epoch(3);
+    expected.set_partition_leader_epoch(leader_epoch);
     (info, expected.to_bytes())
 }
 
@@ -662,6 +675,8 @@ enum Op {
     Append {
         records: usize,
         ts: i64,
+        /// The leader epoch goes up by this much first.
+        epoch_bump: i32,
     },
     Read {
         pick: usize,
@@ -682,7 +697,8 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => (1usize..6, 0i64..10_000).prop_map(|(records, ts)| Op::Append { records, ts }),
+        6 => (1usize..6, 0i64..10_000, prop_oneof![3 => Just(0), 1 => 1i32..3])
+            .prop_map(|(records, ts, epoch_bump)| Op::Append { records, ts, epoch_bump }),
         3 => (any::<usize>(), 1usize..600, 0i64..3).prop_map(|(pick, max_bytes, hw_back)| Op::Read { pick, max_bytes, hw_back }),
         1 => Just(Op::Reopen),
         1 => (200i64..2_000).prop_map(|limit| Op::RetainBytes { limit }),
@@ -696,6 +712,7 @@ struct Model {
     batches: Vec<(i64, i64, Bytes)>,
     log_start_offset: i64,
     log_end_offset: i64,
+    leader_epoch: i32,
 }
 
 fn check_against_model(log: &PartitionLog, model: &Model) {
@@ -707,6 +724,30 @@ fn check_against_model(log: &PartitionLog, model: &Model) {
         .flat_map(|b| b.2.iter().copied())
         .collect();
     assert_eq!(read_all(log), all);
+    // The epoch cache: the first batch of each epoch among the batches left.
+    let mut expected: Vec<(i32, i64)> = Vec::new();
+    for (base_offset, _, bytes) in &model.batches {
+        let epoch = i32::from_be_bytes(bytes[12..16].try_into().unwrap());
+        if expected.last().is_none_or(|last| epoch > last.0) {
+            expected.push((epoch, *base_offset));
+        }
+    }
+    let cached: Vec<(i32, i64)> = log
+        .epochs
+        .entries()
+        .iter()
+        .map(|e| (e.epoch, e.start_offset))
+        .collect();
+    if model.batches.is_empty() {
+        // Retention that deleted every batch leaves the latest epoch at the new log start
+        // (= LEO) until the next open drops it.
+        assert!(
+            cached.is_empty() || cached == [(model.leader_epoch, model.log_end_offset)],
+            "{cached:?} for an empty log"
+        );
+    } else {
+        assert_eq!(cached, expected);
+    }
 }
 
 proptest! {
@@ -717,11 +758,12 @@ proptest! {
         let mut config = small_config(700);
         config.index_interval_bytes = 64;
         let mut log = PartitionLog::open(dir.path(), config.clone(), NOW_MS).unwrap();
-        let mut model = Model { batches: Vec::new(), log_start_offset: 0, log_end_offset: 0 };
+        let mut model = Model { batches: Vec::new(), log_start_offset: 0, log_end_offset: 0, leader_epoch: 0 };
         for op in ops {
             match op {
-                Op::Append { records, ts } => {
-                    let (info, bytes) = append(&mut log, batch(records, ts));
+                Op::Append { records, ts, epoch_bump } => {
+                    model.leader_epoch += epoch_bump;
+                    let (info, bytes) = append_in_epoch(&mut log, batch(records, ts), model.leader_epoch);
                     prop_assert_eq!(info.base_offset, model.log_end_offset);
                     model.log_end_offset = info.last_offset + 1;
                     model.batches.push((info.base_offset, info.last_offset, bytes));
@@ -1591,4 +1633,184 @@ fn readers_and_appends_go_on_during_prepare_and_see_consistent_data() {
     }
     assert_eq!(latest_by_key(&after), latest_by_key(&model));
     assert_eq!(log.log_end_offset(), model.last().unwrap().0 + 1);
+}
+
+// ---- Leader epochs (KIP-101, KIP-279) ----
+
+fn epoch_pairs(log: &PartitionLog) -> Vec<(i32, i64)> {
+    log.epochs
+        .entries()
+        .iter()
+        .map(|e| (e.epoch, e.start_offset))
+        .collect()
+}
+
+fn end(leader_epoch: i32, end_offset: i64) -> EpochEndOffset {
+    EpochEndOffset {
+        leader_epoch,
+        end_offset,
+    }
+}
+
+/// Epochs 1 (offsets 0..6), 3 (6..12), 5 (12..15), batches of 3 records; with
+/// `small_config(350)` three batches to a segment.
+fn log_with_epochs(dir: &Path, config: LogConfig) -> PartitionLog {
+    let mut log = PartitionLog::open(dir, config, NOW_MS).unwrap();
+    for (epoch, count) in [(1, 2), (3, 2), (5, 1)] {
+        for _ in 0..count {
+            append_in_epoch(&mut log, batch(3, NOW_MS), epoch);
+        }
+    }
+    log
+}
+
+#[test]
+fn epochs_follow_appends_and_answer_offsets_for_leader_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), small_config(1 << 20), NOW_MS).unwrap();
+    assert_eq!(log.latest_epoch(), None);
+    assert_eq!(log.end_offset_for_epoch(0), EpochEndOffset::UNDEFINED);
+    // A negative epoch (a batch no leader stamped) is not an epoch.
+    append_in_epoch(&mut log, batch(2, NOW_MS), -1);
+    assert_eq!(log.latest_epoch(), None);
+    for (epoch, count) in [(1, 2), (3, 2), (2, 1), (5, 1)] {
+        for _ in 0..count {
+            append_in_epoch(&mut log, batch(3, NOW_MS), epoch);
+        }
+    }
+    // The epoch 2 batch at 14 came after epoch 3: not a new epoch.
+    assert_eq!(epoch_pairs(&log), vec![(1, 2), (3, 8), (5, 17)]);
+    assert_eq!(log.latest_epoch(), Some(5));
+    assert_eq!(log.log_end_offset(), 20);
+    assert_eq!(log.end_offset_for_epoch(5), end(5, 20));
+    assert_eq!(log.end_offset_for_epoch(3), end(3, 17));
+    assert_eq!(log.end_offset_for_epoch(4), end(3, 17));
+    assert_eq!(log.end_offset_for_epoch(2), end(1, 8));
+    assert_eq!(log.end_offset_for_epoch(1), end(1, 8));
+    assert_eq!(log.end_offset_for_epoch(0), end(0, 2));
+    assert_eq!(log.end_offset_for_epoch(6), EpochEndOffset::UNDEFINED);
+    assert_eq!(log.end_offset_for_epoch(-1), EpochEndOffset::UNDEFINED);
+    // Becoming leader of epoch 7 before appending anything: epoch 5 now has an end.
+    log.assign_epoch_start_offset(7).unwrap();
+    assert_eq!(log.end_offset_for_epoch(5), end(5, 20));
+    assert_eq!(log.end_offset_for_epoch(6), end(5, 20));
+    assert_eq!(log.end_offset_for_epoch(7), end(7, 20));
+    // A stale (older) leader epoch changes nothing.
+    log.assign_epoch_start_offset(6).unwrap();
+    assert_eq!(log.latest_epoch(), Some(7));
+}
+
+#[test]
+fn epochs_persist_across_reopen_in_kafkas_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(350);
+    let log = log_with_epochs(dir.path(), config.clone());
+    assert!(log.segment_count() > 1);
+    let checkpoint = dir.path().join("leader-epoch-checkpoint");
+    assert_eq!(
+        std::fs::read_to_string(&checkpoint).unwrap(),
+        "0\n3\n1 0\n3 6\n5 12\n"
+    );
+    drop(log);
+    let log = PartitionLog::open(dir.path(), config, NOW_MS).unwrap();
+    assert_eq!(epoch_pairs(&log), vec![(1, 0), (3, 6), (5, 12)]);
+    assert_eq!(log.end_offset_for_epoch(3), end(3, 12));
+}
+
+#[test]
+fn a_missing_or_unparsable_checkpoint_is_rebuilt_from_the_batch_headers() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(350);
+    let log = log_with_epochs(dir.path(), config.clone());
+    let expected = epoch_pairs(&log);
+    drop(log);
+    let checkpoint = dir.path().join("leader-epoch-checkpoint");
+    let written = std::fs::read_to_string(&checkpoint).unwrap();
+    // Missing: a log written before epochs were kept.
+    std::fs::remove_file(&checkpoint).unwrap();
+    let log = PartitionLog::open(dir.path(), config.clone(), NOW_MS).unwrap();
+    assert_eq!(epoch_pairs(&log), expected);
+    assert_eq!(std::fs::read_to_string(&checkpoint).unwrap(), written);
+    drop(log);
+    // Garbage: rebuilt too, with a warning.
+    std::fs::write(&checkpoint, "0\n7\n1 0\n").unwrap();
+    let (log, warnings) = with_warnings(|| PartitionLog::open(dir.path(), config, NOW_MS));
+    assert_eq!(epoch_pairs(&log.unwrap()), expected);
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("leader epoch checkpoint")),
+        "{warnings:?}"
+    );
+    // An empty log without a checkpoint writes none.
+    let empty = tempfile::tempdir().unwrap();
+    let log = PartitionLog::open(empty.path(), small_config(600), NOW_MS).unwrap();
+    assert_eq!(log.latest_epoch(), None);
+    assert!(!empty.path().join("leader-epoch-checkpoint").exists());
+}
+
+#[test]
+fn open_repairs_a_checkpoint_ahead_of_or_behind_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(1 << 20);
+    let log = log_with_epochs(dir.path(), config.clone());
+    drop(log);
+    let checkpoint = dir.path().join("leader-epoch-checkpoint");
+    // Ahead: an epoch assigned before a batch that a crash lost (LEO is 15).
+    std::fs::write(&checkpoint, "0\n4\n1 0\n3 6\n5 12\n6 15\n").unwrap();
+    let log = PartitionLog::open(dir.path(), config.clone(), NOW_MS).unwrap();
+    assert_eq!(epoch_pairs(&log), vec![(1, 0), (3, 6), (5, 12)]);
+    drop(log);
+    // Behind: the write of epoch 5's entry failed; the active segment's headers add it.
+    std::fs::write(&checkpoint, "0\n2\n1 0\n3 6\n").unwrap();
+    let log = PartitionLog::open(dir.path(), config, NOW_MS).unwrap();
+    assert_eq!(epoch_pairs(&log), vec![(1, 0), (3, 6), (5, 12)]);
+    assert_eq!(
+        std::fs::read_to_string(&checkpoint).unwrap(),
+        "0\n3\n1 0\n3 6\n5 12\n"
+    );
+}
+
+#[test]
+fn truncation_and_retention_trim_the_epoch_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(350);
+    let mut log = log_with_epochs(dir.path(), config.clone());
+    // Offset 13 is inside epoch 5's only batch [12, 14]: the batch and the epoch go.
+    log.truncate_to(13, NOW_MS).unwrap();
+    assert_eq!(log.log_end_offset(), 12);
+    assert_eq!(epoch_pairs(&log), vec![(1, 0), (3, 6)]);
+    assert_eq!(log.end_offset_for_epoch(3), end(3, 12));
+    log.truncate_to(9, NOW_MS).unwrap();
+    assert_eq!(epoch_pairs(&log), vec![(1, 0), (3, 6)]);
+    // Offset 7 is inside epoch 3's first batch [6, 8]: the LEO ends at 6, epoch 3 goes.
+    log.truncate_to(7, NOW_MS).unwrap();
+    assert_eq!(log.log_end_offset(), 6);
+    assert_eq!(epoch_pairs(&log), vec![(1, 0)]);
+    drop(log);
+    let mut log = PartitionLog::open(dir.path(), config.clone(), NOW_MS).unwrap();
+    assert_eq!(epoch_pairs(&log), vec![(1, 0)]);
+    // Emptying the log empties the cache.
+    log.truncate_to(0, NOW_MS).unwrap();
+    assert_eq!(log.latest_epoch(), None);
+    drop(log);
+
+    // Retention: the entry spanning the new log start starts there (truncateFromStart).
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = log_with_epochs(dir.path(), config.clone());
+    let mut retain = config.clone();
+    retain.retention_bytes = 1; // all but the active segment
+    log.set_config(retain).unwrap();
+    assert!(log.apply_retention(NOW_MS).unwrap() > 0);
+    let start = log.log_start_offset();
+    assert!(start > 0 && start < 12, "log start {start}");
+    let first_epoch = if start < 6 { 1 } else { 3 };
+    let mut expected = vec![(first_epoch, start)];
+    expected.extend([(3, 6), (5, 12)].into_iter().filter(|e| e.1 > start));
+    assert_eq!(epoch_pairs(&log), expected);
+    drop(log);
+    let log = PartitionLog::open(dir.path(), config, NOW_MS).unwrap();
+    assert_eq!(epoch_pairs(&log), expected);
+    // An epoch older than any left: its end is where the history left starts.
+    assert_eq!(log.end_offset_for_epoch(0), end(0, start));
 }
