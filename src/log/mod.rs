@@ -5,8 +5,9 @@
 //! cache (`leader-epoch-checkpoint`, `epoch.rs`; KIP-101/KIP-279); offset assignment,
 //! the log start offset and log end offset (LEO), rolling, retention (time/size, only when
 //! `cleanup.policy` has `delete`), compaction (`compact.rs`, when it has `compact`),
-//! truncation, recovery after kill -9, idempotent producer state, and fsync when
-//! `flush_messages` / `flush_ms` ask for it. Never does: networking, request/response
+//! truncation, recovery after kill -9, idempotent producer state, the follower's append of
+//! batches copied from the leader (`append_as_follower`, offsets and epochs kept), and
+//! fsync when `flush_messages` / `flush_ms` ask for it. Never does: networking, request/response
 //! types, decompression outside the cleaner, leadership decisions (the high watermark is passed in as `max_offset`), or locking
 //! (the owner wraps a `PartitionLog` in whatever lock it needs; reads take `&self` and use
 //! positional reads only, so they can share a read lock; compaction's expensive step runs
@@ -18,7 +19,8 @@
 //! from (same offsets, uncompressed; see `compact.rs`). Closed segments and their indexes are trusted on open;
 //! only the tail of the last segment is scanned, so start-up time is bounded by
 //! `segment_bytes`, not by the data size (one exception: a log without a readable
-//! `leader-epoch-checkpoint` has its batch headers scanned once to rebuild it).
+//! `leader-epoch-checkpoint` has its batch headers scanned once to rebuild it). A follower's
+//! batches are stored exactly as the leader stored them.
 //!
 //! Durability without flush settings is the page cache (survives kill -9, not power
 //! loss). There is no recovery-point checkpoint yet: after a power loss only the last
@@ -238,6 +240,19 @@ pub enum LogError {
         /// Which value and why.
         reason: String,
     },
+    /// [`PartitionLog::append_as_follower`] got a batch starting below the log end offset:
+    /// it overlaps what the follower already holds (Kafka's
+    /// `UnexpectedAppendOffsetException`). The replica fetcher asked from an offset that is
+    /// no longer its log end offset, or the leader's log differs; it must not append, but
+    /// truncate (OffsetsForLeaderEpoch) and fetch again. Kafka `UNKNOWN_SERVER_ERROR` (-1).
+    #[error("follower append at offset {got}, the log end offset is {expected}")]
+    UnexpectedAppendOffset {
+        /// The log end offset: where the next batch must start (or, after a gap the
+        /// leader's compaction left, beyond).
+        expected: i64,
+        /// baseOffset of the batch.
+        got: i64,
+    },
 }
 
 impl LogError {
@@ -259,6 +274,11 @@ impl LogError {
     ///   the only requests that hand the log a config. It was 56 (a storage error) on
     ///   the produce path, which would have told a client to retry a request that cannot
     ///   succeed.
+    /// - `UnexpectedAppendOffset` → `UNKNOWN_SERVER_ERROR` (-1): it only happens inside the
+    ///   replica fetcher (a follower append), never on a client's request, so no code
+    ///   tells a client anything useful; Kafka has no code for it either (its
+    ///   `kafka.common.UnexpectedAppendOffsetException` is a plain `RuntimeException`,
+    ///   which `Errors.forException` answers with -1). The mapping exists so this function stays total.
     pub fn kafka_error(&self) -> kafka_protocol::ResponseError {
         use kafka_protocol::ResponseError;
         match self {
@@ -267,6 +287,7 @@ impl LogError {
             LogError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
             LogError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
             LogError::InvalidConfig { .. } => ResponseError::InvalidConfig,
+            LogError::UnexpectedAppendOffset { .. } => ResponseError::UnknownServerError,
         }
     }
 }
@@ -567,6 +588,46 @@ impl PartitionLog {
             base_offset,
             last_offset: batch.last_offset(),
             log_append_time_ms,
+            log_start_offset: self.log_start_offset,
+            duplicate: false,
+        })
+    }
+
+    /// Appends a batch exactly as the leader stored it, for the replica fetcher (Kafka's
+    /// `appendAsFollower`): baseOffset, partitionLeaderEpoch, attributes and timestamps are
+    /// kept (the bytes on disk are the leader's), no sequence or epoch check is made, and
+    /// producer state is updated from the header as [`PartitionLog::append`] does, so that
+    /// when this replica becomes leader a producer's retry of a copied batch is answered as
+    /// a duplicate (KIP-98). Rolls by the same rules, adds the batch's leader epoch to the
+    /// epoch cache when it is newer than the latest (KIP-101), and follows the flush
+    /// settings. Get the batches from a Fetch response with [`split_fetched`]. `now_ms` is
+    /// the wall clock.
+    ///
+    /// The batch must start at or beyond the log end offset. Beyond it is accepted, as Kafka
+    /// does: the leader's compaction removes whole batches (`compact.rs`), so the next
+    /// batch it sends may start after a gap. Below it is an overlap: error
+    /// `UnexpectedAppendOffset { expected: log_end_offset, got: base_offset }` (-1) and
+    /// nothing is written. Other errors: `Io` (56; the partial write is undone).
+    pub fn append_as_follower(
+        &mut self,
+        batch: ValidatedBatch,
+        now_ms: i64,
+    ) -> Result<AppendInfo, LogError> {
+        let log_end_offset = self.log_end_offset();
+        if batch.base_offset() < log_end_offset {
+            return Err(LogError::UnexpectedAppendOffset {
+                expected: log_end_offset,
+                got: batch.base_offset(),
+            });
+        }
+        self.write_batch(&batch, now_ms)?;
+        Ok(AppendInfo {
+            base_offset: batch.base_offset(),
+            last_offset: batch.last_offset(),
+            log_append_time_ms: match batch.timestamp_type() {
+                TimestampType::LogAppendTime => batch.max_timestamp(),
+                TimestampType::CreateTime => -1,
+            },
             log_start_offset: self.log_start_offset,
             duplicate: false,
         })

@@ -1635,7 +1635,7 @@ fn readers_and_appends_go_on_during_prepare_and_see_consistent_data() {
     assert_eq!(log.log_end_offset(), model.last().unwrap().0 + 1);
 }
 
-// ---- Leader epochs (KIP-101, KIP-279) ----
+// ---- Leader epochs (KIP-101, KIP-279) and the follower's append ----
 
 fn epoch_pairs(log: &PartitionLog) -> Vec<(i32, i64)> {
     log.epochs
@@ -1813,4 +1813,172 @@ fn truncation_and_retention_trim_the_epoch_cache() {
     assert_eq!(epoch_pairs(&log), expected);
     // An epoch older than any left: its end is where the history left starts.
     assert_eq!(log.end_offset_for_epoch(0), end(0, start));
+}
+
+/// The leader's stored bytes from `offset`, as a Fetch response would carry them.
+fn fetched(log: &PartitionLog, offset: i64) -> Vec<ValidatedBatch> {
+    let mut bytes = Vec::new();
+    let mut at = offset;
+    while at < log.log_end_offset() {
+        let r = log.read(at, 1 << 20, i64::MAX).unwrap();
+        at = batches_of(&r.bytes).last().unwrap().1 + 1;
+        bytes.extend_from_slice(&r.bytes);
+    }
+    split_fetched(Bytes::from(bytes)).unwrap()
+}
+
+#[test]
+fn follower_append_keeps_offsets_epochs_and_bytes() {
+    let leader_dir = tempfile::tempdir().unwrap();
+    let follower_dir = tempfile::tempdir().unwrap();
+    let config = small_config(350);
+    let mut leader = log_with_epochs(leader_dir.path(), config.clone());
+    let options = AppendOptions {
+        log_append_time_ms: Some(NOW_MS + 5),
+        leader_epoch: 5,
+    };
+    leader.append(batch(2, NOW_MS), options, NOW_MS).unwrap();
+    let mut follower = PartitionLog::open(follower_dir.path(), config.clone(), NOW_MS).unwrap();
+    for b in fetched(&leader, 0) {
+        let (base_offset, last_offset) = (b.base_offset(), b.last_offset());
+        let info = follower.append_as_follower(b, NOW_MS + 60_000).unwrap();
+        assert_eq!(
+            (info.base_offset, info.last_offset),
+            (base_offset, last_offset)
+        );
+        assert!(!info.duplicate);
+    }
+    assert_eq!(read_all(&follower), read_all(&leader));
+    assert_eq!(follower.log_end_offset(), 17);
+    assert_eq!(follower.segment_count(), leader.segment_count());
+    assert_eq!(epoch_pairs(&follower), epoch_pairs(&leader));
+    for epoch in -1..7 {
+        assert_eq!(
+            follower.end_offset_for_epoch(epoch),
+            leader.end_offset_for_epoch(epoch)
+        );
+    }
+    // The LogAppendTime batch kept the leader's time.
+    let last = fetched(&follower, 15).pop().unwrap();
+    assert_eq!(last.timestamp_type(), TimestampType::LogAppendTime);
+    assert_eq!(last.max_timestamp(), NOW_MS + 5);
+    drop(follower);
+    let follower = PartitionLog::open(follower_dir.path(), config, NOW_MS).unwrap();
+    assert_eq!(read_all(&follower), read_all(&leader));
+    assert_eq!(epoch_pairs(&follower), epoch_pairs(&leader));
+}
+
+#[test]
+fn follower_append_refuses_an_overlap_and_accepts_a_compaction_gap() {
+    let leader_dir = tempfile::tempdir().unwrap();
+    let follower_dir = tempfile::tempdir().unwrap();
+    let leader = log_with_epochs(leader_dir.path(), small_config(1 << 20));
+    let batches = fetched(&leader, 0);
+    let mut follower =
+        PartitionLog::open(follower_dir.path(), small_config(1 << 20), NOW_MS).unwrap();
+    follower
+        .append_as_follower(batches[0].clone(), NOW_MS)
+        .unwrap();
+    // The same batch again: an overlap, nothing written.
+    let err = follower
+        .append_as_follower(batches[0].clone(), NOW_MS)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LogError::UnexpectedAppendOffset {
+                expected: 3,
+                got: 0
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.kafka_error(),
+        kafka_protocol::ResponseError::UnknownServerError
+    );
+    assert_eq!(follower.log_end_offset(), 3);
+    // A batch after a gap (the leader's cleaner removed batch [3, 5] whole): kept at its
+    // offsets, the gap stays a gap, as on the leader.
+    follower
+        .append_as_follower(batches[2].clone(), NOW_MS)
+        .unwrap();
+    assert_eq!(follower.log_end_offset(), 9);
+    assert_eq!(
+        batches_of(&Bytes::from(read_all(&follower))),
+        [(0, 2), (6, 8)]
+    );
+    assert_eq!(epoch_pairs(&follower), vec![(1, 0), (3, 6)]);
+    let r = follower.read(4, 1 << 20, i64::MAX).unwrap();
+    assert_eq!(r.first_batch_base_offset, Some(6));
+    // The batch the gap skipped, now below the log end offset: an overlap.
+    assert!(matches!(
+        follower.append_as_follower(batches[1].clone(), NOW_MS),
+        Err(LogError::UnexpectedAppendOffset {
+            expected: 9,
+            got: 3
+        })
+    ));
+}
+
+#[test]
+fn a_copied_batch_retried_through_the_new_leader_is_a_duplicate() {
+    let leader_dir = tempfile::tempdir().unwrap();
+    let follower_dir = tempfile::tempdir().unwrap();
+    let config = small_config(1 << 20);
+    let mut leader = PartitionLog::open(leader_dir.path(), config.clone(), NOW_MS).unwrap();
+    append_in_epoch(&mut leader, batch(2, NOW_MS), 4);
+    let original = append_in_epoch(&mut leader, idempotent(3, 42, 0, 0), 4).0;
+    let mut follower = PartitionLog::open(follower_dir.path(), config.clone(), NOW_MS).unwrap();
+    for b in fetched(&leader, 0) {
+        follower.append_as_follower(b, NOW_MS).unwrap();
+    }
+    // Across a reopen too: producer state comes back from the copied headers.
+    drop(follower);
+    let mut follower = PartitionLog::open(follower_dir.path(), config, NOW_MS).unwrap();
+    // The follower becomes leader of epoch 5; the producer never got its answer and retries.
+    follower.assign_epoch_start_offset(5).unwrap();
+    let options = AppendOptions {
+        log_append_time_ms: None,
+        leader_epoch: 5,
+    };
+    let retry = follower
+        .append(idempotent(3, 42, 0, 0), options, NOW_MS)
+        .unwrap();
+    assert!(retry.duplicate);
+    assert_eq!(
+        (retry.base_offset, retry.last_offset),
+        (original.base_offset, original.last_offset)
+    );
+    assert_eq!(follower.log_end_offset(), 5);
+    // The producer's next sequence follows on; a gap in sequences is still refused.
+    assert!(matches!(
+        follower.append(idempotent(1, 42, 0, 4), options, NOW_MS),
+        Err(LogError::OutOfOrderSequence {
+            expected_sequence: 3,
+            ..
+        })
+    ));
+    let next = follower
+        .append(idempotent(1, 42, 0, 3), options, NOW_MS)
+        .unwrap();
+    assert_eq!((next.base_offset, next.duplicate), (5, false));
+    assert_eq!(epoch_pairs(&follower), vec![(4, 0), (5, 5)]);
+}
+
+#[test]
+fn truncating_at_the_end_drops_an_epoch_assigned_without_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = log_with_epochs(dir.path(), small_config(1 << 20));
+    // Leader of epoch 6 at offset 15, then follower again before writing anything.
+    log.assign_epoch_start_offset(6).unwrap();
+    log.truncate_to(15, NOW_MS).unwrap();
+    assert_eq!(log.log_end_offset(), 15);
+    assert_eq!(log.latest_epoch(), Some(5));
+    // The new leader's epoch-5 batches from 15 on extend epoch 5.
+    let mut copy = batch(2, NOW_MS);
+    copy.set_base_offset(15);
+    copy.set_partition_leader_epoch(5);
+    log.append_as_follower(copy, NOW_MS).unwrap();
+    assert_eq!(log.end_offset_for_epoch(5), end(5, 17));
 }
