@@ -378,6 +378,12 @@ pub async fn run_on(
             session,
             shutdown.clone(),
         ));
+        tasks.spawn(crate::replication::run(
+            metadata.clone(),
+            replicas.clone(),
+            config.clone(),
+            shutdown.clone(),
+        ));
     }
     for listener in listeners {
         let addr = listener

@@ -366,6 +366,9 @@ fn default_request(key: ApiKey) -> Option<RequestKind> {
         ApiKey::Produce => RequestKind::Produce(ProduceRequest::default()),
         ApiKey::Fetch => RequestKind::Fetch(FetchRequest::default()),
         ApiKey::ListOffsets => RequestKind::ListOffsets(ListOffsetsRequest::default()),
+        ApiKey::OffsetForLeaderEpoch => {
+            RequestKind::OffsetForLeaderEpoch(OffsetForLeaderEpochRequest::default())
+        }
         ApiKey::Metadata => RequestKind::Metadata(MetadataRequest::default()),
         ApiKey::ApiVersions => RequestKind::ApiVersions(ApiVersionsRequest::default()),
         ApiKey::CreateTopics => RequestKind::CreateTopics(CreateTopicsRequest::default()),
@@ -517,6 +520,23 @@ fn sample_request(key: ApiKey, version: i16) -> Option<RequestKind> {
         ),
         ApiKey::FindCoordinator if version < 4 => {
             RequestKind::FindCoordinator(FindCoordinatorRequest::default().with_key(group().0))
+        }
+        ApiKey::OffsetForLeaderEpoch => {
+            use offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
+            let request = if version >= 3 {
+                // A follower's (broker 2); older versions have no replica_id.
+                OffsetForLeaderEpochRequest::default().with_replica_id(BrokerId(2))
+            } else {
+                OffsetForLeaderEpochRequest::default()
+            };
+            RequestKind::OffsetForLeaderEpoch(request.with_topics(
+                vec![OffsetForLeaderTopic::default()
+                        .with_topic(topic())
+                        .with_partitions(vec![OffsetForLeaderPartition::default()
+                            .with_partition(0)
+                            .with_current_leader_epoch(if version >= 2 { 0 } else { -1 })
+                            .with_leader_epoch(0)])],
+            ))
         }
         ApiKey::DescribeQuorum => {
             use describe_quorum_request::{PartitionData, TopicData};

@@ -28,6 +28,7 @@ pub mod plugin;
 pub mod protocol;
 mod purgatory;
 pub mod replica;
+mod replication;
 mod server;
 mod topics;
 pub mod transform;

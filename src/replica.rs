@@ -17,10 +17,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 use crate::cluster::{
     ListenerError, Metadata, MetadataDelta, MetadataListener, MetadataRecord, PartitionState,
@@ -29,7 +30,8 @@ use crate::cluster::{
 use crate::config::{BrokerConfig, TOPIC_KEYS};
 use crate::log::{
     AppendInfo, AppendOptions, CleanerThrottle, CleanupPolicy, CompactionPlan, CompactionStats,
-    Compression, LogConfig, LogError, PartitionLog, PreparedCompaction, ValidatedBatch,
+    Compression, EpochEndOffset, LogConfig, LogError, PartitionLog, PreparedCompaction,
+    ValidatedBatch,
 };
 use crate::purgatory::Purgatory;
 
@@ -92,6 +94,9 @@ pub struct ProduceSettings {
     /// `None` for `producer` (the default). Applied only to batches the broker re-encodes
     /// (inline transforms); client batches are stored as sent.
     pub compression: Option<Compression>,
+    /// `min.insync.replicas`: the ISR size acks=all needs (NOT_ENOUGH_REPLICAS, 19,
+    /// below it), and below which the high watermark does not advance (KIP-966).
+    pub min_insync_replicas: usize,
 }
 
 fn resolve(
@@ -104,6 +109,7 @@ fn resolve(
         log_append_time: false,
         require_keys: false,
         compression: None,
+        min_insync_replicas: 1,
     };
     for (key, value, _) in effective_topic_configs(broker, overrides) {
         let int = value.as_deref().and_then(|v| v.parse::<i64>().ok());
@@ -154,6 +160,11 @@ fn resolve(
                     Some("lz4") => Some(Compression::Lz4),
                     Some("zstd") => Some(Compression::Zstd),
                     _ => None,
+                }
+            }
+            "min.insync.replicas" => {
+                if let Some(n) = int {
+                    settings.min_insync_replicas = n.clamp(1, i64::from(i16::MAX)) as usize;
                 }
             }
             "min.cleanable.dirty.ratio" => {
@@ -220,6 +231,39 @@ pub struct FollowerState {
     /// Wall-clock time (ms) the follower was last caught up to the leader's LEO; ISR
     /// shrinking compares it with `replica.lag.time.max.ms`.
     pub last_caught_up_ms: i64,
+    /// The leader's log end offset when the follower last fetched (Kafka's
+    /// `lastFetchLeaderLogEndOffset`): a fetch from at least there means the follower
+    /// was caught up at that earlier fetch.
+    pub last_fetch_leader_log_end_offset: i64,
+    /// Wall-clock time (ms) of the follower's last fetch.
+    pub last_fetch_ms: i64,
+}
+
+impl FollowerState {
+    /// A follower the leader has not heard from yet, counted as caught up at `now_ms`
+    /// (Kafka starts every replica's clock when leadership begins), its log end offset
+    /// unknown (-1).
+    fn new(now_ms: i64) -> FollowerState {
+        FollowerState {
+            log_end_offset: -1,
+            last_caught_up_ms: now_ms,
+            last_fetch_leader_log_end_offset: -1,
+            last_fetch_ms: now_ms,
+        }
+    }
+
+    /// Notes a fetch from `fetch_offset` at `now_ms` while the leader's log ends at
+    /// `leader_log_end_offset` (Kafka's `Replica.updateFetchState`).
+    fn record_fetch(&mut self, fetch_offset: i64, leader_log_end_offset: i64, now_ms: i64) {
+        if fetch_offset >= leader_log_end_offset {
+            self.last_caught_up_ms = self.last_caught_up_ms.max(now_ms);
+        } else if fetch_offset >= self.last_fetch_leader_log_end_offset {
+            self.last_caught_up_ms = self.last_caught_up_ms.max(self.last_fetch_ms);
+        }
+        self.log_end_offset = fetch_offset;
+        self.last_fetch_leader_log_end_offset = leader_log_end_offset;
+        self.last_fetch_ms = now_ms;
+    }
 }
 
 /// A replica's role for its partition: its one home (Kafka's `Partition` leader state).
@@ -229,10 +273,16 @@ pub enum ReplicaRole {
     Leader {
         /// The leader epoch stamped into every batch this leader appends.
         leader_epoch: i32,
+        /// The partition epoch of the metadata state this role follows (an ISR change
+        /// this leader proposes is made against it, KIP-497).
+        partition_epoch: i32,
         /// The in-sync replicas' broker ids, this broker included.
         isr: Vec<i32>,
         /// Every other replica's fetch state, by broker id.
         followers: BTreeMap<i32, FollowerState>,
+        /// The log end offset when this leadership began: a follower joins the ISR only
+        /// once it has fetched from here (KIP-101's leader epoch start offset).
+        epoch_start_offset: i64,
     },
     /// Another broker leads; this one copies its log.
     Follower {
@@ -255,16 +305,20 @@ impl ReplicaRole {
 
 /// The high watermark a leader may expose: the smallest log end offset over the ISR
 /// (its own `leader_log_end_offset` included; a member with no fetch state yet holds
-/// it at `current`). Never moves back: the result is at least `current`. A follower's
-/// high watermark is the leader's, so this returns `current` for [`ReplicaRole::Follower`].
+/// it at `current`), and only while the ISR has at least `min_insync_replicas` members
+/// (KIP-966: with fewer, nothing more is committed). Never moves back: the result is at
+/// least `current`. A follower's high watermark is the leader's, so this returns
+/// `current` for [`ReplicaRole::Follower`].
 /// Sans-IO (STYLE rule 5): the one place the high watermark is computed.
 pub fn high_watermark_for(
     role: &ReplicaRole,
     self_id: i32,
     leader_log_end_offset: i64,
     current: i64,
+    min_insync_replicas: usize,
 ) -> i64 {
     match role {
+        ReplicaRole::Leader { isr, .. } if isr.len() < min_insync_replicas => current,
         ReplicaRole::Leader { isr, followers, .. } => {
             let min_isr_leo = isr
                 .iter()
@@ -297,13 +351,136 @@ pub struct Partition {
     role: Mutex<ReplicaRole>,
     /// The high watermark, published: parked fetches and acks=all produces wait on it.
     high_watermark: watch::Sender<i64>,
+    /// The log end offset, published: followers' fetches parked at the leader wait on it.
+    log_end_offset: watch::Sender<i64>,
+    /// Where this partition, as leader, sends the ISR changes it wants (the replication
+    /// task commits them, `replication.rs`); `None` in unit tests.
+    isr_changes: Option<mpsc::Sender<IsrChange>>,
+    /// An ISR change is on its way: no other is sent until the metadata answers (a new
+    /// partition epoch) or the change fails.
+    isr_change_pending: AtomicBool,
+}
+
+/// An ISR change a leader asks the controller for (KIP-497 AlterPartition, here a
+/// `PartitionChanged` metadata record checked by partition epoch).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IsrChange {
+    /// Topic name.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+    /// The partition epoch the leader's state came from.
+    pub partition_epoch: i32,
+    /// The ISR wanted.
+    pub isr: Vec<i32>,
+}
+
+/// Why a replica (follower) fetch or a leader-epoch-checked request was refused, with its
+/// Kafka error.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplicaError {
+    /// NOT_LEADER_OR_FOLLOWER (6): this broker does not lead the partition.
+    #[error("not the leader")]
+    NotLeader,
+    /// FENCED_LEADER_EPOCH (74): the request's `current_leader_epoch` is older than the
+    /// partition's (KIP-320).
+    #[error("leader epoch {requested} is older than {current}")]
+    FencedLeaderEpoch {
+        /// The request's epoch.
+        requested: i32,
+        /// This broker's.
+        current: i32,
+    },
+    /// UNKNOWN_LEADER_EPOCH (75): the request's `current_leader_epoch` is newer than this
+    /// broker knows yet (KIP-320).
+    #[error("leader epoch {requested} is newer than {current}")]
+    UnknownLeaderEpoch {
+        /// The request's epoch.
+        requested: i32,
+        /// This broker's.
+        current: i32,
+    },
+    /// The log's error.
+    #[error(transparent)]
+    Log(#[from] LogError),
+}
+
+impl ReplicaError {
+    /// The Kafka error code.
+    pub fn kafka_error(&self) -> kafka_protocol::ResponseError {
+        use kafka_protocol::ResponseError as E;
+        match self {
+            ReplicaError::NotLeader => E::NotLeaderOrFollower,
+            ReplicaError::FencedLeaderEpoch { .. } => E::FencedLeaderEpoch,
+            ReplicaError::UnknownLeaderEpoch { .. } => E::UnknownLeaderEpoch,
+            ReplicaError::Log(e) => e.kafka_error(),
+        }
+    }
+}
+
+/// How an acks=all wait ended ([`Partition::wait_for_high_watermark`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplicationWait {
+    /// The high watermark passed the batch: every in-sync replica has it.
+    Replicated,
+    /// The ISR fell below `min.insync.replicas` after the append
+    /// (NOT_ENOUGH_REPLICAS_AFTER_APPEND, 20).
+    NotEnoughReplicasAfterAppend,
+    /// This broker stopped leading the partition (NOT_LEADER_OR_FOLLOWER, 6): the batch
+    /// may or may not survive on the new leader; the producer retries.
+    NotLeader,
+    /// The deadline passed (REQUEST_TIMED_OUT, 7).
+    TimedOut,
+}
+
+/// The role `state` gives broker `node_id` at `now_ms`; `previous` keeps the followers'
+/// fetch state across an ISR change within one leadership.
+fn role_for(
+    state: &PartitionState,
+    node_id: i32,
+    log_end_offset: i64,
+    previous: Option<&ReplicaRole>,
+    now_ms: i64,
+) -> ReplicaRole {
+    if state.leader != node_id {
+        return ReplicaRole::Follower {
+            leader_id: state.leader,
+            leader_epoch: state.leader_epoch,
+        };
+    }
+    match previous {
+        Some(ReplicaRole::Leader {
+            leader_epoch,
+            followers,
+            epoch_start_offset,
+            ..
+        }) if *leader_epoch == state.leader_epoch => ReplicaRole::Leader {
+            leader_epoch: state.leader_epoch,
+            partition_epoch: state.partition_epoch,
+            isr: state.isr.clone(),
+            followers: followers.clone(),
+            epoch_start_offset: *epoch_start_offset,
+        },
+        _ => ReplicaRole::Leader {
+            leader_epoch: state.leader_epoch,
+            partition_epoch: state.partition_epoch,
+            isr: state.isr.clone(),
+            followers: state
+                .replicas
+                .iter()
+                .filter(|r| **r != node_id)
+                .map(|r| (*r, FollowerState::new(now_ms)))
+                .collect(),
+            epoch_start_offset: log_end_offset,
+        },
+    }
 }
 
 impl Partition {
-    /// A partition over an opened log in the role `state` gives this broker: leader (ISR
-    /// = itself until replication exists) or follower of `state.leader`. The high
-    /// watermark starts at the log end offset: every record on the leader's only in-sync
-    /// replica is committed (a follower holds no data yet).
+    /// A partition over an opened log in the role `state` gives this broker: leader (with
+    /// the ISR of `state`) or follower of `state.leader`. The high watermark starts at the
+    /// log end offset (it is not checkpointed: a restarted leader exposes what its log
+    /// holds; a follower's is the leader's once it fetches).
     fn new_replica(
         topic: String,
         index: i32,
@@ -311,20 +488,18 @@ impl Partition {
         state: &PartitionState,
         settings: ProduceSettings,
         log: PartitionLog,
+        isr_changes: Option<mpsc::Sender<IsrChange>>,
     ) -> Partition {
-        let (high_watermark, _) = watch::channel(log.log_end_offset());
-        let role = if state.leader == node_id {
-            ReplicaRole::Leader {
-                leader_epoch: state.leader_epoch,
-                isr: vec![node_id],
-                followers: BTreeMap::new(),
+        let mut log = log;
+        if state.leader == node_id {
+            if let Err(e) = log.assign_epoch_start_offset(state.leader_epoch) {
+                tracing::error!(%topic, partition = index, error = %e, "cannot record the leader epoch start offset");
             }
-        } else {
-            ReplicaRole::Follower {
-                leader_id: state.leader,
-                leader_epoch: state.leader_epoch,
-            }
-        };
+        }
+        let leo = log.log_end_offset();
+        let (high_watermark, _) = watch::channel(leo);
+        let (log_end_offset, _) = watch::channel(leo);
+        let role = role_for(state, node_id, leo, None, now_ms());
         Partition {
             topic,
             index,
@@ -333,7 +508,57 @@ impl Partition {
             log: RwLock::new(log),
             role: Mutex::new(role),
             high_watermark,
+            log_end_offset,
+            isr_changes,
+            isr_change_pending: AtomicBool::new(false),
         }
+    }
+
+    /// Follows a metadata change of this partition's leader or ISR (Kafka's
+    /// `Partition.makeLeader` / `makeFollower`): the role becomes what `state` says. A new
+    /// leadership starts every follower's clock afresh and remembers where its epoch
+    /// starts; an ISR change within one leadership keeps the followers' fetch state. The
+    /// high watermark is recomputed (a shrunken ISR may let it advance), and every waiter
+    /// is woken to look again (an acks=all produce on a broker that stopped leading
+    /// answers NOT_LEADER_OR_FOLLOWER). A follower's log is truncated by its fetcher
+    /// (by leader epoch), not here.
+    fn apply_state(&self, state: &PartitionState) {
+        let mut log = self.log_mut();
+        if state.leader == self.node_id {
+            // Kafka's `makeLeader`: the new epoch starts at the log end offset, so a
+            // follower asking where its older epoch ends gets an answer (KIP-279).
+            if let Err(e) = log.assign_epoch_start_offset(state.leader_epoch) {
+                tracing::error!(topic = %self.topic, partition = self.index, error = %e, "cannot record the leader epoch start offset");
+            }
+        }
+        {
+            let mut role = self.role();
+            let new = role_for(
+                state,
+                self.node_id,
+                log.log_end_offset(),
+                Some(&role),
+                now_ms(),
+            );
+            if new != *role {
+                tracing::info!(
+                    topic = %self.topic,
+                    partition = self.index,
+                    leader = state.leader,
+                    leader_epoch = state.leader_epoch,
+                    isr = ?state.isr,
+                    "partition role: {}",
+                    if state.leader == self.node_id { "leader" } else { "follower" }
+                );
+            }
+            *role = new;
+        }
+        self.isr_change_pending.store(false, Ordering::SeqCst);
+        self.update_high_watermark(&log);
+        drop(log);
+        // Wake every waiter to look again at the new role.
+        self.high_watermark.send_modify(|_| {});
+        self.log_end_offset.send_modify(|_| {});
     }
 
     /// Whether this broker leads the partition (Produce, ListOffsets and consumer Fetch
@@ -404,13 +629,261 @@ impl Partition {
     /// log end offset or the ISR.
     fn update_high_watermark(&self, log: &PartitionLog) {
         let leo = log.log_end_offset();
+        let min_isr = self.settings().min_insync_replicas;
         let role = self.role();
         self.high_watermark.send_if_modified(|hw| {
-            let new = high_watermark_for(&role, self.node_id, leo, *hw).min(leo);
+            let new = high_watermark_for(&role, self.node_id, leo, *hw, min_isr).min(leo);
             let changed = new != *hw;
             *hw = new;
             changed
         });
+        drop(role);
+        self.log_end_offset.send_if_modified(|end| {
+            let changed = *end != leo;
+            *end = leo;
+            changed
+        });
+    }
+
+    /// A receiver that sees every log end offset change of this partition (appends,
+    /// truncation), marked seen at the current value: what a follower's fetch parked at
+    /// the leader waits on (followers read past the high watermark).
+    pub fn watch_log_end_offset(&self) -> watch::Receiver<i64> {
+        self.log_end_offset.subscribe()
+    }
+
+    /// Checks a request's `current_leader_epoch` against this replica's (KIP-320): -1
+    /// (not given) passes.
+    ///
+    /// Errors: [`ReplicaError::FencedLeaderEpoch`] (74) when older,
+    /// [`ReplicaError::UnknownLeaderEpoch`] (75) when newer.
+    pub fn check_leader_epoch(&self, current_leader_epoch: i32) -> Result<(), ReplicaError> {
+        let epoch = self.role().leader_epoch();
+        match current_leader_epoch {
+            -1 => Ok(()),
+            e if e < epoch => Err(ReplicaError::FencedLeaderEpoch {
+                requested: e,
+                current: epoch,
+            }),
+            e if e > epoch => Err(ReplicaError::UnknownLeaderEpoch {
+                requested: e,
+                current: epoch,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// The number of in-sync replicas when this broker leads (0 when it does not):
+    /// acks=all needs `min.insync.replicas` of them.
+    pub fn isr_len(&self) -> usize {
+        match &*self.role() {
+            ReplicaRole::Leader { isr, .. } => isr.len(),
+            ReplicaRole::Follower { .. } => 0,
+        }
+    }
+
+    /// Sends an ISR change to the replication task unless one is pending.
+    fn propose_isr(&self, partition_epoch: i32, isr: Vec<i32>) {
+        let Some(tx) = &self.isr_changes else {
+            return;
+        };
+        if self.isr_change_pending.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let change = IsrChange {
+            topic: self.topic.clone(),
+            partition: self.index,
+            partition_epoch,
+            isr,
+        };
+        if tx.try_send(change).is_err() {
+            // Full or closed: the next fetch or check asks again.
+            self.isr_change_pending.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// The replication task is done with this partition's pending ISR change (it failed,
+    /// or was not needed any more): the next one may go.
+    pub fn isr_change_done(&self) {
+        self.isr_change_pending.store(false, Ordering::SeqCst);
+    }
+
+    /// A follower's fetch at the leader (Kafka's `Partition.fetchRecords` for a replica):
+    /// checks leadership and `current_leader_epoch`, records that `replica_id` has
+    /// everything below `fetch_offset` (its log end offset), which may advance the high
+    /// watermark (waking acks=all produces) or, once the follower has caught up to the
+    /// high watermark within this leadership, ask for it to join the ISR; then reads whole
+    /// batches from `fetch_offset` up to the log end offset, `max_bytes` at most (the
+    /// first batch whole).
+    ///
+    /// Errors: [`ReplicaError::NotLeader`] (6) when this broker does not lead or
+    /// `replica_id` is not a replica; the epoch errors (74, 75); [`LogError`]
+    /// (OFFSET_OUT_OF_RANGE, 1, outside the log; 56).
+    pub fn read_for_follower(
+        &self,
+        replica_id: i32,
+        current_leader_epoch: i32,
+        fetch_offset: i64,
+        max_bytes: usize,
+        now_ms: i64,
+    ) -> Result<PartitionRead, ReplicaError> {
+        self.check_leader_epoch(current_leader_epoch)?;
+        let log = self.log();
+        let leo = log.log_end_offset();
+        if fetch_offset > leo || fetch_offset < log.log_start_offset() {
+            return Err(LogError::OffsetOutOfRange {
+                offset: fetch_offset,
+                log_start_offset: log.log_start_offset(),
+                log_end_offset: leo,
+            }
+            .into());
+        }
+        let expand = {
+            let mut role = self.role();
+            let ReplicaRole::Leader {
+                isr,
+                followers,
+                epoch_start_offset,
+                partition_epoch,
+                ..
+            } = &mut *role
+            else {
+                return Err(ReplicaError::NotLeader);
+            };
+            let Some(f) = followers.get_mut(&replica_id) else {
+                return Err(ReplicaError::NotLeader);
+            };
+            f.record_fetch(fetch_offset, leo, now_ms);
+            let hw = *self.high_watermark.borrow();
+            (!isr.contains(&replica_id)
+                && fetch_offset >= hw
+                && fetch_offset >= *epoch_start_offset)
+                .then(|| {
+                    let mut wanted = isr.clone();
+                    wanted.push(replica_id);
+                    (*partition_epoch, wanted)
+                })
+        };
+        self.update_high_watermark(&log);
+        if let Some((epoch, isr)) = expand {
+            tracing::info!(topic = %self.topic, partition = self.index, replica_id, "follower caught up: asking for it to join the ISR");
+            self.propose_isr(epoch, isr);
+        }
+        let offsets = self.offsets_of(&log);
+        let read = log.read(fetch_offset, max_bytes, offsets.log_end_offset)?;
+        Ok(PartitionRead {
+            offsets,
+            bytes: read.bytes,
+        })
+    }
+
+    /// The leader's ISR check (Kafka's `Partition.maybeShrinkIsr`): the in-sync
+    /// followers not caught up for longer than `lag_time_max_ms` leave the ISR (the
+    /// change goes to the controller). Returns the ISR asked for, if any.
+    pub fn maybe_shrink_isr(&self, now_ms: i64, lag_time_max_ms: i64) -> Option<Vec<i32>> {
+        let (epoch, wanted) = {
+            let role = self.role();
+            let ReplicaRole::Leader {
+                isr,
+                followers,
+                partition_epoch,
+                ..
+            } = &*role
+            else {
+                return None;
+            };
+            let wanted: Vec<i32> = isr
+                .iter()
+                .copied()
+                .filter(|id| {
+                    *id == self.node_id
+                        || followers
+                            .get(id)
+                            .is_some_and(|f| now_ms - f.last_caught_up_ms <= lag_time_max_ms)
+                })
+                .collect();
+            if wanted.len() == isr.len() {
+                return None;
+            }
+            (*partition_epoch, wanted)
+        };
+        tracing::info!(topic = %self.topic, partition = self.index, isr = ?wanted, "followers lag by more than replica.lag.time.max.ms: asking to shrink the ISR");
+        self.propose_isr(epoch, wanted.clone());
+        Some(wanted)
+    }
+
+    /// Appends batches copied from the leader, as the leader stored them (offsets, leader
+    /// epochs, timestamps kept; producer state rebuilt from them, so idempotent retries are
+    /// recognised if this replica becomes leader), then takes the high watermark the
+    /// leader sent, capped at the new log end offset (Kafka's `Partition.appendRecordsToFollowerOrFutureReplica`
+    /// and `maybeUpdateHighWatermark`).
+    ///
+    /// Errors: [`LogError::UnexpectedAppendOffset`] when a batch does not start at the log
+    /// end offset (the fetcher truncates and fetches again); I/O.
+    pub fn append_as_follower(
+        &self,
+        batches: Vec<ValidatedBatch>,
+        leader_high_watermark: i64,
+        now_ms: i64,
+    ) -> Result<(), LogError> {
+        let mut log = self.log_mut();
+        if matches!(*self.role(), ReplicaRole::Leader { .. }) {
+            // Became leader since the fetch was sent: its log is the truth now.
+            return Ok(());
+        }
+        let mut result = Ok(());
+        for batch in batches {
+            if let Err(e) = log.append_as_follower(batch, now_ms) {
+                result = Err(e);
+                break;
+            }
+        }
+        self.set_follower_high_watermark(&log, leader_high_watermark);
+        result
+    }
+
+    /// A follower's high watermark: the leader's, capped at its own log end offset.
+    fn set_follower_high_watermark(&self, log: &PartitionLog, leader_high_watermark: i64) {
+        let leo = log.log_end_offset();
+        let hw = leader_high_watermark.clamp(log.log_start_offset(), leo);
+        self.high_watermark.send_if_modified(|current| {
+            let changed = *current != hw;
+            *current = hw;
+            changed
+        });
+        self.log_end_offset.send_if_modified(|end| {
+            let changed = *end != leo;
+            *end = leo;
+            changed
+        });
+    }
+
+    /// Removes every record at or above `offset` (a follower's divergent tail, KIP-101);
+    /// the high watermark is capped at the new log end offset.
+    ///
+    /// Errors: [`LogError`] (I/O).
+    pub fn truncate_to(&self, offset: i64, now_ms: i64) -> Result<(), LogError> {
+        let mut log = self.log_mut();
+        let before = log.log_end_offset();
+        // Also at or past the end: that drops an epoch assigned with no records after it.
+        log.truncate_to(offset, now_ms)?;
+        if log.log_end_offset() < before {
+            tracing::info!(topic = %self.topic, partition = self.index, from = before, to = log.log_end_offset(), "truncated the log to the leader's");
+        }
+        let hw = *self.high_watermark.borrow();
+        self.set_follower_high_watermark(&log, hw);
+        Ok(())
+    }
+
+    /// The newest leader epoch in this replica's log, if any batch carries one.
+    pub fn latest_epoch(&self) -> Option<i32> {
+        self.log().latest_epoch()
+    }
+
+    /// OffsetForLeaderEpoch (KIP-101, KIP-279): the largest epoch at or below
+    /// `leader_epoch` this log knows, with the offset where it ends.
+    pub fn end_offset_for_epoch(&self, leader_epoch: i32) -> EpochEndOffset {
+        self.log().end_offset_for_epoch(leader_epoch)
     }
 
     /// Whole stored batches from the one containing `fetch_offset`, up to `max_bytes`
@@ -476,12 +949,18 @@ impl Partition {
         batches: Vec<ValidatedBatch>,
         now_ms: i64,
     ) -> Result<AppendInfo, LogError> {
-        let leader_epoch = self.role().leader_epoch();
+        let log_append_time_ms = self.settings().log_append_time.then_some(now_ms);
+        let mut log = self.log_mut();
+        // The role is read under the log lock: a leader change (which takes the log lock
+        // too) cannot slip between the check and the append.
+        let leader_epoch = match &*self.role() {
+            ReplicaRole::Leader { leader_epoch, .. } => *leader_epoch,
+            ReplicaRole::Follower { .. } => return Err(LogError::NotLeader),
+        };
         let opts = AppendOptions {
-            log_append_time_ms: self.settings().log_append_time.then_some(now_ms),
+            log_append_time_ms,
             leader_epoch,
         };
-        let mut log = self.log_mut();
         let mut first: Option<AppendInfo> = None;
         let mut result = Ok(());
         for batch in batches {
@@ -505,14 +984,32 @@ impl Partition {
     }
 
     /// Waits until the high watermark passes `offset` (acks=all: the batch whose last
-    /// offset is `offset` is on every in-sync replica), or `timeout_ms` passes. Parks on
-    /// the partition's high watermark, never blocking a thread. Returns whether it passed.
-    pub async fn wait_for_high_watermark(&self, offset: i64, timeout_ms: u64) -> bool {
+    /// offset is `offset` is on every in-sync replica), this broker stops leading, the ISR
+    /// falls below `min.insync.replicas`, or `timeout_ms` passes (Kafka's
+    /// `DelayedProduce`). Parks on the partition's high watermark, never blocking a
+    /// thread.
+    pub async fn wait_for_high_watermark(&self, offset: i64, timeout_ms: u64) -> ReplicationWait {
         let mut rx = self.watch_high_watermark();
-        let wait = async { rx.wait_for(|hw| *hw > offset).await.is_ok() };
+        let wait = async {
+            loop {
+                if *rx.borrow_and_update() > offset {
+                    return ReplicationWait::Replicated;
+                }
+                let isr = self.isr_len();
+                if isr == 0 {
+                    return ReplicationWait::NotLeader;
+                }
+                if isr < self.settings().min_insync_replicas {
+                    return ReplicationWait::NotEnoughReplicasAfterAppend;
+                }
+                if rx.changed().await.is_err() {
+                    return ReplicationWait::NotLeader;
+                }
+            }
+        };
         tokio::time::timeout(std::time::Duration::from_millis(timeout_ms), wait)
             .await
-            .unwrap_or(false)
+            .unwrap_or(ReplicationWait::TimedOut)
     }
 
     /// Retention (then compaction) on this partition's log; returns the segments deleted
@@ -565,7 +1062,15 @@ pub struct ReplicaManager {
     /// Partition directories created by the prepared, not yet published, metadata change
     /// (metadata changes are serialised: at most one is pending), removed if it aborts.
     created_dirs: Mutex<Vec<PathBuf>>,
+    /// Where leaders send ISR changes ([`Partition::maybe_shrink_isr`], follower catch-up).
+    isr_changes: mpsc::Sender<IsrChange>,
+    /// The other end, until the replication task takes it.
+    isr_changes_rx: Mutex<Option<mpsc::Receiver<IsrChange>>>,
 }
+
+/// Most ISR changes waiting for the replication task; a leader whose change does not fit
+/// asks again at its next check.
+const ISR_CHANGE_QUEUE: usize = 1024;
 
 /// Milliseconds since the Unix epoch, from the system clock.
 pub fn now_ms() -> i64 {
@@ -584,6 +1089,8 @@ fn partition_dir(log_dir: &Path, topic: &str, index: i32) -> PathBuf {
 enum TopicChange<'a> {
     /// Open partitions `from..meta.partitions` (a new topic, or partitions added).
     Open { meta: &'a TopicMeta, from: i32 },
+    /// Partition `index`'s leader or ISR changed: its role follows.
+    Leadership { meta: &'a TopicMeta, index: i32 },
     /// Apply the topic's new configs to its partitions.
     Reconfigure(&'a TopicMeta),
     /// Close partitions `0..partitions` and delete their directories.
@@ -603,7 +1110,8 @@ fn topic_changes(delta: &MetadataDelta) -> Result<Vec<TopicChange<'_>>, Listener
             MetadataRecord::TopicCreated(t) => t.id,
             MetadataRecord::PartitionsAdded { topic_id, .. }
             | MetadataRecord::TopicConfigsChanged { topic_id, .. }
-            | MetadataRecord::TopicDeleted { topic_id } => *topic_id,
+            | MetadataRecord::TopicDeleted { topic_id }
+            | MetadataRecord::PartitionChanged { topic_id, .. } => *topic_id,
             MetadataRecord::ProducerIdsReserved { .. }
             | MetadataRecord::BrokerRegistered { .. }
             | MetadataRecord::BrokerFenced { .. }
@@ -635,6 +1143,19 @@ fn topic_changes(delta: &MetadataDelta) -> Result<Vec<TopicChange<'_>>, Listener
                 }
                 if a.configs != b.configs {
                     out.push(TopicChange::Reconfigure(a));
+                }
+                for (index, (old, new)) in b
+                    .partition_states
+                    .iter()
+                    .zip(a.partition_states.iter())
+                    .enumerate()
+                {
+                    if old != new {
+                        out.push(TopicChange::Leadership {
+                            meta: a,
+                            index: index as i32,
+                        });
+                    }
                 }
             }
             (Some(b), None) => out.push(TopicChange::Close {
@@ -675,12 +1196,15 @@ impl ReplicaManager {
         metadata: &Metadata,
         purgatory: Arc<Purgatory>,
     ) -> Result<Arc<ReplicaManager>, ListenerError> {
+        let (isr_changes, rx) = mpsc::channel(ISR_CHANGE_QUEUE);
         let rm = Arc::new(ReplicaManager {
             log_dir: broker.log_dir.clone(),
             broker,
             partitions: RwLock::new(HashMap::new()),
             purgatory,
             created_dirs: Mutex::new(Vec::new()),
+            isr_changes,
+            isr_changes_rx: Mutex::new(Some(rx)),
         });
         metadata.register(rm.clone())?;
         Ok(rm)
@@ -719,6 +1243,7 @@ impl ReplicaManager {
                 state,
                 settings,
                 log,
+                Some(self.isr_changes.clone()),
             ));
             self.write().insert((meta.name.clone(), index), p);
         }
@@ -908,6 +1433,15 @@ impl ReplicaManager {
         }
     }
 
+    /// The ISR changes leaders ask for, for the replication task (`replication.rs`);
+    /// `None` once taken.
+    pub fn take_isr_changes(&self) -> Option<mpsc::Receiver<IsrChange>> {
+        self.isr_changes_rx
+            .lock()
+            .expect("isr changes lock poisoned")
+            .take()
+    }
+
     /// The purgatory parked fetches wait in.
     pub fn purgatory(&self) -> &Purgatory {
         &self.purgatory
@@ -972,6 +1506,14 @@ impl MetadataListener for ReplicaManager {
         for change in topic_changes(delta)? {
             let result = match change {
                 TopicChange::Open { .. } => continue,
+                TopicChange::Leadership { meta, index } => {
+                    if let (Some(p), Some(state)) =
+                        (self.partition(&meta.name, index), meta.partition(index))
+                    {
+                        p.apply_state(state);
+                    }
+                    continue;
+                }
                 TopicChange::Reconfigure(meta) => self.reconfigure_topic(meta).map_err(|e| {
                     // Validated configs always resolve to a valid log config: our bug.
                     ListenerError::new(format!("cannot apply the configs of {}", meta.name), e)
@@ -1102,41 +1644,61 @@ mod tests {
     fn leader(isr: &[i32], followers: &[(i32, i64)]) -> ReplicaRole {
         ReplicaRole::Leader {
             leader_epoch: 3,
+            partition_epoch: 0,
             isr: isr.to_vec(),
             followers: followers
                 .iter()
                 .map(|&(id, leo)| {
-                    (
-                        id,
-                        FollowerState {
-                            log_end_offset: leo,
-                            last_caught_up_ms: 0,
-                        },
-                    )
+                    let mut f = FollowerState::new(0);
+                    f.log_end_offset = leo;
+                    (id, f)
                 })
                 .collect(),
+            epoch_start_offset: 0,
         }
     }
 
     #[test]
     fn high_watermark_is_the_smallest_log_end_offset_of_the_isr() {
         // A single node: the ISR is itself, so the high watermark follows its LEO.
-        assert_eq!(high_watermark_for(&leader(&[1], &[]), 1, 10, 4), 10);
+        assert_eq!(high_watermark_for(&leader(&[1], &[]), 1, 10, 4, 1), 10);
         // Followers in the ISR hold it back to the slowest of them.
         let role = leader(&[1, 2, 3], &[(2, 7), (3, 9)]);
-        assert_eq!(high_watermark_for(&role, 1, 10, 4), 7);
+        assert_eq!(high_watermark_for(&role, 1, 10, 4, 1), 7);
         // A replica outside the ISR does not count, however far behind.
         let role = leader(&[1, 3], &[(2, 0), (3, 9)]);
-        assert_eq!(high_watermark_for(&role, 1, 10, 4), 9);
+        assert_eq!(high_watermark_for(&role, 1, 10, 4, 1), 9);
         // An ISR member with no fetch state yet holds it where it is; it never moves back.
-        assert_eq!(high_watermark_for(&leader(&[1, 2], &[]), 1, 10, 4), 4);
-        assert_eq!(high_watermark_for(&leader(&[1, 2], &[(2, 2)]), 1, 10, 4), 4);
+        assert_eq!(high_watermark_for(&leader(&[1, 2], &[]), 1, 10, 4, 1), 4);
+        assert_eq!(
+            high_watermark_for(&leader(&[1, 2], &[(2, 2)]), 1, 10, 4, 1),
+            4
+        );
         // A follower's high watermark is the leader's: unchanged here.
         let follower = ReplicaRole::Follower {
             leader_id: 2,
             leader_epoch: 3,
         };
-        assert_eq!(high_watermark_for(&follower, 1, 10, 4), 4);
+        assert_eq!(high_watermark_for(&follower, 1, 10, 4, 1), 4);
+        // KIP-966: with fewer in-sync replicas than min.insync.replicas it stays put.
+        let role = leader(&[1, 2], &[(2, 9), (3, 9)]);
+        assert_eq!(high_watermark_for(&role, 1, 10, 4, 3), 4);
+        assert_eq!(high_watermark_for(&role, 1, 10, 4, 2), 9);
+    }
+
+    #[test]
+    fn a_follower_is_caught_up_when_it_fetches_from_the_leaders_end() {
+        let mut f = FollowerState::new(0);
+        // Behind the leader's end at 10: not caught up at 100.
+        f.record_fetch(5, 10, 100);
+        assert_eq!(f.last_caught_up_ms, 0);
+        // It fetches from 10, the leader's end at its last fetch, while the leader is at
+        // 12: caught up as of that last fetch (100), not now.
+        f.record_fetch(10, 12, 200);
+        assert_eq!(f.last_caught_up_ms, 100);
+        // From the leader's end: caught up now.
+        f.record_fetch(12, 12, 300);
+        assert_eq!((f.last_caught_up_ms, f.log_end_offset), (300, 12));
     }
 
     #[tokio::test]
@@ -1151,6 +1713,7 @@ mod tests {
             &PartitionState::single_node(1),
             settings,
             log,
+            None,
         );
         let mut hw = p.watch_high_watermark();
         assert_eq!(
@@ -1180,8 +1743,14 @@ mod tests {
         assert!(hw.has_changed().unwrap());
         assert_eq!(*hw.borrow_and_update(), 3);
         assert_eq!(p.offsets().high_watermark, 3);
-        assert!(p.wait_for_high_watermark(2, 10).await);
-        assert!(!p.wait_for_high_watermark(3, 10).await);
+        assert_eq!(
+            p.wait_for_high_watermark(2, 10).await,
+            ReplicationWait::Replicated
+        );
+        assert_eq!(
+            p.wait_for_high_watermark(3, 10).await,
+            ReplicationWait::TimedOut
+        );
         let read = p.read(0, 1 << 20, FetchIsolation::HighWatermark).unwrap();
         assert!(!read.bytes.is_empty());
         // With an ISR member that has fetched nothing, the high watermark stays and a

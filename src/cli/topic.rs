@@ -88,6 +88,17 @@ pub(super) struct DescribeArgs {
     pub client: ClientArgs,
     /// Topic name; every topic if absent.
     pub name: Option<String>,
+    /// Only partitions with fewer in-sync replicas than replicas (kafka-topics.sh's
+    /// `--under-replicated-partitions`); partition lines only.
+    #[arg(
+        long = "under-replicated-partitions",
+        visible_alias = "under-replicated"
+    )]
+    pub under_replicated: bool,
+    /// Only partitions with no leader (kafka-topics.sh's `--unavailable-partitions`);
+    /// partition lines only.
+    #[arg(long = "unavailable-partitions", visible_alias = "unavailable")]
+    pub unavailable: bool,
 }
 
 /// `weir topic alter` options (as `kafka-topics.sh --alter` and `kafka-configs.sh
@@ -422,27 +433,55 @@ fn describe(args: DescribeArgs) -> anyhow::Result<()> {
             .map(|e| format!("{}={}", e.name, e.value.as_deref().unwrap_or("null")))
             .collect();
         set.sort_unstable();
-        describe_topic(&mut out, topic, &set.join(","));
+        let filter = PartitionFilter {
+            under_replicated: args.under_replicated,
+            unavailable: args.unavailable,
+        };
+        describe_topic(&mut out, topic, &set.join(","), filter);
     }
     write_stdout(&out)?;
     Ok(())
 }
 
+/// Which partitions `describe` lists (kafka-topics.sh's `--under-replicated-partitions`
+/// and `--unavailable-partitions`; either set: only partition lines, no topic line).
+#[derive(Debug, Clone, Copy, Default)]
+struct PartitionFilter {
+    under_replicated: bool,
+    unavailable: bool,
+}
+
+impl PartitionFilter {
+    fn any(self) -> bool {
+        self.under_replicated || self.unavailable
+    }
+
+    /// Whether a partition with this leader, replica count and ISR size is listed.
+    fn lists(self, leader: i32, replicas: usize, isr: usize) -> bool {
+        !self.any() || (self.under_replicated && isr < replicas) || (self.unavailable && leader < 0)
+    }
+}
+
 /// Appends `kafka-topics.sh --describe`'s layout for one topic to `out`.
 ///
 /// librdkafka does not expose the topic ID from Metadata, hence `TopicId: -`.
-fn describe_topic(out: &mut String, topic: &MetadataTopic, configs: &str) {
+fn describe_topic(out: &mut String, topic: &MetadataTopic, configs: &str, filter: PartitionFilter) {
     let mut partitions: Vec<_> = topic.partitions().iter().collect();
     partitions.sort_unstable_by_key(|p| p.id());
     let replication_factor = partitions.first().map_or(0, |p| p.replicas().len());
-    out.push_str(&format!(
-        "Topic: {}\tTopicId: -\tPartitionCount: {}\tReplicationFactor: {}\tConfigs: {}\n",
-        topic.name(),
-        partitions.len(),
-        replication_factor,
-        configs
-    ));
+    if !filter.any() {
+        out.push_str(&format!(
+            "Topic: {}\tTopicId: -\tPartitionCount: {}\tReplicationFactor: {}\tConfigs: {}\n",
+            topic.name(),
+            partitions.len(),
+            replication_factor,
+            configs
+        ));
+    }
     for p in partitions {
+        if !filter.lists(p.leader(), p.replicas().len(), p.isr().len()) {
+            continue;
+        }
         let leader = if p.leader() < 0 {
             "none".to_string()
         } else {

@@ -31,7 +31,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::image::{BrokerEndpoint, MetadataImage, MetadataRecord};
+use super::election::leadership_changes;
+use super::image::{BrokerEndpoint, MetadataDelta, MetadataImage, MetadataRecord};
 use super::{Metadata, UpdateError};
 
 /// Most brokers the active controller keeps a heartbeat time for; a heartbeat of a
@@ -149,6 +150,36 @@ pub(crate) fn session_changes(
         }
     }
     out
+}
+
+/// `records` followed by the elections they make necessary once applied to `image`
+/// ([`leadership_changes`]: a fenced or stopping broker's leaderships move to another ISR
+/// member, it leaves the ISRs; a returning broker's offline partitions come back).
+fn with_elections(image: &MetadataImage, mut records: Vec<MetadataRecord>) -> Vec<MetadataRecord> {
+    // Records that do not apply get no elections: the update refuses them anyway.
+    if let Ok(delta) = MetadataDelta::apply(std::sync::Arc::new(image.clone()), records.clone()) {
+        records.extend(leadership_changes(delta.after()));
+    }
+    records
+}
+
+/// What the active controller proposes at `now`: [`session_changes`] and the elections
+/// they (or an earlier change, e.g. a registration) call for. Empty when this node does
+/// not lead.
+pub(crate) fn controller_changes(
+    image: &MetadataImage,
+    sessions: &BrokerSessions,
+    controller_id: i32,
+    now: Instant,
+    session_timeout: Duration,
+) -> Vec<MetadataRecord> {
+    if sessions.leading_since().is_none() {
+        return Vec::new();
+    }
+    with_elections(
+        image,
+        session_changes(image, sessions, controller_id, now, session_timeout),
+    )
 }
 
 /// What a broker's session tasks need.
@@ -300,7 +331,13 @@ async fn controlled_shutdown(metadata: Arc<Metadata>, epoch: i64) {
             for step in 0..2 {
                 let committed = metadata.update(|image| {
                     let mut records = shutdown_records(image, me, epoch);
-                    Ok::<_, std::convert::Infallible>(std::mem::take(&mut records[step]))
+                    let step_records = std::mem::take(&mut records[step]);
+                    // Leadership moves off this broker with its first step.
+                    Ok::<_, std::convert::Infallible>(if step_records.is_empty() {
+                        step_records
+                    } else {
+                        with_elections(image, step_records)
+                    })
                 });
                 match committed {
                     Ok(_) => {}
@@ -357,12 +394,12 @@ pub(crate) async fn fence_loop(
         let now = Instant::now();
         let sessions = quorum.sessions();
         sessions.set_leading(quorum.is_leader(), now);
-        if !session_changes(&metadata.image(), sessions, me, now, timeout).is_empty() {
+        if !controller_changes(&metadata.image(), sessions, me, now, timeout).is_empty() {
             let (m, q) = (metadata.clone(), quorum.clone());
             let proposed = tokio::task::spawn_blocking(move || {
                 let mut proposed = Vec::new();
                 m.update(|image| {
-                    proposed = session_changes(image, q.sessions(), me, Instant::now(), timeout);
+                    proposed = controller_changes(image, q.sessions(), me, Instant::now(), timeout);
                     Ok::<_, std::convert::Infallible>(proposed.clone())
                 })
                 .map(|_| proposed)
@@ -383,6 +420,19 @@ pub(crate) async fn fence_loop(
                                 broker_epoch,
                             } => tracing::info!(
                                 "unfenced broker_id={broker_id} broker_epoch={broker_epoch}: heartbeats again"
+                            ),
+                            MetadataRecord::PartitionChanged {
+                                topic_id,
+                                partition,
+                                state,
+                                ..
+                            } => tracing::info!(
+                                %topic_id,
+                                partition,
+                                leader = state.leader,
+                                leader_epoch = state.leader_epoch,
+                                isr = ?state.isr,
+                                "partition leadership changed"
                             ),
                             _ => {}
                         }

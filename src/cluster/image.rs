@@ -30,6 +30,11 @@ pub struct PartitionState {
     pub leader: i32,
     /// Incremented at each leader change (KIP-101); 0 when created.
     pub leader_epoch: i32,
+    /// Incremented at every change of leader or ISR (KIP-497's `partition_epoch`, Kafka's
+    /// `PartitionRegistration.partitionEpoch`); 0 when created. A leader's ISR change
+    /// names the epoch it saw, so a stale leader cannot overwrite a newer ISR.
+    #[serde(default)]
+    pub partition_epoch: i32,
 }
 
 impl PartitionState {
@@ -41,8 +46,69 @@ impl PartitionState {
             isr: vec![node_id],
             leader: node_id,
             leader_epoch: 0,
+            partition_epoch: 0,
         }
     }
+
+    /// Whether `broker_id` is in the ISR.
+    pub fn in_isr(&self, broker_id: i32) -> bool {
+        self.isr.contains(&broker_id)
+    }
+
+    /// This partition with leader `leader` and ISR `isr`: the partition epoch one up, the
+    /// leader epoch one up when the leader is another (KIP-101: a new leadership is a new
+    /// epoch; an ISR change keeps it). What a `PartitionChanged` record carries.
+    pub fn changed(&self, leader: i32, isr: Vec<i32>) -> PartitionState {
+        PartitionState {
+            replicas: self.replicas.clone(),
+            isr,
+            leader,
+            leader_epoch: self.leader_epoch + i32::from(leader != self.leader),
+            partition_epoch: self.partition_epoch + 1,
+        }
+    }
+}
+
+/// Whether `new` may replace `current` in a `PartitionChanged` made against
+/// `expected_partition_epoch`: the epoch matches, both epochs move forward (the leader
+/// epoch strictly when the leader changes), the ISR and leader are among the replicas.
+fn check_partition_change(
+    current: &PartitionState,
+    expected_partition_epoch: i32,
+    new: &PartitionState,
+) -> Result<(), String> {
+    if current.partition_epoch != expected_partition_epoch {
+        return Err(format!(
+            "at partition epoch {}, not {expected_partition_epoch}",
+            current.partition_epoch
+        ));
+    }
+    if new.partition_epoch <= current.partition_epoch {
+        return Err(format!(
+            "partition epoch {} does not grow from {}",
+            new.partition_epoch, current.partition_epoch
+        ));
+    }
+    let leader_moved = new.leader != current.leader;
+    if new.leader_epoch < current.leader_epoch
+        || (leader_moved && new.leader_epoch == current.leader_epoch)
+    {
+        return Err(format!(
+            "leader epoch {} does not grow from {}",
+            new.leader_epoch, current.leader_epoch
+        ));
+    }
+    let in_replicas = |id: &i32| new.replicas.contains(id);
+    if new.replicas.is_empty()
+        || !new.isr.iter().all(in_replicas)
+        || (new.leader != -1 && !in_replicas(&new.leader))
+    {
+        return Err(format!(
+            "leader {} or ISR {:?} outside replicas {:?}",
+            new.leader, new.isr, new.replicas
+        ));
+    }
+    Ok(())
 }
 
 /// One topic as the metadata image knows it.
@@ -204,6 +270,21 @@ pub enum MetadataRecord {
         broker_id: i32,
         /// Its current epoch.
         broker_epoch: i64,
+    },
+    /// A partition's leader, ISR or replicas changed (Kafka: `PartitionChangeRecord`,
+    /// KIP-497): an election by the controller, or an ISR change a leader asked for.
+    /// Applies only when the partition is at `expected_partition_epoch` (a change made
+    /// against an older state, e.g. by a stale leader, is refused) and `state` moves its
+    /// epochs forward ([`PartitionState::changed`] builds it).
+    PartitionChanged {
+        /// The topic.
+        topic_id: Uuid,
+        /// The partition index.
+        partition: i32,
+        /// The partition epoch the change was made against.
+        expected_partition_epoch: i32,
+        /// The partition's new state.
+        state: PartitionState,
     },
     /// A broker is shutting down (Kafka: `BrokerRegistrationChangeRecord` with
     /// `inControlledShutdown`, KIP-631): not active any more until it registers again.
@@ -377,8 +458,9 @@ impl MetadataImage {
     /// The records that turn this image into `after`: per topic a deletion, a creation,
     /// added partitions or new configs, then the producer id reservation. What a node
     /// applies when the replicated log hands it a snapshot instead of the entries it
-    /// missed (`cluster/raft/`). Partition states of existing partitions are not compared
-    /// (no record changes them yet).
+    /// missed (`cluster/raft/`). A partition whose leader or ISR differs gets one
+    /// `PartitionChanged` (its leader and partition epochs are not replayed one by one:
+    /// `TopicCreated` of a snapshot carries them).
     pub fn changes_to(&self, after: &MetadataImage) -> Vec<MetadataRecord> {
         let mut out = Vec::new();
         for t in self.topics() {
@@ -395,6 +477,21 @@ impl MetadataImage {
                             topic_id: a.id,
                             partitions: a.partition_states[b.partition_states.len()..].to_vec(),
                         });
+                    }
+                    for (index, (old, new)) in b
+                        .partition_states
+                        .iter()
+                        .zip(a.partition_states.iter())
+                        .enumerate()
+                    {
+                        if old != new {
+                            out.push(MetadataRecord::PartitionChanged {
+                                topic_id: a.id,
+                                partition: index as i32,
+                                expected_partition_epoch: old.partition_epoch,
+                                state: new.clone(),
+                            });
+                        }
                     }
                     if a.configs != b.configs {
                         out.push(MetadataRecord::TopicConfigsChanged {
@@ -572,6 +669,29 @@ impl MetadataImage {
                     return Err(ImageError(format!("broker {broker_id} is not fenced")));
                 }
                 b.fenced = false;
+            }
+            MetadataRecord::PartitionChanged {
+                topic_id,
+                partition,
+                expected_partition_epoch,
+                state,
+            } => {
+                let name = self.name_of(*topic_id)?.to_string();
+                let old = &self.topics[&name];
+                let Some(current) = old.partition(*partition) else {
+                    return Err(ImageError(format!(
+                        "topic {name} has no partition {partition}"
+                    )));
+                };
+                check_partition_change(current, *expected_partition_epoch, state)
+                    .map_err(|e| ImageError(format!("{name}-{partition}: {e}")))?;
+                let mut states = old.partition_states.to_vec();
+                states[*partition as usize] = state.clone();
+                let updated = TopicMeta {
+                    partition_states: states.into(),
+                    ..(**old).clone()
+                };
+                self.topics.insert(name, Arc::new(updated));
             }
             MetadataRecord::BrokerShuttingDown {
                 broker_id,

@@ -20,6 +20,7 @@
 //! Never does: serve client APIs or write partition data (that is `replica` + `log`).
 
 pub(crate) mod brokers;
+mod election;
 mod image;
 mod placement;
 mod raft;
@@ -696,6 +697,44 @@ impl Metadata {
                     )))
                 }
             }
+        }
+    }
+
+    /// A partition leader's ISR change (KIP-497's AlterPartition, here a
+    /// `PartitionChanged` record through the quorum): sets the ISR of `topic`'s
+    /// `partition`, which this broker leads, to `isr`, if the partition is still at
+    /// `seen_partition_epoch`. Blocks until committed. Returns whether it changed
+    /// anything (`false`: this broker does not lead it any more, or its state moved on —
+    /// the leader follows the newer state and asks again if it still needs to).
+    ///
+    /// Errors: [`MetadataError`]: the quorum did not commit it in time, or it was refused
+    /// on apply (a concurrent change took the epoch first).
+    pub fn alter_isr(
+        &self,
+        topic: &str,
+        partition: i32,
+        seen_partition_epoch: i32,
+        isr: Vec<i32>,
+    ) -> Result<bool, MetadataError> {
+        let mut changed = false;
+        let result = self.update(|image| {
+            let record = election::isr_change(
+                image,
+                topic,
+                partition,
+                self.node_id,
+                seen_partition_epoch,
+                isr,
+            );
+            changed = record.is_some();
+            Ok::<_, std::convert::Infallible>(record.into_iter().collect())
+        });
+        match result {
+            Ok(_) => Ok(changed),
+            Err(UpdateError::Refused(never)) => match never {},
+            Err(UpdateError::NotApplied(e)) => Err(e),
+            // Committed; a listener did not finish (logged where it failed).
+            Err(UpdateError::Incomplete(_)) => Ok(changed),
         }
     }
 

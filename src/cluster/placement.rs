@@ -162,15 +162,16 @@ pub(crate) fn check_assignment(
     Ok(())
 }
 
-/// The new partition whose replicas are `replicas`: led by the first at epoch 0, ISR the
-/// leader alone (followers hold no data until replication exists).
+/// The new partition whose replicas are `replicas`: led by the first at epoch 0, every
+/// replica in the ISR (all are empty, so all are caught up, as Kafka creates them).
 pub(crate) fn new_partition(replicas: Vec<i32>) -> PartitionState {
     let leader = replicas[0];
     PartitionState {
+        isr: replicas.clone(),
         replicas,
-        isr: vec![leader],
         leader,
         leader_epoch: 0,
+        partition_epoch: 0,
     }
 }
 
@@ -317,9 +318,9 @@ mod tests {
     }
 
     #[test]
-    fn a_new_partition_is_led_by_its_first_replica_alone_in_the_isr() {
+    fn a_new_partition_is_led_by_its_first_replica_with_every_replica_in_the_isr() {
         let p = new_partition(vec![3, 1, 2]);
-        assert_eq!((p.leader, p.leader_epoch, p.isr), (3, 0, vec![3]));
+        assert_eq!((p.leader, p.leader_epoch, p.isr), (3, 0, vec![3, 1, 2]));
         assert_eq!(p.replicas, vec![3, 1, 2]);
     }
 }

@@ -276,7 +276,8 @@ impl MetadataLog for FileMetadataLog {
                 MetadataRecord::BrokerRegistered { .. }
                 | MetadataRecord::BrokerFenced { .. }
                 | MetadataRecord::BrokerUnfenced { .. }
-                | MetadataRecord::BrokerShuttingDown { .. } => {
+                | MetadataRecord::BrokerShuttingDown { .. }
+                | MetadataRecord::PartitionChanged { .. } => {
                     return Err(MetadataError::Unsupported(
                         "the single-node metadata file store holds no broker registrations"
                             .to_string(),

@@ -120,6 +120,11 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("auto.create.topics.enable", Boolean, Some("true"), None, "Create a topic on first Metadata/Produce for it."),
     key("delete.topic.enable", Boolean, Some("true"), None, "Allow DeleteTopics."),
     key("min.insync.replicas", Int, Some("1"), Some(1), "Replicas that must hold a batch before acks=all succeeds."),
+    key("replica.lag.time.max.ms", Long, Some("30000"), Some(1), "A follower that has not caught up with its leader for this long leaves the ISR (ms)."),
+    key("replica.fetch.wait.max.ms", Int, Some("500"), Some(0), "Longest a follower's fetch waits at the leader for new records (ms); below replica.lag.time.max.ms."),
+    key("replica.fetch.max.bytes", Int, Some("1048576"), Some(0), "Bytes a follower asks for per partition in one fetch (the first batch comes whole even when larger)."),
+    key("replica.fetch.response.max.bytes", Int, Some("10485760"), Some(0), "Bytes a follower asks for in one whole fetch response."),
+    key("replica.fetch.backoff.ms", Int, Some("1000"), Some(0), "How long a follower waits after a failed fetch from its leader (ms)."),
     key("offsets.topic.replication.factor", Int, Some("3"), Some(1), "Replication factor of __consumer_offsets (capped at the live broker count when it is created)."),
     key("socket.request.max.bytes", Int, Some("104857600"), Some(1), "Largest request frame; a larger one closes the connection before anything is allocated."),
     key("max.connections", Int, Some("10000"), Some(1), "Most client connections served at once; more wait in the accept queue."),
@@ -640,6 +645,8 @@ pub struct BrokerConfig {
     pub fetch_purgatory_max_size: usize,
     /// `fetch.max.bytes`.
     pub fetch_max_bytes: usize,
+    /// Follower fetching and ISR upkeep (`replica.*`).
+    pub replication: ReplicationSettings,
     /// Consumer group coordinator settings (`group.*`, `offsets.*`).
     pub group: GroupSettings,
     /// `admin.listeners`: the admin HTTP address (`None`: off).
@@ -672,6 +679,21 @@ pub struct PluginSettings {
     pub memory_max_bytes: usize,
     /// `plugin.call.timeout.ms`.
     pub call_timeout_ms: u64,
+}
+
+/// Replication settings, Kafka's names (`ReplicationConfigs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicationSettings {
+    /// `replica.lag.time.max.ms`.
+    pub lag_time_max_ms: i64,
+    /// `replica.fetch.wait.max.ms`.
+    pub fetch_wait_max_ms: i32,
+    /// `replica.fetch.max.bytes`.
+    pub fetch_max_bytes: i32,
+    /// `replica.fetch.response.max.bytes`.
+    pub fetch_response_max_bytes: i32,
+    /// `replica.fetch.backoff.ms`.
+    pub fetch_backoff_ms: u64,
 }
 
 /// The group coordinator's settings, Kafka's names (`GroupCoordinatorConfig`).
@@ -772,6 +794,15 @@ impl BrokerConfig {
             connections_max_idle_ms: int("connections.max.idle.ms")? as u64,
             fetch_purgatory_max_size: int("fetch.purgatory.max.size")? as usize,
             fetch_max_bytes: int("fetch.max.bytes")? as usize,
+            replication: ReplicationSettings {
+                lag_time_max_ms: int("replica.lag.time.max.ms")?,
+                fetch_wait_max_ms: int("replica.fetch.wait.max.ms")?.min(i64::from(i32::MAX))
+                    as i32,
+                fetch_max_bytes: int("replica.fetch.max.bytes")?.min(i64::from(i32::MAX)) as i32,
+                fetch_response_max_bytes: int("replica.fetch.response.max.bytes")?
+                    .min(i64::from(i32::MAX)) as i32,
+                fetch_backoff_ms: int("replica.fetch.backoff.ms")? as u64,
+            },
             group: GroupSettings {
                 initial_rebalance_delay_ms: int("group.initial.rebalance.delay.ms")? as u64,
                 min_session_timeout_ms: int("group.min.session.timeout.ms")? as i32,

@@ -253,6 +253,11 @@ pub enum LogError {
         /// baseOffset of the batch.
         got: i64,
     },
+    /// An append as leader to a partition this broker follows: the caller's leadership
+    /// check raced a leader change. Kafka `NOT_LEADER_OR_FOLLOWER` (6). Raised by the
+    /// partition's owner (`replica.rs`), which holds the role; the log itself never does.
+    #[error("this broker does not lead the partition")]
+    NotLeader,
 }
 
 impl LogError {
@@ -279,6 +284,7 @@ impl LogError {
     ///   tells a client anything useful; Kafka has no code for it either (its
     ///   `kafka.common.UnexpectedAppendOffsetException` is a plain `RuntimeException`,
     ///   which `Errors.forException` answers with -1). The mapping exists so this function stays total.
+    /// - `NotLeader` → `NOT_LEADER_OR_FOLLOWER` (6): the client refreshes Metadata.
     pub fn kafka_error(&self) -> kafka_protocol::ResponseError {
         use kafka_protocol::ResponseError;
         match self {
@@ -288,6 +294,7 @@ impl LogError {
             LogError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
             LogError::InvalidConfig { .. } => ResponseError::InvalidConfig,
             LogError::UnexpectedAppendOffset { .. } => ResponseError::UnknownServerError,
+            LogError::NotLeader => ResponseError::NotLeaderOrFollower,
         }
     }
 }

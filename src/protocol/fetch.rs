@@ -9,9 +9,17 @@
 //! reads until one advances or `max_wait_ms` passes, then reads again. An empty partition gets a
 //! zero-length record set, never null (older librdkafka fails on null).
 //!
+//! A fetch with a `replica_id` (v4–v14; `replica_state.replica_id` from v15) of 0 or more
+//! is a follower's (Kafka's replica fetch, no other RPC): it reads up to the log end
+//! offset, not the high watermark, records the follower's log end offset (which moves the
+//! high watermark and may bring the follower back into the ISR,
+//! `Partition::read_for_follower`) and parks on the log end offset instead.
+//!
 //! Errors returned per partition: OFFSET_OUT_OF_RANGE (1), UNKNOWN_TOPIC_OR_PARTITION (3),
 //! NOT_LEADER_OR_FOLLOWER (6) when another broker leads the partition,
-//! KAFKA_STORAGE_ERROR (56), UNKNOWN_TOPIC_ID (100).
+//! KAFKA_STORAGE_ERROR (56), FENCED_LEADER_EPOCH (74) / UNKNOWN_LEADER_EPOCH (75) when
+//! `current_leader_epoch` (v9+) is older / newer than the partition's (KIP-320),
+//! UNKNOWN_TOPIC_ID (100).
 
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
@@ -23,7 +31,7 @@ use tokio::time::Instant;
 
 use crate::log::LogError;
 use crate::purgatory::Wake;
-use crate::replica::FetchIsolation;
+use crate::replica::{FetchIsolation, ReplicaError};
 
 use super::Context;
 
@@ -49,6 +57,8 @@ fn read_once(
     version: i16,
     watches: &mut Vec<watch::Receiver<i64>>,
 ) -> (Vec<FetchableTopicResponse>, usize) {
+    let replica_id = replica_id(request, version);
+    let now_ms = crate::replica::now_ms();
     // The request's max_bytes, capped by the broker's fetch.max.bytes (a request listing one
     // big partition many times must not make the broker build a response of any size).
     let mut remaining = (request.max_bytes.max(0) as usize).min(ctx.config.fetch_max_bytes);
@@ -71,7 +81,7 @@ fn read_once(
                 partitions.push(partition_error(p.partition, unknown));
                 continue;
             };
-            // Every Fetch is a consumer's (no follower fetches yet): the leader answers.
+            // Consumers and followers alike fetch from the leader.
             let partition = match super::leader_partition(ctx, &meta.name, p.partition) {
                 Ok(partition) => partition,
                 Err(e) => {
@@ -79,15 +89,44 @@ fn read_once(
                     continue;
                 }
             };
-            watches.push(partition.watch_high_watermark());
+            let current_leader_epoch = if version >= 9 {
+                p.current_leader_epoch
+            } else {
+                -1
+            };
+            if let Err(e) = partition.check_leader_epoch(current_leader_epoch) {
+                partitions.push(partition_error(p.partition, e.kafka_error()));
+                continue;
+            }
+            watches.push(if replica_id >= 0 {
+                partition.watch_log_end_offset()
+            } else {
+                partition.watch_high_watermark()
+            });
             let limit = (p.partition_max_bytes.max(0) as usize).min(remaining);
             let first = total == 0;
-            let read = if limit == 0 && !first {
+            let read = if replica_id >= 0 {
+                // A follower always records its fetch offset, even with no room for bytes.
+                partition
+                    .read_for_follower(
+                        replica_id,
+                        current_leader_epoch,
+                        p.fetch_offset,
+                        if limit == 0 && !first {
+                            0
+                        } else {
+                            limit.max(1)
+                        },
+                        now_ms,
+                    )
+                    .map(|r| Some(r).filter(|_| limit > 0 || first))
+            } else if limit == 0 && !first {
                 Ok(None)
             } else {
                 partition
                     .read(p.fetch_offset, limit.max(1), FetchIsolation::HighWatermark)
                     .map(Some)
+                    .map_err(ReplicaError::from)
             };
             let offsets = match &read {
                 Ok(Some(r)) => r.offsets,
@@ -110,14 +149,15 @@ fn read_once(
                     partitions.push(data.with_records(Some(bytes)));
                 }
                 Ok(None) => partitions.push(data.with_records(Some(Bytes::new()))),
-                Err(LogError::OffsetOutOfRange { .. }) => partitions.push(
+                Err(ReplicaError::Log(LogError::OffsetOutOfRange { .. })) => partitions.push(
                     data.with_error_code(ResponseError::OffsetOutOfRange.code())
                         .with_records(Some(Bytes::new())),
                 ),
-                Err(e) => {
+                Err(e @ ReplicaError::Log(_)) => {
                     tracing::error!(topic = %meta.name, partition = p.partition, error = %e, "fetch read failed");
                     partitions.push(partition_error(p.partition, e.kafka_error()));
                 }
+                Err(e) => partitions.push(partition_error(p.partition, e.kafka_error())),
             }
         }
         let name = match (&meta, version >= 13) {
@@ -137,6 +177,16 @@ fn read_once(
         );
     }
     (topics, total)
+}
+
+/// The fetching replica's broker id: 0 or more for a follower, -1 for a consumer
+/// (`replica_id` until v14, `replica_state.replica_id` from v15, KIP-903).
+fn replica_id(request: &FetchRequest, version: i16) -> i32 {
+    if version >= 15 {
+        request.replica_state.replica_id.0
+    } else {
+        request.replica_id.0
+    }
 }
 
 fn has_error(topics: &[FetchableTopicResponse]) -> bool {

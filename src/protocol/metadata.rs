@@ -27,8 +27,9 @@ use super::Context;
 use crate::topics;
 
 /// A topic's entry: each partition's leader, epoch, replicas and ISR as the image has
-/// them, except that a leader whose broker is fenced or in controlled shutdown is listed as -1 with
-/// LEADER_NOT_AVAILABLE (5), as Kafka lists a partition whose leader is offline.
+/// them, except that a partition with no leader, or one whose broker is fenced or in
+/// controlled shutdown, is listed with leader -1 and LEADER_NOT_AVAILABLE (5), as Kafka
+/// lists an offline partition; replicas on such brokers are its `offline_replicas`.
 fn topic_entry(image: &MetadataImage, t: &TopicMeta) -> MetadataResponseTopic {
     let partitions = t
         .partition_states
@@ -36,7 +37,14 @@ fn topic_entry(image: &MetadataImage, t: &TopicMeta) -> MetadataResponseTopic {
         .zip(0..)
         .map(|(p, i)| {
             let nodes = |ids: &[i32]| ids.iter().copied().map(BrokerId).collect::<Vec<_>>();
-            let offline = image.broker(p.leader).is_some_and(|b| !b.is_active());
+            let inactive = |id: i32| image.broker(id).is_some_and(|b| !b.is_active());
+            let offline = p.leader == -1 || inactive(p.leader);
+            let offline_replicas: Vec<i32> = p
+                .replicas
+                .iter()
+                .copied()
+                .filter(|r| inactive(*r))
+                .collect();
             let (leader, error) = if offline {
                 (-1, ResponseError::LeaderNotAvailable.code())
             } else {
@@ -49,6 +57,7 @@ fn topic_entry(image: &MetadataImage, t: &TopicMeta) -> MetadataResponseTopic {
                 .with_leader_epoch(p.leader_epoch)
                 .with_replica_nodes(nodes(&p.replicas))
                 .with_isr_nodes(nodes(&p.isr))
+                .with_offline_replicas(nodes(&offline_replicas))
         })
         .collect();
     MetadataResponseTopic::default()

@@ -49,6 +49,7 @@ mod metadata;
 mod offset_commit;
 mod offset_delete;
 mod offset_fetch;
+mod offset_for_leader_epoch;
 pub mod produce;
 pub mod records;
 mod sync_group;
@@ -80,6 +81,7 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::Produce, 3, 10),
     api(ApiKey::Fetch, 4, 16),
     api(ApiKey::ListOffsets, 1, 8),
+    api(ApiKey::OffsetForLeaderEpoch, 2, 4),
     api(ApiKey::Metadata, 0, 13),
     api(ApiKey::ApiVersions, 0, 4),
     api(ApiKey::CreateTopics, 2, 7),
@@ -347,6 +349,9 @@ async fn dispatch(
         }
         RequestKind::ListOffsets(r) => {
             ResponseKind::ListOffsets(list_offsets::handle(ctx, r, version))
+        }
+        RequestKind::OffsetForLeaderEpoch(r) => {
+            ResponseKind::OffsetForLeaderEpoch(offset_for_leader_epoch::handle(ctx, r))
         }
         RequestKind::CreateTopics(r) => {
             ResponseKind::CreateTopics(create_topics::handle(ctx, r, version))

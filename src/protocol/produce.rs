@@ -19,10 +19,14 @@
 //! 4. `respond`: the partition's answer from the append's outcome.
 //!
 //! acks=0 does the work and sends nothing; acks=1 answers once the batch is in the
-//! leader's log; acks=-1 (all) then parks on the partition's high watermark until it
-//! passes the batch (`acks_all_replicated`; every in-sync replica has it), or answers
-//! REQUEST_TIMED_OUT (7) at `timeout_ms`. On one node the ISR is the broker itself, so
-//! the append already advanced the high watermark.
+//! leader's log; acks=-1 (all) is refused with NOT_ENOUGH_REPLICAS (19) before anything
+//! is written when the ISR is smaller than `min.insync.replicas`, else parks on the
+//! partition's high watermark until it passes the batch (every in-sync replica has it),
+//! or answers REQUEST_TIMED_OUT (7) at `timeout_ms`, NOT_ENOUGH_REPLICAS_AFTER_APPEND
+//! (20) when the ISR shrank below `min.insync.replicas` meanwhile, or
+//! NOT_LEADER_OR_FOLLOWER (6) when this broker stopped leading (Kafka's
+//! `DelayedProduce`). On one node the ISR is the broker itself, so the append already
+//! advanced the high watermark.
 //!
 //! Errors returned per partition: UNKNOWN_TOPIC_OR_PARTITION (3), CORRUPT_MESSAGE (2),
 //! REQUEST_TIMED_OUT (7), MESSAGE_TOO_LARGE (10), INVALID_TOPIC_EXCEPTION (17; also for internal topics such as `__consumer_offsets`), INVALID_REQUIRED_ACKS (21),
@@ -43,7 +47,7 @@ use kafka_protocol::ResponseError;
 
 use crate::cluster::{is_internal_topic, TopicMeta};
 use crate::log::{split_batches, AppendInfo, BatchError, Compression, LogError, ValidatedBatch};
-use crate::replica::Partition;
+use crate::replica::{Partition, ReplicationWait};
 use crate::topics;
 use crate::transform::apply::{self as inline, Applied};
 use crate::transform::inline::InlineSlot;
@@ -175,6 +179,22 @@ async fn produce_partition(
         Ok(v) => v,
         Err(refused) => return refused,
     };
+    if acks_all_deadline.is_some() {
+        let (isr, min_isr) = (
+            valid.partition.isr_len(),
+            valid.partition.settings().min_insync_replicas,
+        );
+        if isr < min_isr {
+            // Kafka's `Partition.appendRecordsToLeader`: nothing is written.
+            return partition_error(
+                index,
+                ResponseError::NotEnoughReplicas,
+                Some(format!(
+                    "{isr} in-sync replicas, fewer than min.insync.replicas {min_isr}"
+                )),
+            );
+        }
+    }
     let target = inline::Target {
         topic: &topic.name,
         partition: index,
@@ -194,33 +214,33 @@ async fn produce_partition(
     };
     let appended = append(ctx, &valid.partition, inline, target, applied).await;
     if let (Ok(info), Some(deadline)) = (&appended, acks_all_deadline) {
-        if !acks_all_replicated(&valid.partition, info, deadline).await {
-            return partition_error(
-                index,
+        let left_ms = deadline
+            .saturating_duration_since(tokio::time::Instant::now())
+            .as_millis() as u64;
+        let refused = match valid
+            .partition
+            .wait_for_high_watermark(info.last_offset, left_ms)
+            .await
+        {
+            ReplicationWait::Replicated => None,
+            ReplicationWait::TimedOut => Some((
                 ResponseError::RequestTimedOut,
-                Some("the in-sync replicas did not acknowledge the batch within timeout_ms".into()),
-            );
+                "the in-sync replicas did not acknowledge the batch within timeout_ms",
+            )),
+            ReplicationWait::NotEnoughReplicasAfterAppend => Some((
+                ResponseError::NotEnoughReplicasAfterAppend,
+                "the ISR fell below min.insync.replicas after the batch was appended",
+            )),
+            ReplicationWait::NotLeader => Some((
+                ResponseError::NotLeaderOrFollower,
+                "this broker stopped leading the partition before the batch was replicated",
+            )),
+        };
+        if let Some((error, message)) = refused {
+            return partition_error(index, error, Some(message.into()));
         }
     }
     respond(&topic.name, index, appended)
-}
-
-/// Step 3b, acks=all: parks (never blocking a thread) until the partition's high
-/// watermark passes the batch's last offset, i.e. every in-sync replica has it, or until
-/// the request's `timeout_ms` deadline (then REQUEST_TIMED_OUT, 7, as Kafka's
-/// DelayedProduce). On a single node the ISR is this broker alone and the append itself
-/// advanced the high watermark, so this returns at once.
-async fn acks_all_replicated(
-    partition: &Partition,
-    info: &AppendInfo,
-    deadline: tokio::time::Instant,
-) -> bool {
-    let left_ms = deadline
-        .saturating_duration_since(tokio::time::Instant::now())
-        .as_millis() as u64;
-    partition
-        .wait_for_high_watermark(info.last_offset, left_ms)
-        .await
 }
 
 /// A partition's batches that passed `validate`, and the settings the later steps use

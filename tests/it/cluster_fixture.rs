@@ -35,9 +35,15 @@ impl ThreeNodes {
     /// Starts the three nodes with `overrides` on top of the quorum keys, and waits (at
     /// most 30 s) until each one's Metadata lists brokers 1, 2 and 3.
     pub(crate) fn start(overrides: &[&str]) -> ThreeNodes {
-        let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-        let ports = free_ports(3);
-        let voters = (1..=3)
+        ThreeNodes::start_n(3, overrides)
+    }
+
+    /// As [`ThreeNodes::start`] with `n` nodes, ids `1..=n`, all voters (5: a quorum
+    /// that survives two nodes down).
+    pub(crate) fn start_n(n: usize, overrides: &[&str]) -> ThreeNodes {
+        let dirs: Vec<tempfile::TempDir> = (0..n).map(|_| tempfile::tempdir().unwrap()).collect();
+        let ports = free_ports(n);
+        let voters = (1..=n)
             .map(|id| format!("{id}@127.0.0.1:{}", ports[id - 1]))
             .collect::<Vec<_>>()
             .join(",");
@@ -48,9 +54,10 @@ impl ThreeNodes {
             overrides: overrides.iter().map(|o| o.to_string()).collect(),
             dirs,
         };
-        me.nodes = (1..=3).map(|id| Some(me.spawn(id))).collect();
-        for id in 1..=3 {
-            me.wait_for_brokers(id, &[1, 2, 3], 30);
+        me.nodes = (1..=n as i32).map(|id| Some(me.spawn(id))).collect();
+        let all: Vec<i32> = (1..=n as i32).collect();
+        for id in 1..=n as i32 {
+            me.wait_for_brokers(id, &all, 30);
         }
         me
     }

@@ -162,7 +162,7 @@ fn produce_list_fetch_errors(bootstrap: &str, topic: &str, partition: i32) -> [i
 }
 
 /// Issue 12, placement test: 3 nodes; "placed" (6 partitions, rf 3) is led twice by each
-/// broker with 3 replicas per partition and ISR = the leader; a producer and a consumer
+/// broker with 3 replicas per partition, all in the ISR; a producer and a consumer
 /// bootstrapped to node 1 alone move 3000 keyed records through the three leaders with
 /// nothing lost or duplicated; a raw Produce, ListOffsets or Fetch to a follower or to a
 /// node not hosting the partition gets NOT_LEADER_OR_FOLLOWER (6); rf 4 on 3 brokers
@@ -206,10 +206,10 @@ async fn partitions_spread_over_three_brokers_and_clients_follow_the_leaders() {
             assert_eq!(distinct, BTreeSet::from([1, 2, 3]), "partition {index}");
             assert_eq!(replicas.len(), 3, "partition {index}: {replicas:?}");
             assert_eq!(*leader, replicas[0], "the first replica leads");
+            let in_sync: BTreeSet<i32> = isr.iter().copied().collect();
             assert_eq!(
-                isr,
-                &vec![*leader],
-                "ISR = the leader until replication exists"
+                in_sync, distinct,
+                "partition {index}: a new partition's ISR is every replica"
             );
             *led.entry(*leader).or_default() += 1;
         }

@@ -35,6 +35,7 @@ mod lifecycle;
 mod metrics;
 mod plugins;
 mod rdkafka_client;
+mod replication;
 mod rest_produce;
 mod retention;
 mod transforms;

@@ -1,0 +1,323 @@
+//! Issue 13: ISR replication between `weir` processes on 127.0.0.1 — followers copy the
+//! leader's log, acks=all waits for the ISR, a killed leader is replaced from the ISR with
+//! nothing acknowledged lost, and it catches up and rejoins when it returns.
+//!
+//! Every node is a `BinaryBroker` (killed on drop); every wait is bounded.
+
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
+
+use crate::cluster_fixture::{keyed_key, keyed_value, read_keyed, ThreeNodes};
+use crate::harness::poll_for;
+use crate::rdkafka_client::admin;
+
+/// One partition as `weir topic describe` prints it: leader, replicas, ISR.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Described {
+    leader: i32,
+    replicas: Vec<i32>,
+    isr: Vec<i32>,
+}
+
+/// `weir topic describe TOPIC` through `bootstrap`, parsed (kafka-topics.sh's layout);
+/// `Err` with the output when it fails or does not parse.
+fn describe(bootstrap: &str, topic: &str) -> Result<Vec<Described>, String> {
+    // Short: right after a kill the client may first try the dead broker; callers poll.
+    let out = Command::new("timeout")
+        .arg("10")
+        .arg(crate::harness::weir_bin())
+        .args(["topic", "describe", topic, "-b", bootstrap])
+        .output()
+        .map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    if !out.status.success() {
+        return Err(format!(
+            "{:?}: {text}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let mut rows = Vec::new();
+    for row in text.lines().skip(1) {
+        let fields: Vec<&str> = row.split('\t').collect();
+        let value = |name: &str| -> Result<Vec<i32>, String> {
+            let field = fields
+                .iter()
+                .find_map(|f| f.strip_prefix(name))
+                .ok_or_else(|| format!("no {name} in {row:?}"))?;
+            if field.is_empty() || field == "none" {
+                return Ok(Vec::new());
+            }
+            field
+                .split(',')
+                .map(|id| id.trim().parse().map_err(|_| format!("{row:?}")))
+                .collect()
+        };
+        let leader = value("Leader: ")?;
+        rows.push(Described {
+            leader: leader.first().copied().unwrap_or(-1),
+            replicas: value("Replicas: ")?,
+            isr: value("Isr: ")?,
+        });
+    }
+    Ok(rows)
+}
+
+/// Creates `topic` with `partitions` partitions, replication factor 3 and `configs`
+/// through a real admin client.
+async fn create_rf3(bootstrap: &str, topic: &str, partitions: i32, configs: &[(&str, &str)]) {
+    let mut t = NewTopic::new(topic, partitions, TopicReplication::Fixed(3));
+    for (k, v) in configs {
+        t = t.set(k, v);
+    }
+    let created = admin(bootstrap)
+        .create_topics(
+            &[t],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(20))),
+        )
+        .await
+        .expect("create_topics");
+    for r in created {
+        r.expect("topic created");
+    }
+}
+
+/// kcat: `n` keyed records (`keyed_key(i):keyed_value(i)`) from stdin to `topic`, acks=all;
+/// fails the test unless kcat delivered them all.
+fn kcat_produce(bootstrap: &str, topic: &str, n: usize) {
+    let mut input = String::with_capacity(n * 20);
+    for i in 0..n {
+        input.push_str(&format!("{}:{}\n", keyed_key(i), keyed_value(i)));
+    }
+    let mut kcat = Command::new("timeout")
+        .args(["120", "kcat", "-P", "-b", bootstrap, "-t", topic, "-K:"])
+        .args(["-X", "acks=all"])
+        .env_remove("LD_LIBRARY_PATH")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kcat -P");
+    kcat.stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .expect("kcat stdin");
+    let produced = kcat.wait_with_output().expect("kcat -P");
+    assert!(produced.status.success(), "{produced:?}");
+}
+
+/// Issue 13, test 1 (the seeds' own): three brokers, a topic with replication factor 3,
+/// kcat produces 10,000 records with acks=all; kill -9 the partition's leader: `weir topic
+/// describe` through a survivor shows a new leader from the ISR and the ISR without the
+/// killed broker; a consumer from the beginning reads all 10,000 exactly once; the old
+/// leader restarted over its data catches up and is back in the ISR.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_leader_is_replaced_from_the_isr_and_no_acknowledged_record_is_lost() {
+    const RECORDS: usize = 10_000;
+    let mut nodes = ThreeNodes::start(&[
+        "broker.session.timeout.ms=1500",
+        "broker.heartbeat.interval.ms=300",
+    ]);
+    create_rf3(&nodes.bootstrap(1), "replicated", 1, &[]).await;
+    let before = poll_for(
+        "replicated is described with 3 in-sync replicas",
+        20,
+        || match describe(&nodes.bootstrap(1), "replicated")?.as_slice() {
+            [p] if p.isr.len() == 3 && p.leader > 0 => Ok(p.clone()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    kcat_produce(&nodes.bootstrap_all(), "replicated", RECORDS);
+
+    let old = before.leader;
+    nodes.kill9(old);
+    let killed_at = Instant::now();
+    let survivor = (1..=3).find(|id| *id != old).unwrap();
+    let survivors: Vec<i32> = (1..=3).filter(|id| *id != old).collect();
+    nodes.wait_for_brokers(survivor, &survivors, 30);
+    let after = poll_for(
+        "a new leader from the ISR, without the killed one",
+        30,
+        || match describe(&nodes.bootstrap(survivor), "replicated")?.as_slice() {
+            [p] if p.leader > 0 && p.leader != old && !p.isr.contains(&old) => Ok(p.clone()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    eprintln!(
+        "leader {old} killed; {after:?} after {:?}",
+        killed_at.elapsed()
+    );
+    assert!(before.isr.contains(&after.leader), "{before:?} → {after:?}");
+    assert_eq!(after.isr.len(), 2, "{after:?}");
+
+    let read = read_keyed(&nodes.bootstrap(survivor), "replicated", 1, RECORDS);
+    read.assert_exactly(&(0..RECORDS).collect());
+
+    // The old leader comes back: it truncates to the new leader's log by epoch, catches
+    // up and rejoins the ISR.
+    nodes.restart(old);
+    poll_for(
+        "the restarted broker is back in the ISR",
+        60,
+        || match describe(&nodes.bootstrap(survivor), "replicated")?.as_slice() {
+            [p] if p.isr.contains(&old) && p.isr.len() == 3 => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    // And it holds every record: with the two others killed it could not serve them,
+    // so read them through it while it follows (a follower's log is checked by
+    // asking it to lead): kill the current leader, it or the third leads, all is there.
+    let leader_now = describe(&nodes.bootstrap(old), "replicated").unwrap()[0].leader;
+    nodes.kill9(leader_now);
+    let reader = (1..=3).find(|id| *id != leader_now).unwrap();
+    poll_for(
+        "a leader other than the one just killed",
+        30,
+        || match describe(&nodes.bootstrap(reader), "replicated")?.as_slice() {
+            [p] if p.leader > 0 && p.leader != leader_now => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    let read = read_keyed(&nodes.bootstrap(reader), "replicated", 1, RECORDS);
+    read.assert_exactly(&(0..RECORDS).collect());
+    nodes.assert_no_panic();
+}
+
+/// Produces records `range` (`keyed_key(i)`, `keyed_value(i)`) to partition 0 of `topic`
+/// through a librdkafka producer with `config` (acks, timeouts, retries); returns the
+/// indexes acknowledged and the errors of the others.
+async fn produce_range(
+    bootstrap: &str,
+    topic: &str,
+    range: std::ops::Range<usize>,
+    config: &[(&str, &str)],
+) -> (std::collections::BTreeSet<usize>, Vec<String>) {
+    use rdkafka::producer::FutureRecord;
+    let p = crate::rdkafka_client::producer(bootstrap, config);
+    let mut deliveries = Vec::new();
+    for i in range {
+        let (key, value) = (keyed_key(i), keyed_value(i));
+        let record = FutureRecord::to(topic)
+            .key(&key)
+            .payload(&value)
+            .partition(0);
+        deliveries.push((
+            i,
+            p.send_result(record).map_err(|(e, _)| e).expect("queued"),
+        ));
+    }
+    let (mut acked, mut failed) = (std::collections::BTreeSet::new(), Vec::new());
+    for (i, d) in deliveries {
+        match d.await {
+            Ok(Ok(_)) => {
+                acked.insert(i);
+            }
+            Ok(Err((e, _))) => failed.push(e.to_string()),
+            Err(_) => failed.push("cancelled".into()),
+        }
+    }
+    (acked, failed)
+}
+
+/// acks=all, retried by librdkafka within its 30 s message timeout.
+const ACKS_ALL: &[(&str, &str)] = &[("acks", "all")];
+
+/// Issue 13, test 3: `min.insync.replicas=2` on a replication-factor-3 topic of a 5-node
+/// cluster (so the quorum survives two nodes down). With both followers killed the ISR
+/// shrinks to the leader: acks=all gets NOT_ENOUGH_REPLICAS and nothing it sent is ever
+/// read; acks=1 still succeeds; one follower back, caught up and in the ISR: acks=all
+/// works again. Every acknowledged record is read back exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acks_all_needs_min_insync_replicas_and_resumes_when_a_replica_returns() {
+    let mut nodes = ThreeNodes::start_n(
+        5,
+        &[
+            "broker.session.timeout.ms=1500",
+            "broker.heartbeat.interval.ms=300",
+        ],
+    );
+    create_rf3(
+        &nodes.bootstrap(1),
+        "guarded",
+        1,
+        &[("min.insync.replicas", "2")],
+    )
+    .await;
+    let placed = poll_for(
+        "guarded is described with 3 in-sync replicas",
+        20,
+        || match describe(&nodes.bootstrap(1), "guarded")?.as_slice() {
+            [p] if p.isr.len() == 3 && p.leader > 0 => Ok(p.clone()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    let leader = placed.leader;
+    let followers: Vec<i32> = placed
+        .replicas
+        .iter()
+        .copied()
+        .filter(|r| *r != leader)
+        .collect();
+    let (mut acked, failed) =
+        produce_range(&nodes.bootstrap(leader), "guarded", 0..100, ACKS_ALL).await;
+    assert!(failed.is_empty(), "{failed:?}");
+
+    for f in &followers {
+        nodes.kill9(*f);
+    }
+    poll_for("the ISR is the leader alone", 30, || {
+        match describe(&nodes.bootstrap(leader), "guarded")?.as_slice() {
+            [p] if p.isr == vec![leader] && p.leader == leader => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    // acks=all: refused before anything is written (no retries, so librdkafka reports
+    // the broker's NOT_ENOUGH_REPLICAS rather than retrying it until a timeout).
+    let (refused_acked, refused) = produce_range(
+        &nodes.bootstrap(leader),
+        "guarded",
+        100..110,
+        &[("acks", "all"), ("retries", "0")],
+    )
+    .await;
+    assert!(refused_acked.is_empty(), "{refused_acked:?}");
+    assert!(
+        refused
+            .iter()
+            .all(|e| e.contains("in-sync replicas") || e.contains("NotEnoughReplicas")),
+        "{refused:?}"
+    );
+    // acks=1 still works.
+    let (ones, failed) = produce_range(
+        &nodes.bootstrap(leader),
+        "guarded",
+        110..210,
+        &[("acks", "1")],
+    )
+    .await;
+    assert!(failed.is_empty(), "{failed:?}");
+    acked.extend(ones);
+
+    // One follower back: it catches up, joins the ISR, and acks=all works again.
+    nodes.restart(followers[0]);
+    poll_for(
+        "the returning follower is back in the ISR",
+        60,
+        || match describe(&nodes.bootstrap(leader), "guarded")?.as_slice() {
+            [p] if p.isr.len() == 2 && p.isr.contains(&followers[0]) => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    let (again, failed) =
+        produce_range(&nodes.bootstrap(leader), "guarded", 210..310, ACKS_ALL).await;
+    assert!(failed.is_empty(), "{failed:?}");
+    acked.extend(again);
+
+    let read = read_keyed(&nodes.bootstrap(leader), "guarded", 1, acked.len());
+    read.assert_exactly(&acked);
+    nodes.assert_no_panic();
+}
