@@ -66,6 +66,22 @@ fn describe(bootstrap: &str, topic: &str) -> Result<Vec<Described>, String> {
     Ok(rows)
 }
 
+/// `weir topic describe --<flag> -b bootstrap`'s lines (kafka-topics.sh's
+/// `--under-replicated-partitions` / `--unavailable-partitions`: partition lines only).
+fn describe_only(bootstrap: &str, flag: &str) -> Vec<String> {
+    let out = Command::new("timeout")
+        .arg("30")
+        .arg(crate::harness::weir_bin())
+        .args(["topic", "describe", flag, "-b", bootstrap])
+        .output()
+        .expect("weir topic describe");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
 /// Creates `topic` with `partitions` partitions, replication factor 3 and `configs`
 /// through a real admin client.
 async fn create_rf3(bootstrap: &str, topic: &str, partitions: i32, configs: &[(&str, &str)]) {
@@ -153,6 +169,13 @@ async fn a_killed_leader_is_replaced_from_the_isr_and_no_acknowledged_record_is_
     );
     assert!(before.isr.contains(&after.leader), "{before:?} → {after:?}");
     assert_eq!(after.isr.len(), 2, "{after:?}");
+    let under = describe_only(&nodes.bootstrap(survivor), "--under-replicated-partitions");
+    assert!(
+        under.len() == 1 && under[0].contains("Topic: replicated\tPartition: 0"),
+        "{under:?}"
+    );
+    let unavailable = describe_only(&nodes.bootstrap(survivor), "--unavailable-partitions");
+    assert!(unavailable.is_empty(), "{unavailable:?}");
 
     let read = read_keyed(&nodes.bootstrap(survivor), "replicated", 1, RECORDS);
     read.assert_exactly(&(0..RECORDS).collect());
@@ -168,9 +191,10 @@ async fn a_killed_leader_is_replaced_from_the_isr_and_no_acknowledged_record_is_
             other => Err(format!("{other:?}")),
         },
     );
-    // And it holds every record: with the two others killed it could not serve them,
-    // so read them through it while it follows (a follower's log is checked by
-    // asking it to lead): kill the current leader, it or the third leads, all is there.
+    let under = describe_only(&nodes.bootstrap(survivor), "--under-replicated");
+    assert!(under.is_empty(), "{under:?}");
+    // Each replica holds every record: kill the leader of now; the new one (from the
+    // ISR, possibly the returned broker) serves all 10,000.
     let leader_now = describe(&nodes.bootstrap(old), "replicated").unwrap()[0].leader;
     nodes.kill9(leader_now);
     let reader = (1..=3).find(|id| *id != leader_now).unwrap();
