@@ -118,12 +118,17 @@ impl InternalTopic {
         }
     }
 
-    /// The partition count if the topic exists, without creating it.
+    /// The partition count if the topic exists, without creating it (on a cluster
+    /// another broker may have created it since this one started: the image says).
     pub(crate) fn partitions(&self) -> Option<i32> {
-        *self
+        let mut cached = self
             .partitions
             .lock()
-            .expect("internal topic lock poisoned")
+            .expect("internal topic lock poisoned");
+        if cached.is_none() {
+            *cached = self.metadata.image().topic(self.name).map(|t| t.partitions);
+        }
+        *cached
     }
 
     /// Creates the topic (compacted, per the spec) unless it exists; returns its
@@ -235,6 +240,29 @@ impl InternalTopic {
             self.replay_partition(index, &mut out)?;
         }
         Ok(out)
+    }
+
+    /// The records of partition `index` as [`InternalTopic::replay`] reads them (a
+    /// coordinator that just became the partition's leader loads it so).
+    ///
+    /// Errors: as [`InternalTopic::replay`].
+    pub(crate) fn replay_one(&self, index: i32) -> Result<Vec<ReplayedRecord>, InternalTopicError> {
+        let mut out = Vec::new();
+        self.replay_partition(index, &mut out)?;
+        Ok(out)
+    }
+
+    /// Partition `index`, when hosted here.
+    pub(crate) fn partition(&self, index: i32) -> Option<Arc<crate::replica::Partition>> {
+        self.replicas.partition(self.name, index)
+    }
+
+    /// The leader epoch of partition `index` when this broker leads it.
+    pub(crate) fn leader_epoch_here(&self, index: i32) -> Option<i32> {
+        match self.replicas.partition(self.name, index)?.replica_role() {
+            crate::replica::ReplicaRole::Leader { leader_epoch, .. } => Some(leader_epoch),
+            crate::replica::ReplicaRole::Follower { .. } => None,
+        }
     }
 
     fn replay_partition(

@@ -33,6 +33,13 @@ use tokio::time::Instant;
 use crate::cluster::Metadata;
 use crate::config::GroupSettings;
 use crate::replica::{now_ms, ReplicaManager};
+use store::partition_for;
+
+use crate::replica::ReplicationWait;
+
+/// Longest an offset commit waits for the in-sync replicas (Kafka's
+/// `offsets.commit.timeout.ms` default).
+pub(crate) const OFFSET_COMMIT_TIMEOUT_MS: u64 = 5000;
 pub(crate) use store::{CommittedOffset, OffsetStore, StoreRecord, OFFSETS_TOPIC};
 
 /// A group's state (Kafka's `GroupState`, names as ListGroups/DescribeGroups report them).
@@ -631,6 +638,10 @@ fn new_member_id(prefix: &str) -> String {
 /// The coordinator of every group (this broker coordinates all of them: one node).
 pub struct GroupCoordinator {
     groups: Mutex<HashMap<String, Group>>,
+    /// `__consumer_offsets` partition → the leader epoch its groups were loaded at
+    /// (Kafka's `onElection`: a partition led anew is loaded before its groups are
+    /// served). Locked before `groups` when both are held.
+    loaded: Mutex<HashMap<i32, i32>>,
     store: OffsetStore,
     metadata: Arc<Metadata>,
     settings: GroupSettings,
@@ -675,8 +686,10 @@ impl GroupCoordinator {
                 "loaded consumer groups from {OFFSETS_TOPIC}"
             );
         }
+        let loaded = store.led_partitions().into_iter().collect();
         Ok(GroupCoordinator {
             groups: Mutex::new(groups),
+            loaded: Mutex::new(loaded),
             store,
             metadata,
             settings,
@@ -687,14 +700,112 @@ impl GroupCoordinator {
         self.groups.lock().expect("group coordinator lock poisoned")
     }
 
+    /// Makes sure the groups of `group_id`'s `__consumer_offsets` partition are loaded
+    /// from this broker's log for the current leadership of that partition (Kafka's
+    /// `GroupCoordinator.onElection`): when this broker became its leader since the last
+    /// load (a failover moved the coordinator here, or it came back), every group of the
+    /// partition is replaced by what the log holds (committed offsets, generation); their
+    /// members rejoin, as after a restart. Nothing to do when `__consumer_offsets` does
+    /// not exist yet or the partition was loaded at this epoch. The caller checked that
+    /// the metadata names this broker the partition's leader.
+    ///
+    /// Errors: COORDINATOR_LOAD_IN_PROGRESS (14) when the partition cannot be read, or
+    /// when the caller found this broker leading it in the metadata before its replica
+    /// took the leader role (the image is published before the replicas follow it); the
+    /// client retries.
+    pub fn ensure_loaded(&self, group_id: &str) -> Result<(), ResponseError> {
+        let Some((partitions, index, epoch)) = self.store.leadership_of(group_id) else {
+            return Ok(());
+        };
+        let Some(epoch) = epoch else {
+            return Err(ResponseError::CoordinatorLoadInProgress);
+        };
+        let mut loaded = self.loaded.lock().expect("group loads lock poisoned");
+        if loaded.get(&index) == Some(&epoch) {
+            return Ok(());
+        }
+        let found = self.store.load_partition(index).map_err(|e| {
+            tracing::error!(partition = index, error = %e, "cannot load the groups of {OFFSETS_TOPIC}");
+            ResponseError::CoordinatorLoadInProgress
+        })?;
+        let count = found.len();
+        {
+            let mut groups = self.lock();
+            groups.retain(|id, _| partition_for(id, partitions) != index);
+            for (id, l) in found {
+                let mut g = Group::new(&id);
+                g.protocol_type = l.protocol_type.filter(|p| !p.is_empty());
+                g.generation = l.generation_id;
+                g.offsets = l.offsets;
+                groups.insert(id, g);
+            }
+        }
+        loaded.insert(index, epoch);
+        tracing::info!(
+            partition = index,
+            leader_epoch = epoch,
+            groups = count,
+            "leading {OFFSETS_TOPIC} partition: its groups are loaded"
+        );
+        Ok(())
+    }
+
+    /// Waits until everything written so far to `group_id`'s `__consumer_offsets`
+    /// partition is on every in-sync replica (Kafka appends offset commits with acks=-1,
+    /// so a commit answered is not lost with its coordinator), at most
+    /// [`OFFSET_COMMIT_TIMEOUT_MS`] (Kafka's `offsets.commit.timeout.ms`). Parks on the
+    /// partition's high watermark; never blocks a thread.
+    ///
+    /// Errors, as Kafka's `GroupMetadataManager` maps them: NOT_COORDINATOR (16) when
+    /// this broker stopped leading the partition, COORDINATOR_NOT_AVAILABLE (15) when the
+    /// replicas did not acknowledge in time or the ISR is too small.
+    pub async fn await_replicated(&self, group_id: &str) -> Result<(), ResponseError> {
+        let Some((_, index, Some(_))) = self.store.leadership_of(group_id) else {
+            return Err(ResponseError::NotCoordinator);
+        };
+        let Some(partition) = self.store.partition(index) else {
+            return Err(ResponseError::NotCoordinator);
+        };
+        let end = partition.offsets().log_end_offset;
+        if end == 0 {
+            return Ok(());
+        }
+        match partition
+            .wait_for_high_watermark(end - 1, OFFSET_COMMIT_TIMEOUT_MS)
+            .await
+        {
+            ReplicationWait::Replicated => Ok(()),
+            ReplicationWait::NotLeader => Err(ResponseError::NotCoordinator),
+            ReplicationWait::TimedOut | ReplicationWait::NotEnoughReplicasAfterAppend => {
+                Err(ResponseError::CoordinatorNotAvailable)
+            }
+        }
+    }
+
     /// Creates `__consumer_offsets` if needed (FindCoordinator does this first, as Kafka).
     ///
     /// Errors: COORDINATOR_NOT_AVAILABLE (15) when it cannot be created.
     pub fn ensure_offsets_topic(&self) -> Result<(), ResponseError> {
-        self.store.ensure_topic().map(|_| ()).map_err(|e| {
+        self.store.ensure_topic().map_err(|e| {
             tracing::error!(error = %e, "group coordinator unavailable");
             ResponseError::CoordinatorNotAvailable
-        })
+        })?;
+        // Led partitions with empty logs (a topic this broker may just have created)
+        // hold nothing to load: mark them loaded before any group is made in them, so a
+        // concurrent `ensure_loaded` does not replace a group being made (it waits on
+        // the lock, or finds them marked). A partition with records is loaded by
+        // `ensure_loaded` when first used.
+        let mut loaded = self.loaded.lock().expect("group loads lock poisoned");
+        for (index, epoch) in self.store.led_partitions() {
+            let empty = self
+                .store
+                .partition(index)
+                .is_some_and(|p| p.offsets().log_end_offset == 0);
+            if empty {
+                loaded.entry(index).or_insert(epoch);
+            }
+        }
+        Ok(())
     }
 
     /// JoinGroup: answers at once (errors, MEMBER_ID_REQUIRED, a rejoin that changes

@@ -350,20 +350,61 @@ impl OffsetStore {
     ///
     /// Errors: a partition log that cannot be read (I/O), as a message.
     pub(crate) fn load(&self) -> Result<BTreeMap<String, LoadedGroup>, String> {
-        let mut groups: BTreeMap<String, LoadedGroup> = BTreeMap::new();
-        for record in self.topic.replay().map_err(|e| e.to_string())? {
-            match decode_record(&record.key, record.value.as_ref()) {
-                Some(d) => apply(&mut groups, d),
-                None => tracing::warn!(
-                    partition = record.partition,
-                    offset = record.offset,
-                    "unparseable record in {OFFSETS_TOPIC}; skipped"
-                ),
-            }
-        }
-        groups.retain(|_, g| g.protocol_type.is_some() || !g.offsets.is_empty());
-        Ok(groups)
+        let records = self.topic.replay().map_err(|e| e.to_string())?;
+        Ok(groups_of(records))
     }
+
+    /// As [`OffsetStore::load`], for the groups of partition `index` alone (a
+    /// coordinator's election, Kafka's `GroupMetadataManager.loadGroupsForPartition`).
+    ///
+    /// Errors: the partition cannot be read (I/O), as a message.
+    pub(crate) fn load_partition(
+        &self,
+        index: i32,
+    ) -> Result<BTreeMap<String, LoadedGroup>, String> {
+        let records = self.topic.replay_one(index).map_err(|e| e.to_string())?;
+        Ok(groups_of(records))
+    }
+
+    /// Partition `index` of `__consumer_offsets`, when hosted here.
+    pub(crate) fn partition(&self, index: i32) -> Option<Arc<crate::replica::Partition>> {
+        self.topic.partition(index)
+    }
+
+    /// The partitions of `__consumer_offsets` this broker leads now, with their leader
+    /// epochs.
+    pub(crate) fn led_partitions(&self) -> Vec<(i32, i32)> {
+        let partitions = self.topic.partitions().unwrap_or(0);
+        (0..partitions)
+            .filter_map(|i| Some((i, self.topic.leader_epoch_here(i)?)))
+            .collect()
+    }
+
+    /// The partition count of `__consumer_offsets`, `group_id`'s partition and its leader
+    /// epoch when this broker's replica leads it (`None`: no topic yet).
+    pub(crate) fn leadership_of(&self, group_id: &str) -> Option<(i32, i32, Option<i32>)> {
+        let partitions = self.topic.partitions()?;
+        let index = partition_for(group_id, partitions);
+        Some((partitions, index, self.topic.leader_epoch_here(index)))
+    }
+}
+
+/// The groups `records` (replayed in offset order) leave: the last record per key wins,
+/// tombstones remove; unparseable records are skipped with a warning.
+fn groups_of(records: Vec<crate::internal_topic::ReplayedRecord>) -> BTreeMap<String, LoadedGroup> {
+    let mut groups: BTreeMap<String, LoadedGroup> = BTreeMap::new();
+    for record in records {
+        match decode_record(&record.key, record.value.as_ref()) {
+            Some(d) => apply(&mut groups, d),
+            None => tracing::warn!(
+                partition = record.partition,
+                offset = record.offset,
+                "unparseable record in {OFFSETS_TOPIC}; skipped"
+            ),
+        }
+    }
+    groups.retain(|_, g| g.protocol_type.is_some() || !g.offsets.is_empty());
+    groups
 }
 
 fn apply(groups: &mut BTreeMap<String, LoadedGroup>, d: Decoded) {

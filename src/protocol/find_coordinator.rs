@@ -13,7 +13,7 @@
 //! `init_transactions()` fails at once instead of retrying the coordinator query until its
 //! timeout); InitProducerId answers the same. INVALID_REQUEST (42) for any other key type;
 //! COORDINATOR_NOT_AVAILABLE (15) when the offsets topic cannot be created or the
-//! partition's leader is fenced (no leader election yet).
+//! partition has no live leader.
 
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
@@ -50,13 +50,16 @@ fn coordinator_of(ctx: &Context, group: &str) -> Result<(i32, String, i32), Resp
         .ok_or(ResponseError::CoordinatorNotAvailable)
 }
 
-/// Whether this broker coordinates `group` (the group APIs' first check).
+/// Whether this broker coordinates `group` (the group APIs' first check), with the
+/// group's partition loaded for this leadership (`GroupCoordinator::ensure_loaded`).
 ///
 /// Errors: NOT_COORDINATOR (16) when another broker does (the client asks
-/// FindCoordinator again), COORDINATOR_NOT_AVAILABLE (15) as [`coordinator_of`].
+/// FindCoordinator again), COORDINATOR_NOT_AVAILABLE (15) as [`coordinator_of`],
+/// COORDINATOR_LOAD_IN_PROGRESS (14) when the partition cannot be loaded.
 pub(super) fn check_coordinator(ctx: &Context, group: &str) -> Result<(), ResponseError> {
     match coordinator_of(ctx, group)? {
-        (id, _, _) if id == ctx.metadata.node_id() => Ok(()),
+        // Led here: its groups are loaded for this leadership first (a failover).
+        (id, _, _) if id == ctx.metadata.node_id() => ctx.groups.ensure_loaded(group),
         _ => Err(ResponseError::NotCoordinator),
     }
 }

@@ -388,7 +388,7 @@ async fn dispatch(
             ResponseKind::LeaveGroup(leave_group::handle(ctx, r, version))
         }
         RequestKind::OffsetCommit(r) => {
-            ResponseKind::OffsetCommit(offset_commit::handle(ctx, r, version))
+            ResponseKind::OffsetCommit(offset_commit::handle(ctx, r, version).await)
         }
         RequestKind::OffsetFetch(r) => {
             ResponseKind::OffsetFetch(offset_fetch::handle(ctx, r, version))

@@ -16,8 +16,10 @@ use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
 use super::Context;
 use crate::group::{CommitRequest, OffsetToCommit};
 
-/// Handles an OffsetCommit request.
-pub(super) fn handle(
+/// Handles an OffsetCommit request: answered once the commit is on every in-sync replica
+/// of the group's `__consumer_offsets` partition
+/// ([`crate::group::GroupCoordinator::await_replicated`]).
+pub(super) async fn handle(
     ctx: &Context,
     request: OffsetCommitRequest,
     _version: i16,
@@ -45,8 +47,15 @@ pub(super) fn handle(
     let mut errors = match super::find_coordinator::check_coordinator(ctx, &req.group_id) {
         Ok(()) => ctx.groups.commit(&req),
         Err(e) => req.offsets.iter().map(|_| Some(e)).collect(),
+    };
+    if errors.iter().any(Option::is_none) {
+        if let Err(e) = ctx.groups.await_replicated(&req.group_id).await {
+            for ok in errors.iter_mut().filter(|e| e.is_none()) {
+                *ok = Some(e);
+            }
+        }
     }
-    .into_iter();
+    let mut errors = errors.into_iter();
     let topics = request
         .topics
         .into_iter()

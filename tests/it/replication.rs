@@ -345,3 +345,138 @@ async fn acks_all_needs_min_insync_replicas_and_resumes_when_a_replica_returns()
     read.assert_exactly(&acked);
     nodes.assert_no_panic();
 }
+
+/// The broker FindCoordinator (v3, through `bootstrap`) names for `group`, once it names
+/// one.
+fn coordinator_of(bootstrap: &str, group: &str) -> Result<i32, String> {
+    use kafka_protocol::messages::{FindCoordinatorRequest, FindCoordinatorResponse};
+    use kafka_protocol::protocol::StrBytes;
+    let req = FindCoordinatorRequest::default()
+        .with_key(StrBytes::from_string(group.to_string()))
+        .with_key_type(0);
+    let mut conn = crate::harness::RawConn::connect(bootstrap);
+    let r: FindCoordinatorResponse =
+        crate::harness::decode(conn.request(&req, 3, 41).ok_or("no answer")?, 3);
+    if r.error_code == 0 {
+        Ok(r.node_id.0)
+    } else {
+        Err(format!("error {}", r.error_code))
+    }
+}
+
+/// Issue 13, test 5: a librdkafka consumer group reads a replication-factor-3 topic and
+/// commits; the broker coordinating the group (the leader of its `__consumer_offsets`
+/// partition) is killed with -9. The partition's new leader loads the group's offsets:
+/// the committed offsets read through a survivor are the ones committed before the kill,
+/// and the same consumer goes on to read every record and commits through the new
+/// coordinator (after rejoining: members are not carried over).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_keeps_consuming_when_its_coordinator_is_killed() {
+    use crate::cluster_fixture::produce_keyed;
+    use rdkafka::config::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    use rdkafka::{Message, TopicPartitionList};
+
+    const GROUP: &str = "failover-group";
+    const RECORDS: usize = 3000;
+    let mut nodes = ThreeNodes::start(&[
+        "broker.session.timeout.ms=1500",
+        "broker.heartbeat.interval.ms=300",
+        "group.initial.rebalance.delay.ms=0",
+    ]);
+    create_rf3(&nodes.bootstrap(1), "work", 3, &[]).await;
+    produce_keyed(&nodes.bootstrap_all(), "work", RECORDS, Some(3))
+        .await
+        .assert_all_acked(RECORDS);
+
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", nodes.bootstrap_all())
+        .set("group.id", GROUP)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .expect("consumer");
+    consumer.subscribe(&["work"]).expect("subscribe");
+    let mut read: std::collections::BTreeMap<usize, usize> = Default::default();
+    let mut poll_until = |want: usize, what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while read.len() < want {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: {} of {want} read",
+                read.len()
+            );
+            if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+                let Ok(m) = m else { continue }; // a retriable error during the failover
+                let value = String::from_utf8_lossy(m.payload().unwrap_or_default()).to_string();
+                let i: usize = value[1..].parse().expect("a keyed value");
+                *read.entry(i).or_default() += 1;
+            }
+        }
+    };
+    poll_until(RECORDS / 3, "before the kill");
+    consumer
+        .commit_consumer_state(CommitMode::Sync)
+        .expect("commit");
+    let committed_before = consumer
+        .committed(Duration::from_secs(10))
+        .expect("committed offsets");
+    let coordinator = coordinator_of(&nodes.bootstrap(1), GROUP).expect("a coordinator");
+    nodes.kill9(coordinator);
+    let survivor = (1..=3).find(|id| *id != coordinator).unwrap();
+
+    // The new coordinator (another broker) answers with the offsets committed before.
+    let moved = poll_for(
+        "another broker coordinates the group",
+        30,
+        || match coordinator_of(&nodes.bootstrap(survivor), GROUP) {
+            Ok(c) if c != coordinator => Ok(c),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    let reader: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", nodes.bootstrap(survivor))
+        .set("group.id", GROUP)
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut wanted = TopicPartitionList::new();
+    for part in 0..3 {
+        wanted.add_partition("work", part);
+    }
+    let after = reader
+        .committed_offsets(wanted, Duration::from_secs(20))
+        .expect("committed offsets from the new coordinator");
+    eprintln!("coordinator {coordinator} killed, {moved} took over; committed {after:?}");
+    for part in 0..3 {
+        let offset = |tpl: &TopicPartitionList| {
+            tpl.find_partition("work", part)
+                .expect("partition")
+                .offset()
+        };
+        assert_eq!(
+            offset(&after),
+            offset(&committed_before),
+            "partition {part}"
+        );
+    }
+
+    // The consumer goes on through the new coordinator and reads everything.
+    poll_until(RECORDS, "after the kill");
+    let duplicated = read.values().filter(|n| **n > 1).count();
+    eprintln!(
+        "read {} distinct records, {duplicated} more than once",
+        read.len()
+    );
+    assert_eq!(read.len(), RECORDS);
+    // The new coordinator loaded the group Empty (weir keeps no members across a
+    // coordinator move, as across a restart): the consumer's first commit there gets
+    // UNKNOWN_MEMBER_ID, it rejoins in its poll, and commits.
+    poll_for("a commit through the new coordinator", 30, || {
+        let _ = consumer.poll(Duration::from_millis(200));
+        consumer
+            .commit_consumer_state(CommitMode::Sync)
+            .map_err(|e| e.to_string())
+    });
+    nodes.assert_no_panic();
+}
