@@ -547,7 +547,9 @@ fn a_member_id_never_used_does_not_hold_the_rebalance() {
 /// never early with an empty one.
 #[test]
 fn follower_sync_waits_for_the_leader() {
-    let b = TestBroker::start_with(&["group.initial.rebalance.delay.ms=1000"]);
+    // 3 s: both joins land in the first generation even on a loaded machine (at 1 s one
+    // once arrived after it had completed, and got generation 2).
+    let b = TestBroker::start_with(&["group.initial.rebalance.delay.ms=3000"]);
     let bootstrap = b.bootstrap.clone();
     let follower_thread = std::thread::spawn(move || {
         let mut conn = RawConn::connect(&bootstrap);
