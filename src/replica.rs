@@ -1144,18 +1144,8 @@ fn topic_changes(delta: &MetadataDelta) -> Result<Vec<TopicChange<'_>>, Listener
                 if a.configs != b.configs {
                     out.push(TopicChange::Reconfigure(a));
                 }
-                for (index, (old, new)) in b
-                    .partition_states
-                    .iter()
-                    .zip(a.partition_states.iter())
-                    .enumerate()
-                {
-                    if old != new {
-                        out.push(TopicChange::Leadership {
-                            meta: a,
-                            index: index as i32,
-                        });
-                    }
+                for (index, _, _) in a.changed_partitions(b) {
+                    out.push(TopicChange::Leadership { meta: a, index });
                 }
             }
             (Some(b), None) => out.push(TopicChange::Close {

@@ -41,6 +41,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
+use crate::cluster::brokers::stopped_within;
 use crate::cluster::Metadata;
 use crate::config::BrokerConfig;
 use crate::log::{split_fetched, LogError};
@@ -93,17 +94,6 @@ pub(crate) async fn run(
     ));
     fetcher_manager(metadata, replicas, config, shutdown).await;
     let _ = isr.await;
-}
-
-/// Sleeps `d`, or returns `true` at once when `shutdown` turns true (or its sender is gone).
-async fn stopped_within(shutdown: &mut watch::Receiver<bool>, d: Duration) -> bool {
-    if *shutdown.borrow() {
-        return true;
-    }
-    tokio::select! {
-        r = shutdown.changed() => r.is_err() || *shutdown.borrow(),
-        () = tokio::time::sleep(d) => false,
-    }
 }
 
 /// Commits the ISR changes leaders ask for, and every `replica.lag.time.max.ms / 2` has

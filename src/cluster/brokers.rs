@@ -217,7 +217,7 @@ pub(crate) fn register_blocking(
 }
 
 /// Sleeps `d`, or returns `true` at once when `shutdown` turns true (or its sender is gone).
-async fn stopped_within(shutdown: &mut watch::Receiver<bool>, d: Duration) -> bool {
+pub(crate) async fn stopped_within(shutdown: &mut watch::Receiver<bool>, d: Duration) -> bool {
     if *shutdown.borrow() {
         return true;
     }

@@ -131,6 +131,21 @@ pub struct TopicMeta {
 }
 
 impl TopicMeta {
+    /// The partitions `before` (this topic earlier) also had whose state (leader, ISR,
+    /// replicas, epochs) differs now, as (index, state before, state now).
+    pub fn changed_partitions<'a>(
+        &'a self,
+        before: &'a TopicMeta,
+    ) -> impl Iterator<Item = (i32, &'a PartitionState, &'a PartitionState)> + 'a {
+        before
+            .partition_states
+            .iter()
+            .zip(self.partition_states.iter())
+            .zip(0..)
+            .filter(|((old, new), _)| old != new)
+            .map(|((old, new), index)| (index, old, new))
+    }
+
     /// The state of partition `index`, if the topic has it.
     pub fn partition(&self, index: i32) -> Option<&PartitionState> {
         usize::try_from(index)
@@ -478,20 +493,13 @@ impl MetadataImage {
                             partitions: a.partition_states[b.partition_states.len()..].to_vec(),
                         });
                     }
-                    for (index, (old, new)) in b
-                        .partition_states
-                        .iter()
-                        .zip(a.partition_states.iter())
-                        .enumerate()
-                    {
-                        if old != new {
-                            out.push(MetadataRecord::PartitionChanged {
-                                topic_id: a.id,
-                                partition: index as i32,
-                                expected_partition_epoch: old.partition_epoch,
-                                state: new.clone(),
-                            });
-                        }
+                    for (index, old, new) in a.changed_partitions(b) {
+                        out.push(MetadataRecord::PartitionChanged {
+                            topic_id: a.id,
+                            partition: index,
+                            expected_partition_epoch: old.partition_epoch,
+                            state: new.clone(),
+                        });
                     }
                     if a.configs != b.configs {
                         out.push(MetadataRecord::TopicConfigsChanged {

@@ -342,6 +342,16 @@ impl Group {
         }
     }
 
+    /// A group as `__consumer_offsets` left it: Empty, with its protocol type,
+    /// generation and committed offsets (members rejoin).
+    fn loaded(id: &str, loaded: store::LoadedGroup) -> Group {
+        let mut g = Group::new(id);
+        g.protocol_type = loaded.protocol_type.filter(|p| !p.is_empty());
+        g.generation = loaded.generation_id;
+        g.offsets = loaded.offsets;
+        g
+    }
+
     fn max_rebalance_timeout_ms(&self) -> u64 {
         self.members
             .values()
@@ -674,11 +684,7 @@ impl GroupCoordinator {
         let loaded = store.load()?;
         let mut groups = HashMap::new();
         for (id, l) in loaded {
-            let mut g = Group::new(&id);
-            g.protocol_type = l.protocol_type.filter(|p| !p.is_empty());
-            g.generation = l.generation_id;
-            g.offsets = l.offsets;
-            groups.insert(id, g);
+            groups.insert(id.clone(), Group::loaded(&id, l));
         }
         if !groups.is_empty() {
             tracing::info!(
@@ -733,11 +739,7 @@ impl GroupCoordinator {
             let mut groups = self.lock();
             groups.retain(|id, _| partition_for(id, partitions) != index);
             for (id, l) in found {
-                let mut g = Group::new(&id);
-                g.protocol_type = l.protocol_type.filter(|p| !p.is_empty());
-                g.generation = l.generation_id;
-                g.offsets = l.offsets;
-                groups.insert(id, g);
+                groups.insert(id.clone(), Group::loaded(&id, l));
             }
         }
         loaded.insert(index, epoch);

@@ -6,6 +6,8 @@
 //! `BinaryBroker`, killed on drop), then removes the data dirs.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write as _;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
@@ -342,4 +344,29 @@ pub(crate) fn read_keyed(bootstrap: &str, topic: &str, partitions: i32, want: us
             .insert(msg.partition());
     }
     out
+}
+
+/// kcat: `n` keyed records (`keyed_key(i):keyed_value(i)`) from stdin to `topic`, acks=all;
+/// fails the test unless kcat delivered them all.
+pub(crate) fn kcat_produce(bootstrap: &str, topic: &str, n: usize) {
+    let mut input = String::with_capacity(n * 20);
+    for i in 0..n {
+        input.push_str(&format!("{}:{}\n", keyed_key(i), keyed_value(i)));
+    }
+    let mut kcat = Command::new("timeout")
+        .args(["120", "kcat", "-P", "-b", bootstrap, "-t", topic, "-K:"])
+        .args(["-X", "acks=all"])
+        .env_remove("LD_LIBRARY_PATH")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kcat -P");
+    kcat.stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .expect("kcat stdin");
+    let produced = kcat.wait_with_output().expect("kcat -P");
+    assert!(produced.status.success(), "{produced:?}");
 }

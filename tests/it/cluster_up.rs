@@ -508,7 +508,6 @@ a.close()
 /// back, each once, its key matching its value. SIGINT stops the cluster.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_up_rf3_topic_seen_by_two_clients_and_kcat_moves_30000_records() {
-    use std::io::Write;
     const RECORDS: usize = 30_000;
     let dir = tempfile::tempdir().unwrap();
     let mut up = ClusterUp::start(dir.path(), Some(3));
@@ -586,34 +585,7 @@ async fn cluster_up_rf3_topic_seen_by_two_clients_and_kcat_moves_30000_records()
     assert_eq!(leaders, BTreeSet::from([1, 2, 3]));
 
     // kcat: 30,000 keyed records from stdin, acks=all, then read back to the end.
-    let mut input = String::with_capacity(RECORDS * 20);
-    for i in 0..RECORDS {
-        input.push_str(&format!("key-{}:v{i:06}\n", i % 97));
-    }
-    let mut kcat = Command::new("timeout")
-        .args([
-            "120",
-            "kcat",
-            "-P",
-            "-b",
-            &up.bootstrap,
-            "-t",
-            "spread",
-            "-K:",
-        ])
-        .args(["-X", "acks=all"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kcat -P");
-    kcat.stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .expect("kcat stdin");
-    let produced = kcat.wait_with_output().expect("kcat -P");
-    assert!(produced.status.success(), "{produced:?}");
+    crate::cluster_fixture::kcat_produce(&up.bootstrap, "spread", RECORDS);
     let consumed = Command::new("timeout")
         .args([
             "120",

@@ -4,13 +4,12 @@
 //!
 //! Every node is a `BinaryBroker` (killed on drop); every wait is bounded.
 
-use std::io::Write as _;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
 
-use crate::cluster_fixture::{keyed_key, keyed_value, read_keyed, ThreeNodes};
+use crate::cluster_fixture::{kcat_produce, keyed_key, keyed_value, read_keyed, ThreeNodes};
 use crate::harness::poll_for;
 use crate::rdkafka_client::admin;
 
@@ -99,31 +98,6 @@ async fn create_rf3(bootstrap: &str, topic: &str, partitions: i32, configs: &[(&
     for r in created {
         r.expect("topic created");
     }
-}
-
-/// kcat: `n` keyed records (`keyed_key(i):keyed_value(i)`) from stdin to `topic`, acks=all;
-/// fails the test unless kcat delivered them all.
-fn kcat_produce(bootstrap: &str, topic: &str, n: usize) {
-    let mut input = String::with_capacity(n * 20);
-    for i in 0..n {
-        input.push_str(&format!("{}:{}\n", keyed_key(i), keyed_value(i)));
-    }
-    let mut kcat = Command::new("timeout")
-        .args(["120", "kcat", "-P", "-b", bootstrap, "-t", topic, "-K:"])
-        .args(["-X", "acks=all"])
-        .env_remove("LD_LIBRARY_PATH")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kcat -P");
-    kcat.stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .expect("kcat stdin");
-    let produced = kcat.wait_with_output().expect("kcat -P");
-    assert!(produced.status.success(), "{produced:?}");
 }
 
 /// Issue 13, test 1 (the seeds' own): three brokers, a topic with replication factor 3,
