@@ -216,6 +216,11 @@ impl BinaryBroker {
         }
     }
 
+    /// The process id (for signals such as SIGSTOP / SIGCONT).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends SIGKILL and waits; returns the broker's stderr.
     pub fn kill9(mut self) -> String {
         let _ = self.child.kill();

@@ -36,6 +36,7 @@ mod metrics;
 mod plugins;
 mod rdkafka_client;
 mod replication;
+mod replication_faults;
 mod rest_produce;
 mod retention;
 mod transforms;

@@ -15,15 +15,15 @@ use crate::rdkafka_client::admin;
 
 /// One partition as `weir topic describe` prints it: leader, replicas, ISR.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Described {
-    leader: i32,
-    replicas: Vec<i32>,
-    isr: Vec<i32>,
+pub(crate) struct Described {
+    pub(crate) leader: i32,
+    pub(crate) replicas: Vec<i32>,
+    pub(crate) isr: Vec<i32>,
 }
 
 /// `weir topic describe TOPIC` through `bootstrap`, parsed (kafka-topics.sh's layout);
 /// `Err` with the output when it fails or does not parse.
-fn describe(bootstrap: &str, topic: &str) -> Result<Vec<Described>, String> {
+pub(crate) fn describe(bootstrap: &str, topic: &str) -> Result<Vec<Described>, String> {
     // Short: right after a kill the client may first try the dead broker; callers poll.
     let out = Command::new("timeout")
         .arg("10")
@@ -83,7 +83,12 @@ fn describe_only(bootstrap: &str, flag: &str) -> Vec<String> {
 
 /// Creates `topic` with `partitions` partitions, replication factor 3 and `configs`
 /// through a real admin client.
-async fn create_rf3(bootstrap: &str, topic: &str, partitions: i32, configs: &[(&str, &str)]) {
+pub(crate) async fn create_rf3(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    configs: &[(&str, &str)],
+) {
     let mut t = NewTopic::new(topic, partitions, TopicReplication::Fixed(3));
     for (k, v) in configs {
         t = t.set(k, v);

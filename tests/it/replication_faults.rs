@@ -1,0 +1,533 @@
+//! Issue 13, test 2: a bounded Jepsen-style fault loop. Three `weir` processes with short
+//! session and lag timeouts, a topic of 3 partitions at replication factor 3 with
+//! `min.insync.replicas=2`; a confluent-kafka producer (acks=all, idempotent,
+//! `tests/compat/fault_producer.py`) writes sequence-numbered records to every partition
+//! while a seeded schedule kills (`kill -9`, then restart over its data) or pauses
+//! (SIGSTOP for longer than `replica.lag.time.max.ms`, then SIGCONT) one broker at a
+//! time. Then every partition is read from the beginning: each acknowledged record is
+//! there exactly once, at the offset it was acknowledged at, in sequence order, and
+//! nothing is there that was never sent.
+//!
+//! The seed is printed; `WEIR_FAULT_SEED=N` replays a schedule (the timing of the
+//! brokers and the client is not replayed: a seed fixes which broker gets which fault
+//! and for how long). No network faults: partitioning loopback needs network namespaces
+//! (root, `ip netns`), which these tests do not assume.
+//!
+//! Bounded: [`FAULTS`] faults, the producer sends for [`PRODUCE_S`] and flushes within
+//! 45 s, every wait has a deadline. Every process is stopped at the end: a paused broker
+//! gets SIGCONT ([`Paused`]'s drop) before `ThreeNodes`' drop kills it, the producer is
+//! killed on drop ([`Script`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Message, Offset, TopicPartitionList};
+
+use crate::cluster_fixture::ThreeNodes;
+use crate::harness::{poll_for, repo_root};
+use crate::replication::{create_rf3, describe};
+
+const TOPIC: &str = "faults";
+const PARTITIONS: i32 = 3;
+/// Faults injected, one broker at a time.
+const FAULTS: usize = 8;
+/// How long the producer sends (the faults run meanwhile).
+const PRODUCE_S: u64 = 60;
+/// The seed when `WEIR_FAULT_SEED` is not set.
+const DEFAULT_SEED: u64 = 13_002;
+/// `replica.lag.time.max.ms` of the cluster: a pause lasts longer.
+const LAG_TIME_MAX_MS: u64 = 3000;
+
+/// splitmix64: a seeded generator small enough to carry here (no `rand` dependency).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `lo..=hi`.
+    fn between(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo + 1)
+    }
+}
+
+/// One fault of the schedule.
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    /// kill -9, wait `down_ms`, start again over the same data.
+    Kill { node: i32, down_ms: u64 },
+    /// SIGSTOP, wait `paused_ms` (longer than `replica.lag.time.max.ms`), SIGCONT.
+    Pause { node: i32, paused_ms: u64 },
+}
+
+/// The schedule `seed` gives: [`FAULTS`] faults, each followed by a quiet gap (ms).
+fn schedule(seed: u64) -> Vec<(Fault, u64)> {
+    let mut rng = Rng(seed);
+    (0..FAULTS)
+        .map(|_| {
+            let node = rng.between(1, 3) as i32;
+            let fault = if rng.next() % 2 == 0 {
+                Fault::Kill {
+                    node,
+                    down_ms: rng.between(500, 3000),
+                }
+            } else {
+                Fault::Pause {
+                    node,
+                    paused_ms: rng.between(LAG_TIME_MAX_MS + 500, LAG_TIME_MAX_MS + 2500),
+                }
+            };
+            (fault, rng.between(300, 1500))
+        })
+        .collect()
+}
+
+/// Sends `signal` (`STOP`, `CONT`) to `pid`.
+fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill -{signal} {pid}");
+}
+
+/// A paused broker: SIGCONT on drop, so a failing test never leaves a stopped process.
+struct Paused(u32);
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg("-CONT")
+            .arg(self.0.to_string())
+            .status();
+    }
+}
+
+/// The producer script, killed on drop.
+struct Script(Child);
+
+impl Drop for Script {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// What the producer wrote to its outcome file.
+#[derive(Debug, Default)]
+struct ProducerLog {
+    /// partition → sequence → offset acknowledged.
+    acked: BTreeMap<i32, BTreeMap<u64, i64>>,
+    /// partition → sequences whose delivery failed.
+    failed: BTreeMap<i32, BTreeSet<u64>>,
+    /// partition → how many sequences were sent (0..sent).
+    sent: BTreeMap<i32, u64>,
+    /// Records neither acknowledged nor failed when the flush ended.
+    unanswered: u64,
+    /// The client's error callbacks (`E fatal|error text`).
+    errors: Vec<String>,
+    /// The file ended with `DONE`.
+    done: bool,
+    /// The first failure reasons seen, distinct.
+    failure_reasons: BTreeSet<String>,
+}
+
+impl ProducerLog {
+    fn parse(text: &str) -> ProducerLog {
+        let mut log = ProducerLog::default();
+        for line in text.lines() {
+            let f: Vec<&str> = line.splitn(4, ' ').collect();
+            match f.as_slice() {
+                ["A", p, offset, seq] => {
+                    log.acked
+                        .entry(p.parse().unwrap())
+                        .or_default()
+                        .insert(seq.parse().unwrap(), offset.parse().unwrap());
+                }
+                ["F", p, seq, reason @ ..] => {
+                    log.failed
+                        .entry(p.parse().unwrap())
+                        .or_default()
+                        .insert(seq.parse().unwrap());
+                    if log.failure_reasons.len() < 5 {
+                        log.failure_reasons.insert(reason.join(" "));
+                    }
+                }
+                ["E", ..] => log.errors.push(line.to_string()),
+                ["SENT", p, n] => {
+                    log.sent.insert(p.parse().unwrap(), n.parse().unwrap());
+                }
+                ["UNANSWERED", n] => log.unanswered = n.parse().unwrap(),
+                ["DONE"] => log.done = true,
+                _ => panic!("unexpected producer line {line:?}"),
+            }
+        }
+        log
+    }
+
+    fn acked_count(&self) -> usize {
+        self.acked.values().map(BTreeMap::len).sum()
+    }
+}
+
+/// Every record of `TOPIC` below each partition's high watermark, read from the
+/// beginning by a librdkafka consumer (assigned, no commits): partition → (offset,
+/// value) in offset order. At most 60 s.
+fn read_all(bootstrap: &str) -> BTreeMap<i32, Vec<(i64, String)>> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "replication-faults-no-commits")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let high: BTreeMap<i32, i64> = (0..PARTITIONS)
+        .map(|p| {
+            let (_, hw) = poll_for(&format!("partition {p}'s watermarks"), 30, || {
+                consumer
+                    .fetch_watermarks(TOPIC, p, Duration::from_secs(5))
+                    .map_err(|e| e.to_string())
+            });
+            (p, hw)
+        })
+        .collect();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..PARTITIONS {
+        tpl.add_partition_offset(TOPIC, p, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&tpl).expect("assign");
+    let mut out: BTreeMap<i32, Vec<(i64, String)>> = BTreeMap::new();
+    let mut next: BTreeMap<i32, i64> = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while high
+        .iter()
+        .any(|(p, hw)| next.get(p).copied().unwrap_or(0) < *hw)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "read {next:?} of high watermarks {high:?} in 60 s"
+        );
+        let Some(msg) = consumer.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let msg = msg.expect("consume");
+        let value = String::from_utf8_lossy(msg.payload().unwrap_or_default()).to_string();
+        out.entry(msg.partition())
+            .or_default()
+            .push((msg.offset(), value));
+        next.insert(msg.partition(), msg.offset() + 1);
+    }
+    eprintln!("read up to the high watermarks {high:?}");
+    out
+}
+
+/// The checks' tallies over all partitions.
+#[derive(Debug, Default)]
+struct Verdict {
+    acknowledged: usize,
+    read: usize,
+    lost: Vec<(i32, u64)>,
+    duplicated: Vec<(i32, u64)>,
+    out_of_order: Vec<(i32, i64, u64)>,
+    never_sent: Vec<(i32, i64, String)>,
+    /// Acknowledged at one offset, read at another.
+    moved: Vec<(i32, u64, i64, i64)>,
+    /// Read, sent, not acknowledged (its ack was lost or it failed after the append).
+    unacknowledged_present: usize,
+}
+
+/// `p<partition>-s<sequence>` → (partition, sequence).
+fn parse_value(value: &str) -> Option<(i32, u64)> {
+    let (p, s) = value.strip_prefix('p')?.split_once("-s")?;
+    Some((p.parse().ok()?, s.parse().ok()?))
+}
+
+fn check(produced: &ProducerLog, read: &BTreeMap<i32, Vec<(i64, String)>>) -> Verdict {
+    let mut v = Verdict {
+        acknowledged: produced.acked_count(),
+        ..Verdict::default()
+    };
+    let empty = BTreeMap::new();
+    for p in 0..PARTITIONS {
+        let acked = produced.acked.get(&p).unwrap_or(&empty);
+        let sent = produced.sent.get(&p).copied().unwrap_or(0);
+        let mut seen: BTreeMap<u64, Vec<i64>> = BTreeMap::new();
+        let mut last: Option<u64> = None;
+        for (offset, value) in read.get(&p).map(Vec::as_slice).unwrap_or_default() {
+            v.read += 1;
+            let seq = match parse_value(value) {
+                Some((vp, seq)) if vp == p && seq < sent => seq,
+                _ => {
+                    v.never_sent.push((p, *offset, value.clone()));
+                    continue;
+                }
+            };
+            if last.is_some_and(|l| seq < l) {
+                v.out_of_order.push((p, *offset, seq));
+            }
+            last = Some(last.map_or(seq, |l| l.max(seq)));
+            seen.entry(seq).or_default().push(*offset);
+        }
+        for (seq, offsets) in &seen {
+            if offsets.len() > 1 {
+                v.duplicated.push((p, *seq));
+            }
+            match acked.get(seq) {
+                None => v.unacknowledged_present += 1,
+                Some(at) if !offsets.contains(at) => v.moved.push((p, *seq, *at, offsets[0])),
+                Some(_) => {}
+            }
+        }
+        for seq in acked.keys() {
+            if !seen.contains_key(seq) {
+                v.lost.push((p, *seq));
+            }
+        }
+    }
+    v
+}
+
+/// Writes every broker's stderr (each incarnation) under a directory kept for a failed
+/// run; returns it.
+fn keep_logs(seed: u64, logs: &[(String, String)]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("weir-faults-{seed}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("log dir");
+    for (name, text) in logs {
+        std::fs::write(dir.join(name), text).expect("write log");
+    }
+    dir
+}
+
+/// Waits until every running node lists brokers 1, 2 and 3 (the faulted one is back and
+/// unfenced).
+fn wait_all_listed(nodes: &ThreeNodes) {
+    let ids: Vec<i32> = nodes.running().map(|(id, _)| id).collect();
+    for id in ids {
+        nodes.wait_for_brokers(id, &[1, 2, 3], 30);
+    }
+}
+
+/// Starts the producer writing its outcome to `out`, its stdout and stderr (librdkafka's
+/// log lines, many while brokers are down: a file, not a pipe nobody reads) next to it.
+fn spawn_producer(bootstrap: &str, out: &Path) -> Script {
+    let stdout = std::fs::File::create(out.with_extension("stdout")).unwrap();
+    let stderr = std::fs::File::create(out.with_extension("stderr")).unwrap();
+    let child = Command::new("python3")
+        .arg("tests/compat/fault_producer.py")
+        .arg(bootstrap)
+        .arg(TOPIC)
+        .arg(PARTITIONS.to_string())
+        .arg(PRODUCE_S.to_string())
+        .arg(out)
+        .current_dir(repo_root())
+        .stdout(Stdio::from(stdout))
+        .stderr(Stdio::from(stderr))
+        .spawn()
+        .unwrap_or_else(|e| panic!("python3: {e} (tests/install-deps.sh installs it)"));
+    Script(child)
+}
+
+/// Issue 13, test 2: see the module doc.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_records_survive_a_seeded_schedule_of_kills_and_pauses() {
+    let started = Instant::now();
+    let seed = std::env::var("WEIR_FAULT_SEED")
+        .ok()
+        .map(|s| s.parse::<u64>().expect("WEIR_FAULT_SEED is a u64"))
+        .unwrap_or(DEFAULT_SEED);
+    let plan = schedule(seed);
+    eprintln!("replication_faults: seed {seed} (WEIR_FAULT_SEED={seed} replays the schedule)");
+    eprintln!("schedule: {plan:?}");
+
+    let lag = format!("replica.lag.time.max.ms={LAG_TIME_MAX_MS}");
+    let mut nodes = ThreeNodes::start(&[
+        "broker.session.timeout.ms=1500",
+        "broker.heartbeat.interval.ms=300",
+        &lag,
+    ]);
+    create_rf3(
+        &nodes.bootstrap(1),
+        TOPIC,
+        PARTITIONS,
+        &[("min.insync.replicas", "2")],
+    )
+    .await;
+    poll_for("every partition has 3 in-sync replicas", 30, || {
+        let d = describe(&nodes.bootstrap(1), TOPIC)?;
+        if d.len() == PARTITIONS as usize && d.iter().all(|p| p.isr.len() == 3 && p.leader > 0) {
+            Ok(())
+        } else {
+            Err(format!("{d:?}"))
+        }
+    });
+
+    let work = tempfile::tempdir().unwrap();
+    let out = work.path().join("producer.log");
+    let mut producer = spawn_producer(&nodes.bootstrap_all(), &out);
+    poll_for("the producer's first acknowledgement", 30, || {
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        if text.contains("\nA ") || text.starts_with("A ") {
+            Ok(())
+        } else if let Ok(Some(status)) = producer.0.try_wait() {
+            panic!("the producer exited early ({status}): {text}")
+        } else {
+            Err(String::new())
+        }
+    });
+
+    // Every incarnation's stderr, for a failed run.
+    let mut logs: Vec<(String, String)> = Vec::new();
+    let mut incarnation = [1u32; 3];
+    let faults_at = Instant::now();
+    for (i, (fault, gap_ms)) in plan.iter().enumerate() {
+        let t = faults_at.elapsed().as_secs_f64();
+        match *fault {
+            Fault::Kill { node, down_ms } => {
+                eprintln!("[{t:6.1} s] fault {i}: kill -9 node {node}, down {down_ms} ms");
+                let text = nodes.kill9(node);
+                let k = &mut incarnation[(node - 1) as usize];
+                logs.push((format!("node-{node}.{k}.log"), text));
+                *k += 1;
+                // The fault itself: the node stays down this long.
+                std::thread::sleep(Duration::from_millis(down_ms));
+                nodes.restart(node);
+            }
+            Fault::Pause { node, paused_ms } => {
+                eprintln!("[{t:6.1} s] fault {i}: SIGSTOP node {node} for {paused_ms} ms");
+                let pid = nodes.node(node).pid();
+                signal(pid, "STOP");
+                let paused = Paused(pid);
+                // The fault itself: the node stays paused this long.
+                std::thread::sleep(Duration::from_millis(paused_ms));
+                drop(paused);
+            }
+        }
+        wait_all_listed(&nodes);
+        eprintln!(
+            "[{:6.1} s] fault {i}: all three brokers listed again",
+            faults_at.elapsed().as_secs_f64()
+        );
+        // A quiet gap before the next fault (part of the schedule).
+        std::thread::sleep(Duration::from_millis(*gap_ms));
+    }
+    let faults_s = faults_at.elapsed().as_secs_f64();
+    eprintln!("{FAULTS} faults in {faults_s:.1} s");
+
+    let status = poll_for("the producer to finish", PRODUCE_S + 90, || {
+        producer
+            .0
+            .try_wait()
+            .map_err(|e| e.to_string())?
+            .ok_or_else(String::new)
+    });
+    let summary = std::fs::read_to_string(out.with_extension("stdout")).unwrap_or_default();
+    let stderr = std::fs::read_to_string(out.with_extension("stderr")).unwrap_or_default();
+    eprintln!("producer ({status}): {}", summary.trim());
+    let produced = ProducerLog::parse(&std::fs::read_to_string(&out).unwrap());
+
+    // Settle: every replica back in the ISR, so each leader's high watermark is its log end.
+    poll_for("every partition has 3 in-sync replicas again", 60, || {
+        let d = describe(&nodes.bootstrap_all(), TOPIC)?;
+        if d.len() == PARTITIONS as usize && d.iter().all(|p| p.isr.len() == 3 && p.leader > 0) {
+            Ok(())
+        } else {
+            Err(format!("{d:?}"))
+        }
+    });
+    let read = read_all(&nodes.bootstrap_all());
+    let v = check(&produced, &read);
+    let failed: usize = produced.failed.values().map(BTreeSet::len).sum();
+    let sent: u64 = produced.sent.values().sum();
+    eprintln!(
+        "replication_faults: seed {seed}, runs 1, faults {FAULTS} (kill -9 {}, SIGSTOP {}), \
+         sent {sent}, acknowledged {}, failed {failed}, unanswered {}, read {}, lost {}, \
+         duplicated {}, out of order {}, never sent {}, at another offset {}, \
+         unacknowledged but present {}; faults took {faults_s:.1} s, the test {:.1} s",
+        plan.iter()
+            .filter(|(f, _)| matches!(f, Fault::Kill { .. }))
+            .count(),
+        plan.iter()
+            .filter(|(f, _)| matches!(f, Fault::Pause { .. }))
+            .count(),
+        v.acknowledged,
+        produced.unanswered,
+        v.read,
+        v.lost.len(),
+        v.duplicated.len(),
+        v.out_of_order.len(),
+        v.never_sent.len(),
+        v.moved.len(),
+        v.unacknowledged_present,
+        started.elapsed().as_secs_f64(),
+    );
+    if !produced.failure_reasons.is_empty() {
+        eprintln!("delivery failures: {:?}", produced.failure_reasons);
+    }
+    if !produced.errors.is_empty() {
+        eprintln!(
+            "client errors ({}), first: {:?}",
+            produced.errors.len(),
+            &produced.errors[..produced.errors.len().min(5)]
+        );
+    }
+
+    let ok = produced.done
+        && status.success()
+        && v.lost.is_empty()
+        && v.duplicated.is_empty()
+        && v.out_of_order.is_empty()
+        && v.never_sent.is_empty()
+        && v.moved.is_empty();
+    if !ok {
+        for (id, n) in nodes.running() {
+            logs.push((
+                format!("node-{id}.{}.log", incarnation[(id - 1) as usize]),
+                n.stderr_text(),
+            ));
+        }
+        logs.push((
+            "producer.log".into(),
+            std::fs::read_to_string(&out).unwrap(),
+        ));
+        logs.push(("producer.stderr".into(), stderr.clone()));
+        eprintln!("logs kept in {}", keep_logs(seed, &logs).display());
+    }
+    assert!(
+        produced.done && status.success(),
+        "the producer did not finish cleanly ({status}): {summary}{}",
+        &stderr[stderr.len().saturating_sub(4000)..]
+    );
+    assert!(
+        v.lost.is_empty(),
+        "lost (partition, sequence): {:?}",
+        v.lost
+    );
+    assert!(
+        v.duplicated.is_empty(),
+        "duplicated (partition, sequence): {:?}",
+        v.duplicated
+    );
+    assert!(
+        v.out_of_order.is_empty(),
+        "out of order (partition, offset, sequence): {:?}",
+        v.out_of_order
+    );
+    assert!(v.never_sent.is_empty(), "never sent: {:?}", v.never_sent);
+    assert!(
+        v.moved.is_empty(),
+        "read at another offset than acknowledged (partition, sequence, acked, read): {:?}",
+        v.moved
+    );
+    assert!(v.acknowledged > 0, "nothing was acknowledged");
+    nodes.assert_no_panic();
+}
