@@ -10,7 +10,9 @@
 //!
 //! The seed is printed; `WEIR_FAULT_SEED=N` replays a schedule (the timing of the
 //! brokers and the client is not replayed: a seed fixes which broker gets which fault
-//! and for how long). No network faults: partitioning loopback needs network namespaces
+//! and for how long). A failed run keeps every broker's log (each incarnation) and the
+//! producer's in a directory it names; `WEIR_FAULT_LOGS=DIR` keeps them there for any
+//! run. No network faults: partitioning loopback needs network namespaces
 //! (root, `ip netns`), which these tests do not assume.
 //!
 //! Bounded: [`FAULTS`] faults, the producer sends for [`PRODUCE_S`] and flushes within
@@ -34,9 +36,9 @@ use crate::replication::{create_rf3, describe};
 const TOPIC: &str = "faults";
 const PARTITIONS: i32 = 3;
 /// Faults injected, one broker at a time.
-const FAULTS: usize = 8;
+const FAULTS: usize = 10;
 /// How long the producer sends (the faults run meanwhile).
-const PRODUCE_S: u64 = 60;
+const PRODUCE_S: u64 = 55;
 /// The seed when `WEIR_FAULT_SEED` is not set.
 const DEFAULT_SEED: u64 = 13_002;
 /// `replica.lag.time.max.ms` of the cluster: a pause lasts longer.
@@ -297,10 +299,14 @@ fn check(produced: &ProducerLog, read: &BTreeMap<i32, Vec<(i64, String)>>) -> Ve
     v
 }
 
-/// Writes every broker's stderr (each incarnation) under a directory kept for a failed
-/// run; returns it.
+/// Writes every broker's stderr (each incarnation) and the producer's files under
+/// `$WEIR_FAULT_LOGS` when set, else a new directory in the temp dir; returns it.
 fn keep_logs(seed: u64, logs: &[(String, String)]) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("weir-faults-{seed}-{}", std::process::id()));
+    let dir = std::env::var_os("WEIR_FAULT_LOGS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("weir-faults-{seed}-{}", std::process::id()))
+        });
     std::fs::create_dir_all(&dir).expect("log dir");
     for (name, text) in logs {
         std::fs::write(dir.join(name), text).expect("write log");
@@ -488,7 +494,7 @@ async fn acknowledged_records_survive_a_seeded_schedule_of_kills_and_pauses() {
         && v.out_of_order.is_empty()
         && v.never_sent.is_empty()
         && v.moved.is_empty();
-    if !ok {
+    if !ok || std::env::var_os("WEIR_FAULT_LOGS").is_some() {
         for (id, n) in nodes.running() {
             logs.push((
                 format!("node-{id}.{}.log", incarnation[(id - 1) as usize]),
