@@ -77,7 +77,7 @@ fn schedule(seed: u64) -> Vec<(Fault, u64)> {
     (0..FAULTS)
         .map(|_| {
             let node = rng.between(1, 3) as i32;
-            let fault = if rng.next() % 2 == 0 {
+            let fault = if rng.next().is_multiple_of(2) {
                 Fault::Kill {
                     node,
                     down_ms: rng.between(500, 3000),
