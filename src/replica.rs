@@ -278,6 +278,12 @@ pub enum ReplicaRole {
         partition_epoch: i32,
         /// The in-sync replicas' broker ids, this broker included.
         isr: Vec<i32>,
+        /// `isr` plus the follower this leader has asked to add and the metadata has not
+        /// answered yet (KIP-497's "maximal ISR"): the high watermark waits for it too,
+        /// since once the change commits it is an ISR member the controller may elect,
+        /// and it must hold every record acknowledged meanwhile. Equal to `isr` when no
+        /// expansion is pending.
+        maximal_isr: Vec<i32>,
         /// Every other replica's fetch state, by broker id.
         followers: BTreeMap<i32, FollowerState>,
         /// The log end offset when this leadership began: a follower joins the ISR only
@@ -303,9 +309,10 @@ impl ReplicaRole {
     }
 }
 
-/// The high watermark a leader may expose: the smallest log end offset over the ISR
-/// (its own `leader_log_end_offset` included; a member with no fetch state yet holds
-/// it at `current`), and only while the ISR has at least `min_insync_replicas` members
+/// The high watermark a leader may expose: the smallest log end offset over the maximal
+/// ISR (the ISR and a follower whose joining is pending; its own
+/// `leader_log_end_offset` included; a member with no fetch state yet holds it at
+/// `current`), and only while the ISR has at least `min_insync_replicas` members
 /// (KIP-966: with fewer, nothing more is committed). Never moves back: the result is at
 /// least `current`. A follower's high watermark is the leader's, so this returns
 /// `current` for [`ReplicaRole::Follower`].
@@ -319,8 +326,12 @@ pub fn high_watermark_for(
 ) -> i64 {
     match role {
         ReplicaRole::Leader { isr, .. } if isr.len() < min_insync_replicas => current,
-        ReplicaRole::Leader { isr, followers, .. } => {
-            let min_isr_leo = isr
+        ReplicaRole::Leader {
+            maximal_isr,
+            followers,
+            ..
+        } => {
+            let min_isr_leo = maximal_isr
                 .iter()
                 .filter(|id| **id != self_id)
                 .map(|id| followers.get(id).map_or(current, |f| f.log_end_offset))
@@ -458,6 +469,7 @@ fn role_for(
             leader_epoch: state.leader_epoch,
             partition_epoch: state.partition_epoch,
             isr: state.isr.clone(),
+            maximal_isr: state.isr.clone(),
             followers: followers.clone(),
             epoch_start_offset: *epoch_start_offset,
         },
@@ -465,6 +477,7 @@ fn role_for(
             leader_epoch: state.leader_epoch,
             partition_epoch: state.partition_epoch,
             isr: state.isr.clone(),
+            maximal_isr: state.isr.clone(),
             followers: state
                 .replicas
                 .iter()
@@ -684,12 +697,19 @@ impl Partition {
 
     /// Sends an ISR change to the replication task unless one is pending.
     fn propose_isr(&self, partition_epoch: i32, isr: Vec<i32>) {
+        if self.isr_changes.is_none() || self.isr_change_pending.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.send_isr_change(partition_epoch, isr);
+    }
+
+    /// Sends a change whose pending flag was claimed; when the channel is full or closed,
+    /// withdraws it (the next fetch or check asks again). Takes no log lock: callers may
+    /// hold it.
+    fn send_isr_change(&self, partition_epoch: i32, isr: Vec<i32>) {
         let Some(tx) = &self.isr_changes else {
             return;
         };
-        if self.isr_change_pending.swap(true, Ordering::SeqCst) {
-            return;
-        }
         let change = IsrChange {
             topic: self.topic.clone(),
             partition: self.index,
@@ -697,15 +717,40 @@ impl Partition {
             isr,
         };
         if tx.try_send(change).is_err() {
-            // Full or closed: the next fetch or check asks again.
-            self.isr_change_pending.store(false, Ordering::SeqCst);
+            self.withdraw_isr_change(partition_epoch);
         }
     }
 
-    /// The replication task is done with this partition's pending ISR change (it failed,
-    /// or was not needed any more): the next one may go.
-    pub fn isr_change_done(&self) {
+    /// Drops the pending ISR change made at `partition_epoch`: a follower it was to add
+    /// no longer holds the high watermark back (from its next computation; unless the
+    /// role moved on, which reset it already), and the next change may go.
+    fn withdraw_isr_change(&self, partition_epoch: i32) {
+        if let ReplicaRole::Leader {
+            isr,
+            maximal_isr,
+            partition_epoch: current,
+            ..
+        } = &mut *self.role()
+        {
+            if *current == partition_epoch {
+                maximal_isr.clone_from(isr);
+            }
+        }
         self.isr_change_pending.store(false, Ordering::SeqCst);
+    }
+
+    /// The replication task is done with this partition's pending ISR change, made at
+    /// `partition_epoch`: the next one may go. Unless it was `committed` (the new ISR
+    /// then comes with the metadata, [`Partition::apply_state`]), a follower it was to
+    /// add no longer holds the high watermark back.
+    pub fn isr_change_done(&self, partition_epoch: i32, committed: bool) {
+        if committed {
+            self.isr_change_pending.store(false, Ordering::SeqCst);
+        } else {
+            let log = self.log();
+            self.withdraw_isr_change(partition_epoch);
+            self.update_high_watermark(&log);
+        }
     }
 
     /// A follower's fetch at the leader (Kafka's `Partition.fetchRecords` for a replica):
@@ -742,6 +787,7 @@ impl Partition {
             let mut role = self.role();
             let ReplicaRole::Leader {
                 isr,
+                maximal_isr,
                 followers,
                 epoch_start_offset,
                 partition_epoch,
@@ -755,19 +801,25 @@ impl Partition {
             };
             f.record_fetch(fetch_offset, leo, now_ms);
             let hw = *self.high_watermark.borrow();
-            (!isr.contains(&replica_id)
+            let joins = !isr.contains(&replica_id)
                 && fetch_offset >= hw
-                && fetch_offset >= *epoch_start_offset)
-                .then(|| {
-                    let mut wanted = isr.clone();
-                    wanted.push(replica_id);
-                    (*partition_epoch, wanted)
-                })
+                && fetch_offset >= *epoch_start_offset;
+            // Claimed under the role lock, so the high watermark waits for the joining
+            // follower (maximal ISR) from before the change is sent.
+            (joins
+                && self.isr_changes.is_some()
+                && !self.isr_change_pending.swap(true, Ordering::SeqCst))
+            .then(|| {
+                let mut wanted = isr.clone();
+                wanted.push(replica_id);
+                maximal_isr.clone_from(&wanted);
+                (*partition_epoch, wanted)
+            })
         };
         self.update_high_watermark(&log);
         if let Some((epoch, isr)) = expand {
             tracing::info!(topic = %self.topic, partition = self.index, replica_id, "follower caught up: asking for it to join the ISR");
-            self.propose_isr(epoch, isr);
+            self.send_isr_change(epoch, isr);
         }
         let offsets = self.offsets_of(&log);
         let read = log.read(fetch_offset, max_bytes, offsets.log_end_offset)?;
@@ -1636,6 +1688,7 @@ mod tests {
             leader_epoch: 3,
             partition_epoch: 0,
             isr: isr.to_vec(),
+            maximal_isr: isr.to_vec(),
             followers: followers
                 .iter()
                 .map(|&(id, leo)| {
@@ -1762,6 +1815,52 @@ mod tests {
             .bytes
             .is_empty());
         assert_eq!(p.max_timestamp().unwrap().map(|(o, _)| o < 3), Some(true));
+    }
+
+    /// KIP-497's maximal ISR: while a follower's joining is pending, the high watermark
+    /// waits for it too, so it holds every record acknowledged before the change that
+    /// makes it electable commits; a change that fails lets the ISR alone hold it again.
+    #[test]
+    fn a_joining_follower_holds_the_high_watermark_until_its_change_is_answered() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = PartitionLog::open(dir.path(), LogConfig::default(), 0).unwrap();
+        let (_, settings) = resolve(&BrokerConfig::defaults(), &BTreeMap::new());
+        let (tx, mut changes) = mpsc::channel(4);
+        let state = PartitionState {
+            replicas: vec![1, 2, 3],
+            isr: vec![1, 2],
+            leader: 1,
+            leader_epoch: 0,
+            partition_epoch: 0,
+        };
+        let p = Partition::new_replica("t".into(), 0, 1, &state, settings, log, Some(tx));
+        let append_three = || {
+            let records: Vec<_> = (0..3)
+                .map(|i| crate::log::plain::record(i, 1000 + i, None, None, Default::default()))
+                .collect();
+            let batch = crate::log::plain::encode(&records).unwrap();
+            p.append_as_leader(crate::log::split_batches(batch).unwrap(), 0)
+                .unwrap();
+        };
+        let fetch = |replica_id: i32, offset: i64| {
+            p.read_for_follower(replica_id, 0, offset, 1 << 20, 0)
+                .unwrap();
+        };
+        append_three();
+        fetch(2, 3);
+        assert_eq!(p.high_watermark(), 3);
+        // Replica 3, outside the ISR, fetches from the high watermark: it may join.
+        fetch(3, 3);
+        let asked = changes.try_recv().expect("an ISR change asked for");
+        assert_eq!(asked.isr, vec![1, 2, 3]);
+        // Before the change is answered, three more records reach the ISR (1 and 2) but
+        // not replica 3: they are not committed, since 3 may be elected once it joins.
+        append_three();
+        fetch(2, 6);
+        assert_eq!(p.high_watermark(), 3);
+        // The change is refused: the ISR alone holds the high watermark again.
+        p.isr_change_done(asked.partition_epoch, false);
+        assert_eq!(p.high_watermark(), 6);
     }
 
     #[test]

@@ -132,6 +132,7 @@ async fn isr_task(
                     m.alter_isr(&c.topic, c.partition, c.partition_epoch, c.isr)
                 })
                 .await;
+                let committed = matches!(result, Ok(Ok(true)));
                 match result {
                     Ok(Ok(true)) => tracing::info!(topic = %change.topic, partition = change.partition, isr = ?change.isr, "ISR changed"),
                     Ok(Ok(false)) => {}
@@ -139,7 +140,7 @@ async fn isr_task(
                     Err(e) => tracing::warn!(error = %e, "ISR change task failed"),
                 }
                 if let Some(p) = replicas.partition(&change.topic, change.partition) {
-                    p.isr_change_done();
+                    p.isr_change_done(change.partition_epoch, committed);
                 }
             }
         }
