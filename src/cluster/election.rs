@@ -65,6 +65,56 @@ fn reconcile(state: &PartitionState, active: &impl Fn(i32) -> bool) -> Option<Pa
     (leader != state.leader || isr != state.isr).then(|| state.changed(leader, isr))
 }
 
+/// The `PartitionChanged` records a new registration of `broker_id` (a restart) makes,
+/// from `image`, the state before it. Kafka never lets a restarted broker carry on as
+/// the earlier incarnation: KRaft registers it fenced, so it leaves the ISRs and its
+/// leaderships move, and it rejoins by catching up. Here a restart replaces the
+/// registration unfenced, so the same happens in the registration's own change: wherever
+/// another active broker is in the ISR, `broker_id` leaves it and, where it led, the
+/// first active ISR replica in assignment order leads at the next leader epoch. Without
+/// this, a leader killed and restarted within `broker.session.timeout.ms` kept leading at
+/// the same epoch, its high watermark at its log end offset (not checkpointed), and
+/// acknowledged an idempotent retry of a batch no follower had; killed again, a follower
+/// without it was elected. A partition whose ISR has no other active member is left as it
+/// is (it alone may hold every acknowledged record).
+pub(crate) fn reregistration_changes(image: &MetadataImage, broker_id: i32) -> Vec<MetadataRecord> {
+    let other_active = |id: i32| id != broker_id && image.broker(id).is_some_and(|b| b.is_active());
+    let mut out = Vec::new();
+    for topic in image.topics() {
+        for (index, state) in topic.partition_states.iter().enumerate() {
+            if !state.isr.contains(&broker_id) {
+                continue;
+            }
+            let isr: Vec<i32> = state
+                .isr
+                .iter()
+                .copied()
+                .filter(|b| *b != broker_id)
+                .collect();
+            if !isr.iter().any(|b| other_active(*b)) {
+                continue;
+            }
+            let leader = if state.leader == broker_id {
+                state
+                    .replicas
+                    .iter()
+                    .copied()
+                    .find(|r| other_active(*r) && isr.contains(r))
+                    .unwrap_or(-1)
+            } else {
+                state.leader
+            };
+            out.push(MetadataRecord::PartitionChanged {
+                topic_id: topic.id,
+                partition: index as i32,
+                expected_partition_epoch: state.partition_epoch,
+                state: state.changed(leader, isr),
+            });
+        }
+    }
+    out
+}
+
 /// The record a partition's leader `leader_id` proposes to set the ISR to `isr`
 /// (shrink or expand; KIP-497 AlterPartition), against the state it last saw at
 /// `seen_partition_epoch`. `None` when the image has no such partition, another broker
@@ -135,6 +185,58 @@ mod tests {
         let back = reconcile(&new, &|_| true).unwrap();
         assert_eq!((back.leader, &back.isr[..]), (1, &[1][..]));
         assert_eq!(back.leader_epoch, new.leader_epoch + 1);
+    }
+
+    #[test]
+    fn a_restarted_broker_leaves_the_isr_and_its_leaderships_move_where_others_are_in_sync() {
+        use crate::cluster::image::{MetadataDelta, TopicMeta};
+        use std::sync::Arc;
+        let topic = TopicMeta {
+            name: "t".into(),
+            id: uuid::Uuid::new_v4(),
+            partitions: 3,
+            replication_factor: 3,
+            configs: Default::default(),
+            partition_states: vec![
+                // 1 leads, 2 and 3 in sync: 2 takes over at the next epoch.
+                state(&[1, 2, 3], &[1, 2, 3], 1),
+                // 1 follows in sync: it leaves the ISR, the leader stays.
+                state(&[2, 1, 3], &[2, 1], 2),
+                // 1 is the only ISR member: untouched.
+                state(&[1, 2, 3], &[1], 1),
+            ]
+            .into(),
+        };
+        let mut records = vec![MetadataRecord::TopicCreated(topic)];
+        for id in 1..=3 {
+            records.push(MetadataRecord::BrokerRegistered {
+                broker_id: id,
+                broker_epoch: i64::from(id),
+                incarnation_id: uuid::Uuid::new_v4(),
+                endpoints: Vec::new(),
+                rack: None,
+            });
+        }
+        let image = MetadataDelta::apply(Arc::new(MetadataImage::empty("c", 1)), records)
+            .unwrap()
+            .after()
+            .clone();
+        let changes = reregistration_changes(&image, 1);
+        assert_eq!(changes.len(), 2, "{changes:?}");
+        let after = MetadataDelta::apply(image.clone(), changes).unwrap();
+        let p = |i| after.after().partition("t", i).unwrap().clone();
+        assert_eq!(
+            (p(0).leader, &p(0).isr[..], p(0).leader_epoch),
+            (2, &[2, 3][..], 5)
+        );
+        assert_eq!(
+            (p(1).leader, &p(1).isr[..], p(1).leader_epoch),
+            (2, &[2][..], 4)
+        );
+        assert_eq!(
+            (p(2).leader, &p(2).isr[..], p(2).leader_epoch),
+            (1, &[1][..], 4)
+        );
     }
 
     #[test]

@@ -672,13 +672,18 @@ impl Metadata {
         loop {
             attempts += 1;
             let result = self.update(|image| {
-                Ok::<_, std::convert::Infallible>(vec![MetadataRecord::BrokerRegistered {
+                let mut records = vec![MetadataRecord::BrokerRegistered {
                     broker_id,
                     broker_epoch: image.max_broker_epoch() + 1,
                     incarnation_id,
                     endpoints: endpoints.clone(),
                     rack: rack.clone(),
-                }])
+                }];
+                if image.broker(broker_id).is_some() {
+                    // A restart: the earlier incarnation's ISR places and leaderships go.
+                    records.extend(election::reregistration_changes(image, broker_id));
+                }
+                Ok::<_, std::convert::Infallible>(records)
             });
             let image = match result {
                 Ok(image) => image,

@@ -37,6 +37,7 @@ mod plugins;
 mod rdkafka_client;
 mod replication;
 mod replication_faults;
+mod replication_restart;
 mod rest_produce;
 mod retention;
 mod transforms;
