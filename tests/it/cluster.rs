@@ -128,14 +128,27 @@ async fn a_file_store_data_dir_is_migrated_with_records_and_committed_offsets() 
 }
 
 /// Free loopback ports, for the CONTROLLER listeners `controller.quorum.voters` must name
-/// before the nodes start (bound and released: another process could take one between).
+/// before the nodes start, and keep over a restart. Taken below the kernel's ephemeral
+/// range (32768 and up), where no client socket or `:0` listener lands, from one counter
+/// for the whole test binary (so two tests running at once never get the same port), and
+/// checked bindable. Released before the nodes bind them: another process could still
+/// take one between, but nothing in this test run does.
 pub(crate) fn free_ports(n: usize) -> Vec<u16> {
-    let held: Vec<std::net::TcpListener> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind"))
-        .collect();
-    held.iter()
-        .map(|l| l.local_addr().expect("addr").port())
-        .collect()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = FIRST + std::process::id() % SPAN;
+    let mut ports = Vec::with_capacity(n);
+    while ports.len() < n {
+        let i = NEXT.fetch_add(1, Ordering::Relaxed);
+        assert!(i < SPAN, "no free port left below the ephemeral range");
+        let port = (FIRST + (start - FIRST + i) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            ports.push(port);
+        }
+    }
+    ports
 }
 
 /// A combined broker and controller, one of the voters `voters`, with more `--override`s.
