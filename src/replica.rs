@@ -759,7 +759,7 @@ impl Partition {
     /// watermark (waking acks=all produces) or, once the follower has caught up to the
     /// high watermark within this leadership, ask for it to join the ISR; then reads whole
     /// batches from `fetch_offset` up to the log end offset, `max_bytes` at most (the
-    /// first batch whole).
+    /// first batch whole; 0 reads nothing).
     ///
     /// Errors: [`ReplicaError::NotLeader`] (6) when this broker does not lead or
     /// `replica_id` is not a replica; the epoch errors (74, 75); [`LogError`]
@@ -822,11 +822,14 @@ impl Partition {
             self.send_isr_change(epoch, isr);
         }
         let offsets = self.offsets_of(&log);
-        let read = log.read(fetch_offset, max_bytes, offsets.log_end_offset)?;
-        Ok(PartitionRead {
-            offsets,
-            bytes: read.bytes,
-        })
+        // No room left in the response: the fetch offset is recorded, nothing is read.
+        let bytes = if max_bytes == 0 {
+            Bytes::new()
+        } else {
+            log.read(fetch_offset, max_bytes, offsets.log_end_offset)?
+                .bytes
+        };
+        Ok(PartitionRead { offsets, bytes })
     }
 
     /// The leader's ISR check (Kafka's `Partition.maybeShrinkIsr`): the in-sync

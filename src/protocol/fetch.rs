@@ -119,7 +119,7 @@ fn read_once(
                         },
                         now_ms,
                     )
-                    .map(|r| Some(r).filter(|_| limit > 0 || first))
+                    .map(Some)
             } else if limit == 0 && !first {
                 Ok(None)
             } else {
