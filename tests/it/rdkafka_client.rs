@@ -258,8 +258,29 @@ pub fn high_watermark(bootstrap: &str, topic: &str, partition: i32) -> i64 {
 }
 
 fn batch(pid: i64, epoch: i16, seq: i32, n: usize) -> Bytes {
-    let records: Vec<Record> = (0..n)
-        .map(|i| Record {
+    let records: Vec<(Option<Bytes>, Bytes)> = (0..n)
+        .map(|i| {
+            (
+                Some(Bytes::from(format!("k{i}"))),
+                Bytes::from(format!("v{i}")),
+            )
+        })
+        .collect();
+    idempotent_batch(pid, epoch, seq, records)
+}
+
+/// One uncompressed batch of idempotent producer `pid` at `epoch`, its records
+/// (key, value) numbered from sequence `seq`: what a raw Produce test sends.
+pub(crate) fn idempotent_batch(
+    pid: i64,
+    epoch: i16,
+    seq: i32,
+    records: Vec<(Option<Bytes>, Bytes)>,
+) -> Bytes {
+    let records: Vec<Record> = records
+        .into_iter()
+        .enumerate()
+        .map(|(i, (key, value))| Record {
             transactional: false,
             control: false,
             delete_horizon: false,
@@ -270,8 +291,8 @@ fn batch(pid: i64, epoch: i16, seq: i32, n: usize) -> Bytes {
             offset: i as i64,
             sequence: seq + i as i32,
             timestamp: weir::replica::now_ms(),
-            key: Some(Bytes::from(format!("k{i}"))),
-            value: Some(Bytes::from(format!("v{i}"))),
+            key,
+            value: Some(value),
             headers: Default::default(),
         })
         .collect();
@@ -289,9 +310,21 @@ fn batch(pid: i64, epoch: i16, seq: i32, n: usize) -> Bytes {
 }
 
 fn produce_raw(conn: &mut RawConn, topic: &str, records: Bytes, corr: i32) -> (i16, i64) {
+    produce_raw_within(conn, topic, records, 10_000, corr)
+}
+
+/// Produce v9 of `records` to partition 0 of `topic`, acks=all, `timeout_ms`: (error,
+/// base offset).
+pub(crate) fn produce_raw_within(
+    conn: &mut RawConn,
+    topic: &str,
+    records: Bytes,
+    timeout_ms: i32,
+    corr: i32,
+) -> (i16, i64) {
     let req = ProduceRequest::default()
         .with_acks(-1)
-        .with_timeout_ms(10_000)
+        .with_timeout_ms(timeout_ms)
         .with_topic_data(vec![TopicProduceData::default()
             .with_name(TopicName(StrBytes::from_string(topic.into())))
             .with_partition_data(vec![PartitionProduceData::default()

@@ -19,63 +19,22 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{
-    InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse, TopicName,
-};
-use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use bytes::Bytes;
+use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse};
 
 use crate::cluster_fixture::ThreeNodes;
 use crate::harness::{decode, poll_for, RawConn};
+use crate::rdkafka_client::{idempotent_batch, produce_raw_within};
 use crate::replication::{create_rf3, describe};
 
-/// One record `value` of producer `pid` (epoch 0) at sequence `seq`.
+/// One record `value` (no key) of producer `pid` (epoch 0) at sequence `seq`.
 fn batch(pid: i64, seq: i32, value: &str) -> Bytes {
-    let records = vec![Record {
-        transactional: false,
-        control: false,
-        delete_horizon: false,
-        partition_leader_epoch: -1,
-        producer_id: pid,
-        producer_epoch: 0,
-        timestamp_type: TimestampType::Creation,
-        offset: 0,
-        sequence: seq,
-        timestamp: weir::replica::now_ms(),
-        key: None,
-        value: Some(Bytes::from(value.to_string())),
-        headers: Default::default(),
-    }];
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .unwrap();
-    buf.freeze()
+    idempotent_batch(pid, 0, seq, vec![(None, Bytes::from(value.to_string()))])
 }
 
-/// Produce v9 of `records` to partition 0 of topic `r`, acks=all: (error, base offset).
+/// Produce `records` to partition 0 of topic `r`, acks=all: (error, base offset).
 fn produce(conn: &mut RawConn, records: Bytes, timeout_ms: i32, corr: i32) -> (i16, i64) {
-    let req = ProduceRequest::default()
-        .with_acks(-1)
-        .with_timeout_ms(timeout_ms)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(TopicName(StrBytes::from_string("r".into())))
-            .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(0)
-                .with_records(Some(records))])]);
-    let resp: ProduceResponse = decode(conn.request(&req, 9, corr).expect("response"), 9);
-    let p = &resp.responses[0].partition_responses[0];
-    (p.error_code, p.base_offset)
+    produce_raw_within(conn, "r", records, timeout_ms, corr)
 }
 
 /// Sends signal `s` (`STOP`, `CONT`) to `pid`.
