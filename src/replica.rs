@@ -930,6 +930,25 @@ impl Partition {
         Ok(())
     }
 
+    /// Empties this replica's log and restarts it at `offset`, the leader's log start
+    /// offset, when that is above this replica's log end offset (Kafka's
+    /// `truncateFullyAndStartAt`, on OFFSET_OUT_OF_RANGE from the leader); the high
+    /// watermark moves to `offset`. Anything else keeps the log (the caller truncates by
+    /// epoch instead) and returns `false`.
+    ///
+    /// Errors: [`LogError`] (I/O).
+    pub fn reset_to_leader_log_start(&self, offset: i64, now_ms: i64) -> Result<bool, LogError> {
+        let mut log = self.log_mut();
+        let before = log.log_end_offset();
+        if offset <= before {
+            return Ok(false);
+        }
+        log.truncate_fully_and_start_at(offset, now_ms)?;
+        tracing::info!(topic = %self.topic, partition = self.index, log_end_offset = before, leader_log_start_offset = offset, "follower log ends before the leader's log start; restarted empty there");
+        self.set_follower_high_watermark(&log, offset);
+        Ok(true)
+    }
+
     /// The newest leader epoch in this replica's log, if any batch carries one.
     pub fn latest_epoch(&self) -> Option<i32> {
         self.log().latest_epoch()

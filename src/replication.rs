@@ -549,9 +549,23 @@ async fn fetch_once(
             match ResponseError::try_from_code(r.error_code) {
                 None => {}
                 Some(ResponseError::OffsetOutOfRange) => {
-                    tracing::warn!(topic, partition = r.partition_index, "the leader has no records at this follower's log end offset; truncating by epoch again");
-                    set_truncated(set, &key, f.leader_epoch, false);
-                    backoff = true;
+                    // Below the leader's log start: go on from there (Kafka's
+                    // `truncateFullyAndStartAt`). Above its end: truncate by epoch again.
+                    match f
+                        .partition
+                        .reset_to_leader_log_start(r.log_start_offset, now_ms())
+                    {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            tracing::warn!(topic, partition = r.partition_index, "the leader has no records at this follower's log end offset; truncating by epoch again");
+                            set_truncated(set, &key, f.leader_epoch, false);
+                            backoff = true;
+                        }
+                        Err(e) => {
+                            tracing::error!(topic, partition = r.partition_index, error = %e, "cannot restart the log at the leader's log start");
+                            backoff = true;
+                        }
+                    }
                     continue;
                 }
                 Some(e) => {

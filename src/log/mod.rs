@@ -967,6 +967,30 @@ impl PartitionLog {
         std::fs::remove_dir_all(&dir).map_err(io_error("remove", &dir))
     }
 
+    /// Removes every record and restarts the log, empty, at `offset` (Kafka's
+    /// `truncateFullyAndStartAt`): a follower whose log end offset is below the leader's
+    /// log start offset (retention or DeleteRecords ran on the leader while it was away,
+    /// or a new replica of a partition whose beginning is gone) can only go on from the
+    /// leader's log start. Producer state and the leader epoch cache are cleared; the new
+    /// leader's batches bring their epochs. For replication (follower fetch).
+    /// Errors: `Io`.
+    pub fn truncate_fully_and_start_at(
+        &mut self,
+        offset: i64,
+        now_ms: i64,
+    ) -> Result<(), LogError> {
+        while let Some(segment) = self.segments.pop() {
+            segment.delete_files()?;
+        }
+        let segment = Segment::create(&self.dir, offset, self.config.index_interval_bytes, now_ms)?;
+        self.segments.push(segment);
+        self.log_start_offset = offset;
+        self.first_dirty_offset = offset;
+        self.producers = ProducerStateManager::default();
+        self.epochs.truncate_from_end(i64::MIN)?;
+        Ok(())
+    }
+
     /// Removes every record at or above `offset` (a batch containing `offset` goes
     /// entirely, as in Kafka, so the LEO may end below `offset`). `offset >= LEO` removes
     /// no record; `offset <= log_start_offset` empties the log and restarts it at `offset`.

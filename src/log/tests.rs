@@ -612,6 +612,29 @@ fn truncate_to_mid_batch_and_across_segments() {
     assert_eq!(append(&mut log, batch(1, 5)).0.base_offset, 0);
 }
 
+/// A follower below the leader's log start restarts empty there (Kafka's
+/// `truncateFullyAndStartAt`): every segment goes, the start and end are `offset`, also
+/// after a reopen, and the next append gets it.
+#[test]
+fn truncate_fully_and_start_at_restarts_the_log_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(600);
+    let mut log = PartitionLog::open(dir.path(), config.clone(), NOW_MS).unwrap();
+    for i in 0..20 {
+        append(&mut log, batch(3, i));
+    }
+    assert!(log.segment_count() > 1);
+    log.truncate_fully_and_start_at(1000, NOW_MS).unwrap();
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (1000, 1000));
+    assert_eq!(log.segment_count(), 1);
+    assert_eq!(log.latest_epoch(), None);
+    drop(log);
+    let mut log = PartitionLog::open(dir.path(), config, NOW_MS).unwrap();
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (1000, 1000));
+    assert_eq!(append(&mut log, batch(2, 5)).0.base_offset, 1000);
+    assert_eq!(log.log_end_offset(), 1002);
+}
+
 #[test]
 fn rolls_on_segment_ms_and_full_index() {
     let dir = tempfile::tempdir().unwrap();

@@ -36,6 +36,7 @@ mod metrics;
 mod plugins;
 mod rdkafka_client;
 mod replication;
+mod replication_divergence;
 mod replication_faults;
 mod replication_restart;
 mod rest_produce;

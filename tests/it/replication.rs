@@ -193,7 +193,7 @@ async fn a_killed_leader_is_replaced_from_the_isr_and_no_acknowledged_record_is_
 /// Produces records `range` (`keyed_key(i)`, `keyed_value(i)`) to partition 0 of `topic`
 /// through a librdkafka producer with `config` (acks, timeouts, retries); returns the
 /// indexes acknowledged and the errors of the others.
-async fn produce_range(
+pub(crate) async fn produce_range(
     bootstrap: &str,
     topic: &str,
     range: std::ops::Range<usize>,

@@ -16,8 +16,7 @@
 //! `replica.fetch.backoff.ms` is raised so they do not reach the restarted leader before
 //! its second kill. Every process is killed at the end (`ThreeNodes`' drop).
 
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse};
@@ -26,6 +25,7 @@ use crate::cluster_fixture::ThreeNodes;
 use crate::harness::{decode, poll_for, RawConn};
 use crate::rdkafka_client::{idempotent_batch, produce_raw_within};
 use crate::replication::{create_rf3, describe};
+use crate::replication_divergence::{read_values, sig};
 
 /// One record `value` (no key) of producer `pid` (epoch 0) at sequence `seq`.
 fn batch(pid: i64, seq: i32, value: &str) -> Bytes {
@@ -35,15 +35,6 @@ fn batch(pid: i64, seq: i32, value: &str) -> Bytes {
 /// Produce `records` to partition 0 of topic `r`, acks=all: (error, base offset).
 fn produce(conn: &mut RawConn, records: Bytes, timeout_ms: i32, corr: i32) -> (i16, i64) {
     produce_raw_within(conn, "r", records, timeout_ms, corr)
-}
-
-/// Sends signal `s` (`STOP`, `CONT`) to `pid`.
-fn sig(pid: u32, s: &str) {
-    Command::new("kill")
-        .arg(format!("-{s}"))
-        .arg(pid.to_string())
-        .status()
-        .unwrap();
 }
 
 /// See the module doc: unless the retry is refused, the record is on the new leader.
@@ -132,7 +123,7 @@ async fn a_leader_restarted_before_it_is_fenced_does_not_acknowledge_what_no_fol
             .fetch_watermarks("r", 0, Duration::from_secs(5))
             .map_err(|e| e.to_string())
     });
-    let values = read_values(&new_leader, high as usize);
+    let values = read_values(&new_leader, "r", high as usize);
     eprintln!("read from the new leader: {values:?}");
     if retry.0 == 0 {
         assert!(
@@ -140,34 +131,4 @@ async fn a_leader_restarted_before_it_is_fenced_does_not_acknowledge_what_no_fol
             "acknowledged (acks=all) and lost: {values:?}"
         );
     }
-}
-
-/// The values of the first `count` records of `r`-0 read through `bootstrap` (at most
-/// 30 s). Errors the consumer reports right after a leader change (a broker gone, a
-/// leader epoch not yet known) are logged and polled past: the records are the point.
-fn read_values(bootstrap: &str, count: usize) -> Vec<String> {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    use rdkafka::Message;
-    let consumer: BaseConsumer = rdkafka::config::ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "unused-no-commits")
-        .set("enable.auto.commit", "false")
-        .create()
-        .expect("consumer");
-    let mut tpl = rdkafka::TopicPartitionList::new();
-    tpl.add_partition_offset("r", 0, rdkafka::Offset::Beginning)
-        .unwrap();
-    consumer.assign(&tpl).unwrap();
-    let mut out = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while out.len() < count && Instant::now() < deadline {
-        match consumer.poll(Duration::from_millis(200)) {
-            Some(Ok(m)) => {
-                out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).to_string())
-            }
-            Some(Err(e)) => eprintln!("consumer error (polled past): {e}"),
-            None => {}
-        }
-    }
-    out
 }

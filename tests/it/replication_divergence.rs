@@ -1,0 +1,320 @@
+//! Issue 13, test 4 and the idempotent producer across a failover: what a leader alone
+//! had is truncated by leader epoch when it returns (KIP-101, KIP-279), and a retried
+//! idempotent batch is recognised by the leader that replaced the one it was written to.
+//!
+//! Isolation here is a pause (SIGSTOP): the test cannot count on making network
+//! namespaces wherever it runs, and a paused process is cut off as completely (it answers
+//! nothing, sends nothing; its connections stay open as across a partition). Every node is
+//! killed at the end (`ThreeNodes`' drop; SIGKILL ends a stopped process too).
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse};
+
+use crate::cluster_fixture::{read_keyed, ThreeNodes};
+use crate::harness::{decode, poll_for, RawConn};
+use crate::rdkafka_client::{idempotent_batch, produce_raw_within};
+use crate::replication::{create_rf3, produce_range, Described};
+
+/// Sends signal `s` (`STOP`, `CONT`) to `pid`.
+pub(crate) fn sig(pid: u32, s: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{s}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill -{s} {pid}");
+}
+
+/// Partition 0 of `topic` as node `via` itself sees it (a raw Metadata v12 request to
+/// that node: a client library may ask another broker, e.g. one just resumed whose
+/// image is behind).
+fn partition_seen_by(nodes: &ThreeNodes, via: i32, topic: &str) -> Result<Described, String> {
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
+    use kafka_protocol::protocol::StrBytes;
+    let mut conn = RawConn::connect(&nodes.bootstrap(via));
+    let req = MetadataRequest::default()
+        .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(
+            kafka_protocol::messages::TopicName(StrBytes::from_string(topic.to_string())),
+        ))]));
+    let body = conn
+        .request(&req, 12, 1)
+        .ok_or_else(|| "no Metadata answer".to_string())?;
+    let m: MetadataResponse = decode(body, 12);
+    let p = m
+        .topics
+        .first()
+        .and_then(|t| t.partitions.iter().find(|p| p.partition_index == 0))
+        .ok_or_else(|| format!("no partition 0 in {:?}", m.topics))?;
+    Ok(Described {
+        leader: p.leader_id.0,
+        replicas: p.replica_nodes.iter().map(|b| b.0).collect(),
+        isr: p.isr_nodes.iter().map(|b| b.0).collect(),
+    })
+}
+
+/// Polls `topic`'s partition 0 as node `via` sees it until `want` holds.
+fn wait_partition(
+    nodes: &ThreeNodes,
+    via: i32,
+    topic: &str,
+    what: &str,
+    want: impl Fn(&Described) -> bool,
+) -> Described {
+    poll_for(what, 60, || {
+        let p = partition_seen_by(nodes, via, topic)?;
+        if want(&p) {
+            Ok(p)
+        } else {
+            Err(format!("{p:?}"))
+        }
+    })
+}
+
+/// Issue 13, test 4. Five voters (the quorum outlives two paused or killed nodes), a
+/// topic of replication factor 3 with `min.insync.replicas=2` on three of them: L leads,
+/// F1 and F2 follow.
+///
+/// 1. 1,000 records with acks=all: acknowledged.
+/// 2. F1 and F2 paused; L alone takes 200 records with acks=1 (acknowledged by L only;
+///    never by acks=all). Then L is paused too, and F1, F2 resume — all within the
+///    session timeout, so the ISR never shrank to L.
+/// 3. L is fenced; the controller elects F1 or F2 at a newer leader epoch; 500 records
+///    with acks=all go to it: acknowledged.
+/// 4. L resumes: it is a follower now, asks the new leader for the end of its own last
+///    epoch (OffsetForLeaderEpoch), truncates the 200 there, catches up and rejoins the
+///    ISR.
+/// 5. Proof that L's log is the new leader's: F1 and F2 are killed, L leads again, and a
+///    consumer reads from L exactly the 1,500 acknowledged with acks=all — none of the
+///    200 it alone had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_returning_leader_truncates_what_it_alone_had_by_leader_epoch() {
+    let mut nodes = ThreeNodes::start_n(
+        5,
+        &[
+            "broker.session.timeout.ms=6000",
+            "broker.heartbeat.interval.ms=300",
+            // A stopped follower's parked fetch is answered within this, so none is
+            // waiting at the leader when step 2 appends.
+            "replica.fetch.wait.max.ms=500",
+        ],
+    );
+    create_rf3(
+        &nodes.bootstrap(1),
+        "diverge",
+        1,
+        &[("min.insync.replicas", "2")],
+    )
+    .await;
+    let start = wait_partition(&nodes, 1, "diverge", "3 replicas in sync", |p| {
+        p.leader > 0 && p.isr.len() == 3
+    });
+    let l = start.leader;
+    let followers: Vec<i32> = start.replicas.iter().copied().filter(|r| *r != l).collect();
+    let bystander = (1..=5).find(|id| !start.replicas.contains(id)).unwrap();
+    eprintln!("leader {l}, followers {followers:?}, bystander {bystander}");
+
+    // 1. Acknowledged by the whole ISR.
+    let (acked_before, failed) =
+        produce_range(&nodes.bootstrap(l), "diverge", 0..1000, ACKS_ALL).await;
+    assert!(failed.is_empty(), "{failed:?}");
+
+    // 2. The followers paused; past replica.fetch.wait.max.ms their parked fetches are
+    //    answered (empty) and no new one reaches L.
+    let fpids: Vec<u32> = followers.iter().map(|f| nodes.node(*f).pid()).collect();
+    for f in &fpids {
+        sig(*f, "STOP");
+    }
+    std::thread::sleep(Duration::from_millis(900));
+    let (only_on_l, failed) =
+        produce_range(&nodes.bootstrap(l), "diverge", 1000..1200, ACKS_ONE).await;
+    assert!(
+        failed.is_empty() && only_on_l.len() == 200,
+        "acks=1 on the leader alone: {failed:?}"
+    );
+    sig(nodes.node(l).pid(), "STOP");
+    for f in &fpids {
+        sig(*f, "CONT");
+    }
+
+    // 3. A new leader from the ISR, at a newer epoch; acks=all writes to it.
+    let elected = wait_partition(&nodes, bystander, "diverge", "a leader other than L", |p| {
+        p.leader > 0 && p.leader != l
+    });
+    eprintln!("while L is paused: {elected:?}");
+    assert!(followers.contains(&elected.leader), "{elected:?}");
+    let (acked_after, failed) = produce_range(
+        &nodes.bootstrap(elected.leader),
+        "diverge",
+        1200..1700,
+        ACKS_ALL,
+    )
+    .await;
+    assert!(failed.is_empty(), "{failed:?}");
+
+    // 4. L resumes and rejoins the ISR.
+    sig(nodes.node(l).pid(), "CONT");
+    wait_partition(&nodes, bystander, "diverge", "L back in the ISR", |p| {
+        p.leader == elected.leader && p.isr.contains(&l) && p.isr.len() == 3
+    });
+
+    // 5. Only L left of the replicas: it leads, and serves exactly what was acknowledged
+    //    with acks=all.
+    for f in &followers {
+        nodes.kill9(*f);
+    }
+    wait_partition(&nodes, bystander, "diverge", "L leads again", |p| {
+        p.leader == l
+    });
+    let acked: BTreeSet<usize> = acked_before.union(&acked_after).copied().collect();
+    let read = read_keyed(&nodes.bootstrap(l), "diverge", 1, acked.len());
+    let truncated = only_on_l
+        .iter()
+        .filter(|i| !read.seen.contains_key(i))
+        .count();
+    eprintln!("of the 200 L alone had, {truncated} are gone");
+    read.assert_exactly(&acked);
+    nodes.assert_no_panic();
+}
+
+/// acks=all, retried by librdkafka within its message timeout.
+const ACKS_ALL: &[(&str, &str)] = &[("acks", "all")];
+
+/// acks=1: the leader alone acknowledges.
+const ACKS_ONE: &[(&str, &str)] = &[("acks", "1")];
+
+/// Issue 13, "idempotent producers keep their guarantees across failover": producer
+/// state is rebuilt on the new leader from the replicated log. An idempotent producer's
+/// batches (raw Produce v9, acks=all) are acknowledged by the leader; it is killed with
+/// -9; the same batch sent again to the new leader — a producer retrying one whose
+/// answer it lost — is answered as the duplicate it is, with its original base offset,
+/// and appended nowhere; the next sequence appends after it, and a gap in the sequence
+/// gets OUT_OF_ORDER_SEQUENCE_NUMBER (45).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_retry_after_a_failover_is_recognised_by_the_new_leader() {
+    let mut nodes = ThreeNodes::start(&[
+        "broker.session.timeout.ms=1500",
+        "broker.heartbeat.interval.ms=300",
+    ]);
+    create_rf3(&nodes.bootstrap(1), "idem", 1, &[]).await;
+    let start = wait_partition(&nodes, 1, "idem", "3 replicas in sync", |p| {
+        p.leader > 0 && p.isr.len() == 3
+    });
+    let old = start.leader;
+    let mut conn = RawConn::connect(&nodes.bootstrap(old));
+    let init: InitProducerIdResponse = decode(
+        conn.request(
+            &InitProducerIdRequest::default()
+                .with_transactional_id(None)
+                .with_transaction_timeout_ms(60_000)
+                .with_producer_id(kafka_protocol::messages::ProducerId(-1))
+                .with_producer_epoch(-1),
+            4,
+            1,
+        )
+        .unwrap(),
+        4,
+    );
+    assert_eq!(init.error_code, 0);
+    let pid = init.producer_id.0;
+    let batch = |seq: i32, values: &[&str]| -> Bytes {
+        idempotent_batch(
+            pid,
+            0,
+            seq,
+            values
+                .iter()
+                .map(|v| (None, Bytes::from(v.to_string())))
+                .collect(),
+        )
+    };
+    let first = batch(0, &["a", "b", "c"]);
+    let second = batch(3, &["d"]);
+    assert_eq!(
+        produce_raw_within(&mut conn, "idem", first.clone(), 10_000, 2),
+        (0, 0)
+    );
+    assert_eq!(
+        produce_raw_within(&mut conn, "idem", second.clone(), 10_000, 3),
+        (0, 3)
+    );
+    drop(conn);
+
+    nodes.kill9(old);
+    let survivor = (1..=3).find(|id| *id != old).unwrap();
+    let now = wait_partition(&nodes, survivor, "idem", "a new leader", |p| {
+        p.leader > 0 && p.leader != old
+    });
+    let mut conn = RawConn::connect(&nodes.bootstrap(now.leader));
+    // Retries of both batches: duplicates, answered with where they were written.
+    let retry_second = poll_for("the new leader answers the retry", 30, || {
+        match produce_raw_within(&mut conn, "idem", second.clone(), 10_000, 4) {
+            // NOT_LEADER_OR_FOLLOWER / LEADER_NOT_AVAILABLE while it takes over.
+            (6 | 5, _) => Err("not leading yet".to_string()),
+            other => Ok(other),
+        }
+    });
+    assert_eq!(retry_second, (0, 3), "the retried last batch");
+    assert_eq!(
+        produce_raw_within(&mut conn, "idem", first, 10_000, 5),
+        (0, 0),
+        "the retried first batch"
+    );
+    // The next sequence goes on from the replicated state; a gap is refused.
+    assert_eq!(
+        produce_raw_within(&mut conn, "idem", batch(4, &["e"]), 10_000, 6),
+        (0, 4)
+    );
+    assert_eq!(
+        produce_raw_within(&mut conn, "idem", batch(6, &["gap"]), 10_000, 7).0,
+        45,
+        "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    );
+    drop(conn);
+
+    let values = read_values(&nodes.bootstrap(now.leader), "idem", 5);
+    assert_eq!(values, ["a", "b", "c", "d", "e"]);
+    nodes.assert_no_panic();
+}
+
+/// The values of `topic`-0 read from the beginning through `bootstrap` until `count` are
+/// read (at most 30 s), then 1 s more to catch any extra. Errors right after a leader
+/// change are polled past.
+pub(crate) fn read_values(bootstrap: &str, topic: &str, count: usize) -> Vec<String> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::Message;
+    let consumer: BaseConsumer = rdkafka::config::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "unused-no-commits")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
+        .unwrap();
+    consumer.assign(&tpl).unwrap();
+    let mut out = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut extra: Option<std::time::Instant> = None;
+    loop {
+        let now = std::time::Instant::now();
+        if out.len() >= count && extra.is_none() {
+            extra = Some(now + Duration::from_secs(1));
+        }
+        if now > deadline || extra.is_some_and(|e| now > e) {
+            break;
+        }
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).to_string())
+            }
+            Some(Err(e)) => eprintln!("consumer error (polled past): {e}"),
+            None => {}
+        }
+    }
+    out
+}
