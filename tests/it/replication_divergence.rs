@@ -281,6 +281,96 @@ async fn an_idempotent_retry_after_a_failover_is_recognised_by_the_new_leader() 
     nodes.assert_no_panic();
 }
 
+/// A follower away while retention removed the beginning of the leader's log: its
+/// fetch from offset 0 is below the leader's log start (OFFSET_OUT_OF_RANGE), so it
+/// restarts its log empty at the leader's log start offset and catches up from there
+/// (Kafka's `truncateFullyAndStartAt`); before, it truncated by epoch again and again and
+/// never rejoined the ISR (the leader adds a follower only once its log end offset
+/// reached the high watermark, which it can only do by fetching from the log start).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_behind_the_leaders_log_start_restarts_there_and_rejoins() {
+    let mut nodes = ThreeNodes::start(&[
+        "broker.session.timeout.ms=1500",
+        "broker.heartbeat.interval.ms=300",
+        "log.retention.check.interval.ms=300",
+    ]);
+    create_rf3(
+        &nodes.bootstrap(1),
+        "trimmed",
+        1,
+        &[("segment.bytes", "2048"), ("retention.bytes", "4096")],
+    )
+    .await;
+    let start = wait_partition(&nodes, 1, "trimmed", "3 replicas in sync", |p| {
+        p.leader > 0 && p.isr.len() == 3
+    });
+    let leader = start.leader;
+    let away = start
+        .replicas
+        .iter()
+        .copied()
+        .find(|r| *r != leader)
+        .unwrap();
+    nodes.kill9(away);
+    wait_partition(
+        &nodes,
+        leader,
+        "trimmed",
+        "the ISR without the killed follower",
+        |p| !p.isr.contains(&away),
+    );
+    // Small batches, so the 2 KiB segments roll and retention has whole segments to drop.
+    let (acked, failed) = produce_range(
+        &nodes.bootstrap(leader),
+        "trimmed",
+        0..2000,
+        &[("acks", "all"), ("batch.size", "500")],
+    )
+    .await;
+    assert!(failed.is_empty() && acked.len() == 2000, "{failed:?}");
+    // Retention on the leader moves its log start past where the follower stopped.
+    let watermarks: rdkafka::consumer::BaseConsumer = rdkafka::config::ClientConfig::new()
+        .set("bootstrap.servers", nodes.bootstrap(leader))
+        .create()
+        .expect("consumer");
+    let (low, high) = poll_for("retention on the leader", 30, || {
+        use rdkafka::consumer::Consumer;
+        match watermarks.fetch_watermarks("trimmed", 0, Duration::from_secs(5)) {
+            Ok((low, high)) if low > 0 => Ok((low, high)),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    drop(watermarks);
+    eprintln!("leader {leader}: log start {low}, end {high}; follower {away} restarts");
+    nodes.restart(away);
+    wait_partition(
+        &nodes,
+        leader,
+        "trimmed",
+        "the follower back in the ISR",
+        |p| p.isr.contains(&away) && p.isr.len() == 3,
+    );
+    // And the leader still serves everything from its log start, with the follower in.
+    let values = read_values(&nodes.bootstrap(leader), "trimmed", (high - low) as usize);
+    let expected: Vec<String> = (low as usize..high as usize)
+        .map(crate::cluster_fixture::keyed_value)
+        .collect();
+    assert!(
+        values == expected,
+        "{} read, first {:?}",
+        values.len(),
+        values.first()
+    );
+    assert!(
+        !nodes
+            .node(away)
+            .stderr_text()
+            .contains("truncating by epoch again"),
+        "the follower looped on epoch truncation"
+    );
+    nodes.assert_no_panic();
+}
+
 /// The values of `topic`-0 read from the beginning through `bootstrap` until `count` are
 /// read (at most 30 s), then 1 s more to catch any extra. Errors right after a leader
 /// change are polled past.
