@@ -337,6 +337,18 @@ impl Segment {
         index_interval_bytes: u32,
         now_ms: i64,
     ) -> Result<(Segment, RecoveryReport), LogError> {
+        Segment::recover_indexes(dir, base_offset, index_interval_bytes, now_ms, true)
+    }
+
+    /// [`Segment::recover`]; `index_expected` false when the caller removed the indexes
+    /// itself (truncation), so their absence is not worth a warning.
+    fn recover_indexes(
+        dir: &Path,
+        base_offset: i64,
+        index_interval_bytes: u32,
+        now_ms: i64,
+        index_expected: bool,
+    ) -> Result<(Segment, RecoveryReport), LogError> {
         let mut segment =
             Segment::open_file(dir, base_offset, base_offset, index_interval_bytes, now_ms)?;
         let file_bytes = segment.size_bytes;
@@ -346,10 +358,11 @@ impl Segment {
             .map_err(io_error("read", &offset_path))?
         {
             Some(loaded) => loaded.entries,
-            None => {
+            None if index_expected => {
                 tracing::warn!(index = %offset_path.display(), "offset index missing; rebuilding");
                 Vec::new()
             }
+            None => Vec::new(),
         };
         let valid = index::valid_offset_prefix(&offset_entries, file_bytes);
         offset_entries.truncate(valid);
@@ -1046,7 +1059,8 @@ impl Segment {
             }
         }
         let interval = u32::try_from(self.index_interval_bytes).unwrap_or(u32::MAX);
-        let (recovered, _) = Segment::recover(&self.dir, self.base_offset, interval, now_ms)?;
+        let (recovered, _) =
+            Segment::recover_indexes(&self.dir, self.base_offset, interval, now_ms, false)?;
         *self = recovered;
         Ok(())
     }
