@@ -395,6 +395,12 @@ fn default_request(key: ApiKey) -> Option<RequestKind> {
         ApiKey::OffsetDelete => RequestKind::OffsetDelete(OffsetDeleteRequest::default()),
         ApiKey::DescribeCluster => RequestKind::DescribeCluster(DescribeClusterRequest::default()),
         ApiKey::DescribeQuorum => RequestKind::DescribeQuorum(DescribeQuorumRequest::default()),
+        ApiKey::AlterPartitionReassignments => {
+            RequestKind::AlterPartitionReassignments(AlterPartitionReassignmentsRequest::default())
+        }
+        ApiKey::ListPartitionReassignments => {
+            RequestKind::ListPartitionReassignments(ListPartitionReassignmentsRequest::default())
+        }
         _ => return None,
     })
 }
@@ -545,6 +551,33 @@ fn sample_request(key: ApiKey, version: i16) -> Option<RequestKind> {
                     .with_topic_name(TopicName(StrBytes::from_static_str("__cluster_metadata")))
                     .with_partitions(vec![PartitionData::default().with_partition_index(0)]),
             ]))
+        }
+        ApiKey::AlterPartitionReassignments => {
+            use alter_partition_reassignments_request::{ReassignablePartition, ReassignableTopic};
+            // A move to brokers 2 and 3, and a cancellation (null replicas).
+            RequestKind::AlterPartitionReassignments(
+                AlterPartitionReassignmentsRequest::default()
+                    .with_timeout_ms(30_000)
+                    .with_allow_replication_factor_change(true)
+                    .with_topics(vec![ReassignableTopic::default()
+                        .with_name(topic())
+                        .with_partitions(vec![
+                            ReassignablePartition::default()
+                                .with_partition_index(0)
+                                .with_replicas(Some(vec![BrokerId(2), BrokerId(3)])),
+                            ReassignablePartition::default().with_partition_index(1),
+                        ])]),
+            )
+        }
+        ApiKey::ListPartitionReassignments => {
+            use list_partition_reassignments_request::ListPartitionReassignmentsTopics;
+            RequestKind::ListPartitionReassignments(
+                ListPartitionReassignmentsRequest::default()
+                    .with_timeout_ms(30_000)
+                    .with_topics(Some(vec![ListPartitionReassignmentsTopics::default()
+                        .with_name(topic())
+                        .with_partition_indexes(vec![0, 1])])),
+            )
         }
         _ => return None,
     })

@@ -470,7 +470,17 @@ fn role_for(
             partition_epoch: state.partition_epoch,
             isr: state.isr.clone(),
             maximal_isr: state.isr.clone(),
-            followers: followers.clone(),
+            // A reassignment adds replicas (tracked from now, outside the ISR until they
+            // catch up) and removes others within one leadership.
+            followers: state
+                .replicas
+                .iter()
+                .filter(|r| **r != node_id)
+                .map(|r| {
+                    let f = followers.get(r).copied();
+                    (*r, f.unwrap_or_else(|| FollowerState::new(now_ms)))
+                })
+                .collect(),
             epoch_start_offset: *epoch_start_offset,
         },
         _ => ReplicaRole::Leader {
@@ -1165,6 +1175,12 @@ enum TopicChange<'a> {
     Open { meta: &'a TopicMeta, from: i32 },
     /// Partition `index`'s leader or ISR changed: its role follows.
     Leadership { meta: &'a TopicMeta, index: i32 },
+    /// This broker became a replica of partition `index` (a reassignment adds it): open
+    /// it, as a follower.
+    Join { meta: &'a TopicMeta, index: i32 },
+    /// This broker is no longer a replica of partition `index` (a reassignment removed
+    /// it): close it and delete its directory.
+    Leave { meta: &'a TopicMeta, index: i32 },
     /// Apply the topic's new configs to its partitions.
     Reconfigure(&'a TopicMeta),
     /// Close partitions `0..partitions` and delete their directories.
@@ -1177,6 +1193,7 @@ enum TopicChange<'a> {
 /// partitions would share a directory): none is built so.
 fn topic_changes(delta: &MetadataDelta) -> Result<Vec<TopicChange<'_>>, ListenerError> {
     let (before, after) = (delta.before(), delta.after());
+    let me = after.node_id();
     let mut seen = std::collections::HashSet::new();
     let mut out = Vec::new();
     for record in delta.records() {
@@ -1218,8 +1235,14 @@ fn topic_changes(delta: &MetadataDelta) -> Result<Vec<TopicChange<'_>>, Listener
                 if a.configs != b.configs {
                     out.push(TopicChange::Reconfigure(a));
                 }
-                for (index, _, _) in a.changed_partitions(b) {
-                    out.push(TopicChange::Leadership { meta: a, index });
+                for (index, old, new) in a.changed_partitions(b) {
+                    out.push(
+                        match (old.replicas.contains(&me), new.replicas.contains(&me)) {
+                            (false, true) => TopicChange::Join { meta: a, index },
+                            (true, false) => TopicChange::Leave { meta: a, index },
+                            _ => TopicChange::Leadership { meta: a, index },
+                        },
+                    );
                 }
             }
             (Some(b), None) => out.push(TopicChange::Close {
@@ -1285,33 +1308,61 @@ impl ReplicaManager {
         from: i32,
         created: &mut Vec<PathBuf>,
     ) -> Result<(), LogError> {
-        let (log_config, settings) = resolve(&self.broker, &meta.configs);
-        let now = now_ms();
         for index in from..meta.partitions {
-            let Some(state) = meta
-                .partition(index)
-                .filter(|s| s.replicas.contains(&self.broker.node_id))
-            else {
-                continue;
-            };
-            let dir = partition_dir(&self.log_dir, &meta.name, index);
-            if !dir.exists() {
-                // Pushed before opening: a log that fails half way leaves its directory.
-                created.push(dir.clone());
-            }
-            let log = PartitionLog::open(&dir, log_config.clone(), now)?;
-            let p = Arc::new(Partition::new_replica(
-                meta.name.clone(),
-                index,
-                self.broker.node_id,
-                state,
-                settings,
-                log,
-                Some(self.isr_changes.clone()),
-            ));
-            self.write().insert((meta.name.clone(), index), p);
+            self.open_partition(meta, index, created)?;
         }
         Ok(())
+    }
+
+    /// Opens (creating) the log of partition `index` of a topic if this broker is one of
+    /// its replicas, as [`Self::open_partitions`] does for a range.
+    fn open_partition(
+        &self,
+        meta: &TopicMeta,
+        index: i32,
+        created: &mut Vec<PathBuf>,
+    ) -> Result<(), LogError> {
+        let Some(state) = meta
+            .partition(index)
+            .filter(|s| s.replicas.contains(&self.broker.node_id))
+        else {
+            return Ok(());
+        };
+        let (log_config, settings) = resolve(&self.broker, &meta.configs);
+        let dir = partition_dir(&self.log_dir, &meta.name, index);
+        if !dir.exists() {
+            // Pushed before opening: a log that fails half way leaves its directory.
+            created.push(dir.clone());
+        }
+        let log = PartitionLog::open(&dir, log_config, now_ms())?;
+        let p = Arc::new(Partition::new_replica(
+            meta.name.clone(),
+            index,
+            self.broker.node_id,
+            state,
+            settings,
+            log,
+            Some(self.isr_changes.clone()),
+        ));
+        self.write().insert((meta.name.clone(), index), p);
+        Ok(())
+    }
+
+    /// Stops hosting partition `index` of `meta` (a reassignment moved it away): its role
+    /// follows the new state first, so a produce waiting on it as leader answers
+    /// NOT_LEADER_OR_FOLLOWER and the client goes to the new leader; then it leaves the
+    /// map (followers stop fetching it at their next round) and its directory is
+    /// deleted.
+    ///
+    /// Errors: the directory cannot be removed.
+    fn leave_partition(&self, meta: &TopicMeta, index: i32) -> Result<(), LogError> {
+        let removed = self.write().remove(&(meta.name.clone(), index));
+        if let (Some(p), Some(state)) = (removed, meta.partition(index)) {
+            p.apply_state(state);
+        }
+        tracing::info!(topic = %meta.name, partition = index, "no longer a replica: partition closed and its directory deleted");
+        // An in-flight read holding the partition finishes on the unlinked files.
+        remove_partition_dir(&partition_dir(&self.log_dir, &meta.name, index))
     }
 
     /// Undoes the `Open` changes of a delta: closes those partitions and removes the
@@ -1321,10 +1372,19 @@ impl ReplicaManager {
         {
             let mut map = self.write();
             for change in changes {
-                if let TopicChange::Open { meta, from } = change {
-                    for index in *from..meta.partitions {
-                        map.remove(&(meta.name.clone(), index));
+                match change {
+                    TopicChange::Open { meta, from } => {
+                        for index in *from..meta.partitions {
+                            map.remove(&(meta.name.clone(), index));
+                        }
                     }
+                    TopicChange::Join { meta, index } => {
+                        map.remove(&(meta.name.clone(), *index));
+                    }
+                    TopicChange::Leadership { .. }
+                    | TopicChange::Leave { .. }
+                    | TopicChange::Reconfigure(_)
+                    | TopicChange::Close { .. } => {}
                 }
             }
         }
@@ -1544,14 +1604,24 @@ impl MetadataListener for ReplicaManager {
         let changes = topic_changes(delta)?;
         let mut created = Vec::new();
         for change in &changes {
-            if let TopicChange::Open { meta, from } = change {
-                if let Err(e) = self.open_partitions(meta, *from, &mut created) {
-                    self.undo_open(&changes, created);
-                    return Err(ListenerError::new(
-                        format!("cannot create the partition logs of {}", meta.name),
-                        e,
-                    ));
+            let (meta, opened) = match change {
+                TopicChange::Open { meta, from } => {
+                    (meta, self.open_partitions(meta, *from, &mut created))
                 }
+                TopicChange::Join { meta, index } => {
+                    (meta, self.open_partition(meta, *index, &mut created))
+                }
+                TopicChange::Leadership { .. }
+                | TopicChange::Leave { .. }
+                | TopicChange::Reconfigure(_)
+                | TopicChange::Close { .. } => continue,
+            };
+            if let Err(e) = opened {
+                self.undo_open(&changes, created);
+                return Err(ListenerError::new(
+                    format!("cannot create the partition logs of {}", meta.name),
+                    e,
+                ));
             }
         }
         *self
@@ -1569,7 +1639,15 @@ impl MetadataListener for ReplicaManager {
         let mut first_error = None;
         for change in topic_changes(delta)? {
             let result = match change {
-                TopicChange::Open { .. } => continue,
+                TopicChange::Open { .. } | TopicChange::Join { .. } => continue,
+                TopicChange::Leave { meta, index } => {
+                    self.leave_partition(meta, index).map_err(|e| {
+                        ListenerError::new(
+                            format!("cannot delete partition {}-{index}", meta.name),
+                            e,
+                        )
+                    })
+                }
                 TopicChange::Leadership { meta, index } => {
                     if let (Some(p), Some(state)) =
                         (self.partition(&meta.name, index), meta.partition(index))
@@ -1614,7 +1692,7 @@ impl MetadataListener for ReplicaManager {
 #[cfg(test)]
 mod lifecycle_tests {
     use super::*;
-    use crate::cluster::NewTopic;
+    use crate::cluster::{MetadataImage, NewTopic};
     use kafka_protocol::ResponseError;
 
     fn open_in(dir: &Path) -> (Metadata, Result<Arc<ReplicaManager>, ListenerError>) {
@@ -1657,6 +1735,67 @@ mod lifecycle_tests {
             assert!(rm.partition("t", i).is_none());
             assert!(!dir.path().join(format!("t-{i}")).exists());
         }
+    }
+
+    #[test]
+    fn a_broker_a_reassignment_adds_opens_the_partition_and_one_it_removes_deletes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_m, rm) = open_in(dir.path());
+        let rm = rm.unwrap();
+        let t = TopicMeta {
+            name: "r".into(),
+            id: uuid::Uuid::new_v4(),
+            partitions: 1,
+            replication_factor: 2,
+            configs: BTreeMap::new(),
+            partition_states: vec![PartitionState {
+                replicas: vec![2, 3],
+                isr: vec![2, 3],
+                ..PartitionState::single_node(2)
+            }]
+            .into(),
+        };
+        let step = |image: &Arc<MetadataImage>, records: Vec<MetadataRecord>| {
+            let d = MetadataDelta::apply(image.clone(), records).unwrap();
+            rm.prepare(&d).unwrap();
+            rm.publish(&d).unwrap();
+            d.after().clone()
+        };
+        let change = |from: &PartitionState, to: PartitionState| MetadataRecord::PartitionChanged {
+            topic_id: t.id,
+            partition: 0,
+            expected_partition_epoch: from.partition_epoch,
+            state: from.succeeded_by(to),
+        };
+        let one = step(
+            &Arc::new(MetadataImage::empty("c", 1)),
+            vec![MetadataRecord::TopicCreated(t.clone())],
+        );
+        assert!(rm.partition("r", 0).is_none());
+        let s = one.partition("r", 0).unwrap().clone();
+        // Broker 1 (this one) is added: it opens the partition as a follower of 2.
+        let two = step(
+            &one,
+            vec![change(
+                &s,
+                PartitionState {
+                    replicas: vec![2, 3, 1],
+                    adding_replicas: vec![1],
+                    ..s.clone()
+                },
+            )],
+        );
+        let p = rm.partition("r", 0).expect("opened");
+        assert!(matches!(
+            p.replica_role(),
+            ReplicaRole::Follower { leader_id: 2, .. }
+        ));
+        assert!(dir.path().join("r-0").is_dir());
+        // Cancelled: it leaves, the directory goes.
+        let adding = two.partition("r", 0).unwrap().clone();
+        step(&two, vec![change(&adding, s.clone())]);
+        assert!(rm.partition("r", 0).is_none());
+        assert!(!dir.path().join("r-0").exists());
     }
 
     #[test]
@@ -1721,6 +1860,41 @@ mod tests {
                 .collect(),
             epoch_start_offset: 0,
         }
+    }
+
+    #[test]
+    fn a_leader_tracks_replicas_a_reassignment_adds_and_forgets_removed_ones() {
+        let s = PartitionState {
+            replicas: vec![1, 2],
+            isr: vec![1, 2],
+            ..PartitionState::single_node(1)
+        };
+        let first = role_for(&s, 1, 0, None, 100);
+        let grown = PartitionState {
+            replicas: vec![1, 2, 3],
+            adding_replicas: vec![3],
+            partition_epoch: 1,
+            ..s.clone()
+        };
+        let second = role_for(&grown, 1, 0, Some(&first), 200);
+        let ReplicaRole::Leader { followers, isr, .. } = &second else {
+            panic!("{second:?}")
+        };
+        assert_eq!(followers.keys().copied().collect::<Vec<_>>(), [2, 3]);
+        assert_eq!(followers[&2].last_caught_up_ms, 100, "2's state is kept");
+        assert_eq!(followers[&3].last_caught_up_ms, 200);
+        assert_eq!(isr, &[1, 2], "3 joins the ISR only once caught up");
+        let moved = PartitionState {
+            replicas: vec![1, 3],
+            isr: vec![1, 3],
+            partition_epoch: 2,
+            ..s
+        };
+        let third = role_for(&moved, 1, 0, Some(&second), 300);
+        let ReplicaRole::Leader { followers, .. } = &third else {
+            panic!("{third:?}")
+        };
+        assert_eq!(followers.keys().copied().collect::<Vec<_>>(), [3]);
     }
 
     #[test]
@@ -1854,6 +2028,8 @@ mod tests {
             leader: 1,
             leader_epoch: 0,
             partition_epoch: 0,
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
         };
         let p = Partition::new_replica("t".into(), 0, 1, &state, settings, log, Some(tx));
         let append_three = || {

@@ -3,6 +3,8 @@
 //! (the `rdkafka` crate) so it behaves like any other client.
 //!
 //! `cluster up` starts `weir serve` child processes and probes them as a Kafka client.
+//! `cluster describe` and `partition reassign` speak the Kafka protocol directly
+//! (`wire.rs`) for the APIs librdkafka lacks.
 //!
 //! Never does: reach into broker internals, except `serve`, which starts one (and
 //! `connector create`, which reads a connector TOML file with the broker's pure parser,
@@ -19,10 +21,12 @@ mod cluster;
 mod connector;
 mod consume;
 mod group;
+mod partition;
 mod produce;
 mod serve;
 mod topic;
 mod transform;
+mod wire;
 
 /// The `weir` command.
 #[derive(Debug, Parser)]
@@ -50,6 +54,10 @@ enum Command {
     /// List, describe, reset the offsets of and delete consumer groups.
     #[command(subcommand)]
     Group(group::GroupCommand),
+    /// Move partition replicas between brokers (`partition reassign`, as
+    /// kafka-reassign-partitions.sh).
+    #[command(subcommand)]
+    Partition(partition::PartitionCommand),
     /// Deploy, list and delete transforms (a client of the admin HTTP API).
     #[command(subcommand)]
     Transform(transform::TransformCommand),
@@ -97,6 +105,7 @@ pub fn run() -> ExitCode {
         Command::Produce(args) => produce::run(args),
         Command::Consume(args) => consume::run(args),
         Command::Group(cmd) => group::run(cmd),
+        Command::Partition(cmd) => partition::run(cmd),
         Command::Transform(cmd) => transform::run(cmd),
         Command::Connector(cmd) => connector::run(cmd),
         Command::Cluster(cmd) => cluster::run(cmd),

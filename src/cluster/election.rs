@@ -11,12 +11,15 @@
 //! ISR (`unclean.leader.election.enable=false`, Kafka's default, the only mode). A
 //! partition offline for want of an ISR member comes back when one is active again.
 //! [`isr_change`] builds the record a leader proposes for its own ISR (KIP-497's
-//! AlterPartition, here a metadata change checked by partition epoch on apply).
+//! AlterPartition, here a metadata change checked by partition epoch on apply). Both
+//! complete a partition reassignment whose new replicas are all in sync
+//! (`reassign::complete`, KIP-455).
 //!
 //! Never does: I/O or clocks (sans-IO: the fence task in `brokers.rs` calls it on the
 //! image after its session records; controlled shutdown likewise).
 
 use super::image::{MetadataImage, MetadataRecord, PartitionState};
+use super::reassign;
 
 /// The `PartitionChanged` records that make every partition of `image` led by an active
 /// ISR member when one exists, with inactive brokers out of the ISR. Empty when nothing
@@ -30,14 +33,21 @@ pub(crate) fn leadership_changes(image: &MetadataImage) -> Vec<MetadataRecord> {
     let mut out = Vec::new();
     for topic in image.topics() {
         for (index, state) in topic.partition_states.iter().enumerate() {
-            if let Some(new) = reconcile(state, &active) {
-                out.push(MetadataRecord::PartitionChanged {
-                    topic_id: topic.id,
-                    partition: index as i32,
-                    expected_partition_epoch: state.partition_epoch,
-                    state: new,
-                });
-            }
+            // A reassignment whose new replicas are all in sync completes first; the
+            // election then looks at the state it leaves.
+            let completed = reassign::complete(state, &active);
+            let base = completed.as_ref().unwrap_or(state);
+            let new = match (reconcile(base, &active), completed.is_some()) {
+                (Some(elected), _) => state.succeeded_by(elected),
+                (None, true) => base.clone(),
+                (None, false) => continue,
+            };
+            out.push(MetadataRecord::PartitionChanged {
+                topic_id: topic.id,
+                partition: index as i32,
+                expected_partition_epoch: state.partition_epoch,
+                state: new,
+            });
         }
     }
     out
@@ -136,11 +146,19 @@ pub(crate) fn isr_change(
     if isr.is_empty() || !isr.contains(&leader_id) || isr == state.isr {
         return None;
     }
+    // The ISR change that brings a reassignment's last new replica in completes it in the
+    // same record (Kafka's `PartitionChangeBuilder.tryCompleteReassignment`).
+    let active = |id: i32| image.broker(id).is_none_or(|b| b.is_active());
+    let changed = state.changed(leader_id, isr);
+    let new = match reassign::complete(&changed, &active) {
+        Some(done) => state.succeeded_by(done),
+        None => changed,
+    };
     Some(MetadataRecord::PartitionChanged {
         topic_id: meta.id,
         partition,
         expected_partition_epoch: state.partition_epoch,
-        state: state.changed(leader_id, isr),
+        state: new,
     })
 }
 
@@ -155,6 +173,8 @@ mod tests {
             leader,
             leader_epoch: 4,
             partition_epoch: 9,
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
         }
     }
 
@@ -236,6 +256,75 @@ mod tests {
         assert_eq!(
             (p(2).leader, &p(2).isr[..], p(2).leader_epoch),
             (1, &[1][..], 4)
+        );
+    }
+
+    #[test]
+    fn the_isr_change_that_brings_the_last_new_replica_in_completes_a_reassignment() {
+        use crate::cluster::image::{MetadataDelta, TopicMeta};
+        use std::sync::Arc;
+        // Moving {1, 2} to {2, 3}: 3 is catching up, 1 leads.
+        let moving = PartitionState {
+            adding_replicas: vec![3],
+            removing_replicas: vec![1],
+            ..state(&[2, 3, 1], &[1, 2], 1)
+        };
+        let topic = TopicMeta {
+            name: "t".into(),
+            id: uuid::Uuid::new_v4(),
+            partitions: 1,
+            replication_factor: 2,
+            configs: Default::default(),
+            partition_states: vec![moving].into(),
+        };
+        let mut records = vec![MetadataRecord::TopicCreated(topic)];
+        for id in 1..=3 {
+            records.push(MetadataRecord::BrokerRegistered {
+                broker_id: id,
+                broker_epoch: i64::from(id),
+                incarnation_id: uuid::Uuid::new_v4(),
+                endpoints: Vec::new(),
+                rack: None,
+            });
+        }
+        let image = MetadataDelta::apply(Arc::new(MetadataImage::empty("c", 1)), records)
+            .unwrap()
+            .after()
+            .clone();
+        // Nothing to complete or elect yet.
+        assert!(leadership_changes(&image).is_empty());
+        let join = isr_change(&image, "t", 0, 1, 9, vec![1, 2, 3]).unwrap();
+        let after = MetadataDelta::apply(image.clone(), vec![join]).unwrap();
+        let p = after.after().partition("t", 0).unwrap().clone();
+        assert_eq!(
+            (&p.replicas[..], &p.isr[..], p.leader),
+            (&[2, 3][..], &[2, 3][..], 2)
+        );
+        assert!(!p.is_reassigning());
+        assert_eq!((p.leader_epoch, p.partition_epoch), (5, 10));
+        // The controller's pass completes one whose new replica joined without it (an
+        // ISR change made before the reassignment started, say).
+        let joined = MetadataDelta::apply(
+            image.clone(),
+            vec![MetadataRecord::PartitionChanged {
+                topic_id: image.topic("t").unwrap().id,
+                partition: 0,
+                expected_partition_epoch: 9,
+                state: image.partition("t", 0).unwrap().changed(1, vec![1, 2, 3]),
+            }],
+        )
+        .unwrap();
+        let done = leadership_changes(joined.after());
+        assert_eq!(done.len(), 1, "{done:?}");
+        let after = MetadataDelta::apply(joined.after().clone(), done).unwrap();
+        let p = after.after().partition("t", 0).unwrap();
+        assert_eq!(
+            (&p.replicas[..], p.leader, p.leader_epoch),
+            (&[2, 3][..], 2, 5)
+        );
+        assert!(
+            leadership_changes(after.after()).is_empty(),
+            "stable once applied"
         );
     }
 

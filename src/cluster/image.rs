@@ -35,6 +35,14 @@ pub struct PartitionState {
     /// names the epoch it saw, so a stale leader cannot overwrite a newer ISR.
     #[serde(default)]
     pub partition_epoch: i32,
+    /// During a reassignment (KIP-455), the replicas of the target not in the original
+    /// assignment: in `replicas`, catching up; empty otherwise.
+    #[serde(default)]
+    pub adding_replicas: Vec<i32>,
+    /// During a reassignment (KIP-455), the original replicas not in the target: in
+    /// `replicas` (after the target's) until the reassignment completes; empty otherwise.
+    #[serde(default)]
+    pub removing_replicas: Vec<i32>,
 }
 
 impl PartitionState {
@@ -47,7 +55,25 @@ impl PartitionState {
             leader: node_id,
             leader_epoch: 0,
             partition_epoch: 0,
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
         }
+    }
+
+    /// Whether a reassignment is in progress (KIP-455): replicas are being added or
+    /// removed.
+    pub fn is_reassigning(&self) -> bool {
+        !self.adding_replicas.is_empty() || !self.removing_replicas.is_empty()
+    }
+
+    /// The replicas a reassignment in progress moves to (`replicas` without the removing
+    /// ones), or `replicas` when none is.
+    pub fn target_replicas(&self) -> Vec<i32> {
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|r| !self.removing_replicas.contains(r))
+            .collect()
     }
 
     /// Whether `broker_id` is in the ISR.
@@ -65,6 +91,20 @@ impl PartitionState {
             leader,
             leader_epoch: self.leader_epoch + i32::from(leader != self.leader),
             partition_epoch: self.partition_epoch + 1,
+            adding_replicas: self.adding_replicas.clone(),
+            removing_replicas: self.removing_replicas.clone(),
+        }
+    }
+
+    /// `next` (replicas, ISR, leader, reassignment) as the one change after this state:
+    /// the partition epoch one up from this one's, the leader epoch one up when the
+    /// leader differs (whatever epochs `next` carries). What a `PartitionChanged` built
+    /// in several steps (a reassignment completed, then a leader elected) carries.
+    pub fn succeeded_by(&self, next: PartitionState) -> PartitionState {
+        PartitionState {
+            leader_epoch: self.leader_epoch + i32::from(next.leader != self.leader),
+            partition_epoch: self.partition_epoch + 1,
+            ..next
         }
     }
 }
@@ -106,6 +146,18 @@ fn check_partition_change(
         return Err(format!(
             "leader {} or ISR {:?} outside replicas {:?}",
             new.leader, new.isr, new.replicas
+        ));
+    }
+    if !new.adding_replicas.iter().all(in_replicas)
+        || !new.removing_replicas.iter().all(in_replicas)
+        || new
+            .adding_replicas
+            .iter()
+            .any(|r| new.removing_replicas.contains(r))
+    {
+        return Err(format!(
+            "adding {:?} or removing {:?} outside replicas {:?} or overlapping",
+            new.adding_replicas, new.removing_replicas, new.replicas
         ));
     }
     Ok(())
@@ -937,6 +989,63 @@ mod tests {
         let json = serde_json::to_string(&after.to_records()).unwrap();
         let back: Vec<MetadataRecord> = serde_json::from_str(&json).unwrap();
         assert_eq!(back, after.to_records());
+    }
+
+    #[test]
+    fn reassignment_states_apply_replay_and_old_records_still_load() {
+        let empty = Arc::new(MetadataImage::empty("c", 7));
+        let mut t = topic("r", 1);
+        t.partition_states = vec![PartitionState {
+            replicas: vec![1, 2],
+            isr: vec![1, 2],
+            leader: 1,
+            ..PartitionState::single_node(1)
+        }]
+        .into();
+        let id = t.id;
+        let one = apply(&empty, vec![MetadataRecord::TopicCreated(t)]);
+        let current = one.partition("r", 0).unwrap().clone();
+        let moving = current.succeeded_by(PartitionState {
+            replicas: vec![2, 3, 1],
+            adding_replicas: vec![3],
+            removing_replicas: vec![1],
+            ..current.clone()
+        });
+        let change = |state: PartitionState| MetadataRecord::PartitionChanged {
+            topic_id: id,
+            partition: 0,
+            expected_partition_epoch: current.partition_epoch,
+            state,
+        };
+        let two = apply(&one, vec![change(moving.clone())]);
+        let p = two.partition("r", 0).unwrap();
+        assert!(p.is_reassigning());
+        assert_eq!(p.target_replicas(), [2, 3]);
+        assert_eq!(*apply(&empty, two.to_records()), *two);
+        assert_eq!(*apply(&one, one.changes_to(&two)), *two);
+        // Adding or removing replicas outside `replicas`, or both at once, never apply.
+        for bad in [
+            PartitionState {
+                adding_replicas: vec![4],
+                ..moving.clone()
+            },
+            PartitionState {
+                removing_replicas: vec![4],
+                ..moving.clone()
+            },
+            PartitionState {
+                adding_replicas: vec![1],
+                ..moving.clone()
+            },
+        ] {
+            let e = MetadataDelta::apply(one.clone(), vec![change(bad)]).unwrap_err();
+            assert!(e.0.contains("adding"), "{e}");
+        }
+        // A state written before reassignment existed (no such fields) loads as none.
+        let old = r#"{"replicas":[1,2],"isr":[1],"leader":1,"leader_epoch":2,"partition_epoch":5}"#;
+        let s: PartitionState = serde_json::from_str(old).unwrap();
+        assert!(!s.is_reassigning());
+        assert_eq!((s.partition_epoch, s.target_replicas()), (5, vec![1, 2]));
     }
 
     fn registered(broker_id: i32, broker_epoch: i64, port: i32) -> MetadataRecord {

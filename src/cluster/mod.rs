@@ -24,6 +24,7 @@ mod election;
 mod image;
 mod placement;
 mod raft;
+mod reassign;
 mod store;
 mod topics;
 
@@ -44,6 +45,7 @@ pub(crate) use raft::VoterState;
 pub(crate) use raft::{
     Committed, CommittedChange, QuorumHandle, QuorumSettings, QuorumState, RaftMetadataLog,
 };
+pub(crate) use reassign::Reassignment;
 pub(crate) use store::{FileMetadataLog, MetadataLog};
 pub(crate) use topics::{NewTopic, TopicError};
 

@@ -172,6 +172,8 @@ pub(crate) fn new_partition(replicas: Vec<i32>) -> PartitionState {
         leader,
         leader_epoch: 0,
         partition_epoch: 0,
+        adding_replicas: Vec::new(),
+        removing_replicas: Vec::new(),
     }
 }
 

@@ -26,6 +26,7 @@ use crate::topics::Topics;
 use crate::transform::inline::InlineRegistry;
 
 mod alter_configs;
+mod alter_partition_reassignments;
 mod api_versions;
 mod create_partitions;
 mod create_topics;
@@ -45,6 +46,7 @@ mod leave_group;
 pub(crate) mod legacy;
 mod list_groups;
 mod list_offsets;
+mod list_partition_reassignments;
 mod metadata;
 mod offset_commit;
 mod offset_delete;
@@ -104,6 +106,8 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::OffsetDelete, 0, 0),
     api(ApiKey::DescribeCluster, 0, 2),
     api(ApiKey::DescribeQuorum, 0, 2),
+    api(ApiKey::AlterPartitionReassignments, 0, 1),
+    api(ApiKey::ListPartitionReassignments, 0, 0),
 ];
 
 /// The supported range of `key`, if it is implemented.
@@ -411,6 +415,12 @@ async fn dispatch(
         RequestKind::DescribeQuorum(r) => {
             ResponseKind::DescribeQuorum(describe_quorum::handle(ctx, r, version).await)
         }
+        RequestKind::AlterPartitionReassignments(r) => ResponseKind::AlterPartitionReassignments(
+            alter_partition_reassignments::handle(ctx, r, version),
+        ),
+        RequestKind::ListPartitionReassignments(r) => ResponseKind::ListPartitionReassignments(
+            list_partition_reassignments::handle(ctx, r, version),
+        ),
         // Not in SUPPORTED_APIS, so `handle_frame` closed the connection before decoding.
         other => {
             tracing::error!(request = ?std::mem::discriminant(&other), "request for an API outside the dispatch table");

@@ -9,6 +9,9 @@ Usage:
     SECONDS     how long to keep sending (then it flushes, at most FLUSH_S)
     OUT         file the outcome of every record is written to
 
+With FAULT_PRODUCER_STOP_FILE=PATH in the environment it also stops sending as soon as
+that file exists (the caller's "stop the load"), SECONDS being then the longest.
+
 One producer (acks=all, enable.idempotence=true) sends, round-robin over the partitions,
 records whose value is `p<partition>-s<sequence:09>`: sequence numbers count 0, 1, 2, ...
 per partition, in send order, so a reader can tell what was sent, in which order, and
@@ -92,7 +95,10 @@ def main():
     sent = [0] * partitions
     start = time.monotonic()
     n = 0
+    stop_file = os.environ.get("FAULT_PRODUCER_STOP_FILE")
     while time.monotonic() - start < seconds and not fatal:
+        if stop_file and n % 50 == 0 and os.path.exists(stop_file):
+            break
         # Pace: record n is due at start + n / RATE_PER_S.
         due = start + n / RATE_PER_S
         now = time.monotonic()

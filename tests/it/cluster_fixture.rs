@@ -120,6 +120,11 @@ impl ThreeNodes {
         &self.voters
     }
 
+    /// Node `id`'s `log.dirs` (kept over a restart).
+    pub(crate) fn log_dir(&self, id: i32) -> &std::path::Path {
+        self.dirs[(id - 1) as usize].path()
+    }
+
     /// Node `id`'s CONTROLLER port.
     pub(crate) fn controller_port(&self, id: i32) -> u16 {
         self.ports[(id - 1) as usize]

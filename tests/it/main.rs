@@ -35,6 +35,7 @@ mod lifecycle;
 mod metrics;
 mod plugins;
 mod rdkafka_client;
+mod reassignment;
 mod replication;
 mod replication_divergence;
 mod replication_faults;
