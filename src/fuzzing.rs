@@ -395,6 +395,7 @@ fn default_request(key: ApiKey) -> Option<RequestKind> {
         ApiKey::OffsetDelete => RequestKind::OffsetDelete(OffsetDeleteRequest::default()),
         ApiKey::DescribeCluster => RequestKind::DescribeCluster(DescribeClusterRequest::default()),
         ApiKey::DescribeQuorum => RequestKind::DescribeQuorum(DescribeQuorumRequest::default()),
+        ApiKey::ElectLeaders => RequestKind::ElectLeaders(ElectLeadersRequest::default()),
         _ => return None,
     })
 }
@@ -545,6 +546,17 @@ fn sample_request(key: ApiKey, version: i16) -> Option<RequestKind> {
                     .with_topic_name(TopicName(StrBytes::from_static_str("__cluster_metadata")))
                     .with_partitions(vec![PartitionData::default().with_partition_index(0)]),
             ]))
+        }
+        ApiKey::ElectLeaders => {
+            use elect_leaders_request::TopicPartitions;
+            RequestKind::ElectLeaders(
+                ElectLeadersRequest::default()
+                    .with_election_type(if version >= 1 { 1 } else { 0 })
+                    .with_topic_partitions(Some(vec![TopicPartitions::default()
+                        .with_topic(topic())
+                        .with_partitions(vec![0, 1])]))
+                    .with_timeout_ms(1000),
+            )
         }
         _ => return None,
     })

@@ -19,10 +19,12 @@ mod cluster;
 mod connector;
 mod consume;
 mod group;
+mod partition;
 mod produce;
 mod serve;
 mod topic;
 mod transform;
+mod wire;
 
 /// The `weir` command.
 #[derive(Debug, Parser)]
@@ -43,6 +45,9 @@ enum Command {
     /// Create, list, describe, alter and delete topics.
     #[command(subcommand)]
     Topic(topic::TopicCommand),
+    /// Elect partition leaders (preferred or unclean), as kafka-leader-election.sh.
+    #[command(subcommand)]
+    Partition(partition::PartitionCommand),
     /// Produce one record per stdin line.
     Produce(produce::ProduceArgs),
     /// Consume records and print one per line (alone, or as a member of a group).
@@ -94,6 +99,7 @@ pub fn run() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Topic(cmd) => topic::run(cmd),
+        Command::Partition(cmd) => partition::run(cmd),
         Command::Produce(args) => produce::run(args),
         Command::Consume(args) => consume::run(args),
         Command::Group(cmd) => group::run(cmd),

@@ -35,6 +35,7 @@ mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
 mod describe_quorum;
+mod elect_leaders;
 mod fetch;
 mod find_coordinator;
 mod heartbeat;
@@ -104,6 +105,7 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::OffsetDelete, 0, 0),
     api(ApiKey::DescribeCluster, 0, 2),
     api(ApiKey::DescribeQuorum, 0, 2),
+    api(ApiKey::ElectLeaders, 0, 2),
 ];
 
 /// The supported range of `key`, if it is implemented.
@@ -410,6 +412,9 @@ async fn dispatch(
         }
         RequestKind::DescribeQuorum(r) => {
             ResponseKind::DescribeQuorum(describe_quorum::handle(ctx, r, version).await)
+        }
+        RequestKind::ElectLeaders(r) => {
+            ResponseKind::ElectLeaders(elect_leaders::handle(ctx, r, version))
         }
         // Not in SUPPORTED_APIS, so `handle_frame` closed the connection before decoding.
         other => {

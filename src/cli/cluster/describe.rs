@@ -37,28 +37,16 @@
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
-use std::io::{Read as _, Write as _};
-use std::net::{TcpStream, ToSocketAddrs as _};
-use std::time::Duration;
 
 use anyhow::Context as _;
-use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, DescribeClusterRequest,
-    DescribeClusterResponse, DescribeQuorumRequest, DescribeQuorumResponse, RequestHeader,
-    ResponseHeader, TopicName,
+    ApiKey, ApiVersionsRequest, DescribeClusterRequest, DescribeClusterResponse,
+    DescribeQuorumRequest, DescribeQuorumResponse, TopicName,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
-use kafka_protocol::ResponseError;
+use kafka_protocol::protocol::StrBytes;
 
-use crate::cli::client::CLIENT_ID;
-
-/// How long connecting to a broker and each request may take.
-const IO_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The largest response read (bytes).
-const MAX_RESPONSE_BYTES: usize = 16 << 20;
+use crate::cli::wire::{error_text, version_of, Conn};
 
 /// The controller quorum's log (KIP-500).
 const METADATA_TOPIC: &str = "__cluster_metadata";
@@ -66,75 +54,6 @@ const METADATA_TOPIC: &str = "__cluster_metadata";
 /// Highest versions this command speaks.
 const DESCRIBE_CLUSTER_MAX: i16 = 2;
 const DESCRIBE_QUORUM_MAX: i16 = 2;
-
-/// A connection speaking request then response.
-struct Conn {
-    stream: TcpStream,
-    correlation_id: i32,
-}
-
-impl Conn {
-    fn connect(addr: &str) -> anyhow::Result<Conn> {
-        let sock = addr
-            .to_socket_addrs()
-            .with_context(|| format!("cannot resolve {addr}"))?
-            .next()
-            .with_context(|| format!("{addr} resolves to no address"))?;
-        let stream = TcpStream::connect_timeout(&sock, IO_TIMEOUT)
-            .with_context(|| format!("cannot connect to {addr}"))?;
-        stream.set_read_timeout(Some(IO_TIMEOUT))?;
-        stream.set_write_timeout(Some(IO_TIMEOUT))?;
-        let _ = stream.set_nodelay(true);
-        Ok(Conn {
-            stream,
-            correlation_id: 0,
-        })
-    }
-
-    /// Sends `req` at `version` and decodes its response.
-    fn call<R: Request>(&mut self, req: &R, version: i16) -> anyhow::Result<R::Response> {
-        let key = ApiKey::try_from(R::KEY).map_err(|_| anyhow::anyhow!("API key {}", R::KEY))?;
-        self.correlation_id += 1;
-        let header = RequestHeader::default()
-            .with_request_api_key(R::KEY)
-            .with_request_api_version(version)
-            .with_correlation_id(self.correlation_id)
-            .with_client_id(Some(StrBytes::from_static_str(CLIENT_ID)));
-        let mut buf = BytesMut::new();
-        header.encode(&mut buf, key.request_header_version(version))?;
-        req.encode(&mut buf, version)?;
-        let len = u32::try_from(buf.len())?;
-        let mut frame = len.to_be_bytes().to_vec();
-        frame.extend_from_slice(&buf);
-        self.stream
-            .write_all(&frame)
-            .with_context(|| format!("sending {key:?}"))?;
-        let mut len = [0u8; 4];
-        self.stream
-            .read_exact(&mut len)
-            .with_context(|| format!("reading the {key:?} response (connection closed?)"))?;
-        let len = u32::from_be_bytes(len) as usize;
-        anyhow::ensure!(
-            len <= MAX_RESPONSE_BYTES,
-            "{key:?} response of {len} bytes is too large"
-        );
-        let mut body = vec![0u8; len];
-        self.stream.read_exact(&mut body)?;
-        let mut body = Bytes::from(body);
-        let h = ResponseHeader::decode(&mut body, key.response_header_version(version))?;
-        anyhow::ensure!(
-            h.correlation_id == self.correlation_id,
-            "{key:?} response for another request"
-        );
-        R::Response::decode(&mut body, version)
-    }
-}
-
-/// The version of `key` to use: the highest both sides speak, if any.
-fn version_of(versions: &ApiVersionsResponse, key: ApiKey, ours: i16) -> Option<i16> {
-    let a = versions.api_keys.iter().find(|a| a.api_key == key as i16)?;
-    (a.min_version <= ours).then(|| a.max_version.min(ours))
-}
 
 /// One broker's line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,15 +71,6 @@ struct Described {
     brokers: Vec<BrokerLine>,
     /// The quorum, or why it could not be described.
     quorum: Result<DescribeQuorumResponse, String>,
-}
-
-fn error_text(code: i16, message: Option<&StrBytes>) -> String {
-    let name = ResponseError::try_from_code(code)
-        .map_or_else(|| format!("error {code}"), |e| format!("{e:?} ({code})"));
-    match message {
-        Some(m) if !m.is_empty() => format!("{name}: {}", m.as_str()),
-        _ => name,
-    }
 }
 
 /// Asks the broker at `addr`.
