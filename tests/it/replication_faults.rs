@@ -116,7 +116,7 @@ impl Drop for Paused {
 }
 
 /// The producer script, killed on drop.
-struct Script(Child);
+pub(crate) struct Script(pub(crate) Child);
 
 impl Drop for Script {
     fn drop(&mut self) {
@@ -127,25 +127,25 @@ impl Drop for Script {
 
 /// What the producer wrote to its outcome file.
 #[derive(Debug, Default)]
-struct ProducerLog {
+pub(crate) struct ProducerLog {
     /// partition → sequence → offset acknowledged.
-    acked: BTreeMap<i32, BTreeMap<u64, i64>>,
+    pub(crate) acked: BTreeMap<i32, BTreeMap<u64, i64>>,
     /// partition → sequences whose delivery failed.
-    failed: BTreeMap<i32, BTreeSet<u64>>,
+    pub(crate) failed: BTreeMap<i32, BTreeSet<u64>>,
     /// partition → how many sequences were sent (0..sent).
-    sent: BTreeMap<i32, u64>,
+    pub(crate) sent: BTreeMap<i32, u64>,
     /// Records neither acknowledged nor failed when the flush ended.
-    unanswered: u64,
+    pub(crate) unanswered: u64,
     /// The client's error callbacks (`E fatal|error text`).
-    errors: Vec<String>,
+    pub(crate) errors: Vec<String>,
     /// The file ended with `DONE`.
-    done: bool,
+    pub(crate) done: bool,
     /// The first failure reasons seen, distinct.
-    failure_reasons: BTreeSet<String>,
+    pub(crate) failure_reasons: BTreeSet<String>,
 }
 
 impl ProducerLog {
-    fn parse(text: &str) -> ProducerLog {
+    pub(crate) fn parse(text: &str) -> ProducerLog {
         let mut log = ProducerLog::default();
         for line in text.lines() {
             let f: Vec<&str> = line.splitn(4, ' ').collect();
@@ -177,34 +177,38 @@ impl ProducerLog {
         log
     }
 
-    fn acked_count(&self) -> usize {
+    pub(crate) fn acked_count(&self) -> usize {
         self.acked.values().map(BTreeMap::len).sum()
     }
 }
 
-/// Every record of `TOPIC` below each partition's high watermark, read from the
-/// beginning by a librdkafka consumer (assigned, no commits): partition → (offset,
-/// value) in offset order. At most 60 s.
-fn read_all(bootstrap: &str) -> BTreeMap<i32, Vec<(i64, String)>> {
+/// Every record of `topic`'s partitions `0..partitions` below each partition's high
+/// watermark, read from the beginning by a librdkafka consumer (assigned, no commits):
+/// partition → (offset, value) in offset order. At most 60 s.
+pub(crate) fn read_all(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+) -> BTreeMap<i32, Vec<(i64, String)>> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", "replication-faults-no-commits")
         .set("enable.auto.commit", "false")
         .create()
         .expect("consumer");
-    let high: BTreeMap<i32, i64> = (0..PARTITIONS)
+    let high: BTreeMap<i32, i64> = (0..partitions)
         .map(|p| {
             let (_, hw) = poll_for(&format!("partition {p}'s watermarks"), 30, || {
                 consumer
-                    .fetch_watermarks(TOPIC, p, Duration::from_secs(5))
+                    .fetch_watermarks(topic, p, Duration::from_secs(5))
                     .map_err(|e| e.to_string())
             });
             (p, hw)
         })
         .collect();
     let mut tpl = TopicPartitionList::new();
-    for p in 0..PARTITIONS {
-        tpl.add_partition_offset(TOPIC, p, Offset::Beginning)
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
             .unwrap();
     }
     consumer.assign(&tpl).expect("assign");
@@ -235,17 +239,17 @@ fn read_all(bootstrap: &str) -> BTreeMap<i32, Vec<(i64, String)>> {
 
 /// The checks' tallies over all partitions.
 #[derive(Debug, Default)]
-struct Verdict {
-    acknowledged: usize,
-    read: usize,
-    lost: Vec<(i32, u64)>,
-    duplicated: Vec<(i32, u64)>,
-    out_of_order: Vec<(i32, i64, u64)>,
-    never_sent: Vec<(i32, i64, String)>,
+pub(crate) struct Verdict {
+    pub(crate) acknowledged: usize,
+    pub(crate) read: usize,
+    pub(crate) lost: Vec<(i32, u64)>,
+    pub(crate) duplicated: Vec<(i32, u64)>,
+    pub(crate) out_of_order: Vec<(i32, i64, u64)>,
+    pub(crate) never_sent: Vec<(i32, i64, String)>,
     /// Acknowledged at one offset, read at another.
-    moved: Vec<(i32, u64, i64, i64)>,
+    pub(crate) moved: Vec<(i32, u64, i64, i64)>,
     /// Read, sent, not acknowledged (its ack was lost or it failed after the append).
-    unacknowledged_present: usize,
+    pub(crate) unacknowledged_present: usize,
 }
 
 /// `p<partition>-s<sequence>` → (partition, sequence).
@@ -254,13 +258,19 @@ fn parse_value(value: &str) -> Option<(i32, u64)> {
     Some((p.parse().ok()?, s.parse().ok()?))
 }
 
-fn check(produced: &ProducerLog, read: &BTreeMap<i32, Vec<(i64, String)>>) -> Verdict {
+/// What `read` (from [`read_all`]) says of what the producer logged, over partitions
+/// `0..partitions`.
+pub(crate) fn check(
+    produced: &ProducerLog,
+    read: &BTreeMap<i32, Vec<(i64, String)>>,
+    partitions: i32,
+) -> Verdict {
     let mut v = Verdict {
         acknowledged: produced.acked_count(),
         ..Verdict::default()
     };
     let empty = BTreeMap::new();
-    for p in 0..PARTITIONS {
+    for p in 0..partitions {
         let acked = produced.acked.get(&p).unwrap_or(&empty);
         let sent = produced.sent.get(&p).copied().unwrap_or(0);
         let mut seen: BTreeMap<u64, Vec<i64>> = BTreeMap::new();
@@ -323,17 +333,25 @@ fn wait_all_listed(nodes: &ThreeNodes) {
     }
 }
 
-/// Starts the producer writing its outcome to `out`, its stdout and stderr (librdkafka's
-/// log lines, many while brokers are down: a file, not a pipe nobody reads) next to it.
-fn spawn_producer(bootstrap: &str, out: &Path) -> Script {
+/// Starts the producer (`tests/compat/fault_producer.py`) sending to `topic`'s
+/// partitions `0..partitions` for `seconds`, writing its outcome to `out`, its stdout
+/// and stderr (librdkafka's log lines, many while brokers are down: a file, not a pipe
+/// nobody reads) next to it.
+pub(crate) fn spawn_producer(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    seconds: u64,
+    out: &Path,
+) -> Script {
     let stdout = std::fs::File::create(out.with_extension("stdout")).unwrap();
     let stderr = std::fs::File::create(out.with_extension("stderr")).unwrap();
     let child = Command::new("python3")
         .arg("tests/compat/fault_producer.py")
         .arg(bootstrap)
-        .arg(TOPIC)
-        .arg(PARTITIONS.to_string())
-        .arg(PRODUCE_S.to_string())
+        .arg(topic)
+        .arg(partitions.to_string())
+        .arg(seconds.to_string())
         .arg(out)
         .current_dir(repo_root())
         .stdout(Stdio::from(stdout))
@@ -379,7 +397,7 @@ async fn acknowledged_records_survive_a_seeded_schedule_of_kills_and_pauses() {
 
     let work = tempfile::tempdir().unwrap();
     let out = work.path().join("producer.log");
-    let mut producer = spawn_producer(&nodes.bootstrap_all(), &out);
+    let mut producer = spawn_producer(&nodes.bootstrap_all(), TOPIC, PARTITIONS, PRODUCE_S, &out);
     poll_for("the producer's first acknowledgement", 30, || {
         let text = std::fs::read_to_string(&out).unwrap_or_default();
         if text.contains("\nA ") || text.starts_with("A ") {
@@ -450,8 +468,8 @@ async fn acknowledged_records_survive_a_seeded_schedule_of_kills_and_pauses() {
             Err(format!("{d:?}"))
         }
     });
-    let read = read_all(&nodes.bootstrap_all());
-    let v = check(&produced, &read);
+    let read = read_all(&nodes.bootstrap_all(), TOPIC, PARTITIONS);
+    let v = check(&produced, &read, PARTITIONS);
     let failed: usize = produced.failed.values().map(BTreeSet::len).sum();
     let sent: u64 = produced.sent.values().sum();
     eprintln!(
