@@ -41,11 +41,12 @@ fn partition_result(
     }
 }
 
-/// The outcomes grouped by topic, topics in order of first appearance.
-fn by_topic(outcomes: Vec<(String, i32, Result<(), ElectionError>)>) -> Vec<ReplicaElectionResult> {
+/// Partition results grouped by topic, topics in order of first appearance.
+fn by_topic(
+    results: impl IntoIterator<Item = (String, PartitionResult)>,
+) -> Vec<ReplicaElectionResult> {
     let mut out: Vec<ReplicaElectionResult> = Vec::new();
-    for (topic, partition, outcome) in outcomes {
-        let result = partition_result(&topic, partition, &outcome);
+    for (topic, result) in results {
         match out.iter_mut().find(|r| r.topic.0.as_str() == topic) {
             Some(r) => r.partition_result.push(result),
             None => out.push(
@@ -56,6 +57,29 @@ fn by_topic(outcomes: Vec<(String, i32, Result<(), ElectionError>)>) -> Vec<Repl
         }
     }
     out
+}
+
+/// The answer to an `election_type` other than 0 and 1 (Kafka refuses the request):
+/// INVALID_REQUEST (42) for each partition named, and at the top level from v1.
+fn invalid_type(
+    code: i8,
+    requested: Option<Vec<(String, i32)>>,
+    version: i16,
+) -> ElectLeadersResponse {
+    let message = format!("Unknown election type {code}");
+    let results = by_topic(requested.unwrap_or_default().into_iter().map(|(topic, p)| {
+        let result = PartitionResult::default()
+            .with_partition_id(p)
+            .with_error_code(ResponseError::InvalidRequest.code())
+            .with_error_message(Some(StrBytes::from_string(message.clone())));
+        (topic, result)
+    }));
+    let response = ElectLeadersResponse::default().with_replica_election_results(results);
+    if version >= 1 {
+        response.with_error_code(ResponseError::InvalidRequest.code())
+    } else {
+        response
+    }
 }
 
 /// Handles an ElectLeaders request.
@@ -75,28 +99,7 @@ pub(super) fn handle(
     });
     // v0 has no election type: the field decodes as 0, preferred.
     let Some(election_type) = ElectionType::from_code(request.election_type) else {
-        let message = format!("Unknown election type {}", request.election_type);
-        let results = by_topic(
-            requested
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(t, p)| (t, p, Err(ElectionError::NotCommitted(message.clone()))))
-                .collect(),
-        )
-        .into_iter()
-        .map(|mut r| {
-            for p in &mut r.partition_result {
-                p.error_code = ResponseError::InvalidRequest.code();
-            }
-            r
-        })
-        .collect();
-        let response = ElectLeadersResponse::default().with_replica_election_results(results);
-        return if version >= 1 {
-            response.with_error_code(ResponseError::InvalidRequest.code())
-        } else {
-            response
-        };
+        return invalid_type(request.election_type, requested, version);
     };
     let outcomes = ctx
         .metadata
@@ -106,5 +109,9 @@ pub(super) fn handle(
             tracing::info!(%topic, partition, election = election_type.name(), "leader elected (ElectLeaders)");
         }
     }
-    ElectLeadersResponse::default().with_replica_election_results(by_topic(outcomes))
+    let results = by_topic(outcomes.into_iter().map(|(topic, partition, outcome)| {
+        let result = partition_result(&topic, partition, &outcome);
+        (topic, result)
+    }));
+    ElectLeadersResponse::default().with_replica_election_results(results)
 }

@@ -9,7 +9,8 @@
 //!   idempotent acks=all producer writes to every partition: every acknowledged record
 //!   is read back once, at its offset;
 //! - confluent-kafka's `AdminClient.elect_leaders` does the same for one partition, with
-//!   Kafka's per-partition results, and with `auto.leader.rebalance.enable=false` the
+//!   Kafka's per-partition results (raw ElectLeaders frames check v0, null partitions
+//!   and an unknown election type), and with `auto.leader.rebalance.enable=false` the
 //!   imbalance stays;
 //! - with `auto.leader.rebalance.enable` (the default) and a 2 s
 //!   `leader.imbalance.check.interval.seconds`, leadership comes back by itself.
@@ -22,7 +23,11 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use crate::cluster_fixture::ThreeNodes;
-use crate::harness::{poll_for, repo_root, weir_bin};
+use kafka_protocol::messages::elect_leaders_request::TopicPartitions;
+use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::harness::{decode, poll_for, repo_root, weir_bin, RawConn};
 use crate::replication::{create_rf3, describe, Described};
 use crate::replication_faults::{check, read_all, spawn_producer, ProducerLog};
 
@@ -388,6 +393,45 @@ async fn an_admin_client_elects_the_preferred_leader_and_without_auto_rebalance_
         elect_py(&nodes.bootstrap_all(), "UNCLEAN", TOPIC, rest),
         rest.iter().map(|p| (*p, 84)).collect::<Vec<_>>()
     );
+
+    // The wire, raw: an unknown election type is INVALID_REQUEST (42); v0 (no type) is a
+    // preferred election; null partitions elect every partition that needs it and list
+    // only those.
+    let mut conn = RawConn::connect(&nodes.bootstrap(1));
+    let named = |p: usize| {
+        Some(vec![TopicPartitions::default()
+            .with_topic(TopicName(StrBytes::from_static_str(TOPIC)))
+            .with_partitions(vec![p as i32])])
+    };
+    let mut ask = |request: ElectLeadersRequest, version: i16, corr: i32| {
+        let r: ElectLeadersResponse =
+            decode(conn.request(&request, version, corr).unwrap(), version);
+        let codes: Vec<(String, i32, i16)> = r
+            .replica_election_results
+            .iter()
+            .flat_map(|t| {
+                t.partition_result
+                    .iter()
+                    .map(|p| (t.topic.0.to_string(), p.partition_id, p.error_code))
+            })
+            .filter(|(t, _, _)| t == TOPIC)
+            .collect();
+        (r.error_code, codes)
+    };
+    let t = |p: usize, code: i16| (TOPIC.to_string(), p as i32, code);
+    let bad_type = ElectLeadersRequest::default()
+        .with_election_type(5)
+        .with_topic_partitions(named(first));
+    assert_eq!(ask(bad_type, 2, 1), (42, vec![t(first, 42)]));
+    let v0 = ElectLeadersRequest::default().with_topic_partitions(named(first));
+    assert_eq!(ask(v0, 0, 2), (0, vec![t(first, 84)]));
+    let all = ElectLeadersRequest::default()
+        .with_topic_partitions(None)
+        .with_timeout_ms(30_000);
+    let elected: Vec<_> = rest.iter().map(|p| t(*p, 0)).collect();
+    assert_eq!(ask(all, 1, 3), (0, elected));
+    let balanced = partitions_of(&nodes, TOPIC).unwrap();
+    assert!(not_preferred(&balanced).is_empty(), "{balanced:?}");
     nodes.assert_no_panic();
 }
 
