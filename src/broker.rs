@@ -161,6 +161,7 @@ fn broker_session(
             config.cluster.broker_heartbeat_interval_ms,
         ),
         session_timeout: std::time::Duration::from_millis(config.cluster.broker_session_timeout_ms),
+        unclean_leader_election_enable: config.replication.unclean_leader_election_enable,
     }
 }
 
@@ -376,6 +377,17 @@ pub async fn run_on(
         tasks.spawn(cluster::brokers::fence_loop(
             metadata.clone(),
             session,
+            shutdown.clone(),
+        ));
+        tasks.spawn(cluster::brokers::rebalance_loop(
+            metadata.clone(),
+            cluster::brokers::RebalanceSettings {
+                enabled: config.replication.auto_leader_rebalance_enable,
+                check_interval: std::time::Duration::from_millis(
+                    config.replication.leader_imbalance_check_interval_ms,
+                ),
+                per_broker_percentage: config.replication.leader_imbalance_per_broker_percentage,
+            },
             shutdown.clone(),
         ));
         tasks.spawn(crate::replication::run(

@@ -401,6 +401,7 @@ fn default_request(key: ApiKey) -> Option<RequestKind> {
         ApiKey::ListPartitionReassignments => {
             RequestKind::ListPartitionReassignments(ListPartitionReassignmentsRequest::default())
         }
+        ApiKey::ElectLeaders => RequestKind::ElectLeaders(ElectLeadersRequest::default()),
         _ => return None,
     })
 }
@@ -577,6 +578,17 @@ fn sample_request(key: ApiKey, version: i16) -> Option<RequestKind> {
                     .with_topics(Some(vec![ListPartitionReassignmentsTopics::default()
                         .with_name(topic())
                         .with_partition_indexes(vec![0, 1])])),
+            )
+        }
+        ApiKey::ElectLeaders => {
+            use elect_leaders_request::TopicPartitions;
+            RequestKind::ElectLeaders(
+                ElectLeadersRequest::default()
+                    .with_election_type(if version >= 1 { 1 } else { 0 })
+                    .with_topic_partitions(Some(vec![TopicPartitions::default()
+                        .with_topic(topic())
+                        .with_partitions(vec![0, 1])]))
+                    .with_timeout_ms(1000),
             )
         }
         _ => return None,

@@ -3,7 +3,8 @@
 //! (the `rdkafka` crate) so it behaves like any other client.
 //!
 //! `cluster up` starts `weir serve` child processes and probes them as a Kafka client.
-//! `cluster describe` and `partition reassign` speak the Kafka protocol directly
+//! `cluster describe`, `partition reassign` and `partition elect-leaders` speak the
+//! Kafka protocol directly
 //! (`wire.rs`) for the APIs librdkafka lacks.
 //!
 //! Never does: reach into broker internals, except `serve`, which starts one (and
@@ -20,6 +21,7 @@ mod client;
 mod cluster;
 mod connector;
 mod consume;
+mod elect_leaders;
 mod group;
 mod partition;
 mod produce;
@@ -55,7 +57,8 @@ enum Command {
     #[command(subcommand)]
     Group(group::GroupCommand),
     /// Move partition replicas between brokers (`partition reassign`, as
-    /// kafka-reassign-partitions.sh).
+    /// kafka-reassign-partitions.sh) and elect their leaders (`partition elect-leaders`,
+    /// as kafka-leader-election.sh).
     #[command(subcommand)]
     Partition(partition::PartitionCommand),
     /// Deploy, list and delete transforms (a client of the admin HTTP API).

@@ -57,6 +57,9 @@ const METADATA_MAX: i16 = 12;
 pub(super) enum PartitionCommand {
     /// Move partition replicas between brokers (as kafka-reassign-partitions.sh).
     Reassign(ReassignArgs),
+    /// Elect partition leaders: the preferred replica, or (unclean) any live replica of a
+    /// partition without a leader (kafka-leader-election.sh).
+    ElectLeaders(super::elect_leaders::ElectArgs),
 }
 
 /// `weir partition reassign` options: exactly one action.
@@ -304,6 +307,7 @@ fn joined(ids: &[i32]) -> String {
 pub(super) fn run(cmd: PartitionCommand) -> anyhow::Result<()> {
     match cmd {
         PartitionCommand::Reassign(args) => reassign(args),
+        PartitionCommand::ElectLeaders(args) => super::elect_leaders::elect_leaders(args),
     }
 }
 

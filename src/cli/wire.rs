@@ -53,6 +53,15 @@ impl Conn {
         })
     }
 
+    /// Lets each answer take up to `timeout` (10 s unless set), for a request the broker
+    /// answers only once a change is committed.
+    ///
+    /// Errors: the socket refuses the setting.
+    pub(super) fn set_read_timeout(&mut self, timeout: Duration) -> anyhow::Result<()> {
+        self.stream.set_read_timeout(Some(timeout))?;
+        Ok(())
+    }
+
     /// Connects to the first address of the comma-separated `bootstrap` list that
     /// answers ApiVersions (v0), and returns the connection with the versions offered.
     ///

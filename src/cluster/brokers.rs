@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::election::leadership_changes;
+use super::election::{leadership_changes, rebalance_changes};
 use super::image::{BrokerEndpoint, MetadataDelta, MetadataImage, MetadataRecord};
 use super::{Metadata, UpdateError};
 
@@ -154,31 +154,44 @@ pub(crate) fn session_changes(
 
 /// `records` followed by the elections they make necessary once applied to `image`
 /// ([`leadership_changes`]: a fenced or stopping broker's leaderships move to another ISR
-/// member, it leaves the ISRs; a returning broker's offline partitions come back).
-fn with_elections(image: &MetadataImage, mut records: Vec<MetadataRecord>) -> Vec<MetadataRecord> {
+/// member, it leaves the ISRs; a returning broker's offline partitions come back;
+/// `unclean_default` is the broker's `unclean.leader.election.enable`).
+fn with_elections(
+    image: &MetadataImage,
+    mut records: Vec<MetadataRecord>,
+    unclean_default: bool,
+) -> Vec<MetadataRecord> {
     // Records that do not apply get no elections: the update refuses them anyway.
     if let Ok(delta) = MetadataDelta::apply(std::sync::Arc::new(image.clone()), records.clone()) {
-        records.extend(leadership_changes(delta.after()));
+        records.extend(leadership_changes(delta.after(), unclean_default));
     }
     records
 }
 
 /// What the active controller proposes at `now`: [`session_changes`] and the elections
-/// they (or an earlier change, e.g. a registration) call for. Empty when this node does
-/// not lead.
+/// they (or an earlier change, e.g. a registration, or a topic's
+/// `unclean.leader.election.enable` turned on) call for. Empty when this node does not
+/// lead.
 pub(crate) fn controller_changes(
     image: &MetadataImage,
     sessions: &BrokerSessions,
     controller_id: i32,
     now: Instant,
-    session_timeout: Duration,
+    settings: &SessionSettings,
 ) -> Vec<MetadataRecord> {
     if sessions.leading_since().is_none() {
         return Vec::new();
     }
     with_elections(
         image,
-        session_changes(image, sessions, controller_id, now, session_timeout),
+        session_changes(
+            image,
+            sessions,
+            controller_id,
+            now,
+            settings.session_timeout,
+        ),
+        settings.unclean_leader_election_enable,
     )
 }
 
@@ -193,7 +206,26 @@ pub(crate) struct SessionSettings {
     pub(crate) heartbeat_interval: Duration,
     /// `broker.session.timeout.ms`.
     pub(crate) session_timeout: Duration,
+    /// `unclean.leader.election.enable`, the broker default (topics may override it):
+    /// what the elections this node makes as controller or when it stops follow.
+    pub(crate) unclean_leader_election_enable: bool,
 }
+
+/// What the active controller's leader rebalance needs (`auto.leader.rebalance.enable`
+/// and the `leader.imbalance.*` keys, Kafka's names).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RebalanceSettings {
+    /// `auto.leader.rebalance.enable`: without it the task ends at once.
+    pub(crate) enabled: bool,
+    /// `leader.imbalance.check.interval.seconds`.
+    pub(crate) check_interval: Duration,
+    /// `leader.imbalance.per.broker.percentage`.
+    pub(crate) per_broker_percentage: u32,
+}
+
+/// Most preferred elections one rebalance check makes (KRaft's
+/// `maxElectionsPerImbalance`); the rest wait for the next check.
+pub(crate) const MAX_REBALANCE_ELECTIONS: usize = 1000;
 
 /// Registers this broker (blocking: the change commits through the quorum, at most
 /// `COMMIT_TIMEOUT_MS`) and returns its new broker epoch, with a log line
@@ -277,7 +309,7 @@ pub(crate) async fn heartbeat_loop(
         if stopped_within(&mut shutdown, interval).await {
             if let Some(e) = epoch {
                 if quorum.voter_count() > 1 {
-                    controlled_shutdown(metadata, e).await;
+                    controlled_shutdown(metadata, e, settings.unclean_leader_election_enable).await;
                 }
             }
             return;
@@ -321,7 +353,7 @@ fn shutdown_records(
 /// the module doc), through the quorum, on a thread of its own; waits at most
 /// [`CONTROLLED_SHUTDOWN_TIMEOUT`], then lets the broker stop anyway (the thread gives up
 /// within `COMMIT_TIMEOUT_MS`; the process may end first).
-async fn controlled_shutdown(metadata: Arc<Metadata>, epoch: i64) {
+async fn controlled_shutdown(metadata: Arc<Metadata>, epoch: i64, unclean_default: bool) {
     let me = metadata.node_id();
     let (tx, rx) = tokio::sync::oneshot::channel();
     let spawned = std::thread::Builder::new()
@@ -336,7 +368,7 @@ async fn controlled_shutdown(metadata: Arc<Metadata>, epoch: i64) {
                     Ok::<_, std::convert::Infallible>(if step_records.is_empty() {
                         step_records
                     } else {
-                        with_elections(image, step_records)
+                        with_elections(image, step_records, unclean_default)
                     })
                 });
                 match committed {
@@ -386,6 +418,7 @@ pub(crate) async fn fence_loop(
         return;
     };
     let timeout = settings.session_timeout;
+    let settings = Arc::new(settings);
     let tick = (timeout / 4)
         .min(settings.heartbeat_interval)
         .max(Duration::from_millis(10));
@@ -394,12 +427,12 @@ pub(crate) async fn fence_loop(
         let now = Instant::now();
         let sessions = quorum.sessions();
         sessions.set_leading(quorum.is_leader(), now);
-        if !controller_changes(&metadata.image(), sessions, me, now, timeout).is_empty() {
-            let (m, q) = (metadata.clone(), quorum.clone());
+        if !controller_changes(&metadata.image(), sessions, me, now, &settings).is_empty() {
+            let (m, q, s) = (metadata.clone(), quorum.clone(), settings.clone());
             let proposed = tokio::task::spawn_blocking(move || {
                 let mut proposed = Vec::new();
                 m.update(|image| {
-                    proposed = controller_changes(image, q.sessions(), me, Instant::now(), timeout);
+                    proposed = controller_changes(image, q.sessions(), me, Instant::now(), &s);
                     Ok::<_, std::convert::Infallible>(proposed.clone())
                 })
                 .map(|_| proposed)
@@ -445,6 +478,73 @@ pub(crate) async fn fence_loop(
         }
         if stopped_within(&mut shutdown, tick).await {
             return;
+        }
+    }
+}
+
+/// On the active controller, every `leader.imbalance.check.interval.seconds`, makes the
+/// preferred elections of [`rebalance_changes`] (`auto.leader.rebalance.enable`; Kafka's
+/// `checkAndTriggerAutoLeaderRebalance`), at most [`MAX_REBALANCE_ELECTIONS`] per check,
+/// committed through the quorum off the runtime's threads. The first check comes one
+/// interval after start. Ends when `shutdown` turns true; at once without a quorum or
+/// with the key off.
+pub(crate) async fn rebalance_loop(
+    metadata: Arc<Metadata>,
+    settings: RebalanceSettings,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let Some(quorum) = metadata.quorum().cloned() else {
+        return;
+    };
+    if !settings.enabled {
+        return;
+    }
+    let interval = settings.check_interval.max(Duration::from_millis(100));
+    let pct = settings.per_broker_percentage;
+    loop {
+        if stopped_within(&mut shutdown, interval).await {
+            return;
+        }
+        if !quorum.is_leader()
+            || rebalance_changes(&metadata.image(), pct, MAX_REBALANCE_ELECTIONS).is_empty()
+        {
+            continue;
+        }
+        let m = metadata.clone();
+        let committed = tokio::task::spawn_blocking(move || {
+            let mut proposed = Vec::new();
+            m.update(|image| {
+                proposed = rebalance_changes(image, pct, MAX_REBALANCE_ELECTIONS);
+                Ok::<_, std::convert::Infallible>(proposed.clone())
+            })
+            .map(|image| (proposed, image))
+        })
+        .await;
+        match committed {
+            Ok(Ok((records, image))) => {
+                for r in records {
+                    if let MetadataRecord::PartitionChanged {
+                        topic_id,
+                        partition,
+                        state,
+                        ..
+                    } = r
+                    {
+                        let topic = image.topic_by_id(topic_id).map(|t| t.name.clone());
+                        tracing::info!(
+                            topic = topic.as_deref().unwrap_or("?"),
+                            partition,
+                            leader = state.leader,
+                            leader_epoch = state.leader_epoch,
+                            "auto leader rebalance: the preferred replica leads again"
+                        );
+                    }
+                }
+            }
+            Ok(Err(UpdateError::Refused(never))) => match never {},
+            // Another change came first (a fence, an ISR change): the next check retries.
+            Ok(Err(e)) => tracing::warn!(error = %e, "auto leader rebalance not committed"),
+            Err(e) => tracing::warn!(error = %e, "auto leader rebalance task failed"),
         }
     }
 }

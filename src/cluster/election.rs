@@ -1,43 +1,69 @@
 //! Leader election and ISR upkeep by the active controller (Kafka's
 //! `PartitionChangeBuilder` and `ReplicationControlManager` election paths; KIP-631,
-//! KIP-841, KIP-966).
+//! KIP-841, KIP-966; KIP-460 for ElectLeaders).
 //!
 //! Owns: [`leadership_changes`], the `PartitionChanged` records that bring every
 //! partition in line with which brokers are active (registered, neither fenced nor in
 //! controlled shutdown): an inactive broker leaves the ISR (never its last member, which
 //! stays so the partition can come back with its data, as Kafka keeps it); a partition
 //! whose leader is inactive gets the first replica, in assignment order, that is active
-//! and in the ISR, or no leader (-1, offline) when none is — never a replica outside the
-//! ISR (`unclean.leader.election.enable=false`, Kafka's default, the only mode). A
-//! partition offline for want of an ISR member comes back when one is active again.
-//! [`isr_change`] builds the record a leader proposes for its own ISR (KIP-497's
-//! AlterPartition, here a metadata change checked by partition epoch on apply). Both
-//! complete a partition reassignment whose new replicas are all in sync
+//! and in the ISR, or no leader (-1, offline) when none is. A replica outside the ISR is
+//! elected only where `unclean.leader.election.enable` is true (topic key, else the
+//! broker default; Kafka's default false): then a partition with no active ISR member
+//! gets the first active replica as leader and sole ISR member, and whatever only the
+//! old ISR held is lost. A partition offline for want of an ISR member comes back when
+//! one is active again. [`elect`] is ElectLeaders' election of one partition (preferred:
+//! the first replica, if it is active and in the ISR; unclean: as the automatic one with
+//! unclean allowed). [`rebalance_changes`] is the `auto.leader.rebalance.enable` check
+//! (Kafka's `checkAndTriggerAutoLeaderRebalance`): per broker, the share of the
+//! partitions it is the preferred replica of that another broker leads
+//! ([`leader_imbalance`]). [`isr_change`] builds the record a leader proposes for its own
+//! ISR (KIP-497's AlterPartition, here a metadata change checked by partition epoch on
+//! apply). Both complete a partition reassignment whose new replicas are all in sync
 //! (`reassign::complete`, KIP-455).
 //!
 //! Never does: I/O or clocks (sans-IO: the fence task in `brokers.rs` calls it on the
-//! image after its session records; controlled shutdown likewise).
+//! image after its session records; controlled shutdown, ElectLeaders
+//! (`Metadata::elect_leaders`) and the rebalance task likewise).
 
-use super::image::{MetadataImage, MetadataRecord, PartitionState};
+use std::collections::BTreeMap;
+
+use kafka_protocol::ResponseError;
+
+use super::image::{MetadataImage, MetadataRecord, PartitionState, TopicMeta};
 use super::reassign;
 
+/// The topic config `unclean.leader.election.enable` of `topic` ("true"), else
+/// `broker_default` (the broker key of the same name).
+pub(crate) fn unclean_allowed(topic: &TopicMeta, broker_default: bool) -> bool {
+    topic
+        .configs
+        .get("unclean.leader.election.enable")
+        .map_or(broker_default, |v| v == "true")
+}
+
 /// The `PartitionChanged` records that make every partition of `image` led by an active
-/// ISR member when one exists, with inactive brokers out of the ISR. Empty when nothing
-/// needs to change, or when no broker is registered (a store with no registrations: a
-/// single node that predates them).
-pub(crate) fn leadership_changes(image: &MetadataImage) -> Vec<MetadataRecord> {
+/// ISR member when one exists (else, where [`unclean_allowed`] with `unclean_default`,
+/// by an active replica outside the ISR), with inactive brokers out of the ISR. Empty
+/// when nothing needs to change, or when no broker is registered (a store with no
+/// registrations: a single node that predates them).
+pub(crate) fn leadership_changes(
+    image: &MetadataImage,
+    unclean_default: bool,
+) -> Vec<MetadataRecord> {
     if image.brokers().next().is_none() {
         return Vec::new();
     }
     let active = |id: i32| image.broker(id).is_some_and(|b| b.is_active());
     let mut out = Vec::new();
     for topic in image.topics() {
+        let unclean = unclean_allowed(topic, unclean_default);
         for (index, state) in topic.partition_states.iter().enumerate() {
             // A reassignment whose new replicas are all in sync completes first; the
             // election then looks at the state it leaves.
             let completed = reassign::complete(state, &active);
             let base = completed.as_ref().unwrap_or(state);
-            let new = match (reconcile(base, &active), completed.is_some()) {
+            let new = match (reconcile(base, &active, unclean), completed.is_some()) {
                 (Some(elected), _) => state.succeeded_by(elected),
                 (None, true) => base.clone(),
                 (None, false) => continue,
@@ -54,15 +80,20 @@ pub(crate) fn leadership_changes(image: &MetadataImage) -> Vec<MetadataRecord> {
 }
 
 /// The state `state` should move to given which brokers are `active`, or `None` when it
-/// is right as it is.
-fn reconcile(state: &PartitionState, active: &impl Fn(i32) -> bool) -> Option<PartitionState> {
+/// is right as it is. `unclean`: with no active ISR member, the first active replica
+/// leads, alone in the ISR (Kafka's unclean election).
+fn reconcile(
+    state: &PartitionState,
+    active: &impl Fn(i32) -> bool,
+    unclean: bool,
+) -> Option<PartitionState> {
     let mut isr: Vec<i32> = state.isr.iter().copied().filter(|b| active(*b)).collect();
     if isr.is_empty() {
         // The last in-sync replica stays in the ISR while it is away (KIP-966's "last
         // known leader"): it alone holds every acknowledged record.
         isr = state.isr.clone();
     }
-    let leader = if state.leader != -1 && active(state.leader) && isr.contains(&state.leader) {
+    let mut leader = if state.leader != -1 && active(state.leader) && isr.contains(&state.leader) {
         state.leader
     } else {
         state
@@ -72,7 +103,206 @@ fn reconcile(state: &PartitionState, active: &impl Fn(i32) -> bool) -> Option<Pa
             .find(|r| active(*r) && isr.contains(r))
             .unwrap_or(-1)
     };
+    if leader == -1 && unclean {
+        if let Some(r) = state.replicas.iter().copied().find(|r| active(*r)) {
+            leader = r;
+            isr = vec![r];
+        }
+    }
     (leader != state.leader || isr != state.isr).then(|| state.changed(leader, isr))
+}
+
+/// ElectLeaders' `election_type` (KIP-460).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ElectionType {
+    /// 0: the preferred replica (the first of the assignment) leads, if it is active and
+    /// in the ISR.
+    Preferred,
+    /// 1: a partition without an active leader gets one from the ISR, else any active
+    /// replica (losing what only the ISR held).
+    Unclean,
+}
+
+impl ElectionType {
+    /// The type of wire value `code` (0 or 1), if any.
+    pub(crate) fn from_code(code: i8) -> Option<ElectionType> {
+        match code {
+            0 => Some(ElectionType::Preferred),
+            1 => Some(ElectionType::Unclean),
+            _ => None,
+        }
+    }
+
+    /// Its name as Kafka prints it (`ElectionType.toString`): `PREFERRED`, `UNCLEAN`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            ElectionType::Preferred => "PREFERRED",
+            ElectionType::Unclean => "UNCLEAN",
+        }
+    }
+}
+
+/// Why one partition of an ElectLeaders request got no new leader (Kafka's codes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ElectionError {
+    /// UNKNOWN_TOPIC_OR_PARTITION (3).
+    UnknownTopicOrPartition,
+    /// ELECTION_NOT_NEEDED (84): the preferred replica leads already (preferred), or the
+    /// partition has an active leader (unclean).
+    NotNeeded,
+    /// PREFERRED_LEADER_NOT_AVAILABLE (80): the preferred replica is not active or not in
+    /// the ISR.
+    PreferredLeaderNotAvailable,
+    /// ELIGIBLE_LEADERS_NOT_AVAILABLE (83): no replica is active.
+    EligibleLeadersNotAvailable,
+    /// UNKNOWN_SERVER_ERROR (-1): the change was not committed (no quorum in time); the
+    /// text says why.
+    NotCommitted(String),
+}
+
+impl ElectionError {
+    /// The Kafka error.
+    pub(crate) fn kafka_error(&self) -> ResponseError {
+        match self {
+            ElectionError::UnknownTopicOrPartition => ResponseError::UnknownTopicOrPartition,
+            ElectionError::NotNeeded => ResponseError::ElectionNotNeeded,
+            ElectionError::PreferredLeaderNotAvailable => {
+                ResponseError::PreferredLeaderNotAvailable
+            }
+            ElectionError::EligibleLeadersNotAvailable => {
+                ResponseError::EligibleLeadersNotAvailable
+            }
+            ElectionError::NotCommitted(_) => ResponseError::UnknownServerError,
+        }
+    }
+
+    /// The `error_message` Kafka's controller gives.
+    pub(crate) fn message(&self, topic: &str, partition: i32) -> String {
+        match self {
+            ElectionError::UnknownTopicOrPartition => {
+                format!("No such partition as {topic}-{partition}")
+            }
+            ElectionError::NotNeeded => "Leader election not needed for topic partition.".into(),
+            ElectionError::PreferredLeaderNotAvailable => format!(
+                "The preferred leader of {topic}-{partition} is not active or not in the ISR."
+            ),
+            ElectionError::EligibleLeadersNotAvailable => {
+                format!("No replica of {topic}-{partition} is active.")
+            }
+            ElectionError::NotCommitted(why) => why.clone(),
+        }
+    }
+}
+
+/// The record an ElectLeaders election of `election_type` makes for `topic`'s
+/// `partition` on `image` (Kafka's `ReplicationControlManager.electLeader`): preferred,
+/// the first replica leads if it is active and in the ISR (ISR unchanged); unclean, a
+/// partition without an active leader gets the first active ISR replica, else the first
+/// active replica with ISR = [it]. The leader epoch goes up by one, the change is
+/// checked by partition epoch on apply.
+///
+/// Errors: [`ElectionError`]: no such partition, not needed, no eligible replica.
+pub(crate) fn elect(
+    image: &MetadataImage,
+    topic: &str,
+    partition: i32,
+    election_type: ElectionType,
+) -> Result<MetadataRecord, ElectionError> {
+    let meta = image
+        .topic(topic)
+        .ok_or(ElectionError::UnknownTopicOrPartition)?;
+    let state = meta
+        .partition(partition)
+        .ok_or(ElectionError::UnknownTopicOrPartition)?;
+    let active = |id: i32| image.broker(id).is_some_and(|b| b.is_active());
+    let new = match election_type {
+        ElectionType::Preferred => {
+            let preferred = state.replicas.first().copied().unwrap_or(-1);
+            if state.leader == preferred {
+                return Err(ElectionError::NotNeeded);
+            }
+            if !(active(preferred) && state.in_isr(preferred)) {
+                return Err(ElectionError::PreferredLeaderNotAvailable);
+            }
+            state.changed(preferred, state.isr.clone())
+        }
+        ElectionType::Unclean => {
+            if state.leader != -1 && active(state.leader) {
+                return Err(ElectionError::NotNeeded);
+            }
+            match reconcile(state, &active, true) {
+                Some(new) if new.leader != -1 => new,
+                _ => return Err(ElectionError::EligibleLeadersNotAvailable),
+            }
+        }
+    };
+    Ok(MetadataRecord::PartitionChanged {
+        topic_id: meta.id,
+        partition,
+        expected_partition_epoch: state.partition_epoch,
+        state: new,
+    })
+}
+
+/// Per broker that is the preferred replica (first of the assignment) of some partition:
+/// (how many of those partitions another broker leads or nobody does, how many there
+/// are). Kafka's imbalance ratio is the first over the second.
+pub(crate) fn leader_imbalance(image: &MetadataImage) -> BTreeMap<i32, (usize, usize)> {
+    let mut out: BTreeMap<i32, (usize, usize)> = BTreeMap::new();
+    for topic in image.topics() {
+        for state in topic.partition_states.iter() {
+            let Some(&preferred) = state.replicas.first() else {
+                continue;
+            };
+            let e = out.entry(preferred).or_default();
+            e.1 += 1;
+            if state.leader != preferred {
+                e.0 += 1;
+            }
+        }
+    }
+    out
+}
+
+/// The preferred elections the active controller makes when auto leader rebalance is on
+/// (Kafka's `checkAndTriggerAutoLeaderRebalance`): for each broker whose imbalance ratio
+/// ([`leader_imbalance`]) is above `per_broker_percentage` %, every partition it is the
+/// preferred replica of, led by another, where it is active and in the ISR, gets it as
+/// leader. At most `max_elections` records (the rest wait for the next check).
+pub(crate) fn rebalance_changes(
+    image: &MetadataImage,
+    per_broker_percentage: u32,
+    max_elections: usize,
+) -> Vec<MetadataRecord> {
+    let over: Vec<i32> = leader_imbalance(image)
+        .into_iter()
+        .filter(|(_, (imbalanced, total))| {
+            // imbalanced / total > percentage / 100, in integers.
+            (*imbalanced as u128) * 100 > (*total as u128) * u128::from(per_broker_percentage)
+        })
+        .map(|(broker, _)| broker)
+        .collect();
+    let mut out = Vec::new();
+    if over.is_empty() {
+        return out;
+    }
+    for topic in image.topics() {
+        for (index, state) in topic.partition_states.iter().enumerate() {
+            if out.len() >= max_elections {
+                return out;
+            }
+            let Some(&preferred) = state.replicas.first() else {
+                continue;
+            };
+            if state.leader == preferred || !over.contains(&preferred) {
+                continue;
+            }
+            if let Ok(record) = elect(image, &topic.name, index as i32, ElectionType::Preferred) {
+                out.push(record);
+            }
+        }
+    }
+    out
 }
 
 /// The `PartitionChanged` records a new registration of `broker_id` (a restart) makes,
@@ -181,7 +411,7 @@ mod tests {
     #[test]
     fn a_dead_leader_is_replaced_by_the_first_live_isr_member() {
         let s = state(&[1, 2, 3], &[1, 2, 3], 1);
-        let new = reconcile(&s, &|b| b != 1).unwrap();
+        let new = reconcile(&s, &|b| b != 1, false).unwrap();
         assert_eq!((new.leader, &new.isr[..]), (2, &[2, 3][..]));
         assert_eq!((new.leader_epoch, new.partition_epoch), (5, 10));
     }
@@ -189,20 +419,24 @@ mod tests {
     #[test]
     fn a_dead_follower_leaves_the_isr_and_the_leader_epoch_stays() {
         let s = state(&[1, 2, 3], &[1, 2, 3], 1);
-        let new = reconcile(&s, &|b| b != 3).unwrap();
+        let new = reconcile(&s, &|b| b != 3, false).unwrap();
         assert_eq!((new.leader, &new.isr[..]), (1, &[1, 2][..]));
         assert_eq!((new.leader_epoch, new.partition_epoch), (4, 10));
-        assert_eq!(reconcile(&new, &|b| b != 3), None, "stable once applied");
+        assert_eq!(
+            reconcile(&new, &|b| b != 3, false),
+            None,
+            "stable once applied"
+        );
     }
 
     #[test]
     fn no_replica_outside_the_isr_is_elected() {
         // 3 is alive but was out of sync: the partition goes offline, ISR kept.
         let s = state(&[1, 2, 3], &[1], 1);
-        let new = reconcile(&s, &|b| b == 3).unwrap();
+        let new = reconcile(&s, &|b| b == 3, false).unwrap();
         assert_eq!((new.leader, &new.isr[..]), (-1, &[1][..]));
         // The last ISR member returns: it leads again.
-        let back = reconcile(&new, &|_| true).unwrap();
+        let back = reconcile(&new, &|_| true, false).unwrap();
         assert_eq!((back.leader, &back.isr[..]), (1, &[1][..]));
         assert_eq!(back.leader_epoch, new.leader_epoch + 1);
     }
@@ -292,7 +526,7 @@ mod tests {
             .after()
             .clone();
         // Nothing to complete or elect yet.
-        assert!(leadership_changes(&image).is_empty());
+        assert!(leadership_changes(&image, false).is_empty());
         let join = isr_change(&image, "t", 0, 1, 9, vec![1, 2, 3]).unwrap();
         let after = MetadataDelta::apply(image.clone(), vec![join]).unwrap();
         let p = after.after().partition("t", 0).unwrap().clone();
@@ -314,7 +548,7 @@ mod tests {
             }],
         )
         .unwrap();
-        let done = leadership_changes(joined.after());
+        let done = leadership_changes(joined.after(), false);
         assert_eq!(done.len(), 1, "{done:?}");
         let after = MetadataDelta::apply(joined.after().clone(), done).unwrap();
         let p = after.after().partition("t", 0).unwrap();
@@ -323,7 +557,7 @@ mod tests {
             (&[2, 3][..], 2, 5)
         );
         assert!(
-            leadership_changes(after.after()).is_empty(),
+            leadership_changes(after.after(), false).is_empty(),
             "stable once applied"
         );
     }
@@ -360,5 +594,219 @@ mod tests {
         assert_eq!(after.after().partition("t", 0).unwrap().isr, vec![1, 2]);
         // The same change again (a stale leader's retry) is refused on apply.
         assert!(MetadataDelta::apply(after.after().clone(), vec![shrink]).is_err());
+    }
+
+    #[test]
+    fn an_unclean_election_takes_a_live_replica_outside_the_isr_only_when_allowed() {
+        // 1 (the only ISR member) is away; 2 and 3 are alive, out of sync.
+        let s = state(&[1, 2, 3], &[1], -1);
+        assert_eq!(reconcile(&s, &|b| b != 1, false), None, "stays offline");
+        let new = reconcile(&s, &|b| b != 1, true).unwrap();
+        assert_eq!((new.leader, &new.isr[..]), (2, &[2][..]));
+        assert_eq!((new.leader_epoch, new.partition_epoch), (5, 10));
+        // An ISR member alive is always preferred to an unclean pick.
+        let s = state(&[1, 2, 3], &[1, 3], 1);
+        let new = reconcile(&s, &|b| b != 1, true).unwrap();
+        assert_eq!((new.leader, &new.isr[..]), (3, &[3][..]));
+        // Nobody alive: nothing to elect.
+        assert_eq!(reconcile(&state(&[1, 2], &[1], -1), &|_| false, true), None);
+    }
+
+    /// An image with topic `t` of `states` and brokers 1, 2, 3 registered, `down` fenced.
+    fn image_of(
+        states: Vec<PartitionState>,
+        down: &[i32],
+        configs: &[(&str, &str)],
+    ) -> std::sync::Arc<MetadataImage> {
+        use crate::cluster::image::{MetadataDelta, TopicMeta};
+        use std::sync::Arc;
+        let topic = TopicMeta {
+            name: "t".into(),
+            id: uuid::Uuid::new_v4(),
+            partitions: states.len() as i32,
+            replication_factor: 3,
+            configs: configs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            partition_states: states.into(),
+        };
+        let mut records = vec![MetadataRecord::TopicCreated(topic)];
+        for id in 1..=3 {
+            records.push(MetadataRecord::BrokerRegistered {
+                broker_id: id,
+                broker_epoch: i64::from(id),
+                incarnation_id: uuid::Uuid::new_v4(),
+                endpoints: Vec::new(),
+                rack: None,
+            });
+            if down.contains(&id) {
+                records.push(MetadataRecord::BrokerFenced {
+                    broker_id: id,
+                    broker_epoch: i64::from(id),
+                });
+            }
+        }
+        MetadataDelta::apply(Arc::new(MetadataImage::empty("c", 1)), records)
+            .unwrap()
+            .after()
+            .clone()
+    }
+
+    fn new_state(record: &MetadataRecord) -> &PartitionState {
+        match record {
+            MetadataRecord::PartitionChanged { state, .. } => state,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_unclean_topic_config_overrides_the_broker_default() {
+        let offline = || vec![state(&[1, 2, 3], &[1], -1)];
+        let off = image_of(offline(), &[1], &[]);
+        assert!(leadership_changes(&off, false).is_empty());
+        let on = leadership_changes(&off, true);
+        assert_eq!(new_state(&on[0]).leader, 2);
+        let topic_on = image_of(
+            offline(),
+            &[1],
+            &[("unclean.leader.election.enable", "true")],
+        );
+        assert_eq!(
+            new_state(&leadership_changes(&topic_on, false)[0]).isr,
+            vec![2]
+        );
+        let topic_off = image_of(
+            offline(),
+            &[1],
+            &[("unclean.leader.election.enable", "false")],
+        );
+        assert!(leadership_changes(&topic_off, true).is_empty());
+    }
+
+    #[test]
+    fn a_preferred_election_needs_the_first_replica_active_and_in_sync() {
+        let image = image_of(
+            vec![
+                // 2 leads, 1 (preferred) in sync: elected.
+                state(&[1, 2, 3], &[1, 2, 3], 2),
+                // 1 leads already.
+                state(&[1, 2, 3], &[1, 2, 3], 1),
+                // 3 (preferred) is out of the ISR.
+                state(&[3, 1, 2], &[1, 2], 1),
+                // 2 (preferred) is fenced.
+                state(&[2, 1, 3], &[1, 2, 3], 1),
+            ],
+            &[2],
+            &[],
+        );
+        let elect_p = |p| elect(&image, "t", p, ElectionType::Preferred);
+        let r = elect_p(0).unwrap();
+        let s = new_state(&r);
+        assert_eq!(
+            (s.leader, &s.isr[..], s.leader_epoch, s.partition_epoch),
+            (1, &[1, 2, 3][..], 5, 10)
+        );
+        let after =
+            crate::cluster::image::MetadataDelta::apply(image.clone(), vec![r.clone()]).unwrap();
+        assert_eq!(after.after().partition("t", 0).unwrap().leader, 1);
+        // The same record again (a second election from the same image) is refused.
+        assert!(
+            crate::cluster::image::MetadataDelta::apply(after.after().clone(), vec![r]).is_err()
+        );
+        assert_eq!(elect_p(1), Err(ElectionError::NotNeeded));
+        assert_eq!(elect_p(2), Err(ElectionError::PreferredLeaderNotAvailable));
+        assert_eq!(elect_p(3), Err(ElectionError::PreferredLeaderNotAvailable));
+        assert_eq!(elect_p(4), Err(ElectionError::UnknownTopicOrPartition));
+        assert_eq!(
+            elect(&image, "nope", 0, ElectionType::Preferred),
+            Err(ElectionError::UnknownTopicOrPartition)
+        );
+        assert_eq!(ElectionError::NotNeeded.kafka_error().code(), 84);
+        assert_eq!(
+            ElectionError::PreferredLeaderNotAvailable
+                .kafka_error()
+                .code(),
+            80
+        );
+        assert_eq!(
+            ElectionError::EligibleLeadersNotAvailable
+                .kafka_error()
+                .code(),
+            83
+        );
+    }
+
+    #[test]
+    fn an_unclean_election_is_needed_only_without_an_active_leader() {
+        let image = image_of(
+            vec![
+                // Still led by 1, fenced (before the fence task's election).
+                state(&[1, 2, 3], &[1, 2, 3], 1),
+                // Offline, the only ISR member (1) fenced, 2 and 3 alive.
+                state(&[1, 2, 3], &[1], -1),
+                // Offline, every replica fenced (only 1 is here).
+                state(&[1], &[1], -1),
+            ],
+            &[1],
+            &[],
+        );
+        let elect_u = |p| elect(&image, "t", p, ElectionType::Unclean);
+        // 1 is fenced but still named leader of partition 0 (before the fence tick):
+        // needed, and the ISR's next active member leads.
+        let s0 = elect_u(0).unwrap();
+        assert_eq!(
+            (new_state(&s0).leader, &new_state(&s0).isr[..]),
+            (2, &[2, 3][..])
+        );
+        let s1 = elect_u(1).unwrap();
+        assert_eq!(
+            (new_state(&s1).leader, &new_state(&s1).isr[..]),
+            (2, &[2][..])
+        );
+        assert_eq!(elect_u(2), Err(ElectionError::EligibleLeadersNotAvailable));
+        let healthy = image_of(vec![state(&[1, 2, 3], &[1, 2, 3], 3)], &[], &[]);
+        assert_eq!(
+            elect(&healthy, "t", 0, ElectionType::Unclean),
+            Err(ElectionError::NotNeeded)
+        );
+        assert_eq!(ElectionType::from_code(1), Some(ElectionType::Unclean));
+        assert_eq!(ElectionType::from_code(2), None);
+    }
+
+    #[test]
+    fn rebalance_moves_leadership_back_only_above_the_imbalance_percentage() {
+        // Broker 1 is preferred for 4 partitions; 2 lead elsewhere (50 %), one of those
+        // with 1 out of the ISR. Broker 2 is preferred for 1, which it leads.
+        let image = image_of(
+            vec![
+                state(&[1, 2, 3], &[1, 2, 3], 2),
+                state(&[1, 2, 3], &[2, 3], 3),
+                state(&[1, 3, 2], &[1, 2, 3], 1),
+                state(&[1, 3, 2], &[1, 2, 3], 1),
+                state(&[2, 3, 1], &[1, 2, 3], 2),
+            ],
+            &[],
+            &[],
+        );
+        let ratios = leader_imbalance(&image);
+        assert_eq!(ratios.get(&1), Some(&(2, 4)));
+        assert_eq!(ratios.get(&2), Some(&(0, 1)));
+        let at = |pct| rebalance_changes(&image, pct, 1000);
+        // 50 % is not above 50 %; above 10 % (the default) it is: only the partition
+        // where 1 is in sync moves.
+        assert!(at(50).is_empty());
+        let moved = at(10);
+        assert_eq!(moved.len(), 1, "{moved:?}");
+        assert!(matches!(
+            moved[0],
+            MetadataRecord::PartitionChanged { partition: 0, .. }
+        ));
+        assert_eq!(new_state(&moved[0]).leader, 1);
+        assert!(rebalance_changes(&image, 0, 0).is_empty(), "bounded");
+        let after = crate::cluster::image::MetadataDelta::apply(image.clone(), moved).unwrap();
+        assert_eq!(leader_imbalance(after.after()).get(&1), Some(&(1, 4)));
+        // 25 % left, all of it ineligible: nothing more to do.
+        assert!(rebalance_changes(after.after(), 10, 1000).is_empty());
     }
 }

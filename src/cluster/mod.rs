@@ -35,6 +35,7 @@ use uuid::Uuid;
 
 use crate::config::QuorumVoter;
 
+pub(crate) use election::{ElectionError, ElectionType};
 pub(crate) use image::{
     BrokerEndpoint, BrokerRegistration, ImageError, MetadataDelta, MetadataImage, MetadataRecord,
     PartitionState, TopicMeta,
@@ -742,6 +743,72 @@ impl Metadata {
             Err(UpdateError::NotApplied(e)) => Err(e),
             // Committed; a listener did not finish (logged where it failed).
             Err(UpdateError::Incomplete(_)) => Ok(changed),
+        }
+    }
+
+    /// ElectLeaders (KIP-460): an election of `election_type` ([`election::elect`]) for
+    /// each of `partitions` (topic, index; repeats count once), or, with `None`, for every
+    /// partition of every topic, leaving out those where it is not needed (as Kafka's
+    /// controller answers a request with null partitions). All the new leaderships are
+    /// one metadata change through the quorum (made by whichever broker is asked: the
+    /// records are checked by partition epoch where they are applied); blocks until it is
+    /// committed and every live broker has it. A change refused because another was
+    /// committed first is computed again on the newer image, at most 3 times. Returns
+    /// each partition's outcome, in request order.
+    pub(crate) fn elect_leaders(
+        &self,
+        election_type: ElectionType,
+        partitions: Option<&[(String, i32)]>,
+    ) -> Vec<(String, i32, Result<(), ElectionError>)> {
+        let requested: Option<Vec<(String, i32)>> = partitions.map(|ps| {
+            let mut seen = std::collections::HashSet::new();
+            ps.iter()
+                .filter(|p| seen.insert((*p).clone()))
+                .cloned()
+                .collect()
+        });
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let mut outcomes = Vec::new();
+            let result = self.update(|image| {
+                let all: Vec<(String, i32)> = match &requested {
+                    Some(ps) => ps.clone(),
+                    None => image
+                        .topics()
+                        .flat_map(|t| (0..t.partitions).map(|i| (t.name.clone(), i)))
+                        .collect(),
+                };
+                let mut records = Vec::new();
+                for (topic, partition) in all {
+                    let outcome = match election::elect(image, &topic, partition, election_type) {
+                        Ok(record) => {
+                            records.push(record);
+                            Ok(())
+                        }
+                        Err(ElectionError::NotNeeded) if requested.is_none() => continue,
+                        Err(e) => Err(e),
+                    };
+                    outcomes.push((topic, partition, outcome));
+                }
+                Ok::<_, std::convert::Infallible>(records)
+            });
+            let why = match result {
+                Ok(_) | Err(UpdateError::Incomplete(_)) => return outcomes,
+                Err(UpdateError::Refused(never)) => match never {},
+                Err(UpdateError::NotApplied(MetadataError::Invalid(_))) if attempts < 3 => continue,
+                Err(UpdateError::NotApplied(e)) => e.to_string(),
+            };
+            tracing::warn!(error = %why, "leader election not committed");
+            return outcomes
+                .into_iter()
+                .map(|(t, p, o)| {
+                    let o = o.and(Err(ElectionError::NotCommitted(format!(
+                        "the election was not committed: {why}"
+                    ))));
+                    (t, p, o)
+                })
+                .collect();
         }
     }
 

@@ -125,6 +125,10 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("replica.fetch.max.bytes", Int, Some("1048576"), Some(0), "Bytes a follower asks for per partition in one fetch (the first batch comes whole even when larger)."),
     key("replica.fetch.response.max.bytes", Int, Some("10485760"), Some(0), "Bytes a follower asks for in one whole fetch response."),
     key("replica.fetch.backoff.ms", Int, Some("1000"), Some(0), "How long a follower waits after a failed fetch from its leader (ms)."),
+    key("unclean.leader.election.enable", Boolean, Some("false"), None, "Let the controller elect a live replica outside the ISR when no ISR member is alive: the partition comes back, losing what only the ISR held (Kafka's default: false, stay offline)."),
+    key("auto.leader.rebalance.enable", Boolean, Some("true"), None, "The active controller moves leadership back to each partition's preferred replica (the first listed) when a broker's leader imbalance passes leader.imbalance.per.broker.percentage."),
+    key("leader.imbalance.check.interval.seconds", Long, Some("300"), Some(1), "How often the active controller checks the leader imbalance (s)."),
+    key("leader.imbalance.per.broker.percentage", Int, Some("10"), Some(0), "Percentage of a broker's preferred partitions led elsewhere above which the controller moves them back."),
     key("offsets.topic.replication.factor", Int, Some("3"), Some(1), "Replication factor of __consumer_offsets (capped at the live broker count when it is created)."),
     key("socket.request.max.bytes", Int, Some("104857600"), Some(1), "Largest request frame; a larger one closes the connection before anything is allocated."),
     key("max.connections", Int, Some("10000"), Some(1), "Most client connections served at once; more wait in the accept queue."),
@@ -244,6 +248,12 @@ pub const TOPIC_KEYS: &[TopicKeySpec] = &[
         broker_key: "min.insync.replicas",
         key_type: Int,
         doc: "Replicas needed for acks=all.",
+    },
+    TopicKeySpec {
+        name: "unclean.leader.election.enable",
+        broker_key: "unclean.leader.election.enable",
+        key_type: Boolean,
+        doc: "Elect a live replica outside the ISR when no ISR member is alive (may lose acknowledged records).",
     },
     TopicKeySpec {
         name: "flush.messages",
@@ -694,6 +704,14 @@ pub struct ReplicationSettings {
     pub fetch_response_max_bytes: i32,
     /// `replica.fetch.backoff.ms`.
     pub fetch_backoff_ms: u64,
+    /// `unclean.leader.election.enable`: the broker default of the topic key.
+    pub unclean_leader_election_enable: bool,
+    /// `auto.leader.rebalance.enable`.
+    pub auto_leader_rebalance_enable: bool,
+    /// `leader.imbalance.check.interval.seconds`, in ms.
+    pub leader_imbalance_check_interval_ms: u64,
+    /// `leader.imbalance.per.broker.percentage`.
+    pub leader_imbalance_per_broker_percentage: u32,
 }
 
 /// The group coordinator's settings, Kafka's names (`GroupCoordinatorConfig`).
@@ -802,6 +820,16 @@ impl BrokerConfig {
                 fetch_response_max_bytes: int("replica.fetch.response.max.bytes")?
                     .min(i64::from(i32::MAX)) as i32,
                 fetch_backoff_ms: int("replica.fetch.backoff.ms")? as u64,
+                unclean_leader_election_enable: text("unclean.leader.election.enable") == "true",
+                auto_leader_rebalance_enable: text("auto.leader.rebalance.enable") == "true",
+                leader_imbalance_check_interval_ms: int("leader.imbalance.check.interval.seconds")?
+                    .saturating_mul(1000)
+                    as u64,
+                leader_imbalance_per_broker_percentage: int(
+                    "leader.imbalance.per.broker.percentage",
+                )?
+                .min(i64::from(u32::MAX))
+                    as u32,
             },
             group: GroupSettings {
                 initial_rebalance_delay_ms: int("group.initial.rebalance.delay.ms")? as u64,

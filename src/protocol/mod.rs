@@ -36,6 +36,7 @@ mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
 mod describe_quorum;
+mod elect_leaders;
 mod fetch;
 mod find_coordinator;
 mod heartbeat;
@@ -108,6 +109,7 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::DescribeQuorum, 0, 2),
     api(ApiKey::AlterPartitionReassignments, 0, 1),
     api(ApiKey::ListPartitionReassignments, 0, 0),
+    api(ApiKey::ElectLeaders, 0, 2),
 ];
 
 /// The supported range of `key`, if it is implemented.
@@ -421,6 +423,9 @@ async fn dispatch(
         RequestKind::ListPartitionReassignments(r) => ResponseKind::ListPartitionReassignments(
             list_partition_reassignments::handle(ctx, r, version),
         ),
+        RequestKind::ElectLeaders(r) => {
+            ResponseKind::ElectLeaders(elect_leaders::handle(ctx, r, version))
+        }
         // Not in SUPPORTED_APIS, so `handle_frame` closed the connection before decoding.
         other => {
             tracing::error!(request = ?std::mem::discriminant(&other), "request for an API outside the dispatch table");

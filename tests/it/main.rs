@@ -31,6 +31,7 @@ mod groups;
 mod guests;
 mod harness;
 mod inline;
+mod leader_election;
 mod lifecycle;
 mod metrics;
 mod plugins;
