@@ -342,6 +342,50 @@ pub fn high_watermark_for(
     }
 }
 
+/// A follower a leader could send a consumer to (Kafka's `ReplicaView`), as the leader
+/// knows it from the follower's fetches ([`Partition::in_sync_followers`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadReplicaCandidate {
+    /// The follower's broker id.
+    pub broker_id: i32,
+    /// Its log end offset from its last fetch (-1: not fetched yet in this leadership).
+    pub log_end_offset: i64,
+    /// Wall-clock time (ms) it was last caught up with the leader.
+    pub last_caught_up_ms: i64,
+}
+
+/// Kafka's `RackAwareReplicaSelector` (KIP-392), as a leader answering a consumer's
+/// Fetch v11+ applies it: the follower a consumer in `client_rack` should read from, or
+/// `None` for the leader itself. The leader is kept when the client names no rack, when
+/// the leader's own rack (`leader_rack`) is the client's, or when no candidate in that
+/// rack holds `fetch_offset` (its log end offset below it: Kafka's filter). Among the
+/// candidates in the client's rack, the one with the largest log end offset, then the
+/// most recently caught up, then the lowest id. `candidates` are the in-sync followers
+/// on active brokers, each with its broker's rack; the caller filters them so (a
+/// follower out of the ISR, or on a fenced broker, is never chosen).
+/// Sans-IO: plain values in, a broker id out.
+pub fn select_read_replica(
+    client_rack: &str,
+    leader_rack: Option<&str>,
+    fetch_offset: i64,
+    candidates: &[(ReadReplicaCandidate, Option<&str>)],
+) -> Option<i32> {
+    if client_rack.is_empty() || leader_rack == Some(client_rack) {
+        return None;
+    }
+    candidates
+        .iter()
+        .filter(|(c, rack)| *rack == Some(client_rack) && c.log_end_offset >= fetch_offset)
+        .map(|(c, _)| c)
+        .max_by(|a, b| {
+            a.log_end_offset
+                .cmp(&b.log_end_offset)
+                .then(a.last_caught_up_ms.cmp(&b.last_caught_up_ms))
+                .then(b.broker_id.cmp(&a.broker_id))
+        })
+        .map(|c| c.broker_id)
+}
+
 /// One hosted partition: the single owner of its log, its high watermark and its replica
 /// role. Callers get offsets, reads bounded by the high watermark and appends; never the
 /// log itself.
@@ -510,7 +554,15 @@ impl Partition {
             }
         }
         let leo = log.log_end_offset();
-        let (high_watermark, _) = watch::channel(leo);
+        // A follower knows no high watermark until its leader's first fetch response: it
+        // exposes nothing to consumers (KIP-392 reads) before then, since its tail may be
+        // a divergent one the fetcher is about to truncate.
+        let hw = if state.leader == node_id {
+            leo
+        } else {
+            log.log_start_offset()
+        };
+        let (high_watermark, _) = watch::channel(hw);
         let (log_end_offset, _) = watch::channel(leo);
         let role = role_for(state, node_id, leo, None, now_ms());
         Partition {
@@ -575,7 +627,8 @@ impl Partition {
     }
 
     /// Whether this broker leads the partition (Produce, ListOffsets and consumer Fetch
-    /// go to the leader only: NOT_LEADER_OR_FOLLOWER elsewhere).
+    /// before v11 go to the leader only: NOT_LEADER_OR_FOLLOWER elsewhere; a consumer's
+    /// Fetch v11+ may read a follower, KIP-392).
     pub fn is_leader(&self) -> bool {
         matches!(*self.role(), ReplicaRole::Leader { .. })
     }
@@ -683,6 +736,28 @@ impl Partition {
                 current: epoch,
             }),
             _ => Ok(()),
+        }
+    }
+
+    /// The in-sync followers of a partition this broker leads, with what the leader knows
+    /// of each (log end offset, last caught-up time), by broker id; empty when it does
+    /// not lead. What the replica selector chooses a consumer's read replica from
+    /// ([`select_read_replica`]; KIP-392).
+    pub fn in_sync_followers(&self) -> Vec<ReadReplicaCandidate> {
+        match &*self.role() {
+            ReplicaRole::Leader { isr, followers, .. } => isr
+                .iter()
+                .filter(|id| **id != self.node_id)
+                .filter_map(|id| {
+                    let f = followers.get(id)?;
+                    Some(ReadReplicaCandidate {
+                        broker_id: *id,
+                        log_end_offset: f.log_end_offset,
+                        last_caught_up_ms: f.last_caught_up_ms,
+                    })
+                })
+                .collect(),
+            ReplicaRole::Follower { .. } => Vec::new(),
         }
     }
 
@@ -1864,6 +1939,138 @@ mod tests {
         // The change is refused: the ISR alone holds the high watermark again.
         p.isr_change_done(asked.partition_epoch, false);
         assert_eq!(p.high_watermark(), 6);
+    }
+
+    fn candidate(
+        broker_id: i32,
+        log_end_offset: i64,
+        last_caught_up_ms: i64,
+    ) -> ReadReplicaCandidate {
+        ReadReplicaCandidate {
+            broker_id,
+            log_end_offset,
+            last_caught_up_ms,
+        }
+    }
+
+    /// Kafka's `RackAwareReplicaSelector`: a follower in the client's rack holding the
+    /// fetch offset, the most caught-up first; the leader (None) otherwise.
+    #[test]
+    fn the_rack_aware_selector_picks_an_in_sync_follower_in_the_clients_rack() {
+        let two = (candidate(2, 10, 100), Some("r2"));
+        let three = (candidate(3, 10, 100), Some("r3"));
+        let all = [two, three];
+        assert_eq!(select_read_replica("r2", Some("r1"), 0, &all), Some(2));
+        assert_eq!(select_read_replica("r3", Some("r1"), 10, &all), Some(3));
+        // No rack given, the leader's own rack, an unknown rack: the leader.
+        assert_eq!(select_read_replica("", Some("r1"), 0, &all), None);
+        assert_eq!(select_read_replica("r1", Some("r1"), 0, &all), None);
+        assert_eq!(select_read_replica("r9", Some("r1"), 0, &all), None);
+        // A leader without a rack still sends a client to its rack's follower.
+        assert_eq!(select_read_replica("r2", None, 0, &all), Some(2));
+        // A follower without the fetch offset (its log ends below it) is not chosen.
+        assert_eq!(select_read_replica("r2", Some("r1"), 11, &all), None);
+        // A follower with no rack never matches.
+        assert_eq!(
+            select_read_replica("r2", Some("r1"), 0, &[(candidate(2, 10, 0), None)]),
+            None
+        );
+        // Several in the rack: the largest log end offset, then the most recently
+        // caught up, then the lowest id.
+        let same_rack = [
+            (candidate(4, 9, 500), Some("r2")),
+            (candidate(3, 10, 100), Some("r2")),
+            (candidate(2, 10, 200), Some("r2")),
+        ];
+        assert_eq!(
+            select_read_replica("r2", Some("r1"), 0, &same_rack),
+            Some(2)
+        );
+        let tied = [
+            (candidate(3, 10, 100), Some("r2")),
+            (candidate(2, 10, 100), Some("r2")),
+        ];
+        assert_eq!(select_read_replica("r2", Some("r1"), 0, &tied), Some(2));
+    }
+
+    /// The candidates are the ISR's followers with fetch state, never an out-of-sync
+    /// replica, nor anything on a follower replica.
+    #[test]
+    fn only_in_sync_followers_are_read_replica_candidates() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = PartitionLog::open(dir.path(), LogConfig::default(), 0).unwrap();
+        let (_, settings) = resolve(&BrokerConfig::defaults(), &BTreeMap::new());
+        let state = PartitionState {
+            replicas: vec![1, 2, 3],
+            isr: vec![1, 2, 3],
+            leader: 1,
+            leader_epoch: 0,
+            partition_epoch: 0,
+        };
+        let p = Partition::new_replica("t".into(), 0, 1, &state, settings, log, None);
+        *p.role() = leader(&[1, 3], &[(2, 5), (3, 7)]);
+        assert_eq!(
+            p.in_sync_followers()
+                .iter()
+                .map(|c| (c.broker_id, c.log_end_offset))
+                .collect::<Vec<_>>(),
+            [(3, 7)]
+        );
+        *p.role() = ReplicaRole::Follower {
+            leader_id: 2,
+            leader_epoch: 1,
+        };
+        assert!(p.in_sync_followers().is_empty());
+    }
+
+    /// A follower exposes nothing before its leader tells it a high watermark (its tail
+    /// may be divergent), then the leader's, capped at its own log end offset; consumers
+    /// reading it (KIP-392) stop there, get nothing between it and the log end, and
+    /// OFFSET_OUT_OF_RANGE past the log end.
+    #[test]
+    fn a_follower_serves_reads_up_to_the_high_watermark_its_leader_sent() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = PartitionLog::open(dir.path(), LogConfig::default(), 0).unwrap();
+        let records: Vec<_> = (0..3)
+            .map(|i| crate::log::plain::record(i, 1000 + i, None, None, Default::default()))
+            .collect();
+        for _ in 0..2 {
+            let batch = crate::log::plain::encode(&records).unwrap();
+            for b in crate::log::split_batches(batch).unwrap() {
+                log.append(
+                    b,
+                    AppendOptions {
+                        log_append_time_ms: None,
+                        leader_epoch: 0,
+                    },
+                    0,
+                )
+                .unwrap();
+            }
+        }
+        let (_, settings) = resolve(&BrokerConfig::defaults(), &BTreeMap::new());
+        let state = PartitionState {
+            replicas: vec![1, 2],
+            isr: vec![1, 2],
+            leader: 2,
+            leader_epoch: 0,
+            partition_epoch: 0,
+        };
+        let p = Partition::new_replica("t".into(), 0, 1, &state, settings, log, None);
+        assert_eq!(p.offsets().log_end_offset, 6);
+        assert_eq!(p.high_watermark(), 0);
+        let read = |offset| p.read(offset, 1 << 20, FetchIsolation::HighWatermark);
+        assert!(read(0).unwrap().bytes.is_empty());
+        // The leader says 3 (its fetch response): three records are readable here.
+        p.append_as_follower(Vec::new(), 3, 0).unwrap();
+        assert_eq!(p.high_watermark(), 3);
+        assert_eq!(crate::log::stored_record_count(&read(0).unwrap().bytes), 3);
+        assert!(read(4).unwrap().bytes.is_empty());
+        assert!(matches!(read(7), Err(LogError::OffsetOutOfRange { .. })));
+        // A leader's high watermark past this log's end is capped at it.
+        p.append_as_follower(Vec::new(), 9, 0).unwrap();
+        assert_eq!(p.high_watermark(), 6);
+        assert_eq!(crate::log::stored_record_count(&read(0).unwrap().bytes), 6);
     }
 
     #[test]

@@ -168,6 +168,26 @@ pub(crate) fn leader_partition(
     }
 }
 
+/// Partition `index` of `topic` when this broker hosts a replica of it, leader or
+/// follower: what a consumer's Fetch v11+ reads (KIP-392, reads from followers).
+///
+/// Errors: NOT_LEADER_OR_FOLLOWER (6) when the partition exists but this broker hosts no
+/// replica of it; UNKNOWN_TOPIC_OR_PARTITION (3) when the metadata has no such partition.
+pub(crate) fn replica_partition(
+    ctx: &Context,
+    topic: &str,
+    index: i32,
+) -> Result<Arc<crate::replica::Partition>, kafka_protocol::ResponseError> {
+    use kafka_protocol::ResponseError;
+    match ctx.replicas.partition(topic, index) {
+        Some(p) => Ok(p),
+        None if ctx.metadata.image().partition(topic, index).is_some() => {
+            Err(ResponseError::NotLeaderOrFollower)
+        }
+        None => Err(ResponseError::UnknownTopicOrPartition),
+    }
+}
+
 /// The protocol layer as the server sees it.
 #[derive(Debug)]
 pub struct Handler {

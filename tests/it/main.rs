@@ -25,6 +25,7 @@ mod connect_sqlite;
 mod connect_state;
 mod crash;
 mod fetch;
+mod follower_fetch;
 mod fuzz_frames;
 mod group_protocol;
 mod groups;
