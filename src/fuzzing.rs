@@ -395,6 +395,7 @@ fn default_request(key: ApiKey) -> Option<RequestKind> {
         ApiKey::OffsetDelete => RequestKind::OffsetDelete(OffsetDeleteRequest::default()),
         ApiKey::DescribeCluster => RequestKind::DescribeCluster(DescribeClusterRequest::default()),
         ApiKey::DescribeQuorum => RequestKind::DescribeQuorum(DescribeQuorumRequest::default()),
+        ApiKey::DescribeLogDirs => RequestKind::DescribeLogDirs(DescribeLogDirsRequest::default()),
         _ => return None,
     })
 }
@@ -537,6 +538,14 @@ fn sample_request(key: ApiKey, version: i16) -> Option<RequestKind> {
                             .with_current_leader_epoch(if version >= 2 { 0 } else { -1 })
                             .with_leader_epoch(0)])],
             ))
+        }
+        ApiKey::DescribeLogDirs => {
+            use describe_log_dirs_request::DescribableLogDirTopic;
+            RequestKind::DescribeLogDirs(DescribeLogDirsRequest::default().with_topics(Some(
+                vec![DescribableLogDirTopic::default()
+                    .with_topic(topic())
+                    .with_partitions(vec![0, 1])],
+            )))
         }
         ApiKey::DescribeQuorum => {
             use describe_quorum_request::{PartitionData, TopicData};

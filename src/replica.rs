@@ -17,7 +17,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
@@ -414,6 +414,9 @@ pub struct Partition {
     /// An ISR change is on its way: no other is sent until the metadata answers (a new
     /// partition epoch) or the change fails.
     isr_change_pending: AtomicBool,
+    /// As a follower, the high watermark its leader last sent, uncapped (-1: none yet):
+    /// how far this replica is behind the committed records ([`Partition::offset_lag`]).
+    leader_high_watermark: AtomicI64,
 }
 
 /// An ISR change a leader asks the controller for (KIP-497 AlterPartition, here a
@@ -576,6 +579,7 @@ impl Partition {
             log_end_offset,
             isr_changes,
             isr_change_pending: AtomicBool::new(false),
+            leader_high_watermark: AtomicI64::new(-1),
         }
     }
 
@@ -968,8 +972,24 @@ impl Partition {
                 break;
             }
         }
+        self.leader_high_watermark
+            .store(leader_high_watermark, Ordering::SeqCst);
         self.set_follower_high_watermark(&log, leader_high_watermark);
         result
+    }
+
+    /// How many offsets this replica's log is behind the committed records (DescribeLogDirs
+    /// `offset_lag`, Kafka's `max(high watermark − log end offset, 0)`): 0 on the leader;
+    /// on a follower, measured against the high watermark its leader last sent (0 before
+    /// the first).
+    pub fn offset_lag(&self) -> i64 {
+        let leo = self.log().log_end_offset();
+        match &*self.role() {
+            ReplicaRole::Leader { .. } => 0,
+            ReplicaRole::Follower { .. } => {
+                (self.leader_high_watermark.load(Ordering::SeqCst) - leo).max(0)
+            }
+        }
     }
 
     /// A follower's high watermark: the leader's, capped at its own log end offset.
@@ -1177,6 +1197,35 @@ impl Partition {
     fn set_log_config(&self, config: LogConfig) -> Result<(), LogError> {
         self.log_mut().set_config(config)
     }
+}
+
+/// This broker's log directory as DescribeLogDirs reports it
+/// ([`ReplicaManager::describe_log_dir`]).
+#[derive(Debug)]
+pub struct LogDirDescription {
+    /// The directory (the first of `log.dirs`), absolute.
+    pub path: PathBuf,
+    /// Why it cannot be read, when it cannot (KAFKA_STORAGE_ERROR, 56).
+    pub error: Option<std::io::Error>,
+    /// Size of the file system holding it, in bytes (-1: unknown).
+    pub total_bytes: i64,
+    /// Bytes of that file system still usable by this process (-1: unknown).
+    pub usable_bytes: i64,
+    /// Every hosted partition (none when the directory cannot be read).
+    pub partitions: Vec<HostedPartitionSize>,
+}
+
+/// One hosted partition's size and lag (DescribeLogDirs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostedPartitionSize {
+    /// Topic name.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+    /// Bytes of its segment files.
+    pub size_bytes: u64,
+    /// [`Partition::offset_lag`].
+    pub offset_lag: i64,
 }
 
 /// Key of the partition map.
@@ -1576,6 +1625,43 @@ impl ReplicaManager {
     /// one's [`Partition::log_gauges`].
     pub fn partitions(&self) -> Vec<Arc<Partition>> {
         self.read().values().cloned().collect()
+    }
+
+    /// The log directory with every hosted partition's size and lag, and the size and
+    /// free space of its file system (DescribeLogDirs, KIP-113 / KIP-827). A directory
+    /// that cannot be listed gives its error and no partitions.
+    pub fn describe_log_dir(&self) -> LogDirDescription {
+        let path = std::path::absolute(&self.log_dir).unwrap_or_else(|_| self.log_dir.clone());
+        let error = std::fs::read_dir(&self.log_dir).err();
+        let (total_bytes, usable_bytes) = match rustix::fs::statvfs(&self.log_dir) {
+            Ok(s) => {
+                let bytes = |blocks: u64| {
+                    i64::try_from(blocks.saturating_mul(s.f_frsize)).unwrap_or(i64::MAX)
+                };
+                (bytes(s.f_blocks), bytes(s.f_bavail))
+            }
+            Err(_) => (-1, -1),
+        };
+        let partitions = if error.is_some() {
+            Vec::new()
+        } else {
+            self.partitions()
+                .iter()
+                .map(|p| HostedPartitionSize {
+                    topic: p.topic.clone(),
+                    partition: p.index,
+                    size_bytes: p.log_gauges().size_bytes,
+                    offset_lag: p.offset_lag(),
+                })
+                .collect()
+        };
+        LogDirDescription {
+            path,
+            error,
+            total_bytes,
+            usable_bytes,
+            partitions,
+        }
     }
 }
 
@@ -2067,9 +2153,12 @@ mod tests {
         assert_eq!(crate::log::stored_record_count(&read(0).unwrap().bytes), 3);
         assert!(read(4).unwrap().bytes.is_empty());
         assert!(matches!(read(7), Err(LogError::OffsetOutOfRange { .. })));
-        // A leader's high watermark past this log's end is capped at it.
+        assert_eq!(p.offset_lag(), 0);
+        // A leader's high watermark past this log's end is capped at it; the offset lag
+        // (DescribeLogDirs) says by how much this replica is behind.
         p.append_as_follower(Vec::new(), 9, 0).unwrap();
         assert_eq!(p.high_watermark(), 6);
+        assert_eq!(p.offset_lag(), 3);
         assert_eq!(crate::log::stored_record_count(&read(0).unwrap().bytes), 6);
     }
 

@@ -19,10 +19,12 @@ mod cluster;
 mod connector;
 mod consume;
 mod group;
+mod log_dirs;
 mod produce;
 mod serve;
 mod topic;
 mod transform;
+mod wire;
 
 /// The `weir` command.
 #[derive(Debug, Parser)]
@@ -61,6 +63,10 @@ enum Command {
     /// describe a cluster (`cluster describe`: brokers and the controller quorum).
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
+    /// Describe each broker's log directories: partition sizes and offset lag, as JSON
+    /// (kafka-log-dirs.sh).
+    #[command(subcommand)]
+    LogDirs(log_dirs::LogDirsCommand),
 }
 
 /// `weir serve` options.
@@ -100,6 +106,7 @@ pub fn run() -> ExitCode {
         Command::Transform(cmd) => transform::run(cmd),
         Command::Connector(cmd) => connector::run(cmd),
         Command::Cluster(cmd) => cluster::run(cmd),
+        Command::LogDirs(cmd) => log_dirs::run(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

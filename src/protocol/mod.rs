@@ -34,6 +34,7 @@ mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
+mod describe_log_dirs;
 mod describe_quorum;
 mod fetch;
 mod find_coordinator;
@@ -104,6 +105,7 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::OffsetDelete, 0, 0),
     api(ApiKey::DescribeCluster, 0, 2),
     api(ApiKey::DescribeQuorum, 0, 2),
+    api(ApiKey::DescribeLogDirs, 1, 4),
 ];
 
 /// The supported range of `key`, if it is implemented.
@@ -427,6 +429,9 @@ async fn dispatch(
         }
         RequestKind::DescribeCluster(r) => {
             ResponseKind::DescribeCluster(describe_cluster::handle(ctx, r, version))
+        }
+        RequestKind::DescribeLogDirs(r) => {
+            ResponseKind::DescribeLogDirs(describe_log_dirs::handle(ctx, r, version))
         }
         RequestKind::DescribeQuorum(r) => {
             ResponseKind::DescribeQuorum(describe_quorum::handle(ctx, r, version).await)

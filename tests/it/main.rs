@@ -33,6 +33,7 @@ mod guests;
 mod harness;
 mod inline;
 mod lifecycle;
+mod log_dirs;
 mod metrics;
 mod plugins;
 mod rdkafka_client;

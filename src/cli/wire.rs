@@ -1,0 +1,144 @@
+//! The Kafka protocol spoken directly, for the subcommands whose APIs librdkafka (rdkafka
+//! 0.39) lacks: `log-dirs describe` (DescribeLogDirs). A blocking
+//! connection sends one request and reads its response (kafka-protocol's codecs), every
+//! step bounded by [`IO_TIMEOUT`] and responses by [`MAX_RESPONSE_BYTES`].
+//!
+//! Never does: import broker internals; it is a client like any other.
+
+use std::io::{Read as _, Write as _};
+use std::net::{TcpStream, ToSocketAddrs as _};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader, ResponseHeader,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
+use kafka_protocol::ResponseError;
+
+use crate::cli::client::CLIENT_ID;
+
+/// How long connecting to a broker and each request may take.
+const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The largest response read (bytes).
+const MAX_RESPONSE_BYTES: usize = 16 << 20;
+
+/// A connection speaking request then response.
+pub(super) struct Conn {
+    stream: TcpStream,
+    correlation_id: i32,
+}
+
+impl Conn {
+    /// Connects to `addr` (`host:port`).
+    ///
+    /// Errors: the address does not resolve, or no connection within [`IO_TIMEOUT`].
+    pub(super) fn connect(addr: &str) -> anyhow::Result<Conn> {
+        let sock = addr
+            .to_socket_addrs()
+            .with_context(|| format!("cannot resolve {addr}"))?
+            .next()
+            .with_context(|| format!("{addr} resolves to no address"))?;
+        let stream = TcpStream::connect_timeout(&sock, IO_TIMEOUT)
+            .with_context(|| format!("cannot connect to {addr}"))?;
+        stream.set_read_timeout(Some(IO_TIMEOUT))?;
+        stream.set_write_timeout(Some(IO_TIMEOUT))?;
+        let _ = stream.set_nodelay(true);
+        Ok(Conn {
+            stream,
+            correlation_id: 0,
+        })
+    }
+
+    /// Connects to the first address of the comma-separated `bootstrap` list that
+    /// answers ApiVersions (v0), and returns the connection with the versions offered.
+    ///
+    /// Errors: no address answers; the last one's error is given.
+    pub(super) fn bootstrap(bootstrap: &str) -> anyhow::Result<(Conn, ApiVersionsResponse)> {
+        let mut last = None;
+        for addr in bootstrap
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+        {
+            let attempt = Conn::connect(addr).and_then(|mut conn| {
+                let versions = conn.call(&ApiVersionsRequest::default(), 0)?;
+                anyhow::ensure!(
+                    versions.error_code == 0,
+                    "ApiVersions: {}",
+                    error_text(versions.error_code, None)
+                );
+                Ok((conn, versions))
+            });
+            match attempt {
+                Ok(found) => return Ok(found),
+                Err(e) => last = Some(e.context(format!("broker {addr}"))),
+            }
+        }
+        Err(last.unwrap_or_else(|| anyhow::anyhow!("no bootstrap server given")))
+    }
+
+    /// Sends `req` at `version` and decodes its response.
+    ///
+    /// Errors: I/O (closed connection, timeout), a response too large, for another
+    /// request, or one that does not decode.
+    pub(super) fn call<R: Request>(
+        &mut self,
+        req: &R,
+        version: i16,
+    ) -> anyhow::Result<R::Response> {
+        let key = ApiKey::try_from(R::KEY).map_err(|_| anyhow::anyhow!("API key {}", R::KEY))?;
+        self.correlation_id += 1;
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(self.correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str(CLIENT_ID)));
+        let mut buf = BytesMut::new();
+        header.encode(&mut buf, key.request_header_version(version))?;
+        req.encode(&mut buf, version)?;
+        let len = u32::try_from(buf.len())?;
+        let mut frame = len.to_be_bytes().to_vec();
+        frame.extend_from_slice(&buf);
+        self.stream
+            .write_all(&frame)
+            .with_context(|| format!("sending {key:?}"))?;
+        let mut len = [0u8; 4];
+        self.stream
+            .read_exact(&mut len)
+            .with_context(|| format!("reading the {key:?} response (connection closed?)"))?;
+        let len = u32::from_be_bytes(len) as usize;
+        anyhow::ensure!(
+            len <= MAX_RESPONSE_BYTES,
+            "{key:?} response of {len} bytes is too large"
+        );
+        let mut body = vec![0u8; len];
+        self.stream.read_exact(&mut body)?;
+        let mut body = Bytes::from(body);
+        let h = ResponseHeader::decode(&mut body, key.response_header_version(version))?;
+        anyhow::ensure!(
+            h.correlation_id == self.correlation_id,
+            "{key:?} response for another request"
+        );
+        R::Response::decode(&mut body, version)
+    }
+}
+
+/// The version of `key` to use: the highest both sides speak, if any.
+pub(super) fn version_of(versions: &ApiVersionsResponse, key: ApiKey, ours: i16) -> Option<i16> {
+    let a = versions.api_keys.iter().find(|a| a.api_key == key as i16)?;
+    (a.min_version <= ours).then(|| a.max_version.min(ours))
+}
+
+/// Kafka's name for an error code with its number and message, e.g.
+/// `InvalidReplicaAssignment (39): The replica list cannot be empty.`.
+pub(super) fn error_text(code: i16, message: Option<&StrBytes>) -> String {
+    let name = ResponseError::try_from_code(code)
+        .map_or_else(|| format!("error {code}"), |e| format!("{e:?} ({code})"));
+    match message {
+        Some(m) if !m.is_empty() => format!("{name}: {}", m.as_str()),
+        _ => name,
+    }
+}
