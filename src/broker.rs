@@ -156,7 +156,7 @@ fn broker_session(
     );
     cluster::brokers::SessionSettings {
         endpoints,
-        rack: None,
+        rack: config.rack.clone(),
         heartbeat_interval: std::time::Duration::from_millis(
             config.cluster.broker_heartbeat_interval_ms,
         ),

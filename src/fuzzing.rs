@@ -402,6 +402,7 @@ fn default_request(key: ApiKey) -> Option<RequestKind> {
             RequestKind::ListPartitionReassignments(ListPartitionReassignmentsRequest::default())
         }
         ApiKey::ElectLeaders => RequestKind::ElectLeaders(ElectLeadersRequest::default()),
+        ApiKey::DescribeLogDirs => RequestKind::DescribeLogDirs(DescribeLogDirsRequest::default()),
         _ => return None,
     })
 }
@@ -544,6 +545,14 @@ fn sample_request(key: ApiKey, version: i16) -> Option<RequestKind> {
                             .with_current_leader_epoch(if version >= 2 { 0 } else { -1 })
                             .with_leader_epoch(0)])],
             ))
+        }
+        ApiKey::DescribeLogDirs => {
+            use describe_log_dirs_request::DescribableLogDirTopic;
+            RequestKind::DescribeLogDirs(DescribeLogDirsRequest::default().with_topics(Some(
+                vec![DescribableLogDirTopic::default()
+                    .with_topic(topic())
+                    .with_partitions(vec![0, 1])],
+            )))
         }
         ApiKey::DescribeQuorum => {
             use describe_quorum_request::{PartitionData, TopicData};

@@ -13,6 +13,7 @@
 //! | `weir_bytes_in_total` | counter | `topic` | record-batch bytes accepted by Produce (Kafka's `BytesInPerSec`) |
 //! | `weir_messages_in_total` | counter | `topic` | records accepted by Produce (Kafka's `MessagesInPerSec`) |
 //! | `weir_bytes_out_total` | counter | `topic` | record-batch bytes returned by Fetch (Kafka's `BytesOutPerSec`) |
+//! | `weir_follower_fetch_records_total` | counter | `topic` | records a consumer's Fetch read from this broker while it was a follower of the partition (KIP-392 reads from followers), `protocol::fetch` |
 //! | `weir_plugin_call_duration_seconds` | histogram | `plugin`, `call` | one call into a plugin (`partition`, `apply`, `poll`, `commit`, `put`, `flush`) |
 //! | `weir_plugin_call_failures_total` | counter | `plugin`, `call` | calls that returned an error (trap, timeout, memory, the plugin's own error, a bad result) |
 //! | `weir_partition_log_start_offset` | gauge | `topic`, `partition` | at scrape time |
@@ -74,6 +75,9 @@ pub const BYTES_IN_TOTAL: &str = "weir_bytes_in_total";
 pub const MESSAGES_IN_TOTAL: &str = "weir_messages_in_total";
 /// `weir_bytes_out_total{topic}`: record-batch bytes returned by Fetch.
 pub const BYTES_OUT_TOTAL: &str = "weir_bytes_out_total";
+/// `weir_follower_fetch_records_total{topic}`: records consumers read from a follower
+/// replica on this broker (KIP-392).
+pub const FOLLOWER_FETCH_RECORDS_TOTAL: &str = "weir_follower_fetch_records_total";
 /// `weir_plugin_call_duration_seconds{plugin,call}`: histogram of plugin call time, seconds.
 pub const PLUGIN_CALL_DURATION_SECONDS: &str = "weir_plugin_call_duration_seconds";
 /// `weir_plugin_call_failures_total{plugin,call}`: plugin calls that returned an error.
@@ -121,6 +125,7 @@ struct TopicMetrics {
     bytes_in: Counter,
     messages_in: Counter,
     bytes_out: Counter,
+    follower_records_out: Counter,
 }
 
 #[derive(Debug)]
@@ -182,6 +187,11 @@ impl Metrics {
             (Kind::Counter, BYTES_IN_TOTAL, "Record-batch bytes accepted by Produce, by topic."),
             (Kind::Counter, MESSAGES_IN_TOTAL, "Records accepted by Produce, by topic."),
             (Kind::Counter, BYTES_OUT_TOTAL, "Record-batch bytes returned by Fetch, by topic."),
+            (
+                Kind::Counter,
+                FOLLOWER_FETCH_RECORDS_TOTAL,
+                "Records consumers read from a follower replica on this broker (KIP-392), by topic.",
+            ),
             (
                 Kind::Histogram,
                 PLUGIN_CALL_DURATION_SECONDS,
@@ -254,6 +264,14 @@ impl Metrics {
         }
     }
 
+    /// Counts `records` a consumer's Fetch read from `topic` on this broker as a
+    /// follower replica (KIP-392).
+    pub fn fetched_from_follower(&self, topic: &str, records: u64) {
+        if records > 0 {
+            self.with_topic(topic, |t| t.follower_records_out.increment(records));
+        }
+    }
+
     /// Runs `f` on `topic`'s counters, registering them on its first use (the map grows
     /// with the topics that had data appended or fetched; a deleted topic's counters stay
     /// until restart, as the module doc says).
@@ -271,6 +289,8 @@ impl Metrics {
                 bytes_in: recorder.register_counter(&key(BYTES_IN_TOTAL), &METADATA),
                 messages_in: recorder.register_counter(&key(MESSAGES_IN_TOTAL), &METADATA),
                 bytes_out: recorder.register_counter(&key(BYTES_OUT_TOTAL), &METADATA),
+                follower_records_out: recorder
+                    .register_counter(&key(FOLLOWER_FETCH_RECORDS_TOTAL), &METADATA),
             });
         f(t)
     }

@@ -17,7 +17,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
@@ -342,6 +342,50 @@ pub fn high_watermark_for(
     }
 }
 
+/// A follower a leader could send a consumer to (Kafka's `ReplicaView`), as the leader
+/// knows it from the follower's fetches ([`Partition::in_sync_followers`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadReplicaCandidate {
+    /// The follower's broker id.
+    pub broker_id: i32,
+    /// Its log end offset from its last fetch (-1: not fetched yet in this leadership).
+    pub log_end_offset: i64,
+    /// Wall-clock time (ms) it was last caught up with the leader.
+    pub last_caught_up_ms: i64,
+}
+
+/// Kafka's `RackAwareReplicaSelector` (KIP-392), as a leader answering a consumer's
+/// Fetch v11+ applies it: the follower a consumer in `client_rack` should read from, or
+/// `None` for the leader itself. The leader is kept when the client names no rack, when
+/// the leader's own rack (`leader_rack`) is the client's, or when no candidate in that
+/// rack holds `fetch_offset` (its log end offset below it: Kafka's filter). Among the
+/// candidates in the client's rack, the one with the largest log end offset, then the
+/// most recently caught up, then the lowest id. `candidates` are the in-sync followers
+/// on active brokers, each with its broker's rack; the caller filters them so (a
+/// follower out of the ISR, or on a fenced broker, is never chosen).
+/// Sans-IO: plain values in, a broker id out.
+pub fn select_read_replica(
+    client_rack: &str,
+    leader_rack: Option<&str>,
+    fetch_offset: i64,
+    candidates: &[(ReadReplicaCandidate, Option<&str>)],
+) -> Option<i32> {
+    if client_rack.is_empty() || leader_rack == Some(client_rack) {
+        return None;
+    }
+    candidates
+        .iter()
+        .filter(|(c, rack)| *rack == Some(client_rack) && c.log_end_offset >= fetch_offset)
+        .map(|(c, _)| c)
+        .max_by(|a, b| {
+            a.log_end_offset
+                .cmp(&b.log_end_offset)
+                .then(a.last_caught_up_ms.cmp(&b.last_caught_up_ms))
+                .then(b.broker_id.cmp(&a.broker_id))
+        })
+        .map(|c| c.broker_id)
+}
+
 /// One hosted partition: the single owner of its log, its high watermark and its replica
 /// role. Callers get offsets, reads bounded by the high watermark and appends; never the
 /// log itself.
@@ -370,6 +414,9 @@ pub struct Partition {
     /// An ISR change is on its way: no other is sent until the metadata answers (a new
     /// partition epoch) or the change fails.
     isr_change_pending: AtomicBool,
+    /// As a follower, the high watermark its leader last sent, uncapped (-1: none yet):
+    /// how far this replica is behind the committed records ([`Partition::offset_lag`]).
+    leader_high_watermark: AtomicI64,
 }
 
 /// An ISR change a leader asks the controller for (KIP-497 AlterPartition, here a
@@ -520,7 +567,15 @@ impl Partition {
             }
         }
         let leo = log.log_end_offset();
-        let (high_watermark, _) = watch::channel(leo);
+        // A follower knows no high watermark until its leader's first fetch response: it
+        // exposes nothing to consumers (KIP-392 reads) before then, since its tail may be
+        // a divergent one the fetcher is about to truncate.
+        let hw = if state.leader == node_id {
+            leo
+        } else {
+            log.log_start_offset()
+        };
+        let (high_watermark, _) = watch::channel(hw);
         let (log_end_offset, _) = watch::channel(leo);
         let role = role_for(state, node_id, leo, None, now_ms());
         Partition {
@@ -534,6 +589,7 @@ impl Partition {
             log_end_offset,
             isr_changes,
             isr_change_pending: AtomicBool::new(false),
+            leader_high_watermark: AtomicI64::new(-1),
         }
     }
 
@@ -585,7 +641,8 @@ impl Partition {
     }
 
     /// Whether this broker leads the partition (Produce, ListOffsets and consumer Fetch
-    /// go to the leader only: NOT_LEADER_OR_FOLLOWER elsewhere).
+    /// before v11 go to the leader only: NOT_LEADER_OR_FOLLOWER elsewhere; a consumer's
+    /// Fetch v11+ may read a follower, KIP-392).
     pub fn is_leader(&self) -> bool {
         matches!(*self.role(), ReplicaRole::Leader { .. })
     }
@@ -693,6 +750,28 @@ impl Partition {
                 current: epoch,
             }),
             _ => Ok(()),
+        }
+    }
+
+    /// The in-sync followers of a partition this broker leads, with what the leader knows
+    /// of each (log end offset, last caught-up time), by broker id; empty when it does
+    /// not lead. What the replica selector chooses a consumer's read replica from
+    /// ([`select_read_replica`]; KIP-392).
+    pub fn in_sync_followers(&self) -> Vec<ReadReplicaCandidate> {
+        match &*self.role() {
+            ReplicaRole::Leader { isr, followers, .. } => isr
+                .iter()
+                .filter(|id| **id != self.node_id)
+                .filter_map(|id| {
+                    let f = followers.get(id)?;
+                    Some(ReadReplicaCandidate {
+                        broker_id: *id,
+                        log_end_offset: f.log_end_offset,
+                        last_caught_up_ms: f.last_caught_up_ms,
+                    })
+                })
+                .collect(),
+            ReplicaRole::Follower { .. } => Vec::new(),
         }
     }
 
@@ -903,8 +982,24 @@ impl Partition {
                 break;
             }
         }
+        self.leader_high_watermark
+            .store(leader_high_watermark, Ordering::SeqCst);
         self.set_follower_high_watermark(&log, leader_high_watermark);
         result
+    }
+
+    /// How many offsets this replica's log is behind the committed records (DescribeLogDirs
+    /// `offset_lag`, Kafka's `max(high watermark − log end offset, 0)`): 0 on the leader;
+    /// on a follower, measured against the high watermark its leader last sent (0 before
+    /// the first).
+    pub fn offset_lag(&self) -> i64 {
+        let leo = self.log().log_end_offset();
+        match &*self.role() {
+            ReplicaRole::Leader { .. } => 0,
+            ReplicaRole::Follower { .. } => {
+                (self.leader_high_watermark.load(Ordering::SeqCst) - leo).max(0)
+            }
+        }
     }
 
     /// A follower's high watermark: the leader's, capped at its own log end offset.
@@ -1131,6 +1226,35 @@ impl Partition {
     fn set_log_config(&self, config: LogConfig) -> Result<(), LogError> {
         self.log_mut().set_config(config)
     }
+}
+
+/// This broker's log directory as DescribeLogDirs reports it
+/// ([`ReplicaManager::describe_log_dir`]).
+#[derive(Debug)]
+pub struct LogDirDescription {
+    /// The directory (the first of `log.dirs`), absolute.
+    pub path: PathBuf,
+    /// Why it cannot be read, when it cannot (KAFKA_STORAGE_ERROR, 56).
+    pub error: Option<std::io::Error>,
+    /// Size of the file system holding it, in bytes (-1: unknown).
+    pub total_bytes: i64,
+    /// Bytes of that file system still usable by this process (-1: unknown).
+    pub usable_bytes: i64,
+    /// Every hosted partition (none when the directory cannot be read).
+    pub partitions: Vec<HostedPartitionSize>,
+}
+
+/// One hosted partition's size and lag (DescribeLogDirs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostedPartitionSize {
+    /// Topic name.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+    /// Bytes of its segment files.
+    pub size_bytes: u64,
+    /// [`Partition::offset_lag`].
+    pub offset_lag: i64,
 }
 
 /// Key of the partition map.
@@ -1580,6 +1704,43 @@ impl ReplicaManager {
     /// one's [`Partition::log_gauges`].
     pub fn partitions(&self) -> Vec<Arc<Partition>> {
         self.read().values().cloned().collect()
+    }
+
+    /// The log directory with every hosted partition's size and lag, and the size and
+    /// free space of its file system (DescribeLogDirs, KIP-113 / KIP-827). A directory
+    /// that cannot be listed gives its error and no partitions.
+    pub fn describe_log_dir(&self) -> LogDirDescription {
+        let path = std::path::absolute(&self.log_dir).unwrap_or_else(|_| self.log_dir.clone());
+        let error = std::fs::read_dir(&self.log_dir).err();
+        let (total_bytes, usable_bytes) = match rustix::fs::statvfs(&self.log_dir) {
+            Ok(s) => {
+                let bytes = |blocks: u64| {
+                    i64::try_from(blocks.saturating_mul(s.f_frsize)).unwrap_or(i64::MAX)
+                };
+                (bytes(s.f_blocks), bytes(s.f_bavail))
+            }
+            Err(_) => (-1, -1),
+        };
+        let partitions = if error.is_some() {
+            Vec::new()
+        } else {
+            self.partitions()
+                .iter()
+                .map(|p| HostedPartitionSize {
+                    topic: p.topic.clone(),
+                    partition: p.index,
+                    size_bytes: p.log_gauges().size_bytes,
+                    offset_lag: p.offset_lag(),
+                })
+                .collect()
+        };
+        LogDirDescription {
+            path,
+            error,
+            total_bytes,
+            usable_bytes,
+            partitions,
+        }
     }
 }
 
@@ -2059,6 +2220,145 @@ mod tests {
         // The change is refused: the ISR alone holds the high watermark again.
         p.isr_change_done(asked.partition_epoch, false);
         assert_eq!(p.high_watermark(), 6);
+    }
+
+    fn candidate(
+        broker_id: i32,
+        log_end_offset: i64,
+        last_caught_up_ms: i64,
+    ) -> ReadReplicaCandidate {
+        ReadReplicaCandidate {
+            broker_id,
+            log_end_offset,
+            last_caught_up_ms,
+        }
+    }
+
+    /// Kafka's `RackAwareReplicaSelector`: a follower in the client's rack holding the
+    /// fetch offset, the most caught-up first; the leader (None) otherwise.
+    #[test]
+    fn the_rack_aware_selector_picks_an_in_sync_follower_in_the_clients_rack() {
+        let two = (candidate(2, 10, 100), Some("r2"));
+        let three = (candidate(3, 10, 100), Some("r3"));
+        let all = [two, three];
+        assert_eq!(select_read_replica("r2", Some("r1"), 0, &all), Some(2));
+        assert_eq!(select_read_replica("r3", Some("r1"), 10, &all), Some(3));
+        // No rack given, the leader's own rack, an unknown rack: the leader.
+        assert_eq!(select_read_replica("", Some("r1"), 0, &all), None);
+        assert_eq!(select_read_replica("r1", Some("r1"), 0, &all), None);
+        assert_eq!(select_read_replica("r9", Some("r1"), 0, &all), None);
+        // A leader without a rack still sends a client to its rack's follower.
+        assert_eq!(select_read_replica("r2", None, 0, &all), Some(2));
+        // A follower without the fetch offset (its log ends below it) is not chosen.
+        assert_eq!(select_read_replica("r2", Some("r1"), 11, &all), None);
+        // A follower with no rack never matches.
+        assert_eq!(
+            select_read_replica("r2", Some("r1"), 0, &[(candidate(2, 10, 0), None)]),
+            None
+        );
+        // Several in the rack: the largest log end offset, then the most recently
+        // caught up, then the lowest id.
+        let same_rack = [
+            (candidate(4, 9, 500), Some("r2")),
+            (candidate(3, 10, 100), Some("r2")),
+            (candidate(2, 10, 200), Some("r2")),
+        ];
+        assert_eq!(
+            select_read_replica("r2", Some("r1"), 0, &same_rack),
+            Some(2)
+        );
+        let tied = [
+            (candidate(3, 10, 100), Some("r2")),
+            (candidate(2, 10, 100), Some("r2")),
+        ];
+        assert_eq!(select_read_replica("r2", Some("r1"), 0, &tied), Some(2));
+    }
+
+    /// The candidates are the ISR's followers with fetch state, never an out-of-sync
+    /// replica, nor anything on a follower replica.
+    #[test]
+    fn only_in_sync_followers_are_read_replica_candidates() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = PartitionLog::open(dir.path(), LogConfig::default(), 0).unwrap();
+        let (_, settings) = resolve(&BrokerConfig::defaults(), &BTreeMap::new());
+        let state = PartitionState {
+            replicas: vec![1, 2, 3],
+            isr: vec![1, 2, 3],
+            leader: 1,
+            leader_epoch: 0,
+            partition_epoch: 0,
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
+        };
+        let p = Partition::new_replica("t".into(), 0, 1, &state, settings, log, None);
+        *p.role() = leader(&[1, 3], &[(2, 5), (3, 7)]);
+        assert_eq!(
+            p.in_sync_followers()
+                .iter()
+                .map(|c| (c.broker_id, c.log_end_offset))
+                .collect::<Vec<_>>(),
+            [(3, 7)]
+        );
+        *p.role() = ReplicaRole::Follower {
+            leader_id: 2,
+            leader_epoch: 1,
+        };
+        assert!(p.in_sync_followers().is_empty());
+    }
+
+    /// A follower exposes nothing before its leader tells it a high watermark (its tail
+    /// may be divergent), then the leader's, capped at its own log end offset; consumers
+    /// reading it (KIP-392) stop there, get nothing between it and the log end, and
+    /// OFFSET_OUT_OF_RANGE past the log end.
+    #[test]
+    fn a_follower_serves_reads_up_to_the_high_watermark_its_leader_sent() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = PartitionLog::open(dir.path(), LogConfig::default(), 0).unwrap();
+        let records: Vec<_> = (0..3)
+            .map(|i| crate::log::plain::record(i, 1000 + i, None, None, Default::default()))
+            .collect();
+        for _ in 0..2 {
+            let batch = crate::log::plain::encode(&records).unwrap();
+            for b in crate::log::split_batches(batch).unwrap() {
+                log.append(
+                    b,
+                    AppendOptions {
+                        log_append_time_ms: None,
+                        leader_epoch: 0,
+                    },
+                    0,
+                )
+                .unwrap();
+            }
+        }
+        let (_, settings) = resolve(&BrokerConfig::defaults(), &BTreeMap::new());
+        let state = PartitionState {
+            replicas: vec![1, 2],
+            isr: vec![1, 2],
+            leader: 2,
+            leader_epoch: 0,
+            partition_epoch: 0,
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
+        };
+        let p = Partition::new_replica("t".into(), 0, 1, &state, settings, log, None);
+        assert_eq!(p.offsets().log_end_offset, 6);
+        assert_eq!(p.high_watermark(), 0);
+        let read = |offset| p.read(offset, 1 << 20, FetchIsolation::HighWatermark);
+        assert!(read(0).unwrap().bytes.is_empty());
+        // The leader says 3 (its fetch response): three records are readable here.
+        p.append_as_follower(Vec::new(), 3, 0).unwrap();
+        assert_eq!(p.high_watermark(), 3);
+        assert_eq!(crate::log::stored_record_count(&read(0).unwrap().bytes), 3);
+        assert!(read(4).unwrap().bytes.is_empty());
+        assert!(matches!(read(7), Err(LogError::OffsetOutOfRange { .. })));
+        assert_eq!(p.offset_lag(), 0);
+        // A leader's high watermark past this log's end is capped at it; the offset lag
+        // (DescribeLogDirs) says by how much this replica is behind.
+        p.append_as_follower(Vec::new(), 9, 0).unwrap();
+        assert_eq!(p.high_watermark(), 6);
+        assert_eq!(p.offset_lag(), 3);
+        assert_eq!(crate::log::stored_record_count(&read(0).unwrap().bytes), 6);
     }
 
     #[test]

@@ -23,6 +23,7 @@ mod connector;
 mod consume;
 mod elect_leaders;
 mod group;
+mod log_dirs;
 mod partition;
 mod produce;
 mod serve;
@@ -72,6 +73,10 @@ enum Command {
     /// describe a cluster (`cluster describe`: brokers and the controller quorum).
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
+    /// Describe each broker's log directories: partition sizes and offset lag, as JSON
+    /// (kafka-log-dirs.sh).
+    #[command(subcommand)]
+    LogDirs(log_dirs::LogDirsCommand),
 }
 
 /// `weir serve` options.
@@ -112,6 +117,7 @@ pub fn run() -> ExitCode {
         Command::Transform(cmd) => transform::run(cmd),
         Command::Connector(cmd) => connector::run(cmd),
         Command::Cluster(cmd) => cluster::run(cmd),
+        Command::LogDirs(cmd) => log_dirs::run(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -129,6 +129,8 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("auto.leader.rebalance.enable", Boolean, Some("true"), None, "The active controller moves leadership back to each partition's preferred replica (the first listed) when a broker's leader imbalance passes leader.imbalance.per.broker.percentage."),
     key("leader.imbalance.check.interval.seconds", Long, Some("300"), Some(1), "How often the active controller checks the leader imbalance (s)."),
     key("leader.imbalance.per.broker.percentage", Int, Some("10"), Some(0), "Percentage of a broker's preferred partitions led elsewhere above which the controller moves them back."),
+    key("broker.rack", KeyType::String, None, None, "This broker's rack (Metadata and DescribeCluster list it; the rack-aware replica selector matches it with a consumer's client.rack)."),
+    key("replica.selector.class", KeyType::String, Some("org.apache.kafka.common.replica.LeaderSelector"), None, "Who serves a consumer's fetch (KIP-392): org.apache.kafka.common.replica.LeaderSelector (the leader) or org.apache.kafka.common.replica.RackAwareReplicaSelector (an in-sync follower in the consumer's client.rack)."),
     key("offsets.topic.replication.factor", Int, Some("3"), Some(1), "Replication factor of __consumer_offsets (capped at the live broker count when it is created)."),
     key("socket.request.max.bytes", Int, Some("104857600"), Some(1), "Largest request frame; a larger one closes the connection before anything is allocated."),
     key("max.connections", Int, Some("10000"), Some(1), "Most client connections served at once; more wait in the accept queue."),
@@ -657,6 +659,10 @@ pub struct BrokerConfig {
     pub fetch_max_bytes: usize,
     /// Follower fetching and ISR upkeep (`replica.*`).
     pub replication: ReplicationSettings,
+    /// `broker.rack` (`None`: not set; an empty value is not set either, as in Kafka).
+    pub rack: Option<String>,
+    /// `replica.selector.class`: which replica a consumer is told to read from (KIP-392).
+    pub replica_selector: ReplicaSelector,
     /// Consumer group coordinator settings (`group.*`, `offsets.*`).
     pub group: GroupSettings,
     /// `admin.listeners`: the admin HTTP address (`None`: off).
@@ -712,6 +718,45 @@ pub struct ReplicationSettings {
     pub leader_imbalance_check_interval_ms: u64,
     /// `leader.imbalance.per.broker.percentage`.
     pub leader_imbalance_per_broker_percentage: u32,
+}
+
+/// `replica.selector.class` (KIP-392): which replica a leader tells a consumer to fetch
+/// from (`preferred_read_replica`, Fetch v11+). Kafka's two built-in selectors, by their
+/// class names; any other value stops start-up naming the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplicaSelector {
+    /// `org.apache.kafka.common.replica.LeaderSelector` (the default): always the leader.
+    Leader,
+    /// `org.apache.kafka.common.replica.RackAwareReplicaSelector`: an in-sync follower in
+    /// the consumer's `client.rack`, unless the leader is in it.
+    RackAware,
+}
+
+impl ReplicaSelector {
+    /// Kafka's class name of the leader selector.
+    pub const LEADER_CLASS: &'static str = "org.apache.kafka.common.replica.LeaderSelector";
+    /// Kafka's class name of the rack-aware selector.
+    pub const RACK_AWARE_CLASS: &'static str =
+        "org.apache.kafka.common.replica.RackAwareReplicaSelector";
+
+    /// Parses a `replica.selector.class` value; empty means the default (Kafka's null).
+    ///
+    /// Errors: [`ConfigError::InvalidValue`] naming `replica.selector.class` for any
+    /// other class.
+    pub fn parse(value: &str) -> Result<ReplicaSelector, ConfigError> {
+        match value.trim() {
+            "" | Self::LEADER_CLASS => Ok(ReplicaSelector::Leader),
+            Self::RACK_AWARE_CLASS => Ok(ReplicaSelector::RackAware),
+            other => Err(ConfigError::InvalidValue {
+                key: "replica.selector.class".into(),
+                message: format!(
+                    "`{other}` is not a supported selector ({} or {})",
+                    Self::LEADER_CLASS,
+                    Self::RACK_AWARE_CLASS
+                ),
+            }),
+        }
+    }
 }
 
 /// The group coordinator's settings, Kafka's names (`GroupCoordinatorConfig`).
@@ -831,6 +876,11 @@ impl BrokerConfig {
                 .min(i64::from(u32::MAX))
                     as u32,
             },
+            rack: raw
+                .value("broker.rack")
+                .map(|r| r.trim().to_string())
+                .filter(|r| !r.is_empty()),
+            replica_selector: ReplicaSelector::parse(&text("replica.selector.class"))?,
             group: GroupSettings {
                 initial_rebalance_delay_ms: int("group.initial.rebalance.delay.ms")? as u64,
                 min_session_timeout_ms: int("group.min.session.timeout.ms")? as i32,
@@ -1076,6 +1126,35 @@ mod tidy {
     use super::*;
 
     /// `config/weir.toml` documents every key, and parses as it stands.
+    #[test]
+    fn replica_selector_class_takes_kafkas_two_selectors_and_refuses_others() {
+        let load = |o: &[&str]| {
+            let o: Vec<String> = o.iter().map(|s| s.to_string()).collect();
+            BrokerConfig::load(None, &o)
+        };
+        let c = load(&[]).unwrap();
+        assert_eq!(
+            (c.replica_selector, c.rack),
+            (ReplicaSelector::Leader, None)
+        );
+        let c = load(&[
+            "replica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector",
+            "broker.rack=r2",
+        ])
+        .unwrap();
+        assert_eq!(
+            (c.replica_selector, c.rack.as_deref()),
+            (ReplicaSelector::RackAware, Some("r2"))
+        );
+        let c = load(&["replica.selector.class=org.apache.kafka.common.replica.LeaderSelector"])
+            .unwrap();
+        assert_eq!(c.replica_selector, ReplicaSelector::Leader);
+        let e = load(&["replica.selector.class=com.example.MySelector"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("replica.selector.class"), "{e}");
+    }
+
     #[test]
     fn weir_toml_documents_every_key() {
         let text = include_str!("../../config/weir.toml");

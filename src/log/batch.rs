@@ -303,6 +303,26 @@ pub fn split_fetched(bytes: Bytes) -> Result<Vec<ValidatedBatch>, BatchError> {
     Ok(batches)
 }
 
+/// The records in `bytes`, whole stored v2 batches as a read returns them
+/// (`PartitionLog::read`): the sum of the batch headers' recordCount, header by header
+/// (the records themselves are not parsed). Stops at a trailing partial batch or a
+/// batchLength shorter than a header; a negative count adds nothing. For metrics only:
+/// the bytes are this broker's own, checked when they were appended.
+pub fn stored_record_count(bytes: &[u8]) -> u64 {
+    let mut count = 0u64;
+    let mut position = 0usize;
+    while bytes.len() - position >= BATCH_HEADER_BYTES {
+        let batch = &bytes[position..];
+        let total = i64::from(read_i32(batch, BATCH_LENGTH_AT)) + LOG_OVERHEAD_BYTES as i64;
+        if total < BATCH_HEADER_BYTES as i64 || total > batch.len() as i64 {
+            break;
+        }
+        count += u64::try_from(read_i32(batch, RECORD_COUNT_AT)).unwrap_or(0);
+        position += total as usize;
+    }
+    count
+}
+
 impl ValidatedBatch {
     /// Total size in bytes (header + records), as stored on disk.
     pub fn len(&self) -> usize {

@@ -45,7 +45,8 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 
 pub use batch::{
-    split_batches, split_fetched, validate, BatchError, Compression, TimestampType, ValidatedBatch,
+    split_batches, split_fetched, stored_record_count, validate, BatchError, Compression,
+    TimestampType, ValidatedBatch,
 };
 pub use compact::{CleanerThrottle, CompactionPlan, CompactionStats, PreparedCompaction};
 pub use epoch::EpochEndOffset;

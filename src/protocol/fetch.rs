@@ -15,23 +15,42 @@
 //! high watermark and may bring the follower back into the ISR,
 //! `Partition::read_for_follower`) and parks on the log end offset instead.
 //!
+//! Reads from followers (KIP-392). A consumer's Fetch from v11 (which carries `rack_id`,
+//! the client's `client.rack`) may be served by any replica this broker hosts, leader or
+//! follower, as Kafka does: a follower reads up to its own high watermark (the leader's,
+//! as its last fetch response gave it, capped at its log end offset), an offset between
+//! that and its log end offset gets an empty record set, one past its log end offset
+//! OFFSET_OUT_OF_RANGE (the client goes back to the leader); the same
+//! `current_leader_epoch` checks as on the leader; records read so count in
+//! `weir_follower_fetch_records_total`. With `replica.selector.class` set to the
+//! rack-aware selector, a leader answering a consumer v11+ whose `rack_id` names another
+//! rack than its own and an in-sync follower on an active broker in that rack holds the
+//! fetch offset sets `preferred_read_replica` to that follower and returns no records for
+//! the partition (the client moves to it; `replica::select_read_replica`), and answers at
+//! once. Older versions and the leader selector keep consumers on the leader.
+//!
 //! Errors returned per partition: OFFSET_OUT_OF_RANGE (1), UNKNOWN_TOPIC_OR_PARTITION (3),
-//! NOT_LEADER_OR_FOLLOWER (6) when another broker leads the partition,
+//! NOT_LEADER_OR_FOLLOWER (6) when another broker leads the partition (v4–v10) or this
+//! broker hosts no replica of it (v11+),
 //! KAFKA_STORAGE_ERROR (56), FENCED_LEADER_EPOCH (74) / UNKNOWN_LEADER_EPOCH (75) when
 //! `current_leader_epoch` (v9+) is older / newer than the partition's (KIP-320),
 //! UNKNOWN_TOPIC_ID (100).
 
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::log::LogError;
+use crate::cluster::MetadataImage;
+use crate::config::ReplicaSelector;
+use crate::log::{stored_record_count, LogError};
 use crate::purgatory::Wake;
-use crate::replica::{FetchIsolation, ReplicaError};
+use crate::replica::{
+    select_read_replica, FetchIsolation, Partition, ReadReplicaCandidate, ReplicaError,
+};
 
 use super::Context;
 
@@ -58,6 +77,14 @@ fn read_once(
     watches: &mut Vec<watch::Receiver<i64>>,
 ) -> (Vec<FetchableTopicResponse>, usize) {
     let replica_id = replica_id(request, version);
+    // KIP-392: a consumer's Fetch v11+ may read a follower replica, and the leader may
+    // send it to one in its rack.
+    let from_any_replica = replica_id < 0 && version >= 11;
+    let client_rack = request.rack_id.as_str();
+    let select_by_rack = from_any_replica
+        && ctx.config.replica_selector == ReplicaSelector::RackAware
+        && !client_rack.is_empty();
+    let mut image: Option<std::sync::Arc<MetadataImage>> = None;
     let now_ms = crate::replica::now_ms();
     // The request's max_bytes, capped by the broker's fetch.max.bytes (a request listing one
     // big partition many times must not make the broker build a response of any size).
@@ -81,8 +108,13 @@ fn read_once(
                 partitions.push(partition_error(p.partition, unknown));
                 continue;
             };
-            // Consumers and followers alike fetch from the leader.
-            let partition = match super::leader_partition(ctx, &meta.name, p.partition) {
+            // Followers fetch from the leader; consumers too before v11.
+            let lookup = if from_any_replica {
+                super::replica_partition(ctx, &meta.name, p.partition)
+            } else {
+                super::leader_partition(ctx, &meta.name, p.partition)
+            };
+            let partition = match lookup {
                 Ok(partition) => partition,
                 Err(e) => {
                     partitions.push(partition_error(p.partition, e));
@@ -97,6 +129,26 @@ fn read_once(
             if let Err(e) = partition.check_leader_epoch(current_leader_epoch) {
                 partitions.push(partition_error(p.partition, e.kafka_error()));
                 continue;
+            }
+            let is_leader = partition.is_leader();
+            if select_by_rack && is_leader {
+                let image = image.get_or_insert_with(|| ctx.metadata.image());
+                if let Some(preferred) =
+                    preferred_read_replica(ctx, &partition, client_rack, p.fetch_offset, image)
+                {
+                    // Kafka's answer: no records, the offsets, the replica to go to.
+                    let offsets = partition.offsets();
+                    partitions.push(
+                        PartitionData::default()
+                            .with_partition_index(p.partition)
+                            .with_high_watermark(offsets.high_watermark)
+                            .with_last_stable_offset(offsets.high_watermark)
+                            .with_log_start_offset(offsets.log_start_offset)
+                            .with_preferred_read_replica(BrokerId(preferred))
+                            .with_records(Some(Bytes::new())),
+                    );
+                    continue;
+                }
             }
             watches.push(if replica_id >= 0 {
                 partition.watch_log_end_offset()
@@ -144,6 +196,10 @@ fn read_once(
                     if !first && bytes.len() > limit {
                         bytes = Bytes::new();
                     }
+                    if replica_id < 0 && !is_leader {
+                        ctx.metrics
+                            .fetched_from_follower(&meta.name, stored_record_count(&bytes));
+                    }
                     total += bytes.len();
                     remaining = remaining.saturating_sub(bytes.len());
                     partitions.push(data.with_records(Some(bytes)));
@@ -179,6 +235,40 @@ fn read_once(
     (topics, total)
 }
 
+/// KIP-392 on the leader: the in-sync follower on an active broker in `client_rack` that
+/// a consumer fetching `fetch_offset` should read from instead
+/// ([`select_read_replica`]), or `None` to serve it here.
+fn preferred_read_replica(
+    ctx: &Context,
+    partition: &Partition,
+    client_rack: &str,
+    fetch_offset: i64,
+    image: &MetadataImage,
+) -> Option<i32> {
+    let candidates: Vec<(ReadReplicaCandidate, Option<&str>)> = partition
+        .in_sync_followers()
+        .into_iter()
+        .filter_map(|c| {
+            let broker = image.broker(c.broker_id).filter(|b| b.is_active())?;
+            Some((c, broker.rack.as_deref()))
+        })
+        .collect();
+    select_read_replica(
+        client_rack,
+        ctx.config.rack.as_deref(),
+        fetch_offset,
+        &candidates,
+    )
+}
+
+/// Whether a partition of the response sends the consumer to another replica (KIP-392):
+/// answered at once, as Kafka does.
+fn has_preferred_replica(topics: &[FetchableTopicResponse]) -> bool {
+    topics
+        .iter()
+        .any(|t| t.partitions.iter().any(|p| p.preferred_read_replica.0 >= 0))
+}
+
 /// The fetching replica's broker id: 0 or more for a follower, -1 for a consumer
 /// (`replica_id` until v14, `replica_state.replica_id` from v15, KIP-903).
 fn replica_id(request: &FetchRequest, version: i16) -> i32 {
@@ -204,7 +294,12 @@ pub(super) async fn handle(ctx: &Context, request: FetchRequest, version: i16) -
         let mut watches = Vec::new();
         let (topics, total) = read_once(ctx, &request, version, &mut watches);
         let now = Instant::now();
-        if min_bytes == 0 || total >= min_bytes || now >= deadline || has_error(&topics) {
+        if min_bytes == 0
+            || total >= min_bytes
+            || now >= deadline
+            || has_error(&topics)
+            || has_preferred_replica(&topics)
+        {
             return FetchResponse::default()
                 .with_error_code(0)
                 .with_session_id(0)

@@ -35,6 +35,7 @@ mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
+mod describe_log_dirs;
 mod describe_quorum;
 mod elect_leaders;
 mod fetch;
@@ -110,6 +111,7 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::AlterPartitionReassignments, 0, 1),
     api(ApiKey::ListPartitionReassignments, 0, 0),
     api(ApiKey::ElectLeaders, 0, 2),
+    api(ApiKey::DescribeLogDirs, 1, 4),
 ];
 
 /// The supported range of `key`, if it is implemented.
@@ -167,6 +169,26 @@ pub(crate) fn leader_partition(
     match ctx.replicas.partition(topic, index) {
         Some(p) if p.is_leader() => Ok(p),
         Some(_) => Err(ResponseError::NotLeaderOrFollower),
+        None if ctx.metadata.image().partition(topic, index).is_some() => {
+            Err(ResponseError::NotLeaderOrFollower)
+        }
+        None => Err(ResponseError::UnknownTopicOrPartition),
+    }
+}
+
+/// Partition `index` of `topic` when this broker hosts a replica of it, leader or
+/// follower: what a consumer's Fetch v11+ reads (KIP-392, reads from followers).
+///
+/// Errors: NOT_LEADER_OR_FOLLOWER (6) when the partition exists but this broker hosts no
+/// replica of it; UNKNOWN_TOPIC_OR_PARTITION (3) when the metadata has no such partition.
+pub(crate) fn replica_partition(
+    ctx: &Context,
+    topic: &str,
+    index: i32,
+) -> Result<Arc<crate::replica::Partition>, kafka_protocol::ResponseError> {
+    use kafka_protocol::ResponseError;
+    match ctx.replicas.partition(topic, index) {
+        Some(p) => Ok(p),
         None if ctx.metadata.image().partition(topic, index).is_some() => {
             Err(ResponseError::NotLeaderOrFollower)
         }
@@ -413,6 +435,9 @@ async fn dispatch(
         }
         RequestKind::DescribeCluster(r) => {
             ResponseKind::DescribeCluster(describe_cluster::handle(ctx, r, version))
+        }
+        RequestKind::DescribeLogDirs(r) => {
+            ResponseKind::DescribeLogDirs(describe_log_dirs::handle(ctx, r, version))
         }
         RequestKind::DescribeQuorum(r) => {
             ResponseKind::DescribeQuorum(describe_quorum::handle(ctx, r, version).await)

@@ -29,6 +29,8 @@ pub(crate) struct ThreeNodes {
     voters: String,
     /// Extra `--override`s every node gets (at each start).
     overrides: Vec<String>,
+    /// More `--override`s of one node (index `id - 1`), after `overrides`.
+    node_overrides: Vec<Vec<String>>,
     /// Each node's `log.dirs`; kept over a restart; dropped after the nodes.
     dirs: Vec<tempfile::TempDir>,
 }
@@ -43,6 +45,16 @@ impl ThreeNodes {
     /// As [`ThreeNodes::start`] with `n` nodes, ids `1..=n`, all voters (5: a quorum
     /// that survives two nodes down).
     pub(crate) fn start_n(n: usize, overrides: &[&str]) -> ThreeNodes {
+        ThreeNodes::start_each(n, overrides, |_| Vec::new())
+    }
+
+    /// As [`ThreeNodes::start_n`], node `id` also getting the overrides `each(id)`
+    /// (e.g. its own `broker.rack`).
+    pub(crate) fn start_each(
+        n: usize,
+        overrides: &[&str],
+        each: impl Fn(i32) -> Vec<String>,
+    ) -> ThreeNodes {
         let dirs: Vec<tempfile::TempDir> = (0..n).map(|_| tempfile::tempdir().unwrap()).collect();
         let ports = free_ports(n);
         let voters = (1..=n)
@@ -54,6 +66,7 @@ impl ThreeNodes {
             ports,
             voters,
             overrides: overrides.iter().map(|o| o.to_string()).collect(),
+            node_overrides: (1..=n as i32).map(each).collect(),
             dirs,
         };
         me.nodes = (1..=n as i32).map(|id| Some(me.spawn(id))).collect();
@@ -66,7 +79,12 @@ impl ThreeNodes {
 
     fn spawn(&self, id: i32) -> BinaryBroker {
         let i = (id - 1) as usize;
-        let more: Vec<&str> = self.overrides.iter().map(String::as_str).collect();
+        let more: Vec<&str> = self
+            .overrides
+            .iter()
+            .chain(&self.node_overrides[i])
+            .map(String::as_str)
+            .collect();
         quorum_node_with(self.dirs[i].path(), id, &self.voters, self.ports[i], &more)
     }
 

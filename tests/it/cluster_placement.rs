@@ -122,9 +122,14 @@ fn one_batch() -> Bytes {
     buf.freeze()
 }
 
-/// The error codes `bootstrap` answers a raw Produce v9, ListOffsets v7 and Fetch v12 of
-/// `topic`'s partition `partition` with.
-fn produce_list_fetch_errors(bootstrap: &str, topic: &str, partition: i32) -> [i16; 3] {
+/// The error codes `bootstrap` answers a raw Produce v9, ListOffsets v7 and a consumer's
+/// Fetch at `fetch_version` of `topic`'s partition `partition` with.
+fn produce_list_fetch_errors(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    fetch_version: i16,
+) -> [i16; 3] {
     let mut conn = RawConn::connect(bootstrap);
     let produce = ProduceRequest::default()
         .with_acks(1)
@@ -153,7 +158,11 @@ fn produce_list_fetch_errors(bootstrap: &str, topic: &str, partition: i32) -> [i
                 .with_partition(partition)
                 .with_fetch_offset(0)
                 .with_partition_max_bytes(1 << 20)])]);
-    let f: FetchResponse = decode(conn.request(&fetch, 12, 3).expect("Fetch answer"), 12);
+    let f: FetchResponse = decode(
+        conn.request(&fetch, fetch_version, 3)
+            .expect("Fetch answer"),
+        fetch_version,
+    );
     [
         p.responses[0].partition_responses[0].error_code,
         l.topics[0].partitions[0].error_code,
@@ -165,7 +174,8 @@ fn produce_list_fetch_errors(bootstrap: &str, topic: &str, partition: i32) -> [i
 /// broker with 3 replicas per partition, all in the ISR; a producer and a consumer
 /// bootstrapped to node 1 alone move 3000 keyed records through the three leaders with
 /// nothing lost or duplicated; a raw Produce, ListOffsets or Fetch to a follower or to a
-/// node not hosting the partition gets NOT_LEADER_OR_FOLLOWER (6); rf 4 on 3 brokers
+/// node not hosting the partition gets NOT_LEADER_OR_FOLLOWER (6), except a consumer's
+/// Fetch v11+ to a follower, which it serves (KIP-392); rf 4 on 3 brokers
 /// gets INVALID_REPLICATION_FACTOR (38), an assignment naming broker 9
 /// INVALID_REPLICA_ASSIGNMENT (39).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -241,16 +251,22 @@ async fn partitions_spread_over_three_brokers_and_clients_follow_the_leaders() {
         "records went through leaders {leaders_used:?} only"
     );
 
-    // A follower of partition 0 (it hosts the log) does not answer for it.
+    // A follower of partition 0 (it hosts the log) does not answer for it, except a
+    // consumer's Fetch v11+ (KIP-392: reads from followers).
     let leader0 = leaders[&0];
     let follower = (1..=3).find(|id| *id != leader0).unwrap();
     assert_eq!(
-        produce_list_fetch_errors(&addr(follower), "placed", 0),
+        produce_list_fetch_errors(&addr(follower), "placed", 0, 10),
         [6, 6, 6],
-        "Produce, ListOffsets, Fetch to follower {follower} of placed-0 (leader {leader0})"
+        "Produce, ListOffsets, Fetch v10 to follower {follower} of placed-0 (leader {leader0})"
     );
     assert_eq!(
-        produce_list_fetch_errors(&addr(leader0), "placed", 0),
+        produce_list_fetch_errors(&addr(follower), "placed", 0, 12),
+        [6, 6, 0],
+        "Fetch v12 to follower {follower} of placed-0 (leader {leader0})"
+    );
+    assert_eq!(
+        produce_list_fetch_errors(&addr(leader0), "placed", 0, 12),
         [0, 0, 0],
         "the leader answers"
     );
@@ -278,7 +294,7 @@ async fn partitions_spread_over_three_brokers_and_clients_follow_the_leaders() {
         }
     });
     assert_eq!(
-        produce_list_fetch_errors(&addr(elsewhere), "on-one", 0),
+        produce_list_fetch_errors(&addr(elsewhere), "on-one", 0, 12),
         [6, 6, 6],
         "node {elsewhere} does not host on-one-0 (led by {leader})"
     );

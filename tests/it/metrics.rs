@@ -27,7 +27,7 @@ struct Sample {
 
 /// A parsed exposition: samples, and each family's `# TYPE`.
 #[derive(Debug)]
-struct Exposition {
+pub(crate) struct Exposition {
     samples: Vec<Sample>,
     types: HashMap<String, String>,
 }
@@ -46,7 +46,7 @@ impl Exposition {
     }
 
     /// As [`Exposition::get`], 0 when the series is absent (a counter not yet created).
-    fn or_zero(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+    pub(crate) fn or_zero(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
         self.get(name, labels).unwrap_or(0.0)
     }
 }
@@ -237,7 +237,7 @@ fn parse(text: &str) -> Result<Exposition, String> {
 }
 
 /// `GET {admin}/metrics`, checked for status and content type, parsed.
-fn scrape(admin_url: &str) -> Exposition {
+pub(crate) fn scrape(admin_url: &str) -> Exposition {
     let response = ureq::get(&format!("{admin_url}/metrics"))
         .timeout(Duration::from_secs(30))
         .call()
