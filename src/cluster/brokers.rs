@@ -786,7 +786,7 @@ mod tests {
         assert!(session_changes(&image, &sessions, 1, t0 + ms(90), timeout).is_empty());
         // Restarted as epoch 4: refusals of the dead incarnation do not fence the new one
         // before it heartbeats; only a refusal after this leader saw epoch 4 counts.
-        let restarted = image_with(&[(1, 1, false), (2, 4, false), (3, 3, false)]);
+        let restarted = image_with(&[(1, 1, false), (3, 3, false), (2, 4, false)]);
         sessions.note_refused(2, t0 + ms(100));
         assert!(session_changes(&restarted, &sessions, 1, t0 + ms(110), timeout).is_empty());
         assert!(session_changes(&restarted, &sessions, 1, t0 + ms(120), timeout).is_empty());
