@@ -1,11 +1,15 @@
-//! Cluster benchmark (issue 12): metadata at scale and controller failover, against real
+//! Cluster benchmark (issues 12 and 13): metadata at scale, controller failover, and
+//! replication (partition failover, RF 3 vs RF 1 throughput, latency), against real
 //! `weir` processes on 127.0.0.1.
 //!
 //! ```text
-//! cargo bench --bench cluster -- [--only metadata|failover] [--topics N] [--partitions N]
-//!                                [--batch N] [--runs N]
+//! cargo bench --bench cluster -- [--only MODE[,MODE...]] [--topics N] [--partitions N]
+//!                                [--batch N] [--runs N] [--records N] [--rounds N]
+//!                                [--produce-partitions N] [--latency-secs N]
 //! benches/cluster.sh [same arguments]    (builds, then runs this with the release weir)
 //! ```
+//! MODE: metadata, failover, replication, partition-failover (default: all four, in
+//! that order).
 //! 1. **Metadata**: `--topics` (default 1000) topics of `--partitions` (default 3)
 //!    partitions, replication factor -1 (`default.replication.factor`, 1), created with
 //!    raw CreateTopics v7 requests of `--batch` (default 100) topics each, one after the
@@ -28,12 +32,39 @@
 //!    created during the failover) before the next run. Printed per run and as min, p50,
 //!    p99 and max (nearest rank: with 20 runs p99 is the max).
 //!
+//! 3. **Replication** (issue 13): on a fresh 3-node cluster, topics `tp-rf1` (RF 1) and
+//!    `tp-rf3` (RF 3, `min.insync.replicas` 2) of `--produce-partitions` (default 6)
+//!    partitions; librdkafka's `rdkafka_performance` (`RDKAFKA_PERF`, a command line)
+//!    produces `--records` (default 1,000,000) records of 100 B with acks=all
+//!    (`linger.ms` 5, `batch.size` 1000000, no compression, records spread over every
+//!    partition) to each, RF 1 then RF 3, `--rounds` (default 2) times, after a warm-up
+//!    of 20,000 each. Printed: records/s (rdkafka_performance's own figure), the broker
+//!    CPU (sum of the three processes' user+sys from /proc/PID/stat over the phase) per
+//!    record, the RF 3 / RF 1 ratios. Then latency at half the best RF 3 rate
+//!    (`rdkafka_performance -r`), for `--latency-secs` (default 10) seconds, RF 3 then RF
+//!    1 at that same rate: per-record produce() → delivery report (`-l`), p50, p99
+//!    (nearest rank), max.
+//! 4. **Partition failover** (issue 13), `--runs` (default 20) times on a fresh 3-node
+//!    cluster: topic `failover-rf3` (1 partition, RF 3, `min.insync.replicas` 2); a
+//!    producer thread sends acks=all Produce v8 requests of one 100-byte record back to
+//!    back, to the leader it finds in Metadata (asking the nodes in turn; after an error
+//!    it asks again after 10 ms, so client-side metadata refresh costs one round trip).
+//!    Each run waits until every node agrees on the leader and an ISR of 3 and the load
+//!    reaches that leader, kill -9s the leader, and times from just before the signal to
+//!    the first acks=all success answered by another broker; then restarts the killed node
+//!    and waits until it is back in the ISR (every node lists an ISR of 3). Printed per run
+//!    (with what the producer saw meanwhile) and as min, p50, p99, max (nearest rank),
+//!    overall and split by whether the killed leader was also the active controller.
+//!    With `WEIR_BIN_BASE` set, the same runs first with that broker on a cluster of its
+//!    own (an A/B in one run), then the candidate/baseline ratios.
+//!
 //! Raft timing is weir's built-in one (`src/cluster/raft/mod.rs`: heartbeat 100 ms,
 //! election timeout 500–1000 ms); weir has no config key for it. Every node runs with
 //! its default settings otherwise.
 //!
 //! Environment: `WEIR_BIN` (the broker binary; default the `weir` cargo built with this
-//! bench), `WEIR_BENCH_DIR` (where the run's temp dir goes, default /var/tmp), `KEEP=1`
+//! bench), `WEIR_BIN_BASE` (a baseline broker for partition failover's A/B),
+//! `RDKAFKA_PERF` (the rdkafka_performance command; default `rdkafka_performance`), `WEIR_BENCH_DIR` (where the run's temp dir goes, default /var/tmp), `KEEP=1`
 //! (keep it: node logs `node-N.log`). Every node gets `WEIR_PARENT_PID` (it dies with
 //! this program even on kill -9) and is killed when this program ends or panics. Every
 //! wait is bounded; the whole run fails after [`RUN_BOUND`].
@@ -43,15 +74,21 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, CreateTopicsRequest, MetadataRequest, MetadataResponse, RequestHeader, ResponseHeader,
-    TopicName,
+    ApiKey, CreateTopicsRequest, MetadataRequest, MetadataResponse, ProduceRequest, RequestHeader,
+    ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
 
 type Result<T> = std::result::Result<T, String>;
 
@@ -713,23 +750,600 @@ fn failover_bench(exe: &Path, root: &Path, a: &Args) {
     println!();
 }
 
+// ------------------------------------------------------------------------ replication
+
+const PRODUCE_VERSION: i16 = 8;
+
+/// A topic's partitions as a node's Metadata lists them: (index, leader or -1, ISR).
+fn partitions_of(m: &MetadataResponse, topic: &str) -> Option<Vec<(i32, i32, Vec<i32>)>> {
+    let t = m
+        .topics
+        .iter()
+        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))?;
+    if t.error_code != 0 {
+        return None;
+    }
+    Some(
+        t.partitions
+            .iter()
+            .map(|p| {
+                let leader = if p.error_code == 0 { p.leader_id.0 } else { -1 };
+                (
+                    p.partition_index,
+                    leader,
+                    p.isr_nodes.iter().map(|b| b.0).collect(),
+                )
+            })
+            .collect(),
+    )
+}
+
+/// Creates `name` through the first running node: `partitions` partitions, replication
+/// factor `rf`, and `min.insync.replicas` when given.
+fn create_replicated(
+    cluster: &Cluster,
+    name: &str,
+    partitions: i32,
+    rf: i16,
+    min_isr: Option<i32>,
+) {
+    let mut t = creatable(name, partitions).with_replication_factor(rf);
+    if let Some(m) = min_isr {
+        t = t.with_configs(vec![CreatableTopicConfig::default()
+            .with_name(StrBytes::from_static_str("min.insync.replicas"))
+            .with_value(Some(StrBytes::from_string(m.to_string())))]);
+    }
+    let i = cluster.running()[0];
+    let mut c =
+        Conn::connect(cluster.nodes[i].kafka_port, Duration::from_secs(60)).expect("connect");
+    let r = c
+        .request(
+            &create_request(vec![t], Duration::from_secs(30)),
+            CREATE_TOPICS_VERSION,
+        )
+        .expect("CreateTopics");
+    assert_eq!(
+        r.topics[0].error_code, 0,
+        "CreateTopics {name}: {:?}",
+        r.topics[0].error_message
+    );
+}
+
+/// Polls until every running node lists `topic` with `partitions` partitions, each led and
+/// with `isr` ISR members, all nodes agreeing; returns each partition's leader.
+fn wait_isr(cluster: &mut Cluster, topic: &str, partitions: usize, isr: usize) -> Vec<i32> {
+    let start = Instant::now();
+    loop {
+        cluster.check_alive();
+        let mut seen: Vec<String> = Vec::new();
+        let mut views = Vec::new();
+        for i in cluster.running() {
+            match metadata(cluster.nodes[i].kafka_port).map(|m| partitions_of(&m, topic)) {
+                Ok(Some(p)) => views.push(p),
+                Ok(None) => seen.push(format!("node {}: no {topic}", cluster.nodes[i].id)),
+                Err(e) => seen.push(format!("node {}: {e}", cluster.nodes[i].id)),
+            }
+        }
+        if seen.is_empty() {
+            let first = &views[0];
+            let complete = first.len() == partitions
+                && first.iter().all(|(_, l, s)| *l >= 0 && s.len() == isr);
+            if complete && views.iter().all(|v| v == first) {
+                return first.iter().map(|(_, l, _)| *l).collect();
+            }
+            seen.push(format!("{views:?}"));
+        }
+        assert!(
+            start.elapsed() < START_BOUND,
+            "{topic}: not {partitions} partition(s) with {isr} in sync on every node after {START_BOUND:?}: {seen:?}"
+        );
+        std::thread::sleep(POLL);
+    }
+}
+
+/// One batch of `records` records of `size` bytes (no key, no idempotence).
+fn batch_of(records: usize, size: usize) -> Bytes {
+    let value = Bytes::from(vec![b'x'; size]);
+    let recs: Vec<Record> = (0..records)
+        .map(|i| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: i as i32 - 1,
+            timestamp: 1_700_000_000_000,
+            key: None,
+            value: Some(value.clone()),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        recs.iter(),
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .expect("encode batch");
+    buf.freeze()
+}
+
+fn produce_request(topic: &str, partition: i32, batch: &Bytes) -> ProduceRequest {
+    ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(Some(batch.clone()))])])
+}
+
+/// An acks=all produce answered with error 0: when, and by which broker.
+struct Ack {
+    at: Instant,
+    broker: i32,
+}
+
+/// The failover bench's producer: acks=all Produce v8 requests of one 100-byte record to
+/// partition 0 of `topic`, one after the other, until `stop`. It asks the nodes in turn
+/// for the leader (Metadata), connects to it, and after any error (an error code, a
+/// broken or refused connection) asks again after 10 ms: the client's metadata refresh
+/// costs one Metadata round trip, not librdkafka's backoffs. Every success goes to `acks`;
+/// every change of what went wrong to `errors`, with when.
+fn producer_loop(
+    nodes: Vec<(i32, u16)>,
+    topic: String,
+    stop: Arc<AtomicBool>,
+    acks: mpsc::Sender<Ack>,
+    errors: Arc<Mutex<Vec<(Instant, String)>>>,
+) {
+    let batch = batch_of(1, 100);
+    let req = produce_request(&topic, 0, &batch);
+    let mut conn: Option<(i32, Conn)> = None;
+    let mut ask = 0usize;
+    let note = |e: String| {
+        let mut errs = errors.lock().unwrap();
+        if errs.last().is_none_or(|(_, last)| *last != e) {
+            errs.push((Instant::now(), e));
+        }
+    };
+    while !stop.load(Ordering::Relaxed) {
+        if conn.is_none() {
+            ask += 1;
+            let (_, port) = nodes[ask % nodes.len()];
+            let leader = match metadata(port).map(|m| partitions_of(&m, &topic)) {
+                Ok(Some(p)) if !p.is_empty() && p[0].1 >= 0 => p[0].1,
+                Ok(_) => {
+                    note("no leader listed".into());
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+                Err(_) => continue, // that node is down: ask the next one at once
+            };
+            let Some(&(_, lport)) = nodes.iter().find(|(id, _)| *id == leader) else {
+                note(format!("leader {leader} unknown"));
+                continue;
+            };
+            match Conn::connect(lport, Duration::from_secs(35)) {
+                Ok(c) => conn = Some((leader, c)),
+                Err(e) => {
+                    note(format!(
+                        "leader {leader}: {}",
+                        e.split(": ").last().unwrap_or(&e)
+                    ));
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+            }
+        }
+        let (leader, c) = conn.as_mut().expect("connected");
+        match c.request(&req, PRODUCE_VERSION) {
+            Ok(r) => {
+                let code = r
+                    .responses
+                    .first()
+                    .and_then(|t| t.partition_responses.first())
+                    .map_or(-1, |p| p.error_code);
+                if code == 0 {
+                    let _ = acks.send(Ack {
+                        at: Instant::now(),
+                        broker: *leader,
+                    });
+                } else {
+                    note(format!("broker {leader}: error {code}"));
+                    conn = None;
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+            Err(e) => {
+                note(format!(
+                    "broker {leader}: {}",
+                    e.split(": ").last().unwrap_or(&e)
+                ));
+                conn = None;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+struct PartitionFailover {
+    killed: i32,
+    was_controller: bool,
+    new_leader: i32,
+    took: Duration,
+    errors: Vec<String>,
+    rejoined: Duration,
+}
+
+/// Nearest-rank percentile of sorted `v` (p in 0..=1).
+fn rank(v: &[f64], p: f64) -> f64 {
+    v[((p * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1]
+}
+
+fn partition_failover_bench(exe: &Path, dir: &Path, a: &Args) -> Vec<PartitionFailover> {
+    println!(
+        "== partition failover ({}): kill -9 the leader of an RF 3 partition (min.insync.replicas 2) under acks=all load, {} runs",
+        exe.display(),
+        a.runs
+    );
+    let mut cluster = Cluster::start(exe, dir, 3);
+    cluster.wait_settled(Some(3), START_BOUND);
+    let topic = "failover-rf3";
+    create_replicated(&cluster, topic, 1, 3, Some(2));
+    wait_isr(&mut cluster, topic, 1, 3);
+    let nodes: Vec<(i32, u16)> = cluster.nodes.iter().map(|n| (n.id, n.kafka_port)).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let (tx, acks) = mpsc::channel();
+    let producer = {
+        let (stop, errors) = (stop.clone(), errors.clone());
+        let topic = topic.to_string();
+        std::thread::spawn(move || producer_loop(nodes, topic, stop, tx, errors))
+    };
+    let mut runs = Vec::new();
+    for run in 0..a.runs {
+        let controller = cluster.wait_settled(Some(3), START_BOUND);
+        let leader = wait_isr(&mut cluster, topic, 1, 3)[0];
+        // The load reaches the current leader before the kill.
+        let start = Instant::now();
+        loop {
+            match acks.recv_timeout(START_BOUND) {
+                Ok(ack) if ack.broker == leader && ack.at > start => break,
+                Ok(_) => {}
+                Err(e) => panic!("run {run}: no acks=all success from leader {leader}: {e}"),
+            }
+            assert!(start.elapsed() < START_BOUND, "run {run}: producer stuck");
+        }
+        let li = (leader - 1) as usize;
+        errors.lock().unwrap().clear();
+        let killed_at = cluster.kill9(li);
+        let ack = loop {
+            let left = FAILOVER_BOUND.saturating_sub(killed_at.elapsed());
+            match acks.recv_timeout(left) {
+                Ok(ack) if ack.broker != leader && ack.at > killed_at => break ack,
+                Ok(_) => {}
+                Err(e) => panic!(
+                    "run {run}: no acks=all success {FAILOVER_BOUND:?} after killing {leader}: {e}; {:?}",
+                    errors.lock().unwrap()
+                ),
+            }
+        };
+        let took = ack.at - killed_at;
+        let errs: Vec<String> = errors
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(at, _)| *at < ack.at)
+            .map(|(at, e)| {
+                format!(
+                    "{e} @{:.0}ms",
+                    at.saturating_duration_since(killed_at).as_secs_f64() * 1000.0
+                )
+            })
+            .collect();
+        let restarted = Instant::now();
+        cluster.spawn(li);
+        cluster.wait_settled(Some(3), START_BOUND);
+        wait_isr(&mut cluster, topic, 1, 3);
+        let f = PartitionFailover {
+            killed: leader,
+            was_controller: leader == controller,
+            new_leader: ack.broker,
+            took,
+            errors: errs,
+            rejoined: restarted.elapsed(),
+        };
+        println!(
+            "run {:2}: killed leader {}{} -> new leader {}; first acks=all success {:7.1} ms after the kill; restarted node back in the ISR in {:.2} s; meanwhile: {}",
+            run + 1,
+            f.killed,
+            if f.was_controller { " (also the active controller)" } else { "" },
+            f.new_leader,
+            f.took.as_secs_f64() * 1000.0,
+            f.rejoined.as_secs_f64(),
+            f.errors.join("; ")
+        );
+        runs.push(f);
+    }
+    stop.store(true, Ordering::Relaxed);
+    drop(acks);
+    let _ = producer.join();
+    print_failover_table(&runs);
+    runs
+}
+
+fn print_failover_table(runs: &[PartitionFailover]) {
+    let row = |what: &str, sel: &dyn Fn(&PartitionFailover) -> bool| {
+        let mut ms: Vec<f64> = runs
+            .iter()
+            .filter(|r| sel(r))
+            .map(|r| r.took.as_secs_f64() * 1000.0)
+            .collect();
+        if ms.is_empty() {
+            println!("| {what} | 0 | - | - | - | - |");
+            return;
+        }
+        ms.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        println!(
+            "| {what} | {} | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms |",
+            ms.len(),
+            ms[0],
+            rank(&ms, 0.50),
+            rank(&ms, 0.99),
+            ms[ms.len() - 1]
+        );
+    };
+    println!();
+    println!("| killed | runs | min | p50 | p99 | max |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    row("any leader", &|_| true);
+    row("leader, not the controller", &|r| !r.was_controller);
+    row("leader and active controller", &|r| r.was_controller);
+    println!("(nearest rank; with fewer than 100 runs p99 is the max)");
+    println!();
+}
+
+/// The rdkafka_performance command: `RDKAFKA_PERF` (split on spaces), else
+/// `rdkafka_performance` on the PATH.
+fn perf_command() -> Vec<String> {
+    std::env::var("RDKAFKA_PERF")
+        .unwrap_or_else(|_| "rdkafka_performance".into())
+        .split_whitespace()
+        .map(String::from)
+        .collect()
+}
+
+/// Runs rdkafka_performance with `args`; returns (records/s from its summary, output).
+/// Panics when it fails or did not deliver all `records` without failures.
+fn perf(args: &[String], records: u64) -> (f64, String) {
+    let cmd = perf_command();
+    let out = Command::new(&cmd[0])
+        .args(&cmd[1..])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?} (set RDKAFKA_PERF): {e}"));
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let summary = text
+        .lines()
+        .rfind(|l| l.contains("messages produced"))
+        .unwrap_or_else(|| panic!("rdkafka_performance {args:?}: no summary:\n{text}"));
+    let num_before = |key: &str| -> Option<f64> {
+        let at = summary.find(key)?;
+        summary[..at]
+            .split_whitespace()
+            .last()?
+            .trim_start_matches('(')
+            .parse()
+            .ok()
+    };
+    let delivered = num_before(" delivered").unwrap_or(0.0);
+    let failed = summary
+        .split("offset ")
+        .nth(1)
+        .and_then(|s| s.split(", ").nth(1))
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse::<f64>().ok())
+        .unwrap_or(-1.0);
+    assert!(
+        delivered as u64 == records && failed == 0.0,
+        "rdkafka_performance {args:?}: {summary}"
+    );
+    let rate = num_before(" msgs/s").unwrap_or(0.0);
+    (rate, summary.to_string())
+}
+
+/// Sum of the running nodes' CPU seconds.
+fn cluster_cpu(cluster: &Cluster) -> f64 {
+    cluster
+        .running()
+        .iter()
+        .map(|i| cluster.usage(*i).map_or(0.0, |u| u.0))
+        .sum()
+}
+
+/// p50, p99 (nearest rank) and max of a file of one latency (µs) per line, in ms.
+fn latency_file(path: &Path) -> (usize, f64, f64, f64) {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut v: Vec<f64> = text
+        .lines()
+        .filter_map(|l| l.trim().parse::<f64>().ok())
+        .map(|us| us / 1000.0)
+        .collect();
+    assert!(!v.is_empty(), "no latencies in {}", path.display());
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    (v.len(), rank(&v, 0.50), rank(&v, 0.99), v[v.len() - 1])
+}
+
+fn replication_bench(exe: &Path, dir: &Path, a: &Args) {
+    let p = a.produce_partitions;
+    println!(
+        "== replication throughput and latency: {} records of 100 B, acks=all, {p} partitions, RF 3 (min.insync.replicas 2) vs RF 1, {} round(s)",
+        a.records, a.rounds
+    );
+    let mut cluster = Cluster::start(exe, dir, 3);
+    cluster.wait_settled(Some(3), START_BOUND);
+    create_replicated(&cluster, "tp-rf1", p, 1, None);
+    create_replicated(&cluster, "tp-rf3", p, 3, Some(2));
+    wait_isr(&mut cluster, "tp-rf1", p as usize, 1);
+    let leaders = wait_isr(&mut cluster, "tp-rf3", p as usize, 3);
+    println!("RF 3 partition leaders: {leaders:?}");
+    let bootstrap = cluster
+        .nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.kafka_port))
+        .collect::<Vec<_>>()
+        .join(",");
+    let common = |topic: &str, count: u64| -> Vec<String> {
+        [
+            "-P",
+            "-t",
+            topic,
+            "-b",
+            bootstrap.as_str(),
+            "-s",
+            "100",
+            "-a",
+            "-1",
+            "-X",
+            "linger.ms=5",
+            "-X",
+            "batch.size=1000000",
+            "-X",
+            "compression.codec=none",
+            "-X",
+            "sticky.partitioning.linger.ms=0",
+            "-q",
+            "-c",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([count.to_string()])
+        .collect()
+    };
+    // Warm-up: connections and metadata, both topics.
+    for t in ["tp-rf1", "tp-rf3"] {
+        perf(&common(t, 20_000), 20_000);
+    }
+    let mut rates: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    let mut cpus: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    println!();
+    println!("| round | topic | records/s | broker CPU (3 nodes) | µs CPU per record |");
+    println!("|---:|---|---:|---:|---:|");
+    for round in 0..a.rounds {
+        for (k, t) in ["tp-rf1", "tp-rf3"].iter().enumerate() {
+            let c0 = cluster_cpu(&cluster);
+            let (rate, _) = perf(&common(t, a.records), a.records);
+            let cpu = cluster_cpu(&cluster) - c0;
+            cluster.check_alive();
+            let us = cpu * 1e6 / a.records as f64;
+            println!(
+                "| {} | {} | {rate:.0} | {cpu:.2} s | {us:.2} |",
+                round + 1,
+                if k == 0 { "RF 1" } else { "RF 3" }
+            );
+            rates[k].push(rate);
+            cpus[k].push(us);
+        }
+    }
+    let best = |v: &[f64]| v.iter().cloned().fold(0.0, f64::max);
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    println!();
+    println!(
+        "RF 3 / RF 1 records/s: {:.2} (means {:.0} / {:.0}; best {:.0} / {:.0}: {:.2}); per round: {}",
+        mean(&rates[1]) / mean(&rates[0]),
+        mean(&rates[1]),
+        mean(&rates[0]),
+        best(&rates[1]),
+        best(&rates[0]),
+        best(&rates[1]) / best(&rates[0]),
+        rates[0]
+            .iter()
+            .zip(&rates[1])
+            .map(|(r1, r3)| format!("{:.2}", r3 / r1))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "broker CPU per record (sum of 3 nodes): RF 3 {:.2} µs, RF 1 {:.2} µs, ratio {:.2}",
+        mean(&cpus[1]),
+        mean(&cpus[0]),
+        mean(&cpus[1]) / mean(&cpus[0])
+    );
+    // Latency at half the best RF 3 rate, RF 3 then RF 1 at the same rate.
+    let rate = (best(&rates[1]) / 2.0).max(100.0) as u64;
+    let count = rate * a.latency_secs;
+    println!();
+    println!(
+        "latency: {count} records at {rate} records/s (half the best RF 3 rate), produce() to delivery report (rdkafka_performance -l)"
+    );
+    println!("| topic | records | p50 | p99 | max | broker CPU per record |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for t in ["tp-rf3", "tp-rf1"] {
+        let file = dir.join(format!("lat-{t}.txt"));
+        let mut args = common(t, count);
+        args.extend([
+            "-r".to_string(),
+            rate.to_string(),
+            "-l".to_string(),
+            "-A".to_string(),
+            file.display().to_string(),
+        ]);
+        let c0 = cluster_cpu(&cluster);
+        perf(&args, count);
+        let cpu = cluster_cpu(&cluster) - c0;
+        let (n, p50, p99, max) = latency_file(&file);
+        println!(
+            "| {} | {n} | {p50:.2} ms | {p99:.2} ms | {max:.2} ms | {:.2} µs |",
+            if t == "tp-rf3" { "RF 3" } else { "RF 1" },
+            cpu * 1e6 / count as f64
+        );
+    }
+    println!();
+}
+
 // ------------------------------------------------------------------------ main
 
 struct Args {
-    only: Option<String>,
+    only: Vec<String>,
     topics: usize,
     partitions: i32,
     batch: usize,
     runs: usize,
+    records: u64,
+    rounds: usize,
+    produce_partitions: i32,
+    latency_secs: u64,
 }
+
+impl Args {
+    fn runs_mode(&self, mode: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|m| m == mode)
+    }
+}
+
+const MODES: [&str; 4] = ["metadata", "failover", "partition-failover", "replication"];
 
 fn parse_args() -> Args {
     let mut a = Args {
-        only: None,
+        only: Vec::new(),
         topics: 1000,
         partitions: 3,
         batch: 100,
         runs: 20,
+        records: 1_000_000,
+        rounds: 2,
+        produce_partitions: 6,
+        latency_secs: 10,
     };
     let args: Vec<String> = std::env::args()
         .skip(1)
@@ -748,16 +1362,19 @@ fn parse_args() -> Args {
         };
         match k.as_str() {
             "--only" => {
-                assert!(
-                    v == "metadata" || v == "failover",
-                    "--only metadata|failover"
-                );
-                a.only = Some(v);
+                for m in v.split(',') {
+                    assert!(MODES.contains(&m), "--only {}[,...]", MODES.join("|"));
+                    a.only.push(m.to_string());
+                }
             }
             "--topics" => a.topics = num(&v),
             "--partitions" => a.partitions = num(&v) as i32,
             "--batch" => a.batch = num(&v).max(1),
             "--runs" => a.runs = num(&v).max(1),
+            "--records" => a.records = num(&v).max(1000) as u64,
+            "--rounds" => a.rounds = num(&v).max(1),
+            "--produce-partitions" => a.produce_partitions = num(&v).max(1) as i32,
+            "--latency-secs" => a.latency_secs = num(&v).max(1) as u64,
             _ => panic!("unknown argument {k}"),
         }
     }
@@ -782,7 +1399,14 @@ fn main() {
             .map_or(0, |d| d.as_millis())
     ));
     let _remove = RunDir(root.clone());
-    for d in ["meta-3", "meta-1", "failover"] {
+    for d in [
+        "meta-3",
+        "meta-1",
+        "failover",
+        "partition-failover-base",
+        "partition-failover",
+        "replication",
+    ] {
         std::fs::create_dir_all(root.join(d)).unwrap();
     }
     println!("broker: {}; run dir {}", exe.display(), root.display());
@@ -794,11 +1418,37 @@ fn main() {
         std::process::exit(2);
     });
     let started = Instant::now();
-    if a.only.as_deref() != Some("failover") {
+    if a.runs_mode("metadata") {
         metadata_bench(&exe, &root, &a);
     }
-    if a.only.as_deref() != Some("metadata") {
+    if a.runs_mode("failover") {
         failover_bench(&exe, &root, &a);
+    }
+    if a.runs_mode("replication") {
+        replication_bench(&exe, &root.join("replication"), &a);
+    }
+    if a.runs_mode("partition-failover") {
+        // A/B: the baseline broker first, when given, on a cluster of its own.
+        let base = std::env::var_os("WEIR_BIN_BASE").map(PathBuf::from);
+        let before = base.as_ref().map(|b| {
+            assert!(b.is_file(), "no baseline broker binary {}", b.display());
+            partition_failover_bench(b, &root.join("partition-failover-base"), &a)
+        });
+        let after = partition_failover_bench(&exe, &root.join("partition-failover"), &a);
+        if let Some(before) = before {
+            let p50 = |r: &[PartitionFailover]| {
+                let mut ms: Vec<f64> = r.iter().map(|f| f.took.as_secs_f64()).collect();
+                ms.sort_by(|a, b| a.partial_cmp(b).unwrap());
+                (rank(&ms, 0.5), rank(&ms, 0.99))
+            };
+            let (b50, b99) = p50(&before);
+            let (a50, a99) = p50(&after);
+            println!(
+                "partition failover, candidate / baseline: p50 {a50:.2} s / {b50:.2} s = {:.2}; p99 {a99:.2} s / {b99:.2} s = {:.2}",
+                a50 / b50,
+                a99 / b99
+            );
+        }
     }
     println!("total {:.1} s", started.elapsed().as_secs_f64());
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# benches/cluster.sh — issue 12's cluster benchmark (benches/cluster.rs) against the
+# benches/cluster.sh — issues 12 and 13's cluster benchmark (benches/cluster.rs) against the
 # release `weir`, with what a results note needs printed around it.
 #
 # Builds the bench program (`cargo build --release --bench cluster`) and then the release
@@ -9,12 +9,17 @@
 # rebuilt by someone else during the run) and runs the bench with it, printing the commit,
 # the machine, and the load (`uptime`) before and after.
 #
-# Usage: benches/cluster.sh [--only metadata|failover] [--topics N] [--partitions N]
-#                           [--batch N] [--runs N]
+# Usage: benches/cluster.sh [--only metadata|failover|replication|partition-failover[,...]]
+#                           [--topics N] [--partitions N] [--batch N] [--runs N]
+#                           [--records N] [--rounds N] [--produce-partitions N]
+#                           [--latency-secs N]
 # Environment (defaults):
 #   CARGO_TARGET_DIR=/var/tmp/weir-target
 #   SKIP_BUILD=1       use the binaries already built (needs an earlier run's build)
 #   WEIR_BIN=PATH      the broker to measure instead of the one built here
+#   WEIR_BIN_BASE=PATH a baseline broker: partition failover runs with it too (A/B)
+#   RDKAFKA_PERF=CMD   rdkafka_performance (default: ../shared/tools/rdkafka-perf.sh
+#                      next to the clone when it exists, else rdkafka_performance)
 #   WEIR_BENCH_DIR=/var/tmp  where the run's temp dirs go; KEEP=1 keeps the node logs
 #   RUN_TIMEOUT=2400   seconds the bench may run before it is stopped
 # Only 127.0.0.1 traffic; every node is stopped when the bench ends (it kills them on
@@ -49,6 +54,15 @@ SNAP=$(mktemp -d "${WEIR_BENCH_DIR:-/var/tmp}/weir-cluster-bin.XXXXXX")
 trap 'rm -rf "$SNAP"' EXIT
 cp "$BIN" "$SNAP/weir"
 cp "$(readlink -f "$LINK")" "$SNAP/bench"
+if [ -n "${WEIR_BIN_BASE:-}" ]; then
+  [ -x "$WEIR_BIN_BASE" ] || die "no baseline broker binary $WEIR_BIN_BASE"
+  cp "$WEIR_BIN_BASE" "$SNAP/weir-base"
+  export WEIR_BIN_BASE=$SNAP/weir-base
+  echo "baseline broker: $WEIR_BIN_BASE (sha256 $(sha256sum "$SNAP/weir-base" | cut -c1-12))"
+fi
+if [ -z "${RDKAFKA_PERF:-}" ] && [ -x "$ROOT/../shared/tools/rdkafka-perf.sh" ]; then
+  export RDKAFKA_PERF=$ROOT/../shared/tools/rdkafka-perf.sh
+fi
 
 rev=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)
 dirty=$(cd "$ROOT" && git status --porcelain --untracked-files=no 2>/dev/null | head -1)

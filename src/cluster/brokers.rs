@@ -44,10 +44,16 @@ pub(crate) const MAX_BROKER_SESSIONS: usize = 4096;
 pub(crate) const CONTROLLED_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The active controller's last heartbeat per broker (Kafka's `BrokerHeartbeatManager`):
-/// in memory only; cleared when this node starts or stops leading.
+/// in memory only; cleared when this node starts or stops leading. Also what the Raft
+/// network saw of each broker's CONTROLLER listener and heartbeat connections, the
+/// evidence that lets a killed broker be fenced before its session lapses
+/// ([`session_changes`], docs/cluster.md "Fencing a killed broker early").
 #[derive(Debug, Default)]
 pub(crate) struct BrokerSessions {
     inner: Mutex<SessionTable>,
+    /// Woken when that evidence changes (a refused connect, a heartbeat connection
+    /// closed), so the fence task looks at once rather than at its next tick.
+    changed: tokio::sync::Notify,
 }
 
 #[derive(Debug, Default)]
@@ -56,6 +62,45 @@ struct SessionTable {
     leading_since: Option<Instant>,
     /// Broker id → (epoch heartbeat with, when).
     last: HashMap<i32, (i64, Instant)>,
+    /// Broker id → when this leader first saw it registered at that epoch (set by
+    /// [`session_changes`]; a refusal before it may be of an earlier incarnation).
+    epoch_seen: HashMap<i32, (i64, Instant)>,
+    /// Broker id (= its voter id) → when the latest connect to its CONTROLLER listener
+    /// that was refused (ECONNREFUSED: nothing listens there) was started; removed when a
+    /// connect succeeds or it heartbeats.
+    refused: HashMap<i32, Instant>,
+    /// Broker id → how many connections to this node are open that its heartbeats came on.
+    heartbeat_connections: HashMap<i32, u32>,
+}
+
+/// An open connection heartbeats of `broker_id` came on (see
+/// [`BrokerSessions::heartbeat_connection`]); dropping it says the connection closed.
+#[derive(Debug)]
+pub(crate) struct HeartbeatConnection {
+    sessions: Arc<BrokerSessions>,
+    broker_id: i32,
+}
+
+impl HeartbeatConnection {
+    /// The broker whose heartbeats came on this connection.
+    pub(crate) fn broker_id(&self) -> i32 {
+        self.broker_id
+    }
+}
+
+impl Drop for HeartbeatConnection {
+    fn drop(&mut self) {
+        {
+            let mut t = self.sessions.table();
+            if let Some(n) = t.heartbeat_connections.get_mut(&self.broker_id) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    t.heartbeat_connections.remove(&self.broker_id);
+                }
+            }
+        }
+        self.sessions.changed.notify_one();
+    }
 }
 
 impl BrokerSessions {
@@ -70,6 +115,61 @@ impl BrokerSessions {
         if t.last.len() < MAX_BROKER_SESSIONS || t.last.contains_key(&broker_id) {
             t.last.insert(broker_id, (broker_epoch, at));
         }
+        t.refused.remove(&broker_id);
+    }
+
+    /// Notes that a connect to `broker_id`'s CONTROLLER listener, started at `started`,
+    /// was refused (ECONNREFUSED), and wakes the fence task.
+    pub(crate) fn note_refused(&self, broker_id: i32, started: Instant) {
+        {
+            let mut t = self.table();
+            if t.refused.len() < MAX_BROKER_SESSIONS || t.refused.contains_key(&broker_id) {
+                let latest = t
+                    .refused
+                    .get(&broker_id)
+                    .map_or(started, |r| (*r).max(started));
+                t.refused.insert(broker_id, latest);
+            }
+        }
+        self.changed.notify_one();
+    }
+
+    /// Notes that `broker_id`'s CONTROLLER listener answered (something listens there).
+    pub(crate) fn note_reachable(&self, broker_id: i32) {
+        let mut t = self.table();
+        if !t.refused.is_empty() {
+            t.refused.remove(&broker_id);
+        }
+    }
+
+    /// Notes a connection that heartbeats of `broker_id` came on; open until the returned
+    /// guard is dropped.
+    pub(crate) fn heartbeat_connection(self: &Arc<Self>, broker_id: i32) -> HeartbeatConnection {
+        let mut t = self.table();
+        if t.heartbeat_connections.len() < MAX_BROKER_SESSIONS
+            || t.heartbeat_connections.contains_key(&broker_id)
+        {
+            *t.heartbeat_connections.entry(broker_id).or_insert(0) += 1;
+            drop(t);
+            HeartbeatConnection {
+                sessions: self.clone(),
+                broker_id,
+            }
+        } else {
+            // Not counted (beyond the table's bound): a guard that counts nothing would
+            // undercount; count it under a key that never names a broker instead.
+            drop(t);
+            HeartbeatConnection {
+                sessions: self.clone(),
+                broker_id: i32::MIN,
+            }
+        }
+    }
+
+    /// Waits until the evidence of [`BrokerSessions::note_refused`] or a closed heartbeat
+    /// connection changes (or was changed since the last wait).
+    pub(crate) async fn changed(&self) {
+        self.changed.notified().await;
     }
 
     /// Tells whether this node leads now; a change of leadership starts every clock
@@ -79,10 +179,12 @@ impl BrokerSessions {
         match (leading, t.leading_since) {
             (true, None) => {
                 t.last.clear();
+                t.epoch_seen.clear();
                 t.leading_since = Some(now);
             }
             (false, Some(_)) => {
                 t.last.clear();
+                t.epoch_seen.clear();
                 t.leading_since = None;
             }
             _ => {}
@@ -102,12 +204,50 @@ impl BrokerSessions {
             .filter(|(epoch, _)| *epoch == broker_epoch)
             .map(|(_, at)| *at)
     }
+
+    /// Whether `broker_id` at `broker_epoch` is gone by the network's evidence, noting at
+    /// `now` when this leader first sees that epoch: a connect to its CONTROLLER listener
+    /// started after this leader first saw the epoch (so after that incarnation listened)
+    /// and after its last heartbeat was refused, and no connection its heartbeats came on
+    /// is open. A live broker listens and keeps its heartbeat connection: never gone.
+    fn gone(&self, broker_id: i32, broker_epoch: i64, now: Instant) -> bool {
+        let mut t = self.table();
+        let seen = match t.epoch_seen.get(&broker_id) {
+            Some((epoch, at)) if *epoch == broker_epoch => *at,
+            _ => {
+                if t.epoch_seen.len() < MAX_BROKER_SESSIONS || t.epoch_seen.contains_key(&broker_id)
+                {
+                    t.epoch_seen.insert(broker_id, (broker_epoch, now));
+                }
+                return false;
+            }
+        };
+        let Some(&refused) = t.refused.get(&broker_id) else {
+            return false;
+        };
+        let heartbeat = t
+            .last
+            .get(&broker_id)
+            .filter(|(epoch, _)| *epoch == broker_epoch)
+            .map(|(_, at)| *at);
+        refused > seen
+            && heartbeat.is_none_or(|h| h < refused)
+            && !t.heartbeat_connections.contains_key(&broker_id)
+    }
+
+    /// Whether the network's evidence (not the session timeout) says `broker_id` is gone
+    /// (for the log line of a fence).
+    pub(crate) fn refused(&self, broker_id: i32) -> bool {
+        self.table().refused.contains_key(&broker_id)
+    }
 }
 
 /// The records the active controller `controller_id` proposes at `now`: a fence for each
 /// unfenced broker not heard from (at its current epoch) for longer than
 /// `session_timeout` since the later of its last heartbeat and the start of this
-/// leadership; an unfence for each fenced broker heard from within it. Its own broker
+/// leadership, or gone by the network's evidence (its CONTROLLER listener refused a
+/// connect since, no heartbeat connection of it open: `BrokerSessions::gone`); an
+/// unfence for each fenced broker heard from within it. Its own broker
 /// is never fenced (and unfenced if a previous controller fenced it). Empty when this
 /// node does not lead.
 pub(crate) fn session_changes(
@@ -136,6 +276,7 @@ pub(crate) fn session_changes(
         } else {
             let seen = last.map_or(since, |at| at.max(since));
             now.saturating_duration_since(seen) <= session_timeout
+                && !sessions.gone(broker_id, broker_epoch, now)
         };
         match (b.fenced, alive) {
             (false, false) => out.push(MetadataRecord::BrokerFenced {
@@ -407,7 +548,8 @@ async fn controlled_shutdown(metadata: Arc<Metadata>, epoch: i64, unclean_defaul
 }
 
 /// On the active controller, every tick (a quarter of `broker.session.timeout.ms`, at
-/// most `broker.heartbeat.interval.ms`), proposes the fence and unfence records of
+/// most `broker.heartbeat.interval.ms`) and whenever the network saw a broker go
+/// ([`BrokerSessions::changed`]), proposes the fence and unfence records of
 /// [`session_changes`]. Ends when `shutdown` turns true. No quorum: ends at once.
 pub(crate) async fn fence_loop(
     metadata: Arc<Metadata>,
@@ -445,6 +587,12 @@ pub(crate) async fn fence_loop(
                             MetadataRecord::BrokerFenced {
                                 broker_id,
                                 broker_epoch,
+                            } if quorum.sessions().refused(broker_id) => tracing::info!(
+                                "fenced broker_id={broker_id} broker_epoch={broker_epoch}: its CONTROLLER listener refuses connections and its heartbeat connection closed"
+                            ),
+                            MetadataRecord::BrokerFenced {
+                                broker_id,
+                                broker_epoch,
                             } => tracing::info!(
                                 "fenced broker_id={broker_id} broker_epoch={broker_epoch}: no heartbeat for broker.session.timeout.ms"
                             ),
@@ -476,8 +624,15 @@ pub(crate) async fn fence_loop(
                 Err(e) => tracing::warn!(error = %e, "broker fencing task failed"),
             }
         }
-        if stopped_within(&mut shutdown, tick).await {
-            return;
+        // The next tick, or sooner when the network saw a broker go.
+        let woken = quorum.sessions().changed();
+        tokio::select! {
+            stopped = stopped_within(&mut shutdown, tick) => {
+                if stopped {
+                    return;
+                }
+            }
+            () = woken => {}
         }
     }
 }
@@ -679,5 +834,78 @@ mod tests {
                 broker_epoch: 1
             }]
         );
+    }
+
+    #[test]
+    fn a_broker_whose_listener_refuses_and_whose_heartbeat_connection_closed_is_fenced_early() {
+        let timeout = Duration::from_secs(9);
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        let sessions = Arc::new(BrokerSessions::default());
+        let image = image_with(&[(1, 1, false), (2, 2, false), (3, 3, false)]);
+        sessions.set_leading(true, t0);
+        let fence2 = [MetadataRecord::BrokerFenced {
+            broker_id: 2,
+            broker_epoch: 2,
+        }];
+        // The first look notes when this leader saw each epoch; a refusal from before
+        // that (maybe of an earlier incarnation, or before this leader led) proves nothing.
+        sessions.note_refused(2, t0);
+        assert!(session_changes(&image, &sessions, 1, t0 + ms(1), timeout).is_empty());
+        assert!(session_changes(&image, &sessions, 1, t0 + ms(2), timeout).is_empty());
+        // Broker 2 heartbeats on a connection that stays open: a refused connect to its
+        // listener (a one-way firewall, a listener restarting) does not fence it.
+        let conn = sessions.heartbeat_connection(2);
+        sessions.record(2, 2, t0 + ms(10));
+        sessions.note_refused(2, t0 + ms(20));
+        assert!(session_changes(&image, &sessions, 1, t0 + ms(30), timeout).is_empty());
+        // A connection on which it heartbeat is still open (it reconnected): not fenced.
+        let again = sessions.heartbeat_connection(2);
+        drop(conn);
+        assert!(session_changes(&image, &sessions, 1, t0 + ms(30), timeout).is_empty());
+        // Killed: its heartbeat connection closes and its listener refuses: fenced at once,
+        // long before the session timeout.
+        drop(again);
+        assert_eq!(
+            session_changes(&image, &sessions, 1, t0 + ms(30), timeout),
+            fence2
+        );
+        // A heartbeat after the refusal (or a connect that succeeds) says it lives.
+        sessions.record(2, 2, t0 + ms(40));
+        assert!(session_changes(&image, &sessions, 1, t0 + ms(50), timeout).is_empty());
+        sessions.note_refused(2, t0 + ms(60));
+        assert_eq!(
+            session_changes(&image, &sessions, 1, t0 + ms(70), timeout),
+            fence2
+        );
+        sessions.note_reachable(2);
+        assert!(session_changes(&image, &sessions, 1, t0 + ms(70), timeout).is_empty());
+        // A refusal before its heartbeat: the heartbeat is later news.
+        sessions.note_refused(2, t0 + ms(75));
+        sessions.record(2, 2, t0 + ms(80));
+        assert!(session_changes(&image, &sessions, 1, t0 + ms(90), timeout).is_empty());
+        // Restarted as epoch 4: refusals of the dead incarnation do not fence the new one
+        // before it heartbeats; only a refusal after this leader saw epoch 4 counts.
+        let restarted = image_with(&[(1, 1, false), (3, 3, false), (2, 4, false)]);
+        sessions.note_refused(2, t0 + ms(100));
+        assert!(session_changes(&restarted, &sessions, 1, t0 + ms(110), timeout).is_empty());
+        assert!(session_changes(&restarted, &sessions, 1, t0 + ms(120), timeout).is_empty());
+        sessions.note_refused(2, t0 + ms(130));
+        assert_eq!(
+            session_changes(&restarted, &sessions, 1, t0 + ms(140), timeout),
+            [MetadataRecord::BrokerFenced {
+                broker_id: 2,
+                broker_epoch: 4
+            }]
+        );
+        // The controller's own broker is never fenced, whatever the network says; neither
+        // is anything while this node does not lead.
+        sessions.note_refused(1, t0 + ms(150));
+        assert_eq!(
+            session_changes(&restarted, &sessions, 1, t0 + ms(160), timeout).len(),
+            1
+        );
+        sessions.set_leading(false, t0 + ms(170));
+        assert!(session_changes(&restarted, &sessions, 1, t0 + ms(180), timeout).is_empty());
     }
 }

@@ -581,6 +581,7 @@ impl RaftMetadataLog {
         .validate()
         .map_err(|e| raft_error("config", e))?;
 
+        let sessions = Arc::new(BrokerSessions::default());
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("weir-raft")
@@ -590,7 +591,10 @@ impl RaftMetadataLog {
         let timeout = Duration::from_millis(COMMIT_TIMEOUT_MS);
         let raft = {
             let (log, machine) = (log.clone(), machine.clone());
-            let peers = network::Peers { me: me.clone() };
+            let peers = network::Peers {
+                me: me.clone(),
+                sessions: sessions.clone(),
+            };
             let started = run_on(&runtime, timeout, async move {
                 Raft::new(node_id, Arc::new(config), peers, log, machine).await
             });
@@ -616,7 +620,6 @@ impl RaftMetadataLog {
         if let Some(runtime) = &rt.runtime {
             runtime.spawn(log_leader_changes(raft.clone(), shutdown_rx.clone()));
         }
-        let sessions = Arc::new(BrokerSessions::default());
         let Some(runtime_handle) = rt.runtime.as_ref().map(|r| r.handle().clone()) else {
             return Err(raft_error("start", "no runtime"));
         };

@@ -39,6 +39,7 @@ use tokio::sync::{watch, Semaphore};
 use super::{
     describe_local, leads, BrokerSessions, CommittedQueue, Proposal, QuorumState, TypeConfig,
 };
+use crate::cluster::brokers::HeartbeatConnection;
 
 type NodeId = u64;
 
@@ -365,10 +366,14 @@ where
 }
 
 /// openraft's network factory: a [`PeerClient`] per peer it asks for, each sending as
-/// `me`.
+/// `me`, each telling `sessions` whether the peer's CONTROLLER listener takes connections
+/// (a refused connect is the evidence that fences a killed broker early: every broker is
+/// a voter, its voter id its broker id, and the active controller's Raft heartbeats reach
+/// every voter every 100 ms).
 #[derive(Debug, Clone)]
 pub(super) struct Peers {
     pub(super) me: Arc<Sender>,
+    pub(super) sessions: Arc<BrokerSessions>,
 }
 
 /// The client side of one peer: its address and one connection.
@@ -380,6 +385,7 @@ pub(super) struct PeerClient {
     conn: Option<TcpStream>,
     /// Whether this peer's refusal was logged (once per client, not per heartbeat).
     refusal_logged: bool,
+    sessions: Arc<BrokerSessions>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Peers {
@@ -392,6 +398,7 @@ impl RaftNetworkFactory<TypeConfig> for Peers {
             me: self.me.clone(),
             conn: None,
             refusal_logged: false,
+            sessions: self.sessions.clone(),
         }
     }
 }
@@ -402,15 +409,25 @@ impl PeerClient {
         rpc: RaftRpc,
         option: &RPCOption,
     ) -> Result<RaftRpcReply, RPCError<NodeId, BasicNode, E>> {
-        match call(
+        let started = std::time::Instant::now();
+        let result = call(
             &mut self.conn,
             &self.addr,
             &self.me,
             &rpc,
             option.hard_ttl(),
         )
-        .await
-        {
+        .await;
+        if let Ok(broker_id) = i32::try_from(self.target) {
+            match &result {
+                Ok(_) => self.sessions.note_reachable(broker_id),
+                Err(Ok(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                    self.sessions.note_refused(broker_id, started)
+                }
+                Err(_) => {}
+            }
+        }
+        match result {
             Ok(RaftRpcReply::Refused(why)) => {
                 if !std::mem::replace(&mut self.refusal_logged, true) {
                     tracing::error!(
@@ -540,6 +557,8 @@ async fn serve_connection(
 ) -> std::io::Result<()> {
     let _ = stream.set_nodelay(true);
     let mut refusal_logged = false;
+    // Open while this connection is: the broker whose heartbeats come on it.
+    let mut heartbeats: Option<HeartbeatConnection> = None;
     loop {
         let Envelope { from, rpc } =
             match read_frame::<Envelope<Sender, RaftRpc>>(&mut stream).await {
@@ -578,6 +597,9 @@ async fn serve_connection(
                 broker_id,
                 broker_epoch,
             } => RaftRpcReply::BrokerHeartbeat(if leads(&raft) {
+                if heartbeats.as_ref().map(HeartbeatConnection::broker_id) != Some(broker_id) {
+                    heartbeats = Some(sessions.heartbeat_connection(broker_id));
+                }
                 sessions.record(broker_id, broker_epoch, std::time::Instant::now());
                 Ok(())
             } else {
