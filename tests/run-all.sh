@@ -145,6 +145,7 @@ print("\n".join(str(s.getsockname()[1]) for s in held))' "$n")
             --override "log.dirs=$node/data" \
             --override num.partitions=4 \
             --override group.initial.rebalance.delay.ms=500 \
+            --override "broker.rack=RACK$id" \
             "$@" >"$node/stdout" 2>"$node/broker.log" &
         lrk_pids+=($!)
     done
@@ -202,9 +203,12 @@ lrk_noauto="$(mktemp -d /tmp/weir-lrk.XXXXXX)"
 start_lrk_broker "$lrk_noauto" --override auto.create.topics.enable=false
 lrk_noauto_boot="$lrk_boot"
 lrk_three="$(mktemp -d /tmp/weir-lrk.XXXXXX)"
-# the suite's scenarios name replication factor 3 (trivup's 3-broker cluster)
+# the suite's scenarios name replication factor 3 (trivup's 3-broker cluster); each node
+# is in rack RACK<id> and consumers may read from followers (KIP-392), as
+# 0101_fetch_from_follower expects of trivup's cluster
 start_lrk_cluster "$lrk_three" 3 --override auto.create.topics.enable=false \
-    --override default.replication.factor=3
+    --override default.replication.factor=3 \
+    --override replica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector
 lrk_three_boot="$lrk_boot"
 lrk_out="$(mktemp -d /tmp/weir-lrk-out.XXXXXX)"
 lrk_dirs+=("$lrk_out")
@@ -213,9 +217,13 @@ lrk_dirs+=("$lrk_out")
     LRK_LOG_DIR="$lrk_noauto/lrk-logs") >"$lrk_out/noauto" 2>&1 &
 lrk_noauto_job=$!
 lrk_jobs+=("$lrk_noauto_job")
+# then, on the same cluster, the default-scenario tests that need three brokers
 (run_lrk_suite "$lrk_three" "$lrk_three_boot" TEST_SCENARIO=noautocreate \
     LRK_ALLOWLIST=tests/compat/librdkafka-allowlist-3brokers.txt \
-    LRK_LOG_DIR="$lrk_three/lrk-logs" LRK_PARALLEL=2) >"$lrk_out/three" 2>&1 &
+    LRK_LOG_DIR="$lrk_three/lrk-logs" LRK_PARALLEL=2 &&
+    run_lrk_suite "$lrk_three" "$lrk_three_boot" \
+        LRK_ALLOWLIST=tests/compat/librdkafka-allowlist-3brokers-default.txt \
+        LRK_LOG_DIR="$lrk_three/lrk-logs-default") >"$lrk_out/three" 2>&1 &
 lrk_three_job=$!
 lrk_jobs+=("$lrk_three_job")
 lrk_failed=0
