@@ -29,9 +29,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use kafka_protocol::messages::elect_leaders_request::TopicPartitions;
-use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ElectLeadersRequest, ElectLeadersResponse, TopicName,
-};
+use kafka_protocol::messages::{ApiKey, ElectLeadersRequest, ElectLeadersResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
@@ -166,13 +164,7 @@ fn ask(
     kind: ElectionKind,
     partitions: Option<&[(String, i32)]>,
 ) -> anyhow::Result<ElectLeadersResponse> {
-    let mut conn = Conn::connect(addr)?;
-    let versions = conn.call(&ApiVersionsRequest::default(), 0)?;
-    anyhow::ensure!(
-        versions.error_code == 0,
-        "ApiVersions: {}",
-        error_text(versions.error_code, None)
-    );
+    let (mut conn, versions) = Conn::open(addr)?;
     let version = version_of(&versions, ApiKey::ElectLeaders, ELECT_LEADERS_MAX)
         .context("the broker does not offer ElectLeaders (key 43)")?;
     anyhow::ensure!(

@@ -62,6 +62,21 @@ impl Conn {
         Ok(())
     }
 
+    /// Connects to `addr` and asks ApiVersions (v0): the connection with the versions
+    /// offered.
+    ///
+    /// Errors: as [`Conn::connect`] and [`Conn::call`]; ApiVersions answered with an error.
+    pub(super) fn open(addr: &str) -> anyhow::Result<(Conn, ApiVersionsResponse)> {
+        let mut conn = Conn::connect(addr)?;
+        let versions = conn.call(&ApiVersionsRequest::default(), 0)?;
+        anyhow::ensure!(
+            versions.error_code == 0,
+            "ApiVersions: {}",
+            error_text(versions.error_code, None)
+        );
+        Ok((conn, versions))
+    }
+
     /// Connects to the first address of the comma-separated `bootstrap` list that
     /// answers ApiVersions (v0), and returns the connection with the versions offered.
     ///
@@ -73,16 +88,7 @@ impl Conn {
             .map(str::trim)
             .filter(|a| !a.is_empty())
         {
-            let attempt = Conn::connect(addr).and_then(|mut conn| {
-                let versions = conn.call(&ApiVersionsRequest::default(), 0)?;
-                anyhow::ensure!(
-                    versions.error_code == 0,
-                    "ApiVersions: {}",
-                    error_text(versions.error_code, None)
-                );
-                Ok((conn, versions))
-            });
-            match attempt {
+            match Conn::open(addr) {
                 Ok(found) => return Ok(found),
                 Err(e) => last = Some(e.context(format!("broker {addr}"))),
             }

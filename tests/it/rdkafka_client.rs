@@ -335,11 +335,9 @@ pub(crate) fn produce_raw_within(
     (p.error_code, p.base_offset)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn duplicated_retry_is_answered_with_the_original_offset() {
-    let b = TestBroker::start();
-    create_topic(&b.bootstrap, "dup", 1, &[]).await;
-    let mut conn = RawConn::connect(&b.bootstrap);
+/// A new idempotent producer id from the broker `conn` is connected to (InitProducerId
+/// v4 without a transactional id, request `corr`); fails the test on an error.
+pub(crate) fn init_producer_id(conn: &mut RawConn, corr: i32) -> i64 {
     let init: InitProducerIdResponse = decode(
         conn.request(
             &InitProducerIdRequest::default()
@@ -348,13 +346,21 @@ async fn duplicated_retry_is_answered_with_the_original_offset() {
                 .with_producer_id(kafka_protocol::messages::ProducerId(-1))
                 .with_producer_epoch(-1),
             4,
-            1,
+            corr,
         )
-        .unwrap(),
+        .expect("InitProducerId answered"),
         4,
     );
-    assert_eq!(init.error_code, 0);
-    let pid = init.producer_id.0;
+    assert_eq!(init.error_code, 0, "InitProducerId");
+    init.producer_id.0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicated_retry_is_answered_with_the_original_offset() {
+    let b = TestBroker::start();
+    create_topic(&b.bootstrap, "dup", 1, &[]).await;
+    let mut conn = RawConn::connect(&b.bootstrap);
+    let pid = init_producer_id(&mut conn, 1);
     assert!(pid >= 0);
     let b0 = batch(pid, 0, 0, 5);
     assert_eq!(produce_raw(&mut conn, "dup", b0.clone(), 2), (0, 0));

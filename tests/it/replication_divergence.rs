@@ -12,11 +12,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use bytes::Bytes;
-use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse};
 
 use crate::cluster_fixture::{read_keyed, ThreeNodes};
 use crate::harness::{decode, poll_for, RawConn};
-use crate::rdkafka_client::{idempotent_batch, produce_raw_within};
+use crate::rdkafka_client::{idempotent_batch, init_producer_id, produce_raw_within};
 use crate::replication::{create_rf3, produce_range, Described};
 
 /// Sends signal `s` (`STOP`, `CONT`) to `pid`.
@@ -206,21 +205,7 @@ async fn an_idempotent_retry_after_a_failover_is_recognised_by_the_new_leader() 
     });
     let old = start.leader;
     let mut conn = RawConn::connect(&nodes.bootstrap(old));
-    let init: InitProducerIdResponse = decode(
-        conn.request(
-            &InitProducerIdRequest::default()
-                .with_transactional_id(None)
-                .with_transaction_timeout_ms(60_000)
-                .with_producer_id(kafka_protocol::messages::ProducerId(-1))
-                .with_producer_epoch(-1),
-            4,
-            1,
-        )
-        .unwrap(),
-        4,
-    );
-    assert_eq!(init.error_code, 0);
-    let pid = init.producer_id.0;
+    let pid = init_producer_id(&mut conn, 1);
     let batch = |seq: i32, values: &[&str]| -> Bytes {
         idempotent_batch(
             pid,

@@ -19,11 +19,10 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse};
 
 use crate::cluster_fixture::ThreeNodes;
-use crate::harness::{decode, poll_for, RawConn};
-use crate::rdkafka_client::{idempotent_batch, produce_raw_within};
+use crate::harness::{poll_for, RawConn};
+use crate::rdkafka_client::{idempotent_batch, init_producer_id, produce_raw_within};
 use crate::replication::{create_rf3, describe};
 use crate::replication_divergence::{read_values, sig};
 
@@ -56,20 +55,7 @@ async fn a_leader_restarted_before_it_is_fenced_does_not_acknowledge_what_no_fol
     let followers: Vec<i32> = (1..=3).filter(|id| *id != leader).collect();
     eprintln!("leader {leader}, followers {followers:?}");
     let mut conn = RawConn::connect(&nodes.bootstrap(leader));
-    let init: InitProducerIdResponse = decode(
-        conn.request(
-            &InitProducerIdRequest::default()
-                .with_transactional_id(None)
-                .with_transaction_timeout_ms(60_000)
-                .with_producer_id(kafka_protocol::messages::ProducerId(-1))
-                .with_producer_epoch(-1),
-            4,
-            1,
-        )
-        .unwrap(),
-        4,
-    );
-    let pid = init.producer_id.0;
+    let pid = init_producer_id(&mut conn, 1);
     assert_eq!(
         produce(&mut conn, batch(pid, 0, "committed"), 10_000, 2),
         (0, 0)

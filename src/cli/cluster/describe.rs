@@ -41,8 +41,8 @@ use std::fmt::Write as _;
 use anyhow::Context as _;
 use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, DescribeClusterRequest, DescribeClusterResponse,
-    DescribeQuorumRequest, DescribeQuorumResponse, TopicName,
+    ApiKey, DescribeClusterRequest, DescribeClusterResponse, DescribeQuorumRequest,
+    DescribeQuorumResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -75,13 +75,7 @@ struct Described {
 
 /// Asks the broker at `addr`.
 fn ask(addr: &str) -> anyhow::Result<Described> {
-    let mut conn = Conn::connect(addr)?;
-    let versions = conn.call(&ApiVersionsRequest::default(), 0)?;
-    anyhow::ensure!(
-        versions.error_code == 0,
-        "ApiVersions: {}",
-        error_text(versions.error_code, None)
-    );
+    let (mut conn, versions) = Conn::open(addr)?;
     let cluster_version = version_of(&versions, ApiKey::DescribeCluster, DESCRIBE_CLUSTER_MAX)
         .context("the broker does not offer DescribeCluster (key 60)")?;
     let describe =
