@@ -155,11 +155,14 @@ async fn a_returning_leader_truncates_what_it_alone_had_by_leader_epoch() {
     .await;
     assert!(failed.is_empty(), "{failed:?}");
 
-    // 4. L resumes and rejoins the ISR.
+    // 4. L resumes and rejoins the ISR, and its broker is active again (unfenced: listed
+    //    in the bystander's Metadata). The leader may take L into the ISR before its
+    //    heartbeat has unfenced it; an election meanwhile skips L as inactive.
     sig(nodes.node(l).pid(), "CONT");
     wait_partition(&nodes, bystander, "diverge", "L back in the ISR", |p| {
         p.leader == elected.leader && p.isr.contains(&l) && p.isr.len() == 3
     });
+    nodes.wait_for_brokers(bystander, &[1, 2, 3, 4, 5], 30);
 
     // 5. Only L left of the replicas: it leads, and serves exactly what was acknowledged
     //    with acks=all.
