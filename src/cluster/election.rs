@@ -358,8 +358,10 @@ pub(crate) fn reregistration_changes(image: &MetadataImage, broker_id: i32) -> V
 /// The record a partition's leader `leader_id` proposes to set the ISR to `isr`
 /// (shrink or expand; KIP-497 AlterPartition), against the state it last saw at
 /// `seen_partition_epoch`. `None` when the image has no such partition, another broker
-/// leads it now, or the partition moved past the epoch the leader saw (the leader then
-/// learns the newer state from the metadata and retries if still needed).
+/// leads it now, the partition moved past the epoch the leader saw (the leader then
+/// learns the newer state from the metadata and retries if still needed), or a broker it
+/// adds is not active (KIP-841: fenced, shutting down or unregistered; the leader asks
+/// again at that follower's next fetch).
 pub(crate) fn isr_change(
     image: &MetadataImage,
     topic: &str,
@@ -378,8 +380,18 @@ pub(crate) fn isr_change(
     }
     // The ISR change that brings a reassignment's last new replica in completes it in the
     // same record (Kafka's `PartitionChangeBuilder.tryCompleteReassignment`).
-    let active = |id: i32| image.broker(id).is_none_or(|b| b.is_active());
     let changed = state.changed(leader_id, isr);
+    if let Some(id) = image.ineligible_isr_joiner(state, &changed) {
+        // Asked again at the follower's next fetch, once its heartbeat unfenced it.
+        tracing::debug!(
+            topic,
+            partition,
+            broker_id = id,
+            "not asking for an inactive broker to join the ISR (KIP-841)"
+        );
+        return None;
+    }
+    let active = |id: i32| image.broker(id).is_none_or(|b| b.is_active());
     let new = match reassign::complete(&changed, &active) {
         Some(done) => state.succeeded_by(done),
         None => changed,
@@ -560,6 +572,64 @@ mod tests {
             leadership_changes(after.after(), false).is_empty(),
             "stable once applied"
         );
+    }
+
+    #[test]
+    fn only_an_active_broker_joins_the_isr() {
+        use crate::cluster::image::{MetadataDelta, TopicMeta};
+        use std::sync::Arc;
+        let topic = TopicMeta {
+            name: "t".into(),
+            id: uuid::Uuid::new_v4(),
+            partitions: 1,
+            replication_factor: 3,
+            configs: Default::default(),
+            partition_states: vec![state(&[1, 2, 3], &[1, 2], 1)].into(),
+        };
+        let mut records = vec![MetadataRecord::TopicCreated(topic)];
+        for id in 1..=3 {
+            records.push(MetadataRecord::BrokerRegistered {
+                broker_id: id,
+                broker_epoch: i64::from(id),
+                incarnation_id: uuid::Uuid::new_v4(),
+                endpoints: Vec::new(),
+                rack: None,
+            });
+        }
+        records.push(MetadataRecord::BrokerFenced {
+            broker_id: 3,
+            broker_epoch: 3,
+        });
+        let fenced = MetadataDelta::apply(Arc::new(MetadataImage::empty("c", 1)), records)
+            .unwrap()
+            .after()
+            .clone();
+        // The leader does not ask, and a change made anyway is refused where it is applied.
+        assert!(isr_change(&fenced, "t", 0, 1, 9, vec![1, 2, 3]).is_none());
+        let join = MetadataRecord::PartitionChanged {
+            topic_id: fenced.topic("t").unwrap().id,
+            partition: 0,
+            expected_partition_epoch: 9,
+            state: fenced.partition("t", 0).unwrap().changed(1, vec![1, 2, 3]),
+        };
+        let refused = MetadataDelta::apply(fenced.clone(), vec![join.clone()]).unwrap_err();
+        assert!(refused.to_string().contains("broker 3"), "{refused}");
+        // A shrink that leaves the fenced broker out still goes.
+        assert!(isr_change(&fenced, "t", 0, 1, 9, vec![1]).is_some());
+        // Unfenced (its heartbeat), it joins.
+        let unfenced = MetadataDelta::apply(
+            fenced,
+            vec![MetadataRecord::BrokerUnfenced {
+                broker_id: 3,
+                broker_epoch: 3,
+            }],
+        )
+        .unwrap()
+        .after()
+        .clone();
+        let join = isr_change(&unfenced, "t", 0, 1, 9, vec![1, 2, 3]).unwrap();
+        let after = MetadataDelta::apply(unfenced, vec![join]).unwrap();
+        assert_eq!(after.after().partition("t", 0).unwrap().isr, vec![1, 2, 3]);
     }
 
     #[test]

@@ -594,6 +594,24 @@ impl MetadataImage {
         out
     }
 
+    /// The first broker `new` adds to `current`'s ISR that may not join it, if any:
+    /// KIP-841's rule (Kafka's AlterPartition answers INELIGIBLE_REPLICA, 107) that only an
+    /// active broker (registered, unfenced, not in controlled shutdown) enters an ISR. A
+    /// fenced broker taken in would be skipped by the next election as inactive while the
+    /// high watermark counted on it; a restarted one is unfenced by its first heartbeat
+    /// and joins then.
+    pub(crate) fn ineligible_isr_joiner(
+        &self,
+        current: &PartitionState,
+        new: &PartitionState,
+    ) -> Option<i32> {
+        new.isr
+            .iter()
+            .copied()
+            .filter(|id| !current.isr.contains(id))
+            .find(|id| !self.broker(*id).is_some_and(BrokerRegistration::is_active))
+    }
+
     /// The registration of `broker_id` at `broker_epoch`, for a fence or unfence.
     fn current_registration(
         &mut self,
@@ -745,6 +763,12 @@ impl MetadataImage {
                 };
                 check_partition_change(current, *expected_partition_epoch, state)
                     .map_err(|e| ImageError(format!("{name}-{partition}: {e}")))?;
+                if let Some(id) = self.ineligible_isr_joiner(current, state) {
+                    return Err(ImageError(format!(
+                        "{name}-{partition}: broker {id} cannot join the ISR: it is fenced, \
+                         shutting down or not registered (KIP-841)"
+                    )));
+                }
                 let mut states = old.partition_states.to_vec();
                 states[*partition as usize] = state.clone();
                 let updated = TopicMeta {
