@@ -77,8 +77,9 @@ as_root() {
 # ---------------------------------------------------------------- apt
 # rapidjson-dev: librdkafka's test suite checks its statistics JSON with it; without it the
 # runner skips the tests that read statistics (0101_fetch_from_follower among them).
+# iproute2: `ip netns`, with which the replication fault loop cuts a broker off the network.
 apt_wanted=(kcat gcc g++ make pkg-config zlib1g-dev libssl-dev libzstd-dev liblz4-dev
-            libsasl2-dev libcurl4-openssl-dev rapidjson-dev)
+            libsasl2-dev libcurl4-openssl-dev rapidjson-dev iproute2)
 apt_missing=()
 for pkg in "${apt_wanted[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' \

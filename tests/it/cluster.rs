@@ -159,15 +159,29 @@ pub(crate) fn quorum_node_with(
     controller_port: u16,
     more: &[&str],
 ) -> BinaryBroker {
+    quorum_node_on(None, "127.0.0.1", dir, id, voters, controller_port, more)
+}
+
+/// As [`quorum_node_with`], the node's listeners on `host` (an address of its own) and
+/// the process in the network namespace `netns` when given (`netns::TestNet`).
+pub(crate) fn quorum_node_on(
+    netns: Option<&str>,
+    host: &str,
+    dir: &std::path::Path,
+    id: i32,
+    voters: &str,
+    controller_port: u16,
+    more: &[&str],
+) -> BinaryBroker {
     let mut overrides = vec![
         format!("node.id={id}"),
         format!("controller.quorum.voters={voters}"),
         "controller.listener.names=CONTROLLER".to_string(),
-        format!("listeners=PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:{controller_port}"),
+        format!("listeners=PLAINTEXT://{host}:0,CONTROLLER://{host}:{controller_port}"),
     ];
     overrides.extend(more.iter().map(|o| o.to_string()));
     let refs: Vec<&str> = overrides.iter().map(String::as_str).collect();
-    BinaryBroker::spawn(dir, 0, &refs)
+    BinaryBroker::spawn_in(netns, dir, 0, &refs)
 }
 
 /// The quorum leader a node's log names last (`quorum_leader=ID`), if any.

@@ -15,8 +15,9 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::FutureRecord;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
-use crate::cluster::{free_ports, logged_leader, quorum_node_with, raw_listed_brokers};
+use crate::cluster::{free_ports, logged_leader, quorum_node_on, raw_listed_brokers};
 use crate::harness::{poll_for, BinaryBroker};
+use crate::netns::TestNet;
 use crate::rdkafka_client::producer;
 
 /// Three combined broker/controller nodes, ids 1, 2, 3, all voters.
@@ -33,6 +34,9 @@ pub(crate) struct ThreeNodes {
     node_overrides: Vec<Vec<String>>,
     /// Each node's `log.dirs`; kept over a restart; dropped after the nodes.
     dirs: Vec<tempfile::TempDir>,
+    /// The network namespaces the nodes run in (node `id` is host `id`), when started
+    /// with [`ThreeNodes::start_on`]; dropped after the nodes.
+    net: Option<TestNet>,
 }
 
 impl ThreeNodes {
@@ -55,10 +59,29 @@ impl ThreeNodes {
         overrides: &[&str],
         each: impl Fn(i32) -> Vec<String>,
     ) -> ThreeNodes {
+        ThreeNodes::start_in(None, n, overrides, each)
+    }
+
+    /// As [`ThreeNodes::start_n`], node `id` in `net`'s host `id` (its own network
+    /// namespace and address), so [`ThreeNodes::cut`] can cut it off.
+    pub(crate) fn start_on(net: TestNet, n: usize, overrides: &[&str]) -> ThreeNodes {
+        ThreeNodes::start_in(Some(net), n, overrides, |_| Vec::new())
+    }
+
+    fn start_in(
+        net: Option<TestNet>,
+        n: usize,
+        overrides: &[&str],
+        each: impl Fn(i32) -> Vec<String>,
+    ) -> ThreeNodes {
         let dirs: Vec<tempfile::TempDir> = (0..n).map(|_| tempfile::tempdir().unwrap()).collect();
         let ports = free_ports(n);
+        let host = |id: usize| match &net {
+            Some(net) => net.addr(id as i32),
+            None => "127.0.0.1".to_string(),
+        };
         let voters = (1..=n)
-            .map(|id| format!("{id}@127.0.0.1:{}", ports[id - 1]))
+            .map(|id| format!("{id}@{}:{}", host(id), ports[id - 1]))
             .collect::<Vec<_>>()
             .join(",");
         let mut me = ThreeNodes {
@@ -68,6 +91,7 @@ impl ThreeNodes {
             overrides: overrides.iter().map(|o| o.to_string()).collect(),
             node_overrides: (1..=n as i32).map(each).collect(),
             dirs,
+            net,
         };
         me.nodes = (1..=n as i32).map(|id| Some(me.spawn(id))).collect();
         let all: Vec<i32> = (1..=n as i32).collect();
@@ -85,7 +109,30 @@ impl ThreeNodes {
             .chain(&self.node_overrides[i])
             .map(String::as_str)
             .collect();
-        quorum_node_with(self.dirs[i].path(), id, &self.voters, self.ports[i], &more)
+        let (netns, host) = match &self.net {
+            Some(net) => (Some(net.namespace(id)), net.addr(id)),
+            None => (None, "127.0.0.1".to_string()),
+        };
+        quorum_node_on(
+            netns.as_deref(),
+            &host,
+            self.dirs[i].path(),
+            id,
+            &self.voters,
+            self.ports[i],
+            &more,
+        )
+    }
+
+    /// Cuts node `id` off the network (its process runs on); panics unless started with
+    /// [`ThreeNodes::start_on`].
+    pub(crate) fn cut(&self, id: i32) {
+        self.net.as_ref().expect("started on a TestNet").cut(id);
+    }
+
+    /// Undoes [`ThreeNodes::cut`].
+    pub(crate) fn heal(&self, id: i32) {
+        self.net.as_ref().expect("started on a TestNet").heal(id);
     }
 
     /// Polls (raw Metadata) until node `id` lists exactly the broker ids `want`.
@@ -112,7 +159,8 @@ impl ThreeNodes {
             .unwrap_or_else(|| panic!("node {id} is not running"))
     }
 
-    /// Node `id`'s Kafka address, `127.0.0.1:PORT` (it changes over a restart).
+    /// Node `id`'s Kafka address, `127.0.0.1:PORT` or its `TestNet` address (the port
+    /// changes over a restart).
     pub(crate) fn bootstrap(&self, id: i32) -> String {
         self.node(id).bootstrap.clone()
     }

@@ -168,7 +168,25 @@ pub struct BinaryBroker {
 impl BinaryBroker {
     /// Spawns `weir serve` over `dir` on a free port (or `port` if non-zero).
     pub fn spawn(dir: &Path, port: u16, overrides: &[&str]) -> BinaryBroker {
-        let mut cmd = Command::new(weir_bin());
+        BinaryBroker::spawn_in(None, dir, port, overrides)
+    }
+
+    /// As [`BinaryBroker::spawn`], inside the network namespace `netns` when given
+    /// (`ip netns exec` execs the broker: the child's pid is the broker's).
+    pub fn spawn_in(
+        netns: Option<&str>,
+        dir: &Path,
+        port: u16,
+        overrides: &[&str],
+    ) -> BinaryBroker {
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(weir_bin());
+                c
+            }
+            None => Command::new(weir_bin()),
+        };
         cmd.arg("serve")
             .arg("--override")
             .arg(format!("listeners=PLAINTEXT://127.0.0.1:{port}"))

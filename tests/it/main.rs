@@ -36,6 +36,7 @@ mod leader_election;
 mod lifecycle;
 mod log_dirs;
 mod metrics;
+mod netns;
 mod plugins;
 mod rdkafka_client;
 mod reassignment;

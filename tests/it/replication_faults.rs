@@ -2,18 +2,23 @@
 //! session and lag timeouts, a topic of 3 partitions at replication factor 3 with
 //! `min.insync.replicas=2`; a confluent-kafka producer (acks=all, idempotent,
 //! `tests/compat/fault_producer.py`) writes sequence-numbered records to every partition
-//! while a seeded schedule kills (`kill -9`, then restart over its data) or pauses
-//! (SIGSTOP for longer than `replica.lag.time.max.ms`, then SIGCONT) one broker at a
-//! time. Then every partition is read from the beginning: each acknowledged record is
-//! there exactly once, at the offset it was acknowledged at, in sequence order, and
-//! nothing is there that was never sent.
+//! while a seeded schedule kills (`kill -9`, then restart over its data), pauses
+//! (SIGSTOP for longer than `replica.lag.time.max.ms`, then SIGCONT) or cuts off the
+//! network (for as long; its process runs on) one broker at a time. Then every partition
+//! is read from the beginning: each acknowledged record is there exactly once, at the
+//! offset it was acknowledged at, in sequence order, and nothing is there that was never
+//! sent.
 //!
 //! The seed is printed; `WEIR_FAULT_SEED=N` replays a schedule (the timing of the
 //! brokers and the client is not replayed: a seed fixes which broker gets which fault
 //! and for how long). A failed run keeps every broker's log (each incarnation) and the
 //! producer's in a directory it names; `WEIR_FAULT_LOGS=DIR` keeps them there for any
-//! run. No network faults: partitioning loopback needs network namespaces
-//! (root, `ip netns`), which these tests do not assume.
+//! run.
+//!
+//! Network cuts need each broker in a network namespace of its own (`netns::TestNet`:
+//! root and iproute2's `ip`, which tests/install-deps.sh installs; CI runs as root).
+//! Where namespaces cannot be made, the test says why and runs the schedule of kills and
+//! pauses alone (a seed then gives the schedule it gave before cuts existed).
 //!
 //! Bounded: [`FAULTS`] faults, the producer sends for [`PRODUCE_S`] and flushes within
 //! 45 s, every wait has a deadline. Every process is stopped at the end: a paused broker
@@ -29,8 +34,10 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Message, Offset, TopicPartitionList};
 
+use crate::cluster::raw_listed_brokers;
 use crate::cluster_fixture::ThreeNodes;
 use crate::harness::{poll_for, repo_root};
+use crate::netns::TestNet;
 use crate::replication::{create_rf3, describe};
 
 const TOPIC: &str = "faults";
@@ -69,24 +76,32 @@ enum Fault {
     Kill { node: i32, down_ms: u64 },
     /// SIGSTOP, wait `paused_ms` (longer than `replica.lag.time.max.ms`), SIGCONT.
     Pause { node: i32, paused_ms: u64 },
+    /// Cut off the network (`TestNet::cut`) for `cut_ms` (as long as a pause), then heal;
+    /// the test checks that another node fenced it meanwhile.
+    Cut { node: i32, cut_ms: u64 },
 }
 
-/// The schedule `seed` gives: [`FAULTS`] faults, each followed by a quiet gap (ms).
-fn schedule(seed: u64) -> Vec<(Fault, u64)> {
+/// The schedule `seed` gives: [`FAULTS`] faults, each followed by a quiet gap (ms); with
+/// `cuts`, a third of the faults (on average) are network cuts.
+fn schedule(seed: u64, cuts: bool) -> Vec<(Fault, u64)> {
     let mut rng = Rng(seed);
     (0..FAULTS)
         .map(|_| {
             let node = rng.between(1, 3) as i32;
-            let fault = if rng.next().is_multiple_of(2) {
-                Fault::Kill {
+            let kind = rng.next() % if cuts { 3 } else { 2 };
+            let fault = match kind {
+                0 => Fault::Kill {
                     node,
                     down_ms: rng.between(500, 3000),
-                }
-            } else {
-                Fault::Pause {
+                },
+                1 => Fault::Pause {
                     node,
                     paused_ms: rng.between(LAG_TIME_MAX_MS + 500, LAG_TIME_MAX_MS + 2500),
-                }
+                },
+                _ => Fault::Cut {
+                    node,
+                    cut_ms: rng.between(LAG_TIME_MAX_MS + 500, LAG_TIME_MAX_MS + 2500),
+                },
             };
             (fault, rng.between(300, 1500))
         })
@@ -367,22 +382,30 @@ pub(crate) fn spawn_producer(
 
 /// Issue 13, test 2: see the module doc.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acknowledged_records_survive_a_seeded_schedule_of_kills_and_pauses() {
+async fn acknowledged_records_survive_a_seeded_schedule_of_kills_pauses_and_cuts() {
     let started = Instant::now();
     let seed = std::env::var("WEIR_FAULT_SEED")
         .ok()
         .map(|s| s.parse::<u64>().expect("WEIR_FAULT_SEED is a u64"))
         .unwrap_or(DEFAULT_SEED);
-    let plan = schedule(seed);
+    let net = TestNet::create(3);
+    if let Err(why) = &net {
+        eprintln!("replication_faults: no network cuts, namespaces cannot be made here: {why}");
+    }
+    let plan = schedule(seed, net.is_ok());
     eprintln!("replication_faults: seed {seed} (WEIR_FAULT_SEED={seed} replays the schedule)");
     eprintln!("schedule: {plan:?}");
 
     let lag = format!("replica.lag.time.max.ms={LAG_TIME_MAX_MS}");
-    let mut nodes = ThreeNodes::start(&[
+    let overrides = [
         "broker.session.timeout.ms=1500",
         "broker.heartbeat.interval.ms=300",
         &lag,
-    ]);
+    ];
+    let mut nodes = match net {
+        Ok(net) => ThreeNodes::start_on(net, 3, &overrides),
+        Err(_) => ThreeNodes::start(&overrides),
+    };
     create_rf3(
         &nodes.bootstrap(1),
         TOPIC,
@@ -446,6 +469,25 @@ async fn acknowledged_records_survive_a_seeded_schedule_of_kills_and_pauses() {
                 std::thread::sleep(Duration::from_millis(paused_ms));
                 drop(paused);
             }
+            Fault::Cut { node, cut_ms } => {
+                eprintln!("[{t:6.1} s] fault {i}: cut node {node} off for {cut_ms} ms");
+                let cut_at = Instant::now();
+                nodes.cut(node);
+                // The cut is real: the others fence the node they no longer hear from.
+                let other = if node == 1 { 2 } else { 1 };
+                let b = nodes.bootstrap(other);
+                poll_for(&format!("node {other} to fence node {node}"), 20, || {
+                    let ids: Vec<i32> = raw_listed_brokers(&b)?.into_iter().map(|b| b.0).collect();
+                    if ids.contains(&node) {
+                        Err(format!("it lists {ids:?}"))
+                    } else {
+                        Ok(())
+                    }
+                });
+                // The fault itself: the node runs on, unreachable, this long.
+                std::thread::sleep(Duration::from_millis(cut_ms).saturating_sub(cut_at.elapsed()));
+                nodes.heal(node);
+            }
         }
         wait_all_listed(&nodes);
         eprintln!(
@@ -484,7 +526,8 @@ async fn acknowledged_records_survive_a_seeded_schedule_of_kills_and_pauses() {
     let failed: usize = produced.failed.values().map(BTreeSet::len).sum();
     let sent: u64 = produced.sent.values().sum();
     eprintln!(
-        "replication_faults: seed {seed}, runs 1, faults {FAULTS} (kill -9 {}, SIGSTOP {}), \
+        "replication_faults: seed {seed}, runs 1, faults {FAULTS} (kill -9 {}, SIGSTOP {}, \
+         cut {}), \
          sent {sent}, acknowledged {}, failed {failed}, unanswered {}, read {}, lost {}, \
          duplicated {}, out of order {}, never sent {}, at another offset {}, \
          unacknowledged but present {}; faults took {faults_s:.1} s, the test {:.1} s",
@@ -493,6 +536,9 @@ async fn acknowledged_records_survive_a_seeded_schedule_of_kills_and_pauses() {
             .count(),
         plan.iter()
             .filter(|(f, _)| matches!(f, Fault::Pause { .. }))
+            .count(),
+        plan.iter()
+            .filter(|(f, _)| matches!(f, Fault::Cut { .. }))
             .count(),
         v.acknowledged,
         produced.unanswered,
