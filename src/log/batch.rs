@@ -283,24 +283,31 @@ pub fn split_batches(bytes: Bytes) -> Result<Vec<ValidatedBatch>, BatchError> {
 pub fn split_fetched(bytes: Bytes) -> Result<Vec<ValidatedBatch>, BatchError> {
     let mut batches = Vec::new();
     let mut position = 0usize;
-    while bytes.len() - position >= BATCH_HEADER_BYTES {
-        let remaining = bytes.len() - position;
-        let batch_length = read_i32(&bytes[position..], BATCH_LENGTH_AT);
-        let total = i64::from(batch_length) + LOG_OVERHEAD_BYTES as i64;
-        if total < BATCH_HEADER_BYTES as i64 {
-            return Err(BatchError::CorruptMessage {
-                position,
-                reason: format!("batchLength {batch_length} is shorter than a batch header"),
-            });
-        }
-        if total > remaining as i64 {
-            break;
-        }
-        let end = position + total as usize;
+    while let Some(end) = whole_batch_end(&bytes, position)? {
         batches.push(validate_stored(bytes.slice(position..end), position)?);
         position = end;
     }
     Ok(batches)
+}
+
+/// Where the batch at `position` of `bytes` ends, by its header's batchLength; `None` for
+/// a trailing partial batch (fewer bytes left than a header or than batchLength says).
+///
+/// Errors: [`BatchError::CorruptMessage`] when batchLength is shorter than a header.
+fn whole_batch_end(bytes: &[u8], position: usize) -> Result<Option<usize>, BatchError> {
+    let remaining = bytes.len() - position;
+    if remaining < BATCH_HEADER_BYTES {
+        return Ok(None);
+    }
+    let batch_length = read_i32(&bytes[position..], BATCH_LENGTH_AT);
+    let total = i64::from(batch_length) + LOG_OVERHEAD_BYTES as i64;
+    if total < BATCH_HEADER_BYTES as i64 {
+        return Err(BatchError::CorruptMessage {
+            position,
+            reason: format!("batchLength {batch_length} is shorter than a batch header"),
+        });
+    }
+    Ok((total <= remaining as i64).then_some(position + total as usize))
 }
 
 /// The records in `bytes`, whole stored v2 batches as a read returns them
@@ -311,14 +318,9 @@ pub fn split_fetched(bytes: Bytes) -> Result<Vec<ValidatedBatch>, BatchError> {
 pub fn stored_record_count(bytes: &[u8]) -> u64 {
     let mut count = 0u64;
     let mut position = 0usize;
-    while bytes.len() - position >= BATCH_HEADER_BYTES {
-        let batch = &bytes[position..];
-        let total = i64::from(read_i32(batch, BATCH_LENGTH_AT)) + LOG_OVERHEAD_BYTES as i64;
-        if total < BATCH_HEADER_BYTES as i64 || total > batch.len() as i64 {
-            break;
-        }
-        count += u64::try_from(read_i32(batch, RECORD_COUNT_AT)).unwrap_or(0);
-        position += total as usize;
+    while let Ok(Some(end)) = whole_batch_end(bytes, position) {
+        count += u64::try_from(read_i32(&bytes[position..], RECORD_COUNT_AT)).unwrap_or(0);
+        position = end;
     }
     count
 }
