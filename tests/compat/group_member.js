@@ -10,21 +10,7 @@
 // "record P O VALUE", "committed P O" (kafkajs commits the offset after each record with
 // autoCommitThreshold 1), "closed". Stops on stdin EOF or after --max records.
 
-const fs = require('fs');
-const path = require('path');
-
-function loadKafkajs() {
-  const clientsDir = process.env.WEIR_CLIENTS_DIR || '/var/tmp/weir-clients';
-  for (const dir of [path.join(clientsDir, 'node', 'node_modules', 'kafkajs'),
-    '/opt/weir-clients/node/node_modules/kafkajs']) {
-    try {
-      if (JSON.parse(fs.readFileSync(path.join(dir, 'package.json'), 'utf8')).name === 'kafkajs') {
-        return require(dir);
-      }
-    } catch (e) { /* not here */ }
-  }
-  return require('kafkajs');
-}
+const { loadKafkajs } = require('./kafkajs_find');
 
 function emit(line) { process.stdout.write(line + '\n'); }
 

@@ -13,11 +13,8 @@
 // Output: one line on stdout,
 //     kafkajs ok: refused INVALID_REPLICA_ASSIGNMENT, started TOPIC-P to R, listed [...]
 //     kafkajs FAIL <reason>
-// Bounded by 60 s. kafkajs is found as stale_leader.js finds it.
+// Bounded by 60 s. kafkajs is found by kafkajs_find.js.
 'use strict';
-
-const fs = require('fs');
-const path = require('path');
 
 const TIMEOUT_S = 60;
 
@@ -26,25 +23,7 @@ function finish(ok, line) {
 }
 setTimeout(() => finish(false, `kafkajs FAIL timed out after ${TIMEOUT_S}s`), TIMEOUT_S * 1000);
 
-function loadKafkajs() {
-  const clientsDir = process.env.WEIR_CLIENTS_DIR || '/var/tmp/weir-clients';
-  const candidates = [];
-  if (process.env.KAFKAJS_DIR) {
-    candidates.push(path.join(process.env.KAFKAJS_DIR, 'node_modules', 'kafkajs'), process.env.KAFKAJS_DIR);
-  }
-  candidates.push(path.join(clientsDir, 'node', 'node_modules', 'kafkajs'),
-    '/opt/weir-clients/node/node_modules/kafkajs');
-  for (const dir of candidates) {
-    try {
-      if (JSON.parse(fs.readFileSync(path.join(dir, 'package.json'), 'utf8')).name === 'kafkajs') {
-        return require(dir);
-      }
-    } catch (e) {
-      // not here
-    }
-  }
-  return require('kafkajs');
-}
+const { loadKafkajs } = require('./kafkajs_find');
 
 async function main() {
   const args = process.argv.slice(2);

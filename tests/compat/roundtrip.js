@@ -46,8 +46,6 @@
 'use strict';
 
 const crypto = require('crypto');
-const fs = require('fs');
-const path = require('path');
 
 const CLIENT = 'kafkajs';
 const MAX_N = 1000000;
@@ -111,29 +109,7 @@ function withTimeout(promise, ms, what) {
 }
 
 // ------------------------------------------------------------------ finding kafkajs
-function loadKafkajs() {
-  const clientsDir = process.env.WEIR_CLIENTS_DIR || '/var/tmp/weir-clients';
-  const candidates = [];
-  if (process.env.KAFKAJS_DIR) {
-    candidates.push(path.join(process.env.KAFKAJS_DIR, 'node_modules', 'kafkajs'), process.env.KAFKAJS_DIR);
-  }
-  candidates.push(path.join(clientsDir, 'node', 'node_modules', 'kafkajs'),
-    '/opt/weir-clients/node/node_modules/kafkajs');
-  for (const dir of candidates) {
-    let name = null;
-    try {
-      name = JSON.parse(fs.readFileSync(path.join(dir, 'package.json'), 'utf8')).name;
-    } catch (e) {
-      continue; // no package here
-    }
-    if (name === 'kafkajs') return { kjs: require(dir), dir };
-  }
-  try {
-    return { kjs: require('kafkajs'), dir: path.dirname(require.resolve('kafkajs/package.json')) };
-  } catch (e) {
-    return { kjs: null, dir: candidates.join(', ') };
-  }
-}
+const { findKafkajs } = require('./kafkajs_find');
 
 // ------------------------------------------------------------------ the records of one run
 const runId = `${Math.floor(startMs / 1000)}-${process.pid}-${crypto.randomBytes(3).toString('hex')}`;
@@ -325,7 +301,7 @@ async function consume(kafka) {
 
 // ------------------------------------------------------------------ main
 async function main() {
-  const { kjs, dir } = loadKafkajs();
+  const { kjs, dir } = findKafkajs();
   if (!kjs) return [false, `${CLIENT} FAIL kafkajs not found (looked in ${dir}); run tests/install-deps.sh`];
   const { Kafka, Partitioners, logLevel } = kjs;
   // kafkajs' default logger writes to stdout; ours keeps stdout for the result line

@@ -14,11 +14,8 @@
 //     kafkajs ok: N partitions, K NOT_LEADER_OR_FOLLOWER answers followed
 //     kafkajs FAIL <reason>
 // It fails as well when no NOT_LEADER_OR_FOLLOWER answer was seen. Bounded by 60 s.
-// kafkajs is found as roundtrip.js finds it ($KAFKAJS_DIR, $WEIR_CLIENTS_DIR, ...).
+// kafkajs is found by kafkajs_find.js ($KAFKAJS_DIR, $WEIR_CLIENTS_DIR, ...).
 'use strict';
-
-const fs = require('fs');
-const path = require('path');
 
 const TIMEOUT_S = 60;
 
@@ -27,25 +24,7 @@ function finish(ok, line) {
 }
 setTimeout(() => finish(false, `kafkajs FAIL timed out after ${TIMEOUT_S}s`), TIMEOUT_S * 1000);
 
-function loadKafkajs() {
-  const clientsDir = process.env.WEIR_CLIENTS_DIR || '/var/tmp/weir-clients';
-  const candidates = [];
-  if (process.env.KAFKAJS_DIR) {
-    candidates.push(path.join(process.env.KAFKAJS_DIR, 'node_modules', 'kafkajs'), process.env.KAFKAJS_DIR);
-  }
-  candidates.push(path.join(clientsDir, 'node', 'node_modules', 'kafkajs'),
-    '/opt/weir-clients/node/node_modules/kafkajs');
-  for (const dir of candidates) {
-    try {
-      if (JSON.parse(fs.readFileSync(path.join(dir, 'package.json'), 'utf8')).name === 'kafkajs') {
-        return require(dir);
-      }
-    } catch (e) {
-      // not here
-    }
-  }
-  return require('kafkajs');
-}
+const { loadKafkajs } = require('./kafkajs_find');
 
 async function main() {
   const args = process.argv.slice(2);
