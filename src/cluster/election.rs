@@ -408,6 +408,33 @@ pub(crate) fn isr_change(
 mod tests {
     use super::*;
 
+    /// The records that create topic `t` (replication factor `replication_factor`, one
+    /// partition per state of `states`) and register brokers 1, 2 and 3, active.
+    fn topic_and_brokers(
+        replication_factor: i16,
+        states: Vec<PartitionState>,
+    ) -> Vec<MetadataRecord> {
+        let topic = crate::cluster::image::TopicMeta {
+            name: "t".into(),
+            id: uuid::Uuid::new_v4(),
+            partitions: states.len() as i32,
+            replication_factor,
+            configs: Default::default(),
+            partition_states: states.into(),
+        };
+        let mut records = vec![MetadataRecord::TopicCreated(topic)];
+        for id in 1..=3 {
+            records.push(MetadataRecord::BrokerRegistered {
+                broker_id: id,
+                broker_epoch: i64::from(id),
+                incarnation_id: uuid::Uuid::new_v4(),
+                endpoints: Vec::new(),
+                rack: None,
+            });
+        }
+        records
+    }
+
     fn state(replicas: &[i32], isr: &[i32], leader: i32) -> PartitionState {
         PartitionState {
             replicas: replicas.to_vec(),
@@ -455,34 +482,19 @@ mod tests {
 
     #[test]
     fn a_restarted_broker_leaves_the_isr_and_its_leaderships_move_where_others_are_in_sync() {
-        use crate::cluster::image::{MetadataDelta, TopicMeta};
+        use crate::cluster::image::MetadataDelta;
         use std::sync::Arc;
-        let topic = TopicMeta {
-            name: "t".into(),
-            id: uuid::Uuid::new_v4(),
-            partitions: 3,
-            replication_factor: 3,
-            configs: Default::default(),
-            partition_states: vec![
+        let records = topic_and_brokers(
+            3,
+            vec![
                 // 1 leads, 2 and 3 in sync: 2 takes over at the next epoch.
                 state(&[1, 2, 3], &[1, 2, 3], 1),
                 // 1 follows in sync: it leaves the ISR, the leader stays.
                 state(&[2, 1, 3], &[2, 1], 2),
                 // 1 is the only ISR member: untouched.
                 state(&[1, 2, 3], &[1], 1),
-            ]
-            .into(),
-        };
-        let mut records = vec![MetadataRecord::TopicCreated(topic)];
-        for id in 1..=3 {
-            records.push(MetadataRecord::BrokerRegistered {
-                broker_id: id,
-                broker_epoch: i64::from(id),
-                incarnation_id: uuid::Uuid::new_v4(),
-                endpoints: Vec::new(),
-                rack: None,
-            });
-        }
+            ],
+        );
         let image = MetadataDelta::apply(Arc::new(MetadataImage::empty("c", 1)), records)
             .unwrap()
             .after()
@@ -507,7 +519,7 @@ mod tests {
 
     #[test]
     fn the_isr_change_that_brings_the_last_new_replica_in_completes_a_reassignment() {
-        use crate::cluster::image::{MetadataDelta, TopicMeta};
+        use crate::cluster::image::MetadataDelta;
         use std::sync::Arc;
         // Moving {1, 2} to {2, 3}: 3 is catching up, 1 leads.
         let moving = PartitionState {
@@ -515,24 +527,7 @@ mod tests {
             removing_replicas: vec![1],
             ..state(&[2, 3, 1], &[1, 2], 1)
         };
-        let topic = TopicMeta {
-            name: "t".into(),
-            id: uuid::Uuid::new_v4(),
-            partitions: 1,
-            replication_factor: 2,
-            configs: Default::default(),
-            partition_states: vec![moving].into(),
-        };
-        let mut records = vec![MetadataRecord::TopicCreated(topic)];
-        for id in 1..=3 {
-            records.push(MetadataRecord::BrokerRegistered {
-                broker_id: id,
-                broker_epoch: i64::from(id),
-                incarnation_id: uuid::Uuid::new_v4(),
-                endpoints: Vec::new(),
-                rack: None,
-            });
-        }
+        let records = topic_and_brokers(2, vec![moving]);
         let image = MetadataDelta::apply(Arc::new(MetadataImage::empty("c", 1)), records)
             .unwrap()
             .after()
@@ -576,34 +571,8 @@ mod tests {
 
     #[test]
     fn only_an_active_broker_joins_the_isr() {
-        use crate::cluster::image::{MetadataDelta, TopicMeta};
-        use std::sync::Arc;
-        let topic = TopicMeta {
-            name: "t".into(),
-            id: uuid::Uuid::new_v4(),
-            partitions: 1,
-            replication_factor: 3,
-            configs: Default::default(),
-            partition_states: vec![state(&[1, 2, 3], &[1, 2], 1)].into(),
-        };
-        let mut records = vec![MetadataRecord::TopicCreated(topic)];
-        for id in 1..=3 {
-            records.push(MetadataRecord::BrokerRegistered {
-                broker_id: id,
-                broker_epoch: i64::from(id),
-                incarnation_id: uuid::Uuid::new_v4(),
-                endpoints: Vec::new(),
-                rack: None,
-            });
-        }
-        records.push(MetadataRecord::BrokerFenced {
-            broker_id: 3,
-            broker_epoch: 3,
-        });
-        let fenced = MetadataDelta::apply(Arc::new(MetadataImage::empty("c", 1)), records)
-            .unwrap()
-            .after()
-            .clone();
+        use crate::cluster::image::MetadataDelta;
+        let fenced = image_of(vec![state(&[1, 2, 3], &[1, 2], 1)], &[3], &[]);
         // The leader does not ask, and a change made anyway is refused where it is applied.
         assert!(isr_change(&fenced, "t", 0, 1, 9, vec![1, 2, 3]).is_none());
         let join = MetadataRecord::PartitionChanged {
@@ -688,34 +657,20 @@ mod tests {
         down: &[i32],
         configs: &[(&str, &str)],
     ) -> std::sync::Arc<MetadataImage> {
-        use crate::cluster::image::{MetadataDelta, TopicMeta};
+        use crate::cluster::image::MetadataDelta;
         use std::sync::Arc;
-        let topic = TopicMeta {
-            name: "t".into(),
-            id: uuid::Uuid::new_v4(),
-            partitions: states.len() as i32,
-            replication_factor: 3,
-            configs: configs
+        let mut records = topic_and_brokers(3, states);
+        if let MetadataRecord::TopicCreated(topic) = &mut records[0] {
+            topic.configs = configs
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            partition_states: states.into(),
-        };
-        let mut records = vec![MetadataRecord::TopicCreated(topic)];
-        for id in 1..=3 {
-            records.push(MetadataRecord::BrokerRegistered {
+                .collect();
+        }
+        for &id in down {
+            records.push(MetadataRecord::BrokerFenced {
                 broker_id: id,
                 broker_epoch: i64::from(id),
-                incarnation_id: uuid::Uuid::new_v4(),
-                endpoints: Vec::new(),
-                rack: None,
             });
-            if down.contains(&id) {
-                records.push(MetadataRecord::BrokerFenced {
-                    broker_id: id,
-                    broker_epoch: i64::from(id),
-                });
-            }
         }
         MetadataDelta::apply(Arc::new(MetadataImage::empty("c", 1)), records)
             .unwrap()
