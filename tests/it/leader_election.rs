@@ -166,16 +166,7 @@ async fn the_cli_moves_leadership_back_to_preferred_replicas_and_nothing_acknowl
         &out,
         None,
     );
-    poll_for("the producer's first acknowledgement", 30, || {
-        let text = std::fs::read_to_string(&out).unwrap_or_default();
-        if text.starts_with("A ") || text.contains("\nA ") {
-            Ok(())
-        } else if let Ok(Some(status)) = producer.0.try_wait() {
-            panic!("the producer exited early ({status}): {text}")
-        } else {
-            Err(String::new())
-        }
-    });
+    producer.wait_for_acks(&out, 1);
 
     let (victim, preferred) = kill_and_restart_a_preferred_leader(&mut nodes, TOPIC);
     let imbalanced = wait_in_sync(
@@ -303,15 +294,7 @@ async fn the_cli_moves_leadership_back_to_preferred_replicas_and_nothing_acknowl
         v.moved.len()
     );
     assert!(v.acknowledged > 0, "nothing was acknowledged");
-    assert!(v.lost.is_empty(), "lost: {:?}", v.lost);
-    assert!(v.duplicated.is_empty(), "duplicated: {:?}", v.duplicated);
-    assert!(
-        v.out_of_order.is_empty(),
-        "out of order: {:?}",
-        v.out_of_order
-    );
-    assert!(v.never_sent.is_empty(), "never sent: {:?}", v.never_sent);
-    assert!(v.moved.is_empty(), "at another offset: {:?}", v.moved);
+    v.assert_clean();
     nodes.assert_no_panic();
 }
 

@@ -154,15 +154,7 @@ async fn replicas_move_and_grow_under_load_with_no_record_lost_or_duplicated() {
     );
     let acked_so_far =
         || ProducerLog::parse(&std::fs::read_to_string(&out).unwrap_or_default()).acked_count();
-    poll_for("the producer's first acknowledgements", 30, || {
-        if acked_so_far() >= 100 {
-            Ok(())
-        } else if let Ok(Some(status)) = producer.0.try_wait() {
-            panic!("the producer exited early ({status})")
-        } else {
-            Err(String::new())
-        }
-    });
+    producer.wait_for_acks(&out, 100);
 
     // Step 1: {1, 2} → {2, 3} with the CLI; the leader (1) leaves.
     let plan = work.path().join("move.json");
@@ -322,19 +314,7 @@ async fn replicas_move_and_grow_under_load_with_no_record_lost_or_duplicated() {
         "client errors: {:?}",
         produced.errors
     );
-    assert!(
-        v.lost.is_empty(),
-        "lost (partition, sequence): {:?}",
-        v.lost
-    );
-    assert!(v.duplicated.is_empty(), "duplicated: {:?}", v.duplicated);
-    assert!(
-        v.out_of_order.is_empty(),
-        "out of order: {:?}",
-        v.out_of_order
-    );
-    assert!(v.never_sent.is_empty(), "never sent: {:?}", v.never_sent);
-    assert!(v.moved.is_empty(), "at another offset: {:?}", v.moved);
+    v.assert_clean();
     assert!(
         v.acknowledged >= 700,
         "only {} acknowledged",

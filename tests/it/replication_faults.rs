@@ -133,6 +133,27 @@ impl Drop for Paused {
 /// The producer script, killed on drop.
 pub(crate) struct Script(pub(crate) Child);
 
+impl Script {
+    /// Polls (at most 30 s) until the producer's outcome file `out` records at least `n`
+    /// acknowledgements; fails the test if the producer exits first.
+    pub(crate) fn wait_for_acks(&mut self, out: &Path, n: usize) {
+        poll_for(
+            &format!("the producer's first {n} acknowledgements"),
+            30,
+            || {
+                let text = std::fs::read_to_string(out).unwrap_or_default();
+                if ProducerLog::parse(&text).acked_count() >= n {
+                    Ok(())
+                } else if let Ok(Some(status)) = self.0.try_wait() {
+                    panic!("the producer exited early ({status}): {text}")
+                } else {
+                    Err(String::new())
+                }
+            },
+        );
+    }
+}
+
 impl Drop for Script {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -265,6 +286,47 @@ pub(crate) struct Verdict {
     pub(crate) moved: Vec<(i32, u64, i64, i64)>,
     /// Read, sent, not acknowledged (its ack was lost or it failed after the append).
     pub(crate) unacknowledged_present: usize,
+}
+
+impl Verdict {
+    /// Whether nothing acknowledged was lost, duplicated, read out of order or at another
+    /// offset, and nothing never sent was read.
+    pub(crate) fn clean(&self) -> bool {
+        self.lost.is_empty()
+            && self.duplicated.is_empty()
+            && self.out_of_order.is_empty()
+            && self.never_sent.is_empty()
+            && self.moved.is_empty()
+    }
+
+    /// Fails the test unless [`Verdict::clean`], naming what went wrong.
+    pub(crate) fn assert_clean(&self) {
+        assert!(
+            self.lost.is_empty(),
+            "lost (partition, sequence): {:?}",
+            self.lost
+        );
+        assert!(
+            self.duplicated.is_empty(),
+            "duplicated (partition, sequence): {:?}",
+            self.duplicated
+        );
+        assert!(
+            self.out_of_order.is_empty(),
+            "out of order (partition, offset, sequence): {:?}",
+            self.out_of_order
+        );
+        assert!(
+            self.never_sent.is_empty(),
+            "never sent: {:?}",
+            self.never_sent
+        );
+        assert!(
+            self.moved.is_empty(),
+            "read at another offset than acknowledged (partition, sequence, acked, read): {:?}",
+            self.moved
+        );
+    }
 }
 
 /// `p<partition>-s<sequence>` → (partition, sequence).
@@ -432,16 +494,7 @@ async fn acknowledged_records_survive_a_seeded_schedule_of_kills_pauses_and_cuts
         &out,
         None,
     );
-    poll_for("the producer's first acknowledgement", 30, || {
-        let text = std::fs::read_to_string(&out).unwrap_or_default();
-        if text.contains("\nA ") || text.starts_with("A ") {
-            Ok(())
-        } else if let Ok(Some(status)) = producer.0.try_wait() {
-            panic!("the producer exited early ({status}): {text}")
-        } else {
-            Err(String::new())
-        }
-    });
+    producer.wait_for_acks(&out, 1);
 
     // Every incarnation's stderr, for a failed run.
     let mut logs: Vec<(String, String)> = Vec::new();
@@ -562,13 +615,7 @@ async fn acknowledged_records_survive_a_seeded_schedule_of_kills_pauses_and_cuts
         );
     }
 
-    let ok = produced.done
-        && status.success()
-        && v.lost.is_empty()
-        && v.duplicated.is_empty()
-        && v.out_of_order.is_empty()
-        && v.never_sent.is_empty()
-        && v.moved.is_empty();
+    let ok = produced.done && status.success() && v.clean();
     if !ok || std::env::var_os("WEIR_FAULT_LOGS").is_some() {
         for (id, n) in nodes.running() {
             logs.push((
@@ -588,27 +635,7 @@ async fn acknowledged_records_survive_a_seeded_schedule_of_kills_pauses_and_cuts
         "the producer did not finish cleanly ({status}): {summary}{}",
         &stderr[stderr.len().saturating_sub(4000)..]
     );
-    assert!(
-        v.lost.is_empty(),
-        "lost (partition, sequence): {:?}",
-        v.lost
-    );
-    assert!(
-        v.duplicated.is_empty(),
-        "duplicated (partition, sequence): {:?}",
-        v.duplicated
-    );
-    assert!(
-        v.out_of_order.is_empty(),
-        "out of order (partition, offset, sequence): {:?}",
-        v.out_of_order
-    );
-    assert!(v.never_sent.is_empty(), "never sent: {:?}", v.never_sent);
-    assert!(
-        v.moved.is_empty(),
-        "read at another offset than acknowledged (partition, sequence, acked, read): {:?}",
-        v.moved
-    );
+    v.assert_clean();
     assert!(v.acknowledged > 0, "nothing was acknowledged");
     nodes.assert_no_panic();
 }
