@@ -398,7 +398,15 @@ pub(crate) fn read_keyed(bootstrap: &str, topic: &str, partitions: i32, want: us
         let Some(msg) = consumer.poll(Duration::from_millis(200)) else {
             continue;
         };
-        let msg = msg.expect("consume");
+        // librdkafka reports a broker it cannot reach (killed a moment ago, still in its
+        // metadata) as a consumer error; it goes on fetching from the others.
+        let msg = match msg {
+            Ok(msg) => msg,
+            Err(e) => {
+                eprintln!("read_keyed: consumer error (going on): {e}");
+                continue;
+            }
+        };
         read += 1;
         let key = String::from_utf8_lossy(msg.key().unwrap_or_default()).to_string();
         let value = String::from_utf8_lossy(msg.payload().unwrap_or_default()).to_string();

@@ -2,10 +2,12 @@
 //! had is truncated by leader epoch when it returns (KIP-101, KIP-279), and a retried
 //! idempotent batch is recognised by the leader that replaced the one it was written to.
 //!
-//! Isolation here is a pause (SIGSTOP): the test cannot count on making network
-//! namespaces wherever it runs, and a paused process is cut off as completely (it answers
-//! nothing, sends nothing; its connections stay open as across a partition). Every node is
-//! killed at the end (`ThreeNodes`' drop; SIGKILL ends a stopped process too).
+//! Test 4 isolates a node by cutting it off the network (each node in a network
+//! namespace of its own, `netns::TestNet`: it runs on, unreachable, as across a
+//! partition) where namespaces can be made (root and `ip`; CI runs as root), else by
+//! pausing it (SIGSTOP: it answers nothing and sends nothing, its connections stay open),
+//! and says which. Every node is killed at the end (`ThreeNodes`' drop; SIGKILL ends a
+//! stopped process too).
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -56,6 +58,42 @@ fn partition_seen_by(nodes: &ThreeNodes, via: i32, topic: &str) -> Result<Descri
     })
 }
 
+/// How test 4 isolates a node: see the module doc.
+#[derive(Debug, Clone, Copy)]
+enum Isolation {
+    /// `ThreeNodes::cut` / `heal` (the nodes run in a `TestNet`).
+    Cut,
+    /// SIGSTOP / SIGCONT.
+    Pause,
+}
+
+impl Isolation {
+    /// Five nodes with `overrides`, in network namespaces where they can be made.
+    fn start_five(overrides: &[&str]) -> (ThreeNodes, Isolation) {
+        match crate::netns::TestNet::create(5) {
+            Ok(net) => (ThreeNodes::start_on(net, 5, overrides), Isolation::Cut),
+            Err(why) => {
+                eprintln!("isolating by SIGSTOP: network namespaces cannot be made here: {why}");
+                (ThreeNodes::start_n(5, overrides), Isolation::Pause)
+            }
+        }
+    }
+
+    fn isolate(self, nodes: &ThreeNodes, id: i32) {
+        match self {
+            Isolation::Cut => nodes.cut(id),
+            Isolation::Pause => sig(nodes.node(id).pid(), "STOP"),
+        }
+    }
+
+    fn rejoin(self, nodes: &ThreeNodes, id: i32) {
+        match self {
+            Isolation::Cut => nodes.heal(id),
+            Isolation::Pause => sig(nodes.node(id).pid(), "CONT"),
+        }
+    }
+}
+
 /// Polls `topic`'s partition 0 as node `via` sees it until `want` holds.
 fn wait_partition(
     nodes: &ThreeNodes,
@@ -79,12 +117,12 @@ fn wait_partition(
 /// F1 and F2 follow.
 ///
 /// 1. 1,000 records with acks=all: acknowledged.
-/// 2. F1 and F2 paused; L alone takes 200 records with acks=1 (acknowledged by L only;
-///    never by acks=all). Then L is paused too, and F1, F2 resume — all within the
-///    session timeout, so the ISR never shrank to L.
+/// 2. F1 and F2 isolated (cut off, or paused); L alone takes 200 records with acks=1
+///    (acknowledged by L only; never by acks=all). Then L is isolated too, and F1, F2
+///    return — all within the session timeout, so the ISR never shrank to L.
 /// 3. L is fenced; the controller elects F1 or F2 at a newer leader epoch; 500 records
 ///    with acks=all go to it: acknowledged.
-/// 4. L resumes: it is a follower now, asks the new leader for the end of its own last
+/// 4. L returns: it is a follower now, asks the new leader for the end of its own last
 ///    epoch (OffsetForLeaderEpoch), truncates the 200 there, catches up and rejoins the
 ///    ISR.
 /// 5. Proof that L's log is the new leader's: F1 and F2 are killed, L leads again, and a
@@ -92,16 +130,13 @@ fn wait_partition(
 ///    200 it alone had.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_returning_leader_truncates_what_it_alone_had_by_leader_epoch() {
-    let mut nodes = ThreeNodes::start_n(
-        5,
-        &[
-            "broker.session.timeout.ms=6000",
-            "broker.heartbeat.interval.ms=300",
-            // A stopped follower's parked fetch is answered within this, so none is
-            // waiting at the leader when step 2 appends.
-            "replica.fetch.wait.max.ms=500",
-        ],
-    );
+    let (mut nodes, isolation) = Isolation::start_five(&[
+        "broker.session.timeout.ms=6000",
+        "broker.heartbeat.interval.ms=300",
+        // An isolated follower's parked fetch is answered within this, so none is
+        // waiting at the leader when step 2 appends.
+        "replica.fetch.wait.max.ms=500",
+    ]);
     create_rf3(
         &nodes.bootstrap(1),
         "diverge",
@@ -115,18 +150,17 @@ async fn a_returning_leader_truncates_what_it_alone_had_by_leader_epoch() {
     let l = start.leader;
     let followers: Vec<i32> = start.replicas.iter().copied().filter(|r| *r != l).collect();
     let bystander = (1..=5).find(|id| !start.replicas.contains(id)).unwrap();
-    eprintln!("leader {l}, followers {followers:?}, bystander {bystander}");
+    eprintln!("leader {l}, followers {followers:?}, bystander {bystander}, {isolation:?}");
 
     // 1. Acknowledged by the whole ISR.
     let (acked_before, failed) =
         produce_range(&nodes.bootstrap(l), "diverge", 0..1000, ACKS_ALL).await;
     assert!(failed.is_empty(), "{failed:?}");
 
-    // 2. The followers paused; past replica.fetch.wait.max.ms their parked fetches are
+    // 2. The followers isolated; past replica.fetch.wait.max.ms their parked fetches are
     //    answered (empty) and no new one reaches L.
-    let fpids: Vec<u32> = followers.iter().map(|f| nodes.node(*f).pid()).collect();
-    for f in &fpids {
-        sig(*f, "STOP");
+    for f in &followers {
+        isolation.isolate(&nodes, *f);
     }
     std::thread::sleep(Duration::from_millis(900));
     let (only_on_l, failed) =
@@ -135,16 +169,16 @@ async fn a_returning_leader_truncates_what_it_alone_had_by_leader_epoch() {
         failed.is_empty() && only_on_l.len() == 200,
         "acks=1 on the leader alone: {failed:?}"
     );
-    sig(nodes.node(l).pid(), "STOP");
-    for f in &fpids {
-        sig(*f, "CONT");
+    isolation.isolate(&nodes, l);
+    for f in &followers {
+        isolation.rejoin(&nodes, *f);
     }
 
     // 3. A new leader from the ISR, at a newer epoch; acks=all writes to it.
     let elected = wait_partition(&nodes, bystander, "diverge", "a leader other than L", |p| {
         p.leader > 0 && p.leader != l
     });
-    eprintln!("while L is paused: {elected:?}");
+    eprintln!("while L is isolated: {elected:?}");
     assert!(followers.contains(&elected.leader), "{elected:?}");
     let (acked_after, failed) = produce_range(
         &nodes.bootstrap(elected.leader),
@@ -155,10 +189,9 @@ async fn a_returning_leader_truncates_what_it_alone_had_by_leader_epoch() {
     .await;
     assert!(failed.is_empty(), "{failed:?}");
 
-    // 4. L resumes and rejoins the ISR, and its broker is active again (unfenced: listed
-    //    in the bystander's Metadata). The leader may take L into the ISR before its
-    //    heartbeat has unfenced it; an election meanwhile skips L as inactive.
-    sig(nodes.node(l).pid(), "CONT");
+    // 4. L returns and rejoins the ISR once its broker is active again (unfenced: listed
+    //    in the bystander's Metadata; KIP-841 keeps a fenced broker out of the ISR).
+    isolation.rejoin(&nodes, l);
     wait_partition(&nodes, bystander, "diverge", "L back in the ISR", |p| {
         p.leader == elected.leader && p.isr.contains(&l) && p.isr.len() == 3
     });
@@ -405,4 +438,112 @@ pub(crate) fn read_values(bootstrap: &str, topic: &str, count: usize) -> Vec<Str
         }
     }
     out
+}
+
+/// Issue 13, elections: with `unclean.leader.election.enable` false (the default) a
+/// partition whose only in-sync replica is dead stays offline though other replicas are
+/// alive — they lack records acknowledged with acks=all — and once an admin client sets
+/// it true on the topic (AlterConfigs, KIP-704's dynamic trigger), a live out-of-sync
+/// replica is elected, accepting the loss Kafka documents for it.
+///
+/// Five voters (the quorum outlives three nodes down for a moment); a topic of
+/// replication factor 3 with `min.insync.replicas=1`: L leads, F1 and F2 follow.
+///
+/// 1. 100 records with acks=all; F1 and F2 killed; the ISR shrinks to L, which alone
+///    acknowledges 50 more with acks=all.
+/// 2. L killed; F1 and F2 restarted over their data (they have the first 100).
+/// 3. The partition has no leader and its ISR is still L, and stays so.
+/// 4. AlterConfigs sets `unclean.leader.election.enable=true` on the topic: F1 or F2
+///    leads, alone in the ISR, and serves exactly the first 100 (the 50 only L had are
+///    what an unclean election loses); it takes new records.
+/// 5. L restarted: it truncates the 50 by leader epoch and rejoins the ISR; with F1 and
+///    F2 killed it leads and serves exactly what the unclean leader had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_without_a_live_in_sync_replica_stays_offline_until_unclean_election_is_enabled(
+) {
+    use rdkafka::admin::{AdminOptions, AlterConfig, ResourceSpecifier};
+    const TOPIC: &str = "unclean";
+    let mut nodes = ThreeNodes::start_n(
+        5,
+        &[
+            "broker.session.timeout.ms=1500",
+            "broker.heartbeat.interval.ms=300",
+        ],
+    );
+    create_rf3(
+        &nodes.bootstrap(1),
+        TOPIC,
+        1,
+        &[("min.insync.replicas", "1")],
+    )
+    .await;
+    let start = wait_partition(&nodes, 1, TOPIC, "3 replicas in sync", |p| {
+        p.leader > 0 && p.isr.len() == 3
+    });
+    let l = start.leader;
+    let followers: Vec<i32> = start.replicas.iter().copied().filter(|r| *r != l).collect();
+    let bystander = (1..=5).find(|id| !start.replicas.contains(id)).unwrap();
+    eprintln!("leader {l}, followers {followers:?}, bystander {bystander}");
+
+    // 1. The whole ISR has 0..100; L alone 100..150, acknowledged with acks=all.
+    let (in_sync, failed) = produce_range(&nodes.bootstrap(l), TOPIC, 0..100, ACKS_ALL).await;
+    assert!(failed.is_empty() && in_sync.len() == 100, "{failed:?}");
+    for f in &followers {
+        nodes.kill9(*f);
+    }
+    wait_partition(&nodes, bystander, TOPIC, "an ISR of L alone", |p| {
+        p.leader == l && p.isr == [l]
+    });
+    let (only_on_l, failed) = produce_range(&nodes.bootstrap(l), TOPIC, 100..150, ACKS_ALL).await;
+    assert!(failed.is_empty() && only_on_l.len() == 50, "{failed:?}");
+
+    // 2. and 3. L gone, the out-of-sync followers back: no leader, the ISR kept.
+    nodes.kill9(l);
+    for f in &followers {
+        nodes.restart(*f);
+    }
+    let offline = |p: &Described| p.leader == -1 && p.isr == [l];
+    wait_partition(&nodes, bystander, TOPIC, "the partition offline", offline);
+    // Every broker but L active (the followers unfenced), so an election could take them.
+    let live: Vec<i32> = (1..=5).filter(|b| *b != l).collect();
+    nodes.wait_for_brokers(bystander, &live, 30);
+    // Proving that nothing happens: the controller has run its elections by now.
+    std::thread::sleep(Duration::from_secs(3));
+    let still = partition_seen_by(&nodes, bystander, TOPIC).unwrap();
+    assert!(offline(&still), "{still:?}");
+
+    // 4. Unclean election enabled on the topic: a live replica outside the ISR leads.
+    let alter = AlterConfig::new(ResourceSpecifier::Topic(TOPIC))
+        .set("min.insync.replicas", "1")
+        .set("unclean.leader.election.enable", "true");
+    let r = crate::rdkafka_client::admin(&nodes.bootstrap(bystander))
+        .alter_configs(&[alter], &AdminOptions::new())
+        .await
+        .expect("alter_configs");
+    assert!(r[0].is_ok(), "{r:?}");
+    let elected = wait_partition(&nodes, bystander, TOPIC, "an unclean leader", |p| {
+        followers.contains(&p.leader)
+    });
+    // Elected alone in the ISR; the other follower may have caught up and joined by now.
+    assert!(!elected.isr.contains(&l), "{elected:?}");
+    let read = read_keyed(&nodes.bootstrap(elected.leader), TOPIC, 1, 100);
+    read.assert_exactly(&in_sync);
+    let (after, failed) =
+        produce_range(&nodes.bootstrap(elected.leader), TOPIC, 150..160, ACKS_ALL).await;
+    assert!(failed.is_empty() && after.len() == 10, "{failed:?}");
+
+    // 5. L returns as a follower: its 50 are truncated, and it rejoins the ISR.
+    nodes.restart(l);
+    wait_partition(&nodes, bystander, TOPIC, "L back in the ISR", |p| {
+        p.leader == elected.leader && p.isr.contains(&l)
+    });
+    // Proof that L's log is the new leader's: the other two killed, L leads (it is in
+    // the ISR) and serves exactly what the unclean leader had.
+    for f in &followers {
+        nodes.kill9(*f);
+    }
+    wait_partition(&nodes, bystander, TOPIC, "L leads again", |p| p.leader == l);
+    let want: BTreeSet<usize> = in_sync.union(&after).copied().collect();
+    read_keyed(&nodes.bootstrap(l), TOPIC, 1, want.len()).assert_exactly(&want);
+    nodes.assert_no_panic();
 }
