@@ -247,6 +247,7 @@ pub async fn run_on(
                 config.node_id,
                 config.cluster.voters(config.node_id),
                 controller_listener,
+                config.cluster.controller_quorum_election_timeout_ms,
             ),
             MetadataStore::EarlierFileStore => Metadata::open(&config.log_dir, config.node_id),
         }

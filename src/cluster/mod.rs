@@ -328,6 +328,7 @@ impl Metadata {
     /// `<log_dir>/__cluster_metadata/raft/`, serving Raft RPCs on `controller_listener`
     /// (bound by the caller; `None` when no peer dials this node), migrating an earlier
     /// version's file store there at first start. See [`RaftMetadataLog::open`].
+    /// `election_timeout_ms` is `controller.quorum.election.timeout.ms`.
     ///
     /// Errors: [`MetadataError`]: the files, the quorum's start, the migration.
     pub fn open_quorum(
@@ -335,6 +336,7 @@ impl Metadata {
         node_id: i32,
         voters: Vec<QuorumVoter>,
         controller_listener: Option<std::net::TcpListener>,
+        election_timeout_ms: u64,
     ) -> Result<Metadata, MetadataError> {
         let dir = log_dir.join("__cluster_metadata");
         let cluster_id = if voters.len() > 1 {
@@ -349,6 +351,7 @@ impl Metadata {
             node_id,
             voters,
             controller_listener,
+            election_timeout_ms,
         })?;
         Metadata::with_log(Box::new(log), cluster_id, node_id)
     }
@@ -992,7 +995,14 @@ mod tests {
         let first_pid = old.next_producer_id().unwrap();
         drop(old);
 
-        let m = Metadata::open_quorum(dir.path(), 1, sole_voter(), None).unwrap();
+        let m = Metadata::open_quorum(
+            dir.path(),
+            1,
+            sole_voter(),
+            None,
+            raft::DEFAULT_ELECTION_TIMEOUT_MS,
+        )
+        .unwrap();
         assert_eq!(m.cluster_id(), cluster);
         assert_eq!(m.topic("old"), Some(kept.clone()));
         let pid = m.next_producer_id().unwrap();
@@ -1006,7 +1016,14 @@ mod tests {
             .path()
             .join("__cluster_metadata/topics/old.toml")
             .is_file());
-        let m = Metadata::open_quorum(dir.path(), 1, sole_voter(), None).unwrap();
+        let m = Metadata::open_quorum(
+            dir.path(),
+            1,
+            sole_voter(),
+            None,
+            raft::DEFAULT_ELECTION_TIMEOUT_MS,
+        )
+        .unwrap();
         assert!(m.topic("old").is_none());
         assert_eq!(m.topic("new").unwrap().partitions, 1);
         assert!(m.next_producer_id().unwrap() > pid);
@@ -1017,7 +1034,14 @@ mod tests {
         let first = m.register_broker(endpoint(9092), None).unwrap();
         assert_eq!((first.broker_id, first.fenced), (1, false));
         drop(m);
-        let m = Metadata::open_quorum(dir.path(), 1, sole_voter(), None).unwrap();
+        let m = Metadata::open_quorum(
+            dir.path(),
+            1,
+            sole_voter(),
+            None,
+            raft::DEFAULT_ELECTION_TIMEOUT_MS,
+        )
+        .unwrap();
         assert_eq!(m.brokers(), std::slice::from_ref(&first));
         let second = m.register_broker(endpoint(9094), None).unwrap();
         assert!(second.broker_epoch > first.broker_epoch);
@@ -1053,7 +1077,16 @@ mod tests {
             .zip(listeners)
             .zip(1..)
             .map(|((d, l), id)| {
-                Arc::new(Metadata::open_quorum(d.path(), id, voters.clone(), Some(l)).unwrap())
+                Arc::new(
+                    Metadata::open_quorum(
+                        d.path(),
+                        id,
+                        voters.clone(),
+                        Some(l),
+                        raft::DEFAULT_ELECTION_TIMEOUT_MS,
+                    )
+                    .unwrap(),
+                )
             })
             .collect();
         let _followers: Vec<_> = nodes.iter().map(|m| m.follow()).collect();

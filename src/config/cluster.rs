@@ -133,6 +133,10 @@ pub struct ClusterSettings {
     pub broker_session_timeout_ms: u64,
     /// `broker.heartbeat.interval.ms`: how often a broker heartbeats to the controller.
     pub broker_heartbeat_interval_ms: u64,
+    /// `controller.quorum.election.timeout.ms` (Kafka's default 1000): a voter that hears
+    /// no quorum leader for 1.5–2 times this stands for election
+    /// (`cluster::raft::RaftTiming`).
+    pub controller_quorum_election_timeout_ms: u64,
 }
 
 impl ClusterSettings {
@@ -353,6 +357,7 @@ pub(super) fn cluster_settings(
         })?,
         broker_session_timeout_ms: session_ms as u64,
         broker_heartbeat_interval_ms: heartbeat_ms as u64,
+        controller_quorum_election_timeout_ms: int("controller.quorum.election.timeout.ms")? as u64,
     };
     Ok((settings, broker_listeners))
 }

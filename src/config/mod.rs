@@ -87,6 +87,7 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("node.id", Int, Some("1"), Some(0), "This broker's id (Kafka's broker.id / node.id)."),
     key("process.roles", List, Some("broker,controller"), None, "What this node runs: broker, controller, or both (KRaft combined mode)."),
     key("controller.quorum.voters", List, Some(""), None, "The controller quorum as ID@HOST:PORT of each voter's CONTROLLER listener; empty: this node alone."),
+    key("controller.quorum.election.timeout.ms", Int, Some("1000"), Some(100), "A controller that hears no quorum leader for 1.5 to 2 times this long (ms) stands for election (openraft's leader lease plus a randomised timeout)."),
     key("controller.listener.names", List, None, None, "Names of the listeners the controller quorum uses (e.g. CONTROLLER); needed with controller.quorum.voters."),
     key("listeners", List, Some("PLAINTEXT://127.0.0.1:9092"), None, "Addresses to listen on, as NAME://HOST:PORT (PLAINTEXT, or a controller.listener.names one); port 0 picks a free port."),
     key("advertised.listeners", List, None, None, "Addresses given to clients in Metadata; defaults to listeners (with the bound port)."),

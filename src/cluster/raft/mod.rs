@@ -78,15 +78,21 @@ openraft::declare_raft_types!(
 /// gets an error (the quorum is gone or no leader could be found).
 pub(crate) const COMMIT_TIMEOUT_MS: u64 = 15_000;
 
-/// Raft timing (ms): heartbeats every [`HEARTBEAT_INTERVAL_MS`]; a follower that hears no
-/// leader for a random time in `ELECTION_TIMEOUT_MIN_MS..ELECTION_TIMEOUT_MAX_MS` stands
-/// for election. Low, as KRaft's own defaults (`controller.quorum.election.timeout.ms`
-/// 1000): a new controller within about a second of the old one's death.
-pub(crate) const HEARTBEAT_INTERVAL_MS: u64 = 100;
-/// See [`HEARTBEAT_INTERVAL_MS`].
-pub(crate) const ELECTION_TIMEOUT_MIN_MS: u64 = 500;
-/// See [`HEARTBEAT_INTERVAL_MS`].
-pub(crate) const ELECTION_TIMEOUT_MAX_MS: u64 = 1000;
+/// Kafka's default `controller.quorum.election.timeout.ms` (ms), for tests (the key's
+/// default lives in the key registry).
+#[cfg(test)]
+pub(crate) const DEFAULT_ELECTION_TIMEOUT_MS: u64 = 1000;
+
+/// openraft's timing from `controller.quorum.election.timeout.ms` = T (ms), as
+/// (heartbeat interval, election timeout min, max): the leader heartbeats every T/10 (at
+/// most 100 ms, at least 10); a follower that saw a leader waits out that leader's lease
+/// (openraft's, T) and then a random T/2..T before it stands, so a dead controller is
+/// replaced 1.5T–2T after its last heartbeat (KRaft's own randomised backoff spans
+/// T..2T). With the default 1000: 1.5–2 s.
+fn raft_timing(election_timeout_ms: u64) -> (u64, u64, u64) {
+    let heartbeat = (election_timeout_ms / 10).clamp(10, 100);
+    (heartbeat, election_timeout_ms / 2, election_timeout_ms)
+}
 
 /// Longest the node that made a metadata change waits, after its own image has it, for
 /// every other live broker's image to have it too (ms), before it answers anyway (with a
@@ -120,6 +126,8 @@ pub(crate) struct QuorumSettings {
     /// The bound CONTROLLER listener, served on the Raft runtime (`None`: no peers dial
     /// this node — a single node).
     pub(crate) controller_listener: Option<std::net::TcpListener>,
+    /// `controller.quorum.election.timeout.ms` ([`raft_timing`]).
+    pub(crate) election_timeout_ms: u64,
 }
 
 /// The Raft runtime and what runs on it; dropped (Raft shut down, files closed) when the
@@ -569,11 +577,13 @@ impl RaftMetadataLog {
             ));
         }
 
+        let (heartbeat_interval, election_timeout_min, election_timeout_max) =
+            raft_timing(settings.election_timeout_ms);
         let config = openraft::Config {
             cluster_name: "weir".into(),
-            heartbeat_interval: HEARTBEAT_INTERVAL_MS,
-            election_timeout_min: ELECTION_TIMEOUT_MIN_MS,
-            election_timeout_max: ELECTION_TIMEOUT_MAX_MS,
+            heartbeat_interval,
+            election_timeout_min,
+            election_timeout_max,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(SNAPSHOT_EVERY_ENTRIES),
             max_in_snapshot_log_to_keep: SNAPSHOT_EVERY_ENTRIES,
             ..Default::default()
@@ -861,6 +871,21 @@ mod tests {
     use super::*;
     use crate::cluster::image::{PartitionState, TopicMeta};
 
+    #[test]
+    fn the_election_timeout_key_sets_openraft_timing_it_accepts() {
+        assert_eq!(raft_timing(DEFAULT_ELECTION_TIMEOUT_MS), (100, 500, 1000));
+        // The smallest value the key takes (100) still validates.
+        let (heartbeat_interval, election_timeout_min, election_timeout_max) = raft_timing(100);
+        assert_eq!((heartbeat_interval, election_timeout_min), (10, 50));
+        let config = openraft::Config {
+            heartbeat_interval,
+            election_timeout_min,
+            election_timeout_max,
+            ..Default::default()
+        };
+        assert!(config.validate().is_ok());
+    }
+
     fn single(dir: &Path) -> QuorumSettings {
         QuorumSettings {
             dir: dir.to_path_buf(),
@@ -872,6 +897,7 @@ mod tests {
                 port: 0,
             }],
             controller_listener: None,
+            election_timeout_ms: DEFAULT_ELECTION_TIMEOUT_MS,
         }
     }
 
@@ -907,7 +933,7 @@ mod tests {
         assert!(matches!(refused[0].change, CommittedChange::Refused(_)));
         // No election timeout on the single-node path.
         assert!(
-            started.elapsed() < Duration::from_millis(ELECTION_TIMEOUT_MIN_MS * 4),
+            started.elapsed() < Duration::from_millis(DEFAULT_ELECTION_TIMEOUT_MS * 2),
             "{:?}",
             started.elapsed()
         );
@@ -919,6 +945,6 @@ mod tests {
         assert_eq!(records.len(), 20);
         assert_eq!(log.machine_image().topic_count(), image.topic_count());
         log.append(&[topic("after")]).unwrap();
-        assert!(started.elapsed() < Duration::from_millis(ELECTION_TIMEOUT_MIN_MS * 4));
+        assert!(started.elapsed() < Duration::from_millis(DEFAULT_ELECTION_TIMEOUT_MS * 2));
     }
 }
