@@ -1,7 +1,8 @@
 //! [`TestNet`]: test hosts in network namespaces, so a test can cut one broker off the
 //! network while its process runs on (a partition, which loopback alone cannot make).
 //!
-//! Host `id` is the namespace `wn<tag>-<id>` with the address `10.213.<subnet>.<id>/24` on
+//! Host `id` is the namespace `wn<tag>-<id>` (the tag: this process's id and a letter per
+//! net it made) with the address `10.213.<subnet>.<id>/24` on
 //! a veth whose other end is a port of the bridge `wb<tag>` in the test's own namespace;
 //! the bridge has `.254`, so the test's clients reach every host and the hosts reach each
 //! other through it. [`TestNet::cut`] sets the host's bridge port down: nothing passes
@@ -52,14 +53,22 @@ impl TestNet {
     /// Makes hosts `1..=n` (n ≤ 200). Errors when this process cannot (not root, no
     /// `ip`, no free subnet), with the reason; whatever was made is removed.
     pub(crate) fn create(n: usize) -> Result<TestNet, String> {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        /// Nets made by this process so far: tests run as threads of one process.
+        static MADE: AtomicU32 = AtomicU32::new(0);
+        /// One net made at a time here, so two cannot pick the same free subnet.
+        static CREATING: std::sync::Mutex<()> = std::sync::Mutex::new(());
         assert!((1..=200).contains(&n));
+        let _one_at_a_time = CREATING.lock().unwrap_or_else(|e| e.into_inner());
         let pid = std::process::id();
+        let k = MADE.fetch_add(1, Ordering::Relaxed);
         let subnet = (0..250)
-            .map(|i| (pid + i) % 250 + 1)
+            .map(|i| (pid + 7 * k + i) % 250 + 1)
             .find(|s| !subnet_in_use(*s))
             .ok_or("no free 10.213.x.0/24 subnet")?;
         let net = TestNet {
-            tag: format!("{}", pid % 100_000),
+            // Interface names stay within 15 bytes: `wv` + tag + `h` + id.
+            tag: format!("{}{}", pid % 100_000, (b'a' + (k % 26) as u8) as char),
             subnet,
             n: 0,
         };
