@@ -28,6 +28,7 @@ use crate::cluster::{
     TopicMeta,
 };
 use crate::config::{BrokerConfig, TOPIC_KEYS};
+use crate::log::topic_id::Claim;
 use crate::log::{
     AppendInfo, AppendOptions, CleanerThrottle, CleanupPolicy, CompactionPlan, CompactionStats,
     Compression, EpochEndOffset, LogConfig, LogError, PartitionLog, PreparedCompaction,
@@ -1457,6 +1458,16 @@ impl ReplicaManager {
         if !dir.exists() {
             // Pushed before opening: a log that fails half way leaves its directory.
             created.push(dir.clone());
+        }
+        match crate::log::topic_id::claim(&dir, meta.id)? {
+            Claim::Ours => {}
+            Claim::Adopted => {
+                tracing::info!(topic = %meta.name, partition = index, topic_id = %meta.id, "partition directory from an earlier version: partition.metadata written")
+            }
+            Claim::StrayRemoved(old) => {
+                tracing::warn!(topic = %meta.name, partition = index, topic_id = %meta.id, stray_topic_id = %old, "removed a stray partition directory of a deleted topic of the same name (this broker missed the delete)");
+                created.push(dir.clone());
+            }
         }
         let log = PartitionLog::open(&dir, log_config, now_ms())?;
         let p = Arc::new(Partition::new_replica(

@@ -36,6 +36,7 @@ mod producer;
 pub mod records;
 pub mod rewrite;
 mod segment;
+pub mod topic_id;
 
 #[cfg(test)]
 mod tests;

@@ -459,3 +459,75 @@ async fn a_group_keeps_consuming_when_its_coordinator_is_killed() {
     });
     nodes.assert_no_panic();
 }
+
+/// A broker down while a topic is deleted keeps that topic's directories; when a topic of
+/// the same name is created again with a replica there, the old directory must not come
+/// back as the new topic's log (its records at the new topic's offsets). Each partition
+/// directory names its topic id (`partition.metadata`, KIP-516), and a directory of
+/// another id is removed before the log is opened. Found by a tester: before, a consumer
+/// read the deleted topic's 100 records at offsets 0–99 of the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_created_again_never_reads_the_deleted_ones_records_from_a_broker_that_missed_the_delete(
+) {
+    const TOPIC: &str = "reborn";
+    let mut nodes = ThreeNodes::start(&[
+        "broker.session.timeout.ms=1500",
+        "broker.heartbeat.interval.ms=300",
+    ]);
+    let create = |bootstrap: String| async move {
+        // Node 3 leads: the one that misses the delete.
+        let t = NewTopic::new(TOPIC, 1, TopicReplication::Variable(&[&[3, 1, 2]]));
+        let created = admin(&bootstrap)
+            .create_topics(
+                &[t],
+                &AdminOptions::new().operation_timeout(Some(Duration::from_secs(20))),
+            )
+            .await
+            .expect("create_topics");
+        for r in created {
+            r.expect("topic created");
+        }
+    };
+    create(nodes.bootstrap(1)).await;
+    poll_for("reborn led by 3 with 3 in sync", 30, || {
+        match describe(&nodes.bootstrap(1), TOPIC)?.as_slice() {
+            [p] if p.leader == 3 && p.isr.len() == 3 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    let (old, failed) = produce_range(&nodes.bootstrap_all(), TOPIC, 0..100, ACKS_ALL).await;
+    assert!(failed.is_empty() && old.len() == 100, "{failed:?}");
+
+    // Node 3 is down while the topic is deleted; its directory stays.
+    nodes.kill9(3);
+    nodes.wait_for_brokers(1, &[1, 2], 30);
+    let deleted = admin(&nodes.bootstrap(1))
+        .delete_topics(&[TOPIC], &AdminOptions::new())
+        .await
+        .expect("delete_topics");
+    assert!(deleted.iter().all(|r| r.is_ok()), "{deleted:?}");
+    nodes.restart(3);
+    nodes.wait_for_brokers(3, &[1, 2, 3], 30);
+    assert!(nodes.log_dir(3).join(format!("{TOPIC}-0")).is_dir());
+
+    create(nodes.bootstrap(1)).await;
+    poll_for(
+        "the new reborn led by 3 with 3 in sync",
+        30,
+        || match describe(&nodes.bootstrap(1), TOPIC)?.as_slice() {
+            [p] if p.leader == 3 && p.isr.len() == 3 => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    let (new, failed) = produce_range(&nodes.bootstrap_all(), TOPIC, 1000..1030, ACKS_ALL).await;
+    assert!(failed.is_empty() && new.len() == 30, "{failed:?}");
+    read_keyed(&nodes.bootstrap_all(), TOPIC, 1, new.len()).assert_exactly(&new);
+    assert!(
+        nodes
+            .node(3)
+            .stderr_text()
+            .contains("removed a stray partition directory"),
+        "node 3 does not say it removed the stray directory"
+    );
+    nodes.assert_no_panic();
+}
