@@ -36,8 +36,11 @@
 //! restart. Each connector is its own Tokio task: one failing never touches another or
 //! the broker.
 //!
-//! Not yet: a dead-letter topic for sources (sinks have one: [`sink`]), more than one
-//! task per connector.
+//! The exception, under `errors.tolerance=none`: a source record its topic refuses
+//! whatever is retried makes the task FAILED at once ([`TaskError::Refused`]) instead of
+//! restarted, since a restart would append the same records again and fail the same way.
+//!
+//! Not yet: more than one task per connector.
 
 pub(crate) mod catalog;
 pub(crate) mod config;
@@ -252,6 +255,14 @@ enum TaskError {
     /// The runtime failed around it (append, offsets, commit).
     #[error("{0}")]
     Runtime(String),
+    /// A record can never be written (the topic refuses it whatever is retried: too
+    /// large for `max.message.bytes`, keyless on a compacted topic) and
+    /// `errors.tolerance=none`: the task is FAILED at once, with this reason, after
+    /// storing the offsets of what was written before it. A restart would only append
+    /// the same record and fail again; the user changes the topic or the config, then
+    /// restarts (Kafka Connect fails a source task on a producer error the same way).
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// Set by a task attempt once it moved records, so a later failure starts a fresh retry
@@ -1575,8 +1586,14 @@ async fn supervise(
                 let out_of_time = c
                     .retry_timeout_ms
                     .is_some_and(|t| since.elapsed() >= Duration::from_millis(t));
-                if out_of_time {
-                    tracing::error!(connector = %name, error = %error, "connector FAILED (errors.retry.timeout reached)");
+                let hopeless = matches!(e, TaskError::Refused(_));
+                if out_of_time || hopeless {
+                    let why = if hopeless {
+                        "a record can never be written"
+                    } else {
+                        "errors.retry.timeout reached"
+                    };
+                    tracing::error!(connector = %name, error = %error, "connector FAILED ({why})");
                     deps.set_status(&name, TaskState::Failed, Some(error));
                     match wake(&mut ctl, &mut shutdown).await {
                         Wake::Changed => {
