@@ -37,8 +37,9 @@
 //! the broker.
 //!
 //! The exception, under `errors.tolerance=none`: a source record its topic refuses
-//! whatever is retried makes the task FAILED at once ([`TaskError::Refused`]) instead of
-//! restarted, since a restart would append the same records again and fail the same way.
+//! whatever is retried, or a sink batch still not delivered when `errors.retry.timeout`
+//! is spent, makes the task FAILED at once ([`TaskError::Refused`]) instead of restarted,
+//! since a restart would append or put the same records again and fail the same way.
 //!
 //! Not yet: more than one task per connector.
 
@@ -255,12 +256,14 @@ enum TaskError {
     /// The runtime failed around it (append, offsets, commit).
     #[error("{0}")]
     Runtime(String),
-    /// A record can never be written (the topic refuses it whatever is retried: too
-    /// large for `max.message.bytes`, keyless on a compacted topic) and
-    /// `errors.tolerance=none`: the task is FAILED at once, with this reason, after
-    /// storing the offsets of what was written before it. A restart would only append
-    /// the same record and fail again; the user changes the topic or the config, then
-    /// restarts (Kafka Connect fails a source task on a producer error the same way).
+    /// A record cannot be handled and retrying cannot help, under
+    /// `errors.tolerance=none`: a source record its topic refuses whatever is retried
+    /// (too large for `max.message.bytes`, keyless on a compacted topic; the offsets of
+    /// what was written before it are stored first), or a sink's records still not
+    /// delivered when `errors.retry.timeout` is spent. The task is FAILED at once, with
+    /// this reason: a restart would only append or put the same records again and fail
+    /// the same way. The user changes the topic, the endpoint or the config, then
+    /// restarts (Kafka Connect fails a task on a producer error the same way).
     #[error("{0}")]
     Refused(String),
 }

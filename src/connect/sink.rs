@@ -243,8 +243,13 @@ async fn run_assigned(
 /// unsettled record of each partition, so the commit at stop covers only settled
 /// records and the rest is put again after the restart.
 ///
+/// Retries still asked for once `errors.retry.timeout` has passed since the first `put`
+/// of `batch` are spent: the unsettled records take the error path as errant ones
+/// (exception class `RetriesExhausted`): the dead-letter topic or a log line under
+/// `errors.tolerance=all`, the task FAILED at once under `none` ([`TaskError::Refused`]).
+///
 /// Errors: a `put` failure; an errant record under `errors.tolerance=none`; a DLQ
-/// append failure; retries still asked for after `errors.retry.timeout`.
+/// append failure; retries spent under `none`.
 async fn deliver(
     c: &ConnectorConfig,
     deps: &Deps,
@@ -274,13 +279,30 @@ async fn deliver(
             .retry_timeout_ms
             .is_some_and(|t| started.elapsed() >= Duration::from_millis(t));
         if out_of_time {
-            return Err(TaskError::Runtime(format!(
-                "the sink still asks to retry {}-{} offset {} after errors.retry.timeout ({} ms)",
-                first.topic,
-                first.partition,
-                first.offset,
+            // The retries are spent: the rest takes the error path now. A restart would
+            // only put the same records again (resending what may have arrived).
+            let reason = format!(
+                "not delivered: the sink still asked to retry after errors.retry.timeout ({} ms)",
                 c.retry_timeout_ms.unwrap_or(0)
-            )));
+            );
+            if c.errors_tolerance == ErrorTolerance::None {
+                return Err(TaskError::Refused(format!(
+                    "{reason} (record {}-{} offset {})",
+                    first.topic, first.partition, first.offset
+                )));
+            }
+            let failed = rest
+                .iter()
+                .map(|r| Failed {
+                    record: r.clone(),
+                    stage: Stage::TaskPut,
+                    kind: "RetriesExhausted",
+                    reason: reason.clone(),
+                })
+                .collect();
+            tolerate(c, deps, failed).await?;
+            progress.made();
+            return Ok(());
         }
         let wait_ms = retry.after_ms.min(c.retry_backoff_max_ms);
         tracing::debug!(connector = %c.name, unsettled = rest.len(), wait_ms, "sink asked to retry");
