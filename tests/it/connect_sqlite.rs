@@ -287,7 +287,8 @@ fn cdc_snapshot_never_streams_only_new_changes_and_tombstones_can_be_off() {
         &d,
         "logs-cdc",
         "logs",
-        "snapshot.mode = \"never\"\ntombstones.on.delete = false\n",
+        "snapshot.mode = \"never\"\ntombstones.on.delete = false\n\
+         message.key.columns = \"logs:msg\"\n",
     );
     let broker = start(&d);
     // Wait for the connector to install its triggers, then write.
@@ -297,10 +298,10 @@ fn cdc_snapshot_never_streams_only_new_changes_and_tombstones_can_be_off() {
         "INSERT INTO logs VALUES ('new'); DELETE FROM logs WHERE msg = 'old 1';",
     );
     let got = read_all(&broker.bootstrap, &["shop.logs"], 2);
-    // No table has a primary key: the key is the rowid.
+    // The table has no primary key: the key is the column `message.key.columns` names.
     assert_eq!(
         ops(&got, "shop.logs"),
-        vec![kv("{\"rowid\":3}", "c"), kv("{\"rowid\":1}", "d")]
+        vec![kv("{\"msg\":\"new\"}", "c"), kv("{\"msg\":\"old 1\"}", "d")]
     );
     broker.stop();
 }
@@ -689,23 +690,28 @@ fn a_writer_holding_the_lock_makes_the_connector_wait_not_fail() {
 
 /// `GET /connectors/{name}/status`: (connector state, task 0 state, task 0 trace).
 fn rest_status(admin: &str, name: &str) -> (String, String, Value) {
+    try_rest_status(admin, name).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`rest_status`], or why the request failed (e.g. 404 before the connector exists).
+fn try_rest_status(admin: &str, name: &str) -> Result<(String, String, Value), String> {
     let url = format!("{admin}/connectors/{name}/status");
     let response = ureq::get(&url)
         .timeout(Duration::from_secs(30))
         .call()
-        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+        .map_err(|e| format!("GET {url}: {e}"))?;
     let body: Value = response
         .into_json()
-        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+        .map_err(|e| format!("GET {url}: {e}"))?;
     let task = &body["tasks"][0];
-    (
+    Ok((
         body["connector"]["state"]
             .as_str()
             .unwrap_or("?")
             .to_string(),
         task["state"].as_str().unwrap_or("?").to_string(),
         task["trace"].clone(),
-    )
+    ))
 }
 
 /// Issue 16: a writer holding `BEGIN IMMEDIATE` past the busy timeout (5 s) is latency
@@ -1043,5 +1049,65 @@ fn cdc_record_too_large_for_its_topic_goes_to_the_dead_letter_topic() {
         (connector.as_str(), task.as_str(), &trace),
         ("RUNNING", "RUNNING", &Value::Null)
     );
+    broker.stop();
+}
+
+/// Issue 16: configs sqlite-cdc cannot honour are refused with the reason, never run half
+/// right: a table without a primary key (its rowid key would change under VACUUM) unless
+/// `message.key.columns` names its key, a key column the table lacks, and Debezium keys
+/// weir does not implement (`provide.transaction.metadata`).
+#[test]
+fn cdc_refuses_a_table_without_a_key_and_unimplemented_debezium_keys() {
+    let d = dirs();
+    py_sql(
+        &d.db,
+        "CREATE TABLE plain(v TEXT); CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);",
+    );
+    let broker = start(&d);
+    let admin = broker.admin_url.clone();
+    let failed = |name: &str, tables: &str, extra: &str, want: &str| {
+        cdc_config(
+            &d,
+            name,
+            tables,
+            &format!("errors.retry.timeout = 0\n{extra}"),
+        );
+        let trace = poll_for(&format!("{name} is FAILED"), 30, || match try_rest_status(
+            &admin, name,
+        )? {
+            (c, t, trace) if c == "FAILED" && t == "FAILED" => Ok(trace),
+            other => Err(format!("status {other:?}")),
+        });
+        let trace = trace.as_str().unwrap_or_default().to_string();
+        assert!(trace.contains(want), "{name}: {trace}");
+    };
+    failed(
+        "no-key",
+        "plain, t",
+        "",
+        "table `plain` has no primary key: its rows would be keyed by rowid",
+    );
+    failed(
+        "bad-key",
+        "plain",
+        "message.key.columns = \"plain:nosuch\"\n",
+        "`message.key.columns`: table `plain` has no column `nosuch`",
+    );
+    failed(
+        "tx-metadata",
+        "t",
+        "provide.transaction.metadata = true\n",
+        "`provide.transaction.metadata` = `true`: a Debezium key sqlite-cdc does not implement",
+    );
+    // Nothing was installed in the user's database by the refused configs.
+    let conn = rusqlite::Connection::open(&d.db).unwrap();
+    let triggers: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'trigger'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(triggers, 0);
     broker.stop();
 }
