@@ -243,8 +243,9 @@ async fn run_assigned(
 /// unsettled record of each partition, so the commit at stop covers only settled
 /// records and the rest is put again after the restart.
 ///
-/// Retries still asked for once `errors.retry.timeout` has passed since the first `put`
-/// of `batch` are spent: the unsettled records take the error path as errant ones
+/// Retries still asked for once `errors.retry.timeout` has passed without a `put`
+/// settling a record (since the first `put` of `batch`, or the last one that settled
+/// some) are spent: the unsettled records take the error path as errant ones
 /// (exception class `RetriesExhausted`): the dead-letter topic or a log line under
 /// `errors.tolerance=all`, the task FAILED at once under `none` ([`TaskError::Refused`]).
 ///
@@ -259,7 +260,9 @@ async fn deliver(
     progress: &mut Progress,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<(), TaskError> {
-    let started = Instant::now();
+    // Since the first put that settled nothing after the last one that did: a sink
+    // moving through a long batch in several calls is not retrying.
+    let mut started = Instant::now();
     let mut rest = batch;
     loop {
         let outcome = task.put(rest).await?;
@@ -270,6 +273,7 @@ async fn deliver(
         };
         if retry.settled > 0 {
             progress.made();
+            started = Instant::now();
         }
         rest = &rest[(retry.settled as usize).min(rest.len())..];
         let Some(first) = rest.first() else {
