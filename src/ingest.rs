@@ -1,5 +1,6 @@
 //! Records the broker writes itself: transform outputs, dead-letter records, the HTTP
-//! produce endpoint and (later) connector source records.
+//! produce endpoint and connector source records (which ask [`Ingest::first_refused`]
+//! first, so they never append past a record that cannot be written).
 //!
 //! [`Ingest::append`] / [`Ingest::append_each`] take plain records for one topic, choose
 //! each record's partition — the caller's choice, else the topic's partitioner —, encode
