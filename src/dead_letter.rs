@@ -1,5 +1,6 @@
 //! Dead-letter records: the one format and the one writer for records that a transform
-//! (inline or async) or a sink connector could not handle under `errors.tolerance=all`
+//! (inline or async) or a connector could not handle (a sink's errant records, a source's
+//! records their topic refuses) under `errors.tolerance=all`
 //! with `errors.deadletterqueue.topic.name` set.
 //!
 //! A dead-letter record is the failing record as it was read (key, value, timestamp,
@@ -10,14 +11,14 @@
 //!
 //! | header | value | written by |
 //! |---|---|---|
-//! | `__connect.errors.topic` | topic the record was read from (or produced to, inline) | all |
+//! | `__connect.errors.topic` | topic the record was read from (or produced to: inline, a source's refused record) | all |
 //! | `__connect.errors.partition` | its partition, decimal | all |
 //! | `__connect.errors.offset` | its offset, decimal (inline: the offset it would have had, now a gap; -1 when unknown) | all |
-//! | `__connect.errors.stage` | Kafka Connect's stage: `TRANSFORMATION`, `KEY_CONVERTER`, `VALUE_CONVERTER`, `TASK_PUT`, `KAFKA_PRODUCE` (an async transform's output could not be written) | all |
+//! | `__connect.errors.stage` | Kafka Connect's stage: `TRANSFORMATION`, `KEY_CONVERTER`, `VALUE_CONVERTER`, `TASK_PUT`, `KAFKA_PRODUCE` (an async transform's output or a source's record could not be written) | all |
 //! | `__connect.errors.class.name` | the component of that stage: a transform's component file (`redact.wasm`), a connector's `connector.class`, a converter's name | all |
-//! | `__connect.errors.exception.class.name` | kind of failure: a plugin error kind (`Trap`, `Timeout`, `MemoryLimit`, `Failed`, `BadOutput`, ...), `FanOut`/`Route` (inline), `OutputWrite` (async), `ErrantRecord` (KIP-610 report), `DataException` (converter) | all |
+//! | `__connect.errors.exception.class.name` | kind of failure: a plugin error kind (`Trap`, `Timeout`, `MemoryLimit`, `Failed`, `BadOutput`, ...), `FanOut`/`Route` (inline), `OutputWrite` (async), `ErrantRecord` (KIP-610 report), `DataException` (converter), `RecordTooLargeException`/`InvalidRecordException` (a source's record its topic refuses) | all |
 //! | `__connect.errors.exception.message` | the failure's message | all |
-//! | `__connect.errors.connector.name` | the connector's name | sink connectors |
+//! | `__connect.errors.connector.name` | the connector's name | connectors |
 //! | `weir.errors.transform` | the transform deployment's name | transforms |
 //! | `weir.errors.plugin.version` | content hash (sha256, hex) of the transform component that failed | transforms |
 //!
@@ -65,7 +66,7 @@ pub(crate) enum Stage {
     ValueConverter,
     /// A sink's `put` (the sink reported the record errant, KIP-610).
     TaskPut,
-    /// Writing an async transform's output record to its topic.
+    /// Writing a record to its topic (an async transform's output, a source's record).
     KafkaProduce,
 }
 
@@ -92,7 +93,7 @@ pub(crate) enum Owner<'a> {
         /// Content hash of the component (sha256, hex).
         version: &'a str,
     },
-    /// A sink connector.
+    /// A connector (a sink's errant records, a source's refused ones).
     Connector {
         /// Connector name.
         name: &'a str,

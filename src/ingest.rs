@@ -1,5 +1,6 @@
 //! Records the broker writes itself: transform outputs, dead-letter records, the HTTP
-//! produce endpoint and (later) connector source records.
+//! produce endpoint and connector source records (which ask [`Ingest::first_refused`]
+//! first, so they never append past a record that cannot be written).
 //!
 //! [`Ingest::append`] / [`Ingest::append_each`] take plain records for one topic, choose
 //! each record's partition — the caller's choice, else the topic's partitioner —, encode
@@ -34,7 +35,7 @@ use crate::cluster::{is_internal_topic, TopicMeta};
 use crate::config::parse_plugin_config;
 use crate::log::{plain, split_batches};
 use crate::plugin::{Partitioner, PluginHost, Record};
-use crate::replica::effective_topic_configs;
+use crate::replica::{effective_topic_configs, produce_settings, ProduceSettings};
 use crate::topics::{self, Topics};
 
 /// Kafka's key hash: `murmur2(bytes)` as the Java client's `Utils.murmur2` computes it,
@@ -150,6 +151,29 @@ impl Ingest {
         }
         topics::get_or_auto_create(&self.topics, topic, true)
             .map_err(|e| IngestError::new(e.error, format!("topic {topic}: {}", e.message)))
+    }
+
+    /// The first of `records` that can never be appended to `meta`'s topic, whichever
+    /// partition and however often it is tried (checked as [`Ingest::append_each`]
+    /// checks each record, with the topic's settings), with its position and why:
+    /// INVALID_RECORD (87) for a keyless record on a compacted topic, MESSAGE_TOO_LARGE
+    /// (10) when it alone exceeds `max.message.bytes`. `None`: all fit. A writer that
+    /// must keep records in order (a source connector) asks before appending, so it
+    /// never appends what follows a record that will fail.
+    pub fn first_refused<'a>(
+        &self,
+        meta: &TopicMeta,
+        records: impl IntoIterator<Item = &'a Record>,
+    ) -> Option<(usize, IngestError)> {
+        let settings = produce_settings(&self.topics.config, &meta.configs);
+        records.into_iter().enumerate().find_map(|(i, r)| {
+            refusal(&settings, r).map(|(error, message)| {
+                (
+                    i,
+                    IngestError::new(error, format!("{}: {message}", meta.name)),
+                )
+            })
+        })
     }
 
     /// Kafka's default partition for a record: murmur2 of the key (masked positive, mod
@@ -423,25 +447,11 @@ impl Ingest {
         let mut batch_bytes = BATCH_HEADER_BYTES;
         for (k, &i) in indexes.iter().enumerate() {
             let r = &records[i];
-            if settings.require_keys && r.key.is_none() {
-                results[k] = Some(Err(fail(
-                    ResponseError::InvalidRecord,
-                    "Compacted topic cannot accept message without key".into(),
-                )));
+            if let Some((error, message)) = refusal(&settings, r) {
+                results[k] = Some(Err(fail(error, message)));
                 continue;
             }
             let size = max_encoded_size(r);
-            if BATCH_HEADER_BYTES + size > settings.max_message_bytes {
-                results[k] = Some(Err(fail(
-                    ResponseError::MessageTooLarge,
-                    format!(
-                        "a record of up to {} bytes (as a batch) exceeds max.message.bytes {}",
-                        BATCH_HEADER_BYTES + size,
-                        settings.max_message_bytes
-                    ),
-                )));
-                continue;
-            }
             if !batch.is_empty() && batch_bytes + size > settings.max_message_bytes {
                 batches.push(std::mem::take(&mut batch));
                 batch_bytes = BATCH_HEADER_BYTES;
@@ -533,6 +543,30 @@ impl Ingest {
             .map_err(|e| (e.kafka_error(), e.to_string()))?;
         Ok((info.base_offset, info.log_append_time_ms))
     }
+}
+
+/// Why `r` can never be appended to a partition with `settings`, however often it is
+/// tried: INVALID_RECORD (87) for a keyless record on a compacted topic (Kafka's
+/// `LogValidator` message), MESSAGE_TOO_LARGE (10) when it alone, as a batch, may exceed
+/// `max.message.bytes`. `None`: it fits.
+fn refusal(settings: &ProduceSettings, r: &Record) -> Option<(ResponseError, String)> {
+    if settings.require_keys && r.key.is_none() {
+        return Some((
+            ResponseError::InvalidRecord,
+            "Compacted topic cannot accept message without key".into(),
+        ));
+    }
+    let bytes = BATCH_HEADER_BYTES + max_encoded_size(r);
+    if bytes > settings.max_message_bytes {
+        return Some((
+            ResponseError::MessageTooLarge,
+            format!(
+                "a record of up to {bytes} bytes (as a batch) exceeds max.message.bytes {}",
+                settings.max_message_bytes
+            ),
+        ));
+    }
+    None
 }
 
 /// An upper bound of a record's size inside a magic-2 batch: its fields plus the largest

@@ -100,6 +100,16 @@ pub struct ProduceSettings {
     pub min_insync_replicas: usize,
 }
 
+/// The produce settings of a topic with `overrides` on `broker`: what every partition of
+/// it applies ([`Partition::settings`]), for a writer that checks records before a
+/// partition is chosen (`Ingest::refusal`).
+pub fn produce_settings(
+    broker: &BrokerConfig,
+    overrides: &BTreeMap<String, String>,
+) -> ProduceSettings {
+    resolve(broker, overrides).1
+}
+
 fn resolve(
     broker: &BrokerConfig,
     overrides: &BTreeMap<String, String>,

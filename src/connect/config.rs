@@ -17,8 +17,8 @@
 //! | `file` | file connectors: the file; its directory is the one path the component may open (read-only for a source, read-write for a sink) |
 //! | `database` | SQLite connectors: the database file, the one file the component's `sqlite` interface may open |
 //! | `batch.size` | most records per `poll` / `put` (default 2000, FileStreamSource's) |
-//! | `errors.tolerance` | `none` (default): a record that fails conversion, a transform or the sink fails the task; `all`: it is skipped — a sink sends it to the dead-letter topic when one is set (as Kafka Connect, whose DLQ is for sinks only), otherwise it is logged |
-//! | `errors.deadletterqueue.topic.name` | sinks under `errors.tolerance=all`: topic for errant records, with Kafka Connect's `__connect.errors.*` headers |
+//! | `errors.tolerance` | `none` (default): a record that fails conversion, a transform or the sink fails the task, and a source record its topic refuses (too large, keyless on a compacted topic) fails it for good (FAILED, no restart); `all`: it is skipped — a sink's, and a source's refused record, go to the dead-letter topic when one is set, otherwise it is logged |
+//! | `errors.deadletterqueue.topic.name` | under `errors.tolerance=all`: topic for a sink's errant records and a source's refused ones, with Kafka Connect's `__connect.errors.*` headers |
 //! | `key.converter`, `value.converter` (+ `.schemas.enable`) | how keys and values are written to / read from topics: `bytes` (default), `string`, `json` ([`super::convert`]) |
 //! | `transforms` (+ `transforms.<alias>.*`) | a chain of transform components applied in the connector ([`super::smt`]) |
 //! | `http.url` | HTTP connectors: the URL polled (source) or posted to (sink) |
@@ -85,7 +85,8 @@ pub(crate) enum ErrorTolerance {
     /// A failed record fails the task (Kafka Connect's default).
     None,
     /// A failed record is skipped: a sink sends it to `errors.deadletterqueue.topic.name`
-    /// when set; otherwise (and in a source, as Kafka Connect) it is logged.
+    /// when set, and so does a source for a record its topic refuses; otherwise it is
+    /// logged.
     All,
 }
 

@@ -36,8 +36,12 @@
 //! restart. Each connector is its own Tokio task: one failing never touches another or
 //! the broker.
 //!
-//! Not yet: a dead-letter topic for sources (sinks have one: [`sink`]), more than one
-//! task per connector.
+//! The exception, under `errors.tolerance=none`: a source record its topic refuses
+//! whatever is retried, or a sink batch still not delivered when `errors.retry.timeout`
+//! is spent, makes the task FAILED at once ([`TaskError::Refused`]) instead of restarted,
+//! since a restart would append or put the same records again and fail the same way.
+//!
+//! Not yet: more than one task per connector.
 
 pub(crate) mod catalog;
 pub(crate) mod config;
@@ -252,6 +256,16 @@ enum TaskError {
     /// The runtime failed around it (append, offsets, commit).
     #[error("{0}")]
     Runtime(String),
+    /// A record cannot be handled and retrying cannot help, under
+    /// `errors.tolerance=none`: a source record its topic refuses whatever is retried
+    /// (too large for `max.message.bytes`, keyless on a compacted topic; the offsets of
+    /// what was written before it are stored first), or a sink's records still not
+    /// delivered when `errors.retry.timeout` is spent. The task is FAILED at once, with
+    /// this reason: a restart would only append or put the same records again and fail
+    /// the same way. The user changes the topic, the endpoint or the config, then
+    /// restarts (Kafka Connect fails a task on a producer error the same way).
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// Set by a task attempt once it moved records, so a later failure starts a fresh retry
@@ -1575,8 +1589,14 @@ async fn supervise(
                 let out_of_time = c
                     .retry_timeout_ms
                     .is_some_and(|t| since.elapsed() >= Duration::from_millis(t));
-                if out_of_time {
-                    tracing::error!(connector = %name, error = %error, "connector FAILED (errors.retry.timeout reached)");
+                let hopeless = matches!(e, TaskError::Refused(_));
+                if out_of_time || hopeless {
+                    let why = if hopeless {
+                        "a record can never be written"
+                    } else {
+                        "errors.retry.timeout reached"
+                    };
+                    tracing::error!(connector = %name, error = %error, "connector FAILED ({why})");
                     deps.set_status(&name, TaskState::Failed, Some(error));
                     match wake(&mut ctl, &mut shutdown).await {
                         Wake::Changed => {

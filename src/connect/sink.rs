@@ -243,8 +243,14 @@ async fn run_assigned(
 /// unsettled record of each partition, so the commit at stop covers only settled
 /// records and the rest is put again after the restart.
 ///
+/// Retries still asked for once `errors.retry.timeout` has passed without a `put`
+/// settling a record (since the first `put` of `batch`, or the last one that settled
+/// some) are spent: the unsettled records take the error path as errant ones
+/// (exception class `RetriesExhausted`): the dead-letter topic or a log line under
+/// `errors.tolerance=all`, the task FAILED at once under `none` ([`TaskError::Refused`]).
+///
 /// Errors: a `put` failure; an errant record under `errors.tolerance=none`; a DLQ
-/// append failure; retries still asked for after `errors.retry.timeout`.
+/// append failure; retries spent under `none`.
 async fn deliver(
     c: &ConnectorConfig,
     deps: &Deps,
@@ -254,7 +260,9 @@ async fn deliver(
     progress: &mut Progress,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<(), TaskError> {
-    let started = Instant::now();
+    // Since the first put that settled nothing after the last one that did: a sink
+    // moving through a long batch in several calls is not retrying.
+    let mut started = Instant::now();
     let mut rest = batch;
     loop {
         let outcome = task.put(rest).await?;
@@ -265,6 +273,7 @@ async fn deliver(
         };
         if retry.settled > 0 {
             progress.made();
+            started = Instant::now();
         }
         rest = &rest[(retry.settled as usize).min(rest.len())..];
         let Some(first) = rest.first() else {
@@ -274,13 +283,30 @@ async fn deliver(
             .retry_timeout_ms
             .is_some_and(|t| started.elapsed() >= Duration::from_millis(t));
         if out_of_time {
-            return Err(TaskError::Runtime(format!(
-                "the sink still asks to retry {}-{} offset {} after errors.retry.timeout ({} ms)",
-                first.topic,
-                first.partition,
-                first.offset,
+            // The retries are spent: the rest takes the error path now. A restart would
+            // only put the same records again (resending what may have arrived).
+            let reason = format!(
+                "not delivered: the sink still asked to retry after errors.retry.timeout ({} ms)",
                 c.retry_timeout_ms.unwrap_or(0)
-            )));
+            );
+            if c.errors_tolerance == ErrorTolerance::None {
+                return Err(TaskError::Refused(format!(
+                    "{reason} (record {}-{} offset {})",
+                    first.topic, first.partition, first.offset
+                )));
+            }
+            let failed = rest
+                .iter()
+                .map(|r| Failed {
+                    record: r.clone(),
+                    stage: Stage::TaskPut,
+                    kind: "RetriesExhausted",
+                    reason: reason.clone(),
+                })
+                .collect();
+            tolerate(c, deps, failed).await?;
+            progress.made();
+            return Ok(());
         }
         let wait_ms = retry.after_ms.min(c.retry_backoff_max_ms);
         tracing::debug!(connector = %c.name, unsettled = rest.len(), wait_ms, "sink asked to retry");

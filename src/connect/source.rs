@@ -4,6 +4,11 @@
 //! connector with a `file` key, a notify watcher on the file's directory wakes it as soon
 //! as anything there changes (an append, a rotation), so a line is picked up within
 //! milliseconds without polling faster.
+//!
+//! Records are appended in poll order and offsets stored for exactly what was settled
+//! ([`write`]): a record the topic refuses is never followed by an append of what comes
+//! after it, so no restart appends the same records twice; it fails the task for good or
+//! goes to the dead-letter topic, by `errors.tolerance` (docs/connectors.md).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -14,8 +19,12 @@ use notify::Watcher as _;
 use tokio::sync::watch;
 
 use super::{Deps, Progress, TaskError};
-use crate::connect::config::{ConnectorConfig, ErrorTolerance};
+use kafka_protocol::ResponseError;
+
+use crate::connect::config::{ConnectorClass, ConnectorConfig, ErrorTolerance};
 use crate::connect::smt::{Chain, ChainRecord};
+use crate::dead_letter::{self, DeadLetter, Owner, Stage};
+use crate::ingest::IngestError;
 use crate::plugin::{Record, SourcePosition, SourceRecord};
 use crate::replica::now_ms;
 
@@ -56,12 +65,17 @@ pub(super) async fn run(
             }
             continue;
         }
-        let positions = write(c, deps, &mut chain, records).await?;
-        deps.offsets
-            .commit(&c.name, &positions)
-            .map_err(TaskError::Runtime)?;
-        task.commit(&positions).await?;
-        progress.made();
+        let written = write(c, deps, &mut chain, records).await?;
+        if !written.positions.is_empty() {
+            deps.offsets
+                .commit(&c.name, &written.positions)
+                .map_err(TaskError::Runtime)?;
+            task.commit(&written.positions).await?;
+            progress.made();
+        }
+        if let Some(e) = written.failure {
+            return Err(e);
+        }
     }
     task.close().await?;
     Ok(())
@@ -98,18 +112,48 @@ fn watch(
     Some(watcher)
 }
 
-/// Runs `records` through the `transforms` chain and the converters, appends them (runs
-/// of the same topic as one append each, keeping order) and returns the last offset of
-/// each source partition — of every record polled, a dropped one included.
+/// What became of one poll's records.
+struct Written {
+    /// The offset of each source partition after the longest run of the poll's records
+    /// (from its start) that are settled: appended, dropped by the chain, or skipped
+    /// under `errors.tolerance=all`. Exactly what may be stored: nothing after a record
+    /// that was not written.
+    positions: Vec<SourcePosition>,
+    /// Why writing stopped before the end, if it did; nothing after that point was
+    /// appended by this call except, for an append that failed part-way (an I/O or
+    /// leadership error), later batches of that same append (at least once).
+    failure: Option<TaskError>,
+}
+
+/// A source partition and offset, as the guest gave them.
+type Origin = (Vec<(String, String)>, Vec<(String, String)>);
+
+/// Runs `records` through the `transforms` chain and the converters and appends them in
+/// order (runs of the same topic as one append each, split by [`Ingest`] into batches
+/// that fit `max.message.bytes`).
+///
+/// A record the topic refuses whatever is retried ([`Ingest::first_refused`]: too
+/// large, or keyless on a compacted topic) is never appended and nothing after it is
+/// appended first: under `errors.tolerance=none` writing stops there with
+/// [`TaskError::Refused`]; under `all` it goes to `errors.deadletterqueue.topic.name`
+/// (stage `KAFKA_PRODUCE`) when one is set and takes it, else it is logged, and writing
+/// goes on. Either way [`Written::positions`] covers exactly the settled records.
+///
+/// Errors (the whole poll, nothing appended): a record names no topic and the connector
+/// has none; the chain fails under `errors.tolerance=none`.
+///
+/// [`Ingest`]: crate::ingest::Ingest
+/// [`Ingest::first_refused`]: crate::ingest::Ingest::first_refused
 async fn write(
     c: &ConnectorConfig,
     deps: &Deps,
     chain: &mut Chain,
     records: Vec<SourceRecord>,
-) -> Result<Vec<SourcePosition>, TaskError> {
+) -> Result<Written, TaskError> {
     let now = now_ms();
-    let mut positions: Vec<SourcePosition> = Vec::new();
-    let mut items: Vec<ChainRecord> = Vec::with_capacity(records.len());
+    let n = records.len();
+    let mut origins: Vec<Origin> = Vec::with_capacity(n);
+    let mut items: Vec<ChainRecord> = Vec::with_capacity(n);
     for (i, r) in records.into_iter().enumerate() {
         let topic = r.topic.clone().or_else(|| c.topic.clone()).ok_or_else(|| {
             TaskError::Runtime(
@@ -121,16 +165,7 @@ async fn write(
             record.timestamp_ms = now;
         }
         items.push((i, topic, record));
-        match positions
-            .iter_mut()
-            .find(|p| p.source_partition == r.source_partition)
-        {
-            Some(p) => p.source_offset = r.source_offset,
-            None => positions.push(SourcePosition {
-                source_partition: r.source_partition,
-                source_offset: r.source_offset,
-            }),
-        }
+        origins.push((r.source_partition, r.source_offset));
     }
     if !chain.is_empty() {
         let skip = c.errors_tolerance == ErrorTolerance::All;
@@ -140,35 +175,170 @@ async fn write(
         }
         items = out;
     }
-    let mut run_topic: Option<String> = None;
-    let mut run: Vec<Record> = Vec::new();
-    for (_, topic, mut record) in items {
+    for (_, _, record) in &mut items {
         record.key = c.key_converter.to_topic(record.key.take());
         record.value = c.value_converter.to_topic(record.value.take());
-        if run_topic.as_deref() != Some(topic.as_str()) {
-            flush(deps, &run_topic, &mut run).await?;
-            run_topic = Some(topic);
-        }
-        run.push(record);
     }
-    flush(deps, &run_topic, &mut run).await?;
-    Ok(positions)
+    let (done, failure) = append_in_order(c, deps, &items, &origins).await;
+    // A record is settled when none of its outputs is among those left unwritten (the
+    // chain keeps the order of its input, so these are the records before the first).
+    let settled = items[done..].iter().map(|(i, _, _)| *i).min().unwrap_or(n);
+    Ok(Written {
+        positions: positions(&origins[..settled]),
+        failure,
+    })
 }
 
-/// Appends a run of records for one topic (nothing for an empty run) and empties it.
-async fn flush(
-    deps: &Deps,
-    topic: &Option<String>,
-    run: &mut Vec<Record>,
-) -> Result<(), TaskError> {
-    if let Some(t) = topic {
-        if !run.is_empty() {
-            deps.ingest
-                .append(t, None, run)
-                .await
-                .map_err(|e| TaskError::Runtime(format!("writing to {t}: {e}")))?;
+/// The last offset of each source partition among `origins`, in order of first sight.
+fn positions(origins: &[Origin]) -> Vec<SourcePosition> {
+    let mut positions: Vec<SourcePosition> = Vec::new();
+    for (partition, offset) in origins {
+        match positions
+            .iter_mut()
+            .find(|p| p.source_partition == *partition)
+        {
+            Some(p) => p.source_offset = offset.clone(),
+            None => positions.push(SourcePosition {
+                source_partition: partition.clone(),
+                source_offset: offset.clone(),
+            }),
         }
     }
-    run.clear();
-    Ok(())
+    positions
+}
+
+/// Appends `items` in order, each run of one topic up to its first refused record at a
+/// time (see [`write`]). Returns how many items from the start are settled, and why it
+/// stopped before the end, if it did.
+async fn append_in_order(
+    c: &ConnectorConfig,
+    deps: &Deps,
+    items: &[ChainRecord],
+    origins: &[Origin],
+) -> (usize, Option<TaskError>) {
+    let mut done = 0;
+    while done < items.len() {
+        let topic = items[done].1.as_str();
+        let end = items[done..]
+            .iter()
+            .position(|(_, t, _)| t != topic)
+            .map_or(items.len(), |k| done + k);
+        let meta = match deps.ingest.topic(topic) {
+            Ok(meta) => meta,
+            Err(e) => {
+                return (
+                    done,
+                    Some(TaskError::Runtime(format!("writing to {topic}: {e}"))),
+                )
+            }
+        };
+        while done < end {
+            let refused = deps
+                .ingest
+                .first_refused(&meta, items[done..end].iter().map(|(_, _, r)| r))
+                .map(|(k, e)| (done + k, e));
+            let stop = refused.as_ref().map_or(end, |(k, _)| *k);
+            if stop > done {
+                let run: Vec<Record> = items[done..stop]
+                    .iter()
+                    .map(|(_, _, r)| r.clone())
+                    .collect();
+                let results = match deps
+                    .ingest
+                    .append_each(topic, &run, &vec![None; run.len()])
+                    .await
+                {
+                    Ok(results) => results,
+                    Err(e) => {
+                        return (
+                            done,
+                            Some(TaskError::Runtime(format!("writing to {topic}: {e}"))),
+                        )
+                    }
+                };
+                for result in results {
+                    if let Err(e) = result {
+                        return (
+                            done,
+                            Some(TaskError::Runtime(format!("writing to {topic}: {e}"))),
+                        );
+                    }
+                    done += 1;
+                }
+            }
+            if let Some((k, e)) = refused {
+                let (partition, offset) = &origins[items[k].0];
+                let located = format!(
+                    "record refused by topic {topic}: {e} (source partition {partition:?}, offset {offset:?})"
+                );
+                if let Err(failure) = tolerate_refused(c, deps, &items[k], &e, located).await {
+                    return (done, Some(failure));
+                }
+                done += 1;
+            }
+        }
+    }
+    (done, None)
+}
+
+/// Applies `errors.tolerance` to a record its topic refuses (`error`; `located` says
+/// which record): `none` fails the task ([`TaskError::Refused`]); `all` writes it to the
+/// dead-letter topic with Kafka Connect's headers (stage `KAFKA_PRODUCE`, partition and
+/// offset -1: it was never in a topic) when one is set and it fits there, else logs it
+/// as skipped.
+///
+/// Errors: as said, and a dead-letter append that fails.
+async fn tolerate_refused(
+    c: &ConnectorConfig,
+    deps: &Deps,
+    item: &ChainRecord,
+    error: &IngestError,
+    located: String,
+) -> Result<(), TaskError> {
+    if c.errors_tolerance == ErrorTolerance::None {
+        return Err(TaskError::Refused(located));
+    }
+    let (_, topic, record) = item;
+    let Some(dlq) = &c.dlq_topic else {
+        tracing::warn!(connector = %c.name, error = %located, "record skipped (errors.tolerance=all, no dead-letter topic)");
+        return Ok(());
+    };
+    let letter = DeadLetter {
+        record: record.clone(),
+        topic: topic.clone(),
+        partition: -1,
+        offset: -1,
+        stage: Stage::KafkaProduce,
+        class_name: match &c.class {
+            ConnectorClass::BuiltIn(name) => name.to_string(),
+            ConnectorClass::Path(path) => path.display().to_string(),
+        },
+        kind: match error.error {
+            ResponseError::MessageTooLarge => "RecordTooLargeException",
+            ResponseError::InvalidRecord => "InvalidRecordException",
+            _ => "KafkaException",
+        },
+        message: located.clone(),
+    };
+    let owner = Owner::Connector { name: &c.name };
+    match dead_letter::write(&deps.ingest, dlq, owner, vec![letter]).await {
+        Ok(_) => {
+            tracing::warn!(connector = %c.name, error = %located, dlq = %dlq, "record sent to the dead-letter topic");
+            Ok(())
+        }
+        // The dead-letter topic refuses it too (it is as large there): retrying cannot
+        // help, and errors.tolerance=all says skip.
+        Err(e)
+            if matches!(
+                e.error,
+                ResponseError::MessageTooLarge | ResponseError::InvalidRecord
+            ) =>
+        {
+            tracing::error!(connector = %c.name, error = %located, dlq = %dlq, dlq_error = %e, "record skipped: the dead-letter topic refuses it too");
+            Ok(())
+        }
+        Err(e) => Err(TaskError::Runtime(format!(
+            "cannot write to the dead-letter topic {dlq}: {e}"
+        ))),
+    }
 }

@@ -684,3 +684,140 @@ fn edge_gateway_pipeline_redacts_and_posts() {
     assert!(!text.contains("@example"), "{text}");
     broker.stop();
 }
+
+/// The `idempotency-key` header of a request, if any.
+fn idempotency_key(r: &Seen) -> Option<String> {
+    r.headers
+        .iter()
+        .find(|(k, _)| k == "idempotency-key")
+        .map(|(_, v)| v.clone())
+}
+
+/// Issue 16: every request carries `Idempotency-Key: <topic>-<partition>-<first>-<last>`,
+/// the same on each resend (after a 503, after a timeout whose request did arrive); a
+/// request that never gets an answer in time is resent until `errors.retry.timeout` is
+/// spent, then its records go to the dead-letter topic and the sink goes on, never
+/// restarted (no status with an error), never resending them again.
+#[test]
+fn http_sink_resends_under_one_idempotency_key_and_dead_letters_what_never_gets_an_answer() {
+    // One server each: the slow one's sleeping thread must not delay the other's answers.
+    let slow = Arc::new(AtomicBool::new(true));
+    let s = slow.clone();
+    let slow_server = Server::start(Box::new(move |_| {
+        if s.load(Ordering::SeqCst) {
+            // Each request arrives, but its answer comes after the sink's http.timeout.ms.
+            std::thread::sleep(Duration::from_millis(700));
+        }
+        ok()
+    }));
+    let flaky_server = Server::start(Box::new(|seen| {
+        if seen.len() == 1 {
+            return (503, vec![], b"busy".to_vec());
+        }
+        ok()
+    }));
+    let d = dirs();
+    let broker = start(&d);
+    let values = |ids: std::ops::Range<u64>| -> Vec<String> {
+        ids.map(|i| format!("{{\"id\":{i}}}")).collect()
+    };
+    produce(&broker.bootstrap, "flaky-in", &values(0..3));
+    produce(&broker.bootstrap, "slow-in", &values(0..3));
+    // The connectors start now (the config dir is watched): each reads its 3 records as
+    // one batch.
+    for (name, server) in [("slow", &slow_server), ("flaky", &flaky_server)] {
+        write_config(
+            &d.configs,
+            name,
+            &format!(
+                "name = \"{name}\"\nconnector.class = \"http-sink\"\ntopics = \"{name}-in\"\n\
+                 http.url = \"{}\"\nhttp.timeout.ms = 200\nretry.backoff.ms = 100\n\
+                 errors.retry.timeout = 1500\nerrors.tolerance = \"all\"\n\
+                 errors.deadletterqueue.topic.name = \"{name}-dlq\"\n\
+                 offset.flush.interval.ms = 100\n",
+                server.url(&format!("/{name}"))
+            ),
+        );
+    }
+
+    // A 503, then the same records again under the same key.
+    wait_until("the flaky endpoint accepted a resend", 60, || {
+        flaky_server.seen_on("/flaky").len() >= 2
+    });
+    let flaky = flaky_server.seen_on("/flaky");
+    assert_eq!(ids(&flaky[0].body), vec![0, 1, 2]);
+    assert_eq!(ids(&flaky[1].body), vec![0, 1, 2]);
+    for r in &flaky[..2] {
+        assert_eq!(idempotency_key(r).as_deref(), Some("flaky-in-0-0-2"));
+    }
+
+    // The slow endpoint: resent under one key until the retries are spent, then the
+    // records are dead letters.
+    let dead = read_with_headers(&broker.bootstrap, "slow-dlq", 3);
+    assert_eq!(
+        dead.len(),
+        3,
+        "the records that never got an answer are dead letters"
+    );
+    for (i, (value, h)) in dead.iter().enumerate() {
+        assert_eq!(ids(value.as_bytes()), vec![i as u64]);
+        assert_eq!(
+            h.get("__connect.errors.exception.class.name")
+                .map(String::as_str),
+            Some("RetriesExhausted")
+        );
+        let msg = h.get("__connect.errors.exception.message").unwrap();
+        assert!(msg.contains("errors.retry.timeout (1500 ms)"), "{msg}");
+    }
+    let tries = slow_server.seen_on("/slow");
+    assert!(tries.len() >= 2, "resent: {} requests", tries.len());
+    for r in &tries {
+        assert_eq!(ids(&r.body), vec![0, 1, 2]);
+        assert_eq!(idempotency_key(r).as_deref(), Some("slow-in-0-0-2"));
+    }
+
+    // The endpoint answers in time again: the sink went on, with the next records only.
+    slow.store(false, Ordering::SeqCst);
+    produce(&broker.bootstrap, "slow-in", &values(3..5));
+    produce(&broker.bootstrap, "flaky-in", &values(3..5));
+    // The ids of the requests to `server` carrying records after the first three.
+    let later = |server: &Server| -> Vec<u64> {
+        server
+            .seen()
+            .iter()
+            .flat_map(|r| ids(&r.body))
+            .filter(|id| *id >= 3)
+            .collect()
+    };
+    wait_until("both sinks posted the next records", 60, || {
+        later(&slow_server).len() >= 2 && later(&flaky_server).len() >= 2
+    });
+    for (name, server) in [("slow", &slow_server), ("flaky", &flaky_server)] {
+        assert_eq!(
+            later(server),
+            vec![3, 4],
+            "{name}: each once, nothing resent"
+        );
+        for r in server.seen() {
+            let ids = ids(&r.body);
+            let want = format!("{name}-in-0-{}-{}", ids[0], ids[ids.len() - 1]);
+            assert_eq!(idempotency_key(&r), Some(want), "{name}");
+        }
+    }
+    // Never restarted: no status of either task carries an error.
+    let statuses = read_topic_for(
+        &broker.bootstrap,
+        "__connect_status",
+        usize::MAX,
+        Duration::from_secs(1),
+    );
+    assert!(!statuses.is_empty());
+    for (k, v) in &statuses {
+        let k = k.as_deref().unwrap_or_default();
+        if k.starts_with("status-task-") && !v.is_empty() {
+            let s: serde_json::Value = serde_json::from_str(v).unwrap();
+            assert_eq!(s["trace"], serde_json::Value::Null, "{k}: {s}");
+        }
+    }
+    broker.stop();
+}

@@ -287,7 +287,8 @@ fn cdc_snapshot_never_streams_only_new_changes_and_tombstones_can_be_off() {
         &d,
         "logs-cdc",
         "logs",
-        "snapshot.mode = \"never\"\ntombstones.on.delete = false\n",
+        "snapshot.mode = \"never\"\ntombstones.on.delete = false\n\
+         message.key.columns = \"logs:msg\"\n",
     );
     let broker = start(&d);
     // Wait for the connector to install its triggers, then write.
@@ -297,10 +298,10 @@ fn cdc_snapshot_never_streams_only_new_changes_and_tombstones_can_be_off() {
         "INSERT INTO logs VALUES ('new'); DELETE FROM logs WHERE msg = 'old 1';",
     );
     let got = read_all(&broker.bootstrap, &["shop.logs"], 2);
-    // No table has a primary key: the key is the rowid.
+    // The table has no primary key: the key is the column `message.key.columns` names.
     assert_eq!(
         ops(&got, "shop.logs"),
-        vec![kv("{\"rowid\":3}", "c"), kv("{\"rowid\":1}", "d")]
+        vec![kv("{\"msg\":\"new\"}", "c"), kv("{\"msg\":\"old 1\"}", "d")]
     );
     broker.stop();
 }
@@ -689,23 +690,28 @@ fn a_writer_holding_the_lock_makes_the_connector_wait_not_fail() {
 
 /// `GET /connectors/{name}/status`: (connector state, task 0 state, task 0 trace).
 fn rest_status(admin: &str, name: &str) -> (String, String, Value) {
+    try_rest_status(admin, name).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`rest_status`], or why the request failed (e.g. 404 before the connector exists).
+fn try_rest_status(admin: &str, name: &str) -> Result<(String, String, Value), String> {
     let url = format!("{admin}/connectors/{name}/status");
     let response = ureq::get(&url)
         .timeout(Duration::from_secs(30))
         .call()
-        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+        .map_err(|e| format!("GET {url}: {e}"))?;
     let body: Value = response
         .into_json()
-        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+        .map_err(|e| format!("GET {url}: {e}"))?;
     let task = &body["tasks"][0];
-    (
+    Ok((
         body["connector"]["state"]
             .as_str()
             .unwrap_or("?")
             .to_string(),
         task["state"].as_str().unwrap_or("?").to_string(),
         task["trace"].clone(),
-    )
+    ))
 }
 
 /// Issue 16: a writer holding `BEGIN IMMEDIATE` past the busy timeout (5 s) is latency
@@ -827,5 +833,281 @@ fn a_writer_holding_the_lock_delays_the_sink_which_stays_running() {
             assert_eq!(s["trace"], Value::Null, "{s}");
         }
     }
+    broker.stop();
+}
+
+/// The change ids of the events of `records` (tombstones have none), in read order.
+fn change_ids(records: &[Rec]) -> Vec<i64> {
+    records
+        .iter()
+        .filter_map(|(_, _, v)| v.as_deref())
+        .map(|v| {
+            let j: Value = serde_json::from_str(v).unwrap();
+            j["source"]["change_id"].as_i64().unwrap()
+        })
+        .collect()
+}
+
+/// Issue 16: a backlog of ~2 KB rows in two tables, committed while the broker is down,
+/// is more than `max.message.bytes` per poll. On start the source splits what it appends
+/// to fit and stores exactly what was appended: every change arrives once, in order, and
+/// the task never fails (no retry re-appending the leading events).
+#[test]
+fn cdc_backlog_larger_than_max_message_bytes_arrives_once_in_order() {
+    let d = dirs();
+    py_sql(
+        &d.db,
+        "PRAGMA journal_mode=WAL;
+         CREATE TABLE a(id INTEGER PRIMARY KEY, v TEXT);
+         CREATE TABLE b(id INTEGER PRIMARY KEY, v TEXT);",
+    );
+    cdc_config(&d, "backlog", "a,b", "");
+    let broker = start(&d);
+    wait_for_trigger_with(&d.db, "b", "\"v\"");
+    // One change through, so the connector has stored an offset to resume from.
+    py_sql(&d.db, "INSERT INTO a VALUES (-1, 'first');");
+    assert_eq!(read_all(&broker.bootstrap, &["shop.a"], 1).len(), 1);
+    broker.stop();
+    // 1,200 rows of 2 KB alternating between the tables: ~2.4 MB in the log, well over
+    // one poll's worth of max.message.bytes (1 MiB) and several topic runs per poll.
+    const ROWS: i64 = 1_200;
+    py_sql(
+        &d.db,
+        &format!(
+            "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < {})
+             INSERT INTO a SELECT i, printf('%.2000c', 'x') FROM n WHERE i % 2 = 0;
+             WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < {})
+             INSERT INTO b SELECT i, printf('%.2000c', 'y') FROM n WHERE i % 2 = 1;",
+            ROWS - 1,
+            ROWS - 1
+        ),
+    );
+    let broker = start(&d);
+    let admin = broker.admin_url.clone();
+    let got = read_all(&broker.bootstrap, &["shop.a", "shop.b"], 1 + ROWS as usize);
+    let mut ids = change_ids(&got);
+    assert_eq!(
+        got.len(),
+        1 + ROWS as usize,
+        "every change once, none repeated"
+    );
+    let per_topic_in_order = ["shop.a", "shop.b"].iter().all(|t| {
+        let mine: Vec<Rec> = got.iter().filter(|r| r.0 == *t).cloned().collect();
+        change_ids(&mine).windows(2).all(|w| w[0] < w[1])
+    });
+    assert!(per_topic_in_order, "change ids in order per topic");
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 1 + ROWS as usize, "no change id twice");
+    let (connector, task, trace) = rest_status(&admin, "backlog");
+    assert_eq!(
+        (connector.as_str(), task.as_str(), &trace),
+        ("RUNNING", "RUNNING", &Value::Null)
+    );
+    broker.stop();
+}
+
+/// The `id`s of the keys of `topic`'s records in `records`, in read order.
+fn ids_of(records: &[Rec], topic: &str) -> Vec<i64> {
+    records
+        .iter()
+        .filter(|(t, _, _)| t == topic)
+        .map(|(_, k, _)| {
+            let key: Value = serde_json::from_str(k.as_deref().unwrap()).unwrap();
+            key["id"].as_i64().unwrap()
+        })
+        .collect()
+}
+
+/// Issue 16, a record a topic refuses: `shop.b` takes at most 16 KiB per batch, and one
+/// transaction inserts a0, b1, a2, b3 (40 KB), a4, b5. Returns the directories and the
+/// broker once the transaction is committed under connector `refused` (`extra` keys).
+fn refused_record_setup(extra: &str) -> (Dirs, TestBroker) {
+    let d = dirs();
+    py_sql(
+        &d.db,
+        "PRAGMA journal_mode=WAL;
+         CREATE TABLE a(id INTEGER PRIMARY KEY, v TEXT);
+         CREATE TABLE b(id INTEGER PRIMARY KEY, v TEXT);",
+    );
+    let broker = start(&d);
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(crate::rdkafka_client::create_topic(
+            &broker.bootstrap,
+            "shop.b",
+            1,
+            &[("max.message.bytes", "16384")],
+        ));
+    cdc_config(&d, "refused", "a,b", extra);
+    wait_for_trigger_with(&d.db, "b", "\"v\"");
+    py_sql(
+        &d.db,
+        "BEGIN;
+         INSERT INTO a VALUES (0, 'small');
+         INSERT INTO b VALUES (1, 'small');
+         INSERT INTO a VALUES (2, 'small');
+         INSERT INTO b VALUES (3, printf('%.40000c', 'x'));
+         INSERT INTO a VALUES (4, 'small');
+         INSERT INTO b VALUES (5, 'small');
+         COMMIT;",
+    );
+    (d, broker)
+}
+
+/// Under `errors.tolerance=none` (and restarts forever, `errors.retry.timeout=-1`) the
+/// refused record fails the task at once — FAILED with the reason, not a retry loop
+/// appending a0, b1, a2 again each time — with the offset of a2 stored. Once the topic
+/// takes the record, a restart writes b3, a4, b5: every change once, in order.
+#[test]
+fn cdc_record_too_large_for_its_topic_fails_the_task_once_and_resumes_after_a_fix() {
+    let (_d, broker) = refused_record_setup("errors.retry.timeout = -1\n");
+    let admin = broker.admin_url.clone();
+    let trace = poll_for("the task is FAILED", 30, || {
+        match rest_status(&admin, "refused") {
+            (c, t, trace) if c == "FAILED" && t == "FAILED" => Ok(trace),
+            other => Err(format!("status {other:?}")),
+        }
+    });
+    let trace = trace.as_str().unwrap_or_default().to_string();
+    assert!(
+        trace.contains("shop.b") && trace.contains("exceeds max.message.bytes 16384"),
+        "the reason names the topic and the limit: {trace}"
+    );
+    let before = read_all(&broker.bootstrap, &["shop.a", "shop.b"], 3);
+    assert_eq!(ids_of(&before, "shop.a"), vec![0, 2], "{before:?}");
+    assert_eq!(ids_of(&before, "shop.b"), vec![1]);
+
+    // The user lets the topic take the record, then restarts the connector.
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let alter =
+            rdkafka::admin::AlterConfig::new(rdkafka::admin::ResourceSpecifier::Topic("shop.b"))
+                .set("max.message.bytes", "1048588");
+        let r = crate::rdkafka_client::admin(&broker.bootstrap)
+            .alter_configs(&[alter], &rdkafka::admin::AdminOptions::new())
+            .await
+            .unwrap();
+        assert!(r[0].is_ok(), "{r:?}");
+    });
+    let restart = format!("{admin}/connectors/refused/restart");
+    ureq::post(&restart)
+        .timeout(Duration::from_secs(30))
+        .call()
+        .unwrap_or_else(|e| panic!("POST {restart}: {e}"));
+    let after = read_all(&broker.bootstrap, &["shop.a", "shop.b"], 6);
+    assert_eq!(ids_of(&after, "shop.a"), vec![0, 2, 4], "{after:?}");
+    assert_eq!(ids_of(&after, "shop.b"), vec![1, 3, 5]);
+    poll_for("the task is RUNNING again", 30, || {
+        match rest_status(&admin, "refused") {
+            (c, t, trace) if c == "RUNNING" && t == "RUNNING" && trace.is_null() => Ok(()),
+            other => Err(format!("status {other:?}")),
+        }
+    });
+    broker.stop();
+}
+
+/// Under `errors.tolerance=all` the refused record goes to the dead-letter topic with
+/// Kafka Connect's headers (stage KAFKA_PRODUCE) and the rest arrive once, in order; the
+/// task stays RUNNING.
+#[test]
+fn cdc_record_too_large_for_its_topic_goes_to_the_dead_letter_topic() {
+    let (_d, broker) = refused_record_setup(
+        "errors.tolerance = \"all\"\nerrors.deadletterqueue.topic.name = \"shop-dlq\"\nerrors.retry.timeout = -1\n",
+    );
+    let got = read_all(&broker.bootstrap, &["shop.a", "shop.b"], 5);
+    assert_eq!(ids_of(&got, "shop.a"), vec![0, 2, 4], "{got:?}");
+    assert_eq!(ids_of(&got, "shop.b"), vec![1, 5]);
+    let dead = crate::rdkafka_client::read_partition(
+        &broker.bootstrap,
+        "shop-dlq",
+        0,
+        Offset::Beginning,
+        1,
+    );
+    assert_eq!(dead.len(), 1, "one dead letter");
+    let (key, value, _, headers) = &dead[0];
+    assert_eq!(key.as_deref(), Some(&b"{\"id\":3}"[..]));
+    let value: Value = serde_json::from_slice(value.as_deref().unwrap()).unwrap();
+    assert_eq!(value["after"]["v"].as_str().map(str::len), Some(40_000));
+    let header = |k: &str| {
+        headers
+            .iter()
+            .find(|(hk, _)| hk == k)
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+            .unwrap_or_else(|| panic!("no header {k} in {headers:?}"))
+    };
+    assert_eq!(header("__connect.errors.stage"), "KAFKA_PRODUCE");
+    assert_eq!(header("__connect.errors.topic"), "shop.b");
+    assert_eq!(
+        header("__connect.errors.exception.class.name"),
+        "RecordTooLargeException"
+    );
+    assert_eq!(header("__connect.errors.connector.name"), "refused");
+    assert!(header("__connect.errors.exception.message").contains("max.message.bytes 16384"));
+    let (connector, task, trace) = rest_status(&broker.admin_url, "refused");
+    assert_eq!(
+        (connector.as_str(), task.as_str(), &trace),
+        ("RUNNING", "RUNNING", &Value::Null)
+    );
+    broker.stop();
+}
+
+/// Issue 16: configs sqlite-cdc cannot honour are refused with the reason, never run half
+/// right: a table without a primary key (its rowid key would change under VACUUM) unless
+/// `message.key.columns` names its key, a key column the table lacks, and Debezium keys
+/// weir does not implement (`provide.transaction.metadata`).
+#[test]
+fn cdc_refuses_a_table_without_a_key_and_unimplemented_debezium_keys() {
+    let d = dirs();
+    py_sql(
+        &d.db,
+        "CREATE TABLE plain(v TEXT); CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);",
+    );
+    let broker = start(&d);
+    let admin = broker.admin_url.clone();
+    let failed = |name: &str, tables: &str, extra: &str, want: &str| {
+        cdc_config(
+            &d,
+            name,
+            tables,
+            &format!("errors.retry.timeout = 0\n{extra}"),
+        );
+        let trace = poll_for(&format!("{name} is FAILED"), 30, || match try_rest_status(
+            &admin, name,
+        )? {
+            (c, t, trace) if c == "FAILED" && t == "FAILED" => Ok(trace),
+            other => Err(format!("status {other:?}")),
+        });
+        let trace = trace.as_str().unwrap_or_default().to_string();
+        assert!(trace.contains(want), "{name}: {trace}");
+    };
+    failed(
+        "no-key",
+        "plain, t",
+        "",
+        "table `plain` has no primary key: its rows would be keyed by rowid",
+    );
+    failed(
+        "bad-key",
+        "plain",
+        "message.key.columns = \"plain:nosuch\"\n",
+        "`message.key.columns`: table `plain` has no column `nosuch`",
+    );
+    failed(
+        "tx-metadata",
+        "t",
+        "provide.transaction.metadata = true\n",
+        "`provide.transaction.metadata` = `true`: a Debezium key sqlite-cdc does not implement",
+    );
+    // Nothing was installed in the user's database by the refused configs.
+    let conn = rusqlite::Connection::open(&d.db).unwrap();
+    let triggers: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'trigger'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(triggers, 0);
     broker.stop();
 }

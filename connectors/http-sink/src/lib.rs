@@ -29,6 +29,16 @@
 //!   followed by one request per record, so only the records the endpoint refuses are
 //!   errant.
 //! - A request the host denies (`http.allowed.hosts`) or cannot build fails the task.
+//!
+//! Idempotency: every request carries `Idempotency-Key: <topic>-<partition>-<first
+//! offset>-<last offset>` of the records in its body (the IETF httpapi draft's header
+//! name; the value unquoted, as Stripe and most APIs take it), so an endpoint can tell a
+//! resend — after a timeout whose request did arrive, say — from new records: a resend
+//! carries the same records, hence the same key. A batch therefore holds records of one
+//! topic partition: a `put` spanning several sends one request per partition run, in
+//! order. A request that keeps failing (timeouts included) is retried with the backoff
+//! until the host's `errors.retry.timeout` is spent; then its records go to the
+//! dead-letter topic (`errors.tolerance=all`) or the task is FAILED (`none`).
 
 use std::cell::RefCell;
 
@@ -122,12 +132,38 @@ enum Verdict {
     Errant(String),
 }
 
+/// The `Idempotency-Key` of a request carrying `records` (one topic partition, in offset
+/// order): `<topic>-<partition>-<first offset>-<last offset>`. `None` for no records.
+fn idempotency_key(records: &[SinkRecord]) -> Option<String> {
+    let (first, last) = (records.first()?, records.last()?);
+    Some(format!(
+        "{}-{}-{}-{}",
+        first.topic, first.partition, first.offset, last.offset
+    ))
+}
+
+/// The end of the run of records of `records[start]`'s topic partition (exclusive).
+fn run_end(records: &[SinkRecord], start: usize) -> usize {
+    let Some(first) = records.get(start) else {
+        return start;
+    };
+    records[start..]
+        .iter()
+        .position(|r| r.topic != first.topic || r.partition != first.partition)
+        .map_or(records.len(), |k| start + k)
+}
+
 impl State {
-    fn post(&mut self, body: &[u8]) -> Result<Verdict, PluginError> {
+    /// POSTs `body`, which carries `records`, with their idempotency key.
+    fn post(&mut self, records: &[SinkRecord], body: &[u8]) -> Result<Verdict, PluginError> {
+        let mut headers = self.headers.clone();
+        if let Some(key) = idempotency_key(records) {
+            headers.push(("idempotency-key".to_string(), key));
+        }
         let r = send(&Request {
             method: "POST",
             url: &self.url,
-            headers: &self.headers,
+            headers: &headers,
             body,
             timeout_ms: self.timeout_ms,
             max_response_bytes: MAX_RESPONSE_BYTES,
@@ -173,23 +209,25 @@ impl State {
             .min(self.backoff_max_ms)
     }
 
-    /// Sends records one by one from `start`, while the call's budget lasts.
+    /// Sends `records[start..end]` one by one, while the call's budget lasts (`first`:
+    /// the index of the call's first request, which is always sent).
     fn singles(
         &mut self,
         records: &[SinkRecord],
-        start: usize,
+        (start, end): (usize, usize),
+        first: usize,
         began_ms: u64,
         errant: &mut Vec<ErrantRecord>,
     ) -> Result<Option<PutRetry>, PluginError> {
-        for (i, r) in records.iter().enumerate().skip(start) {
-            if i > start && now_ms().saturating_sub(began_ms) >= self.timeout_ms {
+        for (i, r) in records.iter().enumerate().take(end).skip(start) {
+            if i > first && now_ms().saturating_sub(began_ms) >= self.timeout_ms {
                 return Ok(Some(PutRetry {
                     settled: i as u32,
                     after_ms: 0,
                 }));
             }
             let body = serde_json::to_vec(&value_json(r)).map_err(|e| error(e.to_string()))?;
-            match self.post(&body)? {
+            match self.post(std::slice::from_ref(r), &body)? {
                 Verdict::Accepted => {}
                 Verdict::Retry(after_ms) => {
                     return Ok(Some(PutRetry {
@@ -202,6 +240,61 @@ impl State {
                     reason,
                 }),
             }
+        }
+        Ok(None)
+    }
+}
+
+impl State {
+    /// Sends one request per run of records of one topic partition, in order, while the
+    /// call's budget lasts; a run refused with a 4xx is sent again one record at a time,
+    /// so only the records the endpoint refuses are errant.
+    fn batches(
+        &mut self,
+        records: &[SinkRecord],
+        began_ms: u64,
+        errant: &mut Vec<ErrantRecord>,
+    ) -> Result<Option<PutRetry>, PluginError> {
+        let mut start = 0;
+        while start < records.len() {
+            if start > 0 && now_ms().saturating_sub(began_ms) >= self.timeout_ms {
+                return Ok(Some(PutRetry {
+                    settled: start as u32,
+                    after_ms: 0,
+                }));
+            }
+            let end = run_end(records, start);
+            let run = &records[start..end];
+            let body: Vec<serde_json::Value> = run.iter().map(value_json).collect();
+            let body = serde_json::to_vec(&body).map_err(|e| error(e.to_string()))?;
+            match self.post(run, &body)? {
+                Verdict::Accepted => {}
+                Verdict::Retry(after_ms) => {
+                    return Ok(Some(PutRetry {
+                        settled: start as u32,
+                        after_ms,
+                    }))
+                }
+                Verdict::Errant(reason) if run.len() == 1 => errant.push(ErrantRecord {
+                    index: start as u32,
+                    reason,
+                }),
+                Verdict::Errant(reason) => {
+                    log(
+                        Level::Info,
+                        &format!(
+                            "batch of {} refused ({reason}); sending one by one",
+                            run.len()
+                        ),
+                    );
+                    if let Some(retry) =
+                        self.singles(records, (start, end), start, began_ms, errant)?
+                    {
+                        return Ok(Some(retry));
+                    }
+                }
+            }
+            start = end;
         }
         Ok(None)
     }
@@ -290,32 +383,10 @@ impl Guest for HttpSink {
                 });
             }
             let retry = match s.mode {
-                Mode::Single => s.singles(&records, 0, began_ms, &mut errant)?,
-                Mode::Batch => {
-                    let body: Vec<serde_json::Value> = records.iter().map(value_json).collect();
-                    let body = serde_json::to_vec(&body).map_err(|e| error(e.to_string()))?;
-                    match s.post(&body)? {
-                        Verdict::Accepted => None,
-                        Verdict::Retry(after_ms) => Some(PutRetry {
-                            settled: 0,
-                            after_ms,
-                        }),
-                        Verdict::Errant(reason) if records.len() == 1 => {
-                            errant.push(ErrantRecord { index: 0, reason });
-                            None
-                        }
-                        Verdict::Errant(reason) => {
-                            log(
-                                Level::Info,
-                                &format!(
-                                    "batch of {} refused ({reason}); sending one by one",
-                                    records.len()
-                                ),
-                            );
-                            s.singles(&records, 0, began_ms, &mut errant)?
-                        }
-                    }
+                Mode::Single => {
+                    s.singles(&records, (0, records.len()), 0, began_ms, &mut errant)?
                 }
+                Mode::Batch => s.batches(&records, began_ms, &mut errant)?,
             };
             Ok(PutResult { errant, retry })
         })

@@ -5,7 +5,16 @@
 //! Keys: `database` (required; the file — the one the runtime lets the `sqlite`
 //! interface open), `tables` (required, comma-separated), `topic.prefix` (required; the
 //! topic of table `t` is `<topic.prefix>.t`), `snapshot.mode` (`initial`, the default: all
-//! existing rows as `op=r` first; `never`), `tombstones.on.delete` (default true).
+//! existing rows as `op=r` first; `never`), `tombstones.on.delete` (default true),
+//! `message.key.columns` (Debezium's: `table:col1,col2;table2:col` — the record key of
+//! those tables; others are keyed by their primary key).
+//!
+//! A table without a primary key and without `message.key.columns` is refused at `open`:
+//! its only key would be the rowid, which VACUUM may renumber, so one row would change
+//! key. Debezium keys this connector does not implement and that would change what is
+//! captured (`provide.transaction.metadata`, `include.schema.changes`, `*.include.list` /
+//! `*.exclude.list`, `skipped.operations`, column masking, ...) are refused at `open` when
+//! set to anything but their "off" value, never silently ignored.
 //!
 //! Capture: change-log triggers. `open` installs, for each table, AFTER INSERT / UPDATE /
 //! DELETE triggers writing the old and new row (`json_object`) into `_weir_cdc_log`, whose
@@ -26,8 +35,7 @@
 //!   turns them into a delete of each removed row with another key, then an update (same
 //!   key was replaced) or a create. Stale pending rows (an insert that was ignored) are
 //!   cleared by the next BEFORE INSERT.
-//! - An UPDATE changing the primary key (rowid for a table without one) logs a delete of
-//!   the old key then a create of the new one.
+//! - An UPDATE changing the key logs a delete of the old key then a create of the new one.
 //! - Schema changes: before each read of the log the connector compares
 //!   `PRAGMA schema_version`; when a table's columns changed it re-creates its triggers
 //!   (in one write transaction). Changes committed between the `ALTER TABLE` and that
@@ -65,8 +73,11 @@ const TS_SQL: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGE
 struct Table {
     name: String,
     columns: Vec<String>,
-    /// Primary key columns in key order; empty = keyed by rowid.
+    /// Primary key columns in key order; empty = a rowid table without a declared one.
     pk: Vec<String>,
+    /// The columns of the record key: `message.key.columns`' entry for the table, else
+    /// the primary key. Never empty (such a table is refused: see [`describe`]).
+    key: Vec<String>,
     /// Column lists of UNIQUE indexes other than the primary key.
     uniques: Vec<Vec<String>>,
 }
@@ -82,6 +93,8 @@ struct State {
     path: String,
     prefix: String,
     table_names: Vec<String>,
+    /// `message.key.columns`.
+    keys: KeyColumns,
     tables: Vec<Table>,
     tombstones: bool,
     last_id: i64,
@@ -160,8 +173,13 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// Reads a table's columns, primary key and UNIQUE indexes.
-fn describe(db: u32, name: &str) -> Result<Table, PluginError> {
+/// Reads a table's columns, primary key and UNIQUE indexes; its key is `key_columns`
+/// (from `message.key.columns`) when given, else its primary key.
+///
+/// Errors: no such table; a key column it does not have; no primary key and no key
+/// columns (its rows would be keyed by rowid, which VACUUM may renumber, so one row would
+/// change key).
+fn describe(db: u32, name: &str, key_columns: Option<&[String]>) -> Result<Table, PluginError> {
     let cols = query(
         db,
         "SELECT name, pk FROM pragma_table_info(?1) ORDER BY cid",
@@ -195,10 +213,30 @@ fn describe(db: u32, name: &str) -> Result<Table, PluginError> {
             uniques.push(names.into_iter().flatten().collect());
         }
     }
+    let pk: Vec<String> = pk.into_iter().map(|(_, n)| n).collect();
+    let key = match key_columns {
+        Some(k) => {
+            if let Some(missing) = k.iter().find(|c| !columns.contains(c)) {
+                return Err(error(format!(
+                    "`message.key.columns`: table `{name}` has no column `{missing}`"
+                )));
+            }
+            k.to_vec()
+        }
+        None if pk.is_empty() => {
+            return Err(error(format!(
+                "table `{name}` has no primary key: its rows would be keyed by rowid, which \
+                 VACUUM may renumber (one row changing key); declare a PRIMARY KEY or name \
+                 its key columns with `message.key.columns` (e.g. `{name}:col1,col2`)"
+            )))
+        }
+        None => pk.clone(),
+    };
     Ok(Table {
         name: name.to_string(),
         columns,
-        pk: pk.into_iter().map(|(_, n)| n).collect(),
+        pk,
+        key,
         uniques,
     })
 }
@@ -220,13 +258,10 @@ impl Table {
         format!("json_object({})", fields.join(", "))
     }
 
-    /// `json_object(...)` of the key of row `alias`: its primary key, or its rowid.
+    /// `json_object(...)` of the key of row `alias`: its key columns.
     fn key_json(&self, alias: &str) -> String {
-        if self.pk.is_empty() {
-            return format!("json_object('rowid', {alias}.rowid)");
-        }
         let fields: Vec<String> = self
-            .pk
+            .key
             .iter()
             .map(|c| format!("{}, {alias}.{}", literal(c), ident(c)))
             .collect();
@@ -235,11 +270,8 @@ impl Table {
 
     /// True (in SQL) when rows `a` and `b` have the same key.
     fn same_key(&self, a: &str, b: &str) -> String {
-        if self.pk.is_empty() {
-            return format!("{a}.rowid IS {b}.rowid");
-        }
         let parts: Vec<String> = self
-            .pk
+            .key
             .iter()
             .map(|c| format!("{a}.{} IS {b}.{}", ident(c), ident(c)))
             .collect();
@@ -343,13 +375,19 @@ fn schema_version(db: u32) -> Result<i64, PluginError> {
 
 /// Describes every table and (re)creates the triggers of those whose shape differs from
 /// `known` (all of them when `known` is empty), in one write transaction.
-fn install(db: u32, names: &[String], known: &[Table]) -> Result<Vec<Table>, PluginError> {
+fn install(
+    db: u32,
+    names: &[String],
+    keys: &KeyColumns,
+    known: &[Table],
+) -> Result<Vec<Table>, PluginError> {
     exec(db, "BEGIN IMMEDIATE", &[])?;
     let result = (|| {
         let mut tables = Vec::with_capacity(names.len());
         let mut ddl = String::new();
         for name in names {
-            let t = describe(db, name)?;
+            let key = keys.iter().find(|(t, _)| t == name).map(|(_, k)| &k[..]);
+            let t = describe(db, name, key)?;
             if !known.contains(&t) {
                 ddl.push_str(&t.trigger_sql());
             }
@@ -370,6 +408,88 @@ fn install(db: u32, names: &[String], known: &[Table]) -> Result<Vec<Table>, Plu
             Err(e)
         }
     }
+}
+
+/// `message.key.columns` (Debezium's key): the key columns named for each table.
+type KeyColumns = Vec<(String, Vec<String>)>;
+
+/// Parses `message.key.columns`: `<table>:<column>[,<column>...]` entries separated by
+/// `;` (Debezium's syntax; a table may be written `main.<table>`), each table one of
+/// `tables`.
+///
+/// Errors: an entry without `:` or columns, a table not captured, a table named twice.
+fn key_columns(value: Option<&str>, tables: &[String]) -> Result<KeyColumns, PluginError> {
+    let mut out: KeyColumns = Vec::new();
+    for entry in value
+        .unwrap_or("")
+        .split(';')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+    {
+        let bad = |why: &str| {
+            error(format!(
+                "`message.key.columns`: `{entry}` {why} (expected `table:col1,col2;table2:col`)"
+            ))
+        };
+        let (table, columns) = entry.split_once(':').ok_or_else(|| bad("has no `:`"))?;
+        let table = table.trim();
+        let table = table.strip_prefix("main.").unwrap_or(table);
+        if !tables.iter().any(|t| t == table) {
+            return Err(bad("names a table that is not in `tables`"));
+        }
+        if out.iter().any(|(t, _)| t == table) {
+            return Err(bad("names a table twice"));
+        }
+        let columns: Vec<String> = columns
+            .split(',')
+            .map(|c| c.trim().to_string())
+            .filter(|c| !c.is_empty())
+            .collect();
+        if columns.is_empty() {
+            return Err(bad("names no column"));
+        }
+        out.push((table.to_string(), columns));
+    }
+    Ok(out)
+}
+
+/// Debezium connector keys that change what is captured or emitted, which this connector
+/// does not implement: set to anything but their default, they are refused rather than
+/// silently ignored. (Each with the value that means "off".)
+const UNIMPLEMENTED_KEYS: &[(&str, &str)] = &[
+    ("provide.transaction.metadata", "false"),
+    ("include.schema.changes", "false"),
+    ("table.include.list", ""),
+    ("table.exclude.list", ""),
+    ("column.include.list", ""),
+    ("column.exclude.list", ""),
+    ("skipped.operations", ""),
+    ("snapshot.select.statement.overrides", ""),
+    ("event.processing.failure.handling.mode", "fail"),
+];
+
+/// Refuses a key of [`UNIMPLEMENTED_KEYS`] set to a value other than its default, or a
+/// column masking / truncation / hashing key (`column.mask.*`, `column.truncate.to.*`,
+/// `column.mask.hash.*`).
+fn refuse_unimplemented(config: &[(String, String)]) -> Result<(), PluginError> {
+    for (key, value) in config {
+        let value = value.trim();
+        let off = UNIMPLEMENTED_KEYS
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, off)| *off);
+        let refused = match off {
+            Some(off) => !value.is_empty() && !value.eq_ignore_ascii_case(off),
+            None => key.starts_with("column.mask.") || key.starts_with("column.truncate.to."),
+        };
+        if refused {
+            return Err(error(format!(
+                "`{key}` = `{value}`: a Debezium key sqlite-cdc does not implement; remove it \
+                 (it is refused rather than ignored, as it would change what is captured)"
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn last_change_id(db: u32) -> Result<i64, PluginError> {
@@ -512,7 +632,7 @@ impl State {
     fn follow_schema(&mut self) -> Result<(), PluginError> {
         let version = schema_version(self.db)?;
         if version != self.schema_version {
-            let tables = install(self.db, &self.table_names, &self.tables)?;
+            let tables = install(self.db, &self.table_names, &self.keys, &self.tables)?;
             if tables != self.tables {
                 log(
                     Level::Info,
@@ -599,6 +719,11 @@ impl Guest for SqliteCdc {
                 )))
             }
         };
+        refuse_unimplemented(&config)?;
+        let keys = key_columns(
+            config_value(&config, "message.key.columns").as_deref(),
+            &table_names,
+        )?;
         let tombstones = match config_value(&config, "tombstones.on.delete").as_deref() {
             None | Some("true") => true,
             Some("false") => false,
@@ -623,7 +748,7 @@ impl Guest for SqliteCdc {
         // Where `snapshot.mode=never` starts: read before the triggers exist, so a change
         // committed right after they do is never skipped.
         let start_id = last_change_id(db)?;
-        let tables = install(db, &table_names, &[])?;
+        let tables = install(db, &table_names, &keys, &[])?;
         let schema_version = schema_version(db)?;
         let stored = offsets
             .iter()
@@ -649,6 +774,7 @@ impl Guest for SqliteCdc {
             path: path.clone(),
             prefix,
             table_names,
+            keys,
             tables,
             tombstones,
             last_id: 0,
