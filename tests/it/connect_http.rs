@@ -717,7 +717,11 @@ fn http_sink_resends_under_one_idempotency_key_and_dead_letters_what_never_gets_
         ok()
     }));
     let d = dirs();
-    let broker = start(&d);
+    // The plugin call deadline well above one request's 200 ms timeout: a loaded machine
+    // must not time a call out (that restart is not what this test is about).
+    let dir = format!("connect.config.dir={}", d.configs.display());
+    let plugins = format!("connect.plugin.path={}", plugin_path().display());
+    let broker = TestBroker::start_in(&d.data, &[&dir, &plugins, "plugin.call.timeout.ms=10000"]);
     let values = |ids: std::ops::Range<u64>| -> Vec<String> {
         ids.map(|i| format!("{{\"id\":{i}}}")).collect()
     };

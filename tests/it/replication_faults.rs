@@ -409,6 +409,27 @@ fn wait_all_listed(nodes: &ThreeNodes) {
     }
 }
 
+/// Runs `wait`; when it fails, prints the last 40 lines of every running node's stderr
+/// before the failure goes on, so a failed CI run shows what the brokers saw.
+fn or_dump<T>(nodes: &ThreeNodes, wait: impl FnOnce() -> T) -> T {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(wait)) {
+        Ok(value) => value,
+        Err(panic) => {
+            for (id, n) in nodes.running() {
+                let text = n.stderr_text();
+                let lines: Vec<&str> = text.lines().collect();
+                let tail = &lines[lines.len().saturating_sub(40)..];
+                eprintln!(
+                    "--- node {id}, its last {} lines:\n{}",
+                    tail.len(),
+                    tail.join("\n")
+                );
+            }
+            std::panic::resume_unwind(panic)
+        }
+    }
+}
+
 /// Starts the producer sending to `topic` (`partitions` partitions) for `seconds`, or
 /// until the file `stop` exists, writing its outcome to `out`, its stdout and stderr
 /// (librdkafka's log lines, many while brokers are down: a file, not a pipe nobody reads)
@@ -529,20 +550,23 @@ async fn acknowledged_records_survive_a_seeded_schedule_of_kills_pauses_and_cuts
                 // The cut is real: the others fence the node they no longer hear from.
                 let other = if node == 1 { 2 } else { 1 };
                 let b = nodes.bootstrap(other);
-                poll_for(&format!("node {other} to fence node {node}"), 20, || {
-                    let ids: Vec<i32> = raw_listed_brokers(&b)?.into_iter().map(|b| b.0).collect();
-                    if ids.contains(&node) {
-                        Err(format!("it lists {ids:?}"))
-                    } else {
-                        Ok(())
-                    }
+                or_dump(&nodes, || {
+                    poll_for(&format!("node {other} to fence node {node}"), 20, || {
+                        let ids: Vec<i32> =
+                            raw_listed_brokers(&b)?.into_iter().map(|b| b.0).collect();
+                        if ids.contains(&node) {
+                            Err(format!("it lists {ids:?}"))
+                        } else {
+                            Ok(())
+                        }
+                    })
                 });
                 // The fault itself: the node runs on, unreachable, this long.
                 std::thread::sleep(Duration::from_millis(cut_ms).saturating_sub(cut_at.elapsed()));
                 nodes.heal(node);
             }
         }
-        wait_all_listed(&nodes);
+        or_dump(&nodes, || wait_all_listed(&nodes));
         eprintln!(
             "[{:6.1} s] fault {i}: all three brokers listed again",
             faults_at.elapsed().as_secs_f64()
