@@ -123,13 +123,11 @@ impl TaskState {
     }
 
     /// The connector's state given its one task's: weir's connector is its task (there
-    /// is no separate `Connector` instance), so a FAILED task is a FAILED connector, and
-    /// a task waiting to be (re)started belongs to a RUNNING connector.
+    /// is no separate `Connector` instance), so the connector is in its task's state — a
+    /// task waiting to be (re)started after a failure is UNASSIGNED and so is its
+    /// connector, never RUNNING while nothing runs.
     pub(crate) fn connector_state(self) -> TaskState {
-        match self {
-            TaskState::Unassigned => TaskState::Running,
-            other => other,
-        }
+        self
     }
 }
 

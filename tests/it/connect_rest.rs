@@ -716,3 +716,32 @@ fn weir_connector_cli_wraps_the_rest_api() {
     assert!(ok && out.lines().count() == 1, "{out}");
     broker.stop();
 }
+
+/// Issue 16: a task that failed and waits to be restarted is UNASSIGNED, and so is its
+/// connector (weir's connector is its one task): status never says RUNNING for what is
+/// not running.
+#[test]
+fn a_failing_connector_is_not_reported_running() {
+    let d = dirs();
+    let broker = start(&d);
+    let admin = broker.admin_url.clone();
+    // The file is a symlink out of its granted directory: every attempt fails.
+    let secret = d.output.with_file_name("secret.txt");
+    std::fs::write(&secret, "secret\n").unwrap();
+    let link = d.input.with_file_name("link.txt");
+    std::os::unix::fs::symlink(&secret, &link).unwrap();
+    let mut body = source_body("retrying", &link, "retrying");
+    body["config"]["errors.retry.timeout"] = json!("-1");
+    let (code, info) = curl("POST", &format!("{admin}/connectors"), Some(&body));
+    assert_eq!(code, 201, "{info}");
+    let status = poll_for("the task failed once and waits for its restart", 60, || {
+        let (_, status) = curl("GET", &format!("{admin}/connectors/retrying/status"), None);
+        let task = &status["tasks"][0];
+        if task["state"] == "UNASSIGNED" && task["trace"].is_string() {
+            return Ok(status);
+        }
+        Err(format!("status {status}"))
+    });
+    assert_eq!(status["connector"]["state"], "UNASSIGNED", "{status}");
+    broker.stop();
+}
