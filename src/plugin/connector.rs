@@ -487,6 +487,67 @@ impl PluginHost {
         })
     }
 
+    /// Checks, without instantiating it, that the component at `path` is a connector of
+    /// the world asked (`sink`: `sink-connector`, else `source-connector`) and links with
+    /// what weir provides: what connector validation (`POST /connectors`,
+    /// `config/validate`) asks before accepting a config. Compiles the component (cached)
+    /// on the calling thread.
+    ///
+    /// Errors: [`PluginError::Read`] (no such file), `NotWasm`, `NotComponent`, `Compile`;
+    /// [`PluginError::WrongWorld`] saying what the component is instead — a transform or
+    /// partitioner ("it is a transform ..."), the other connector world — or what does
+    /// not link.
+    pub fn check_connector(&self, path: &Path, sink: bool) -> Result<(), PluginError> {
+        let (name, component) = self.component(path)?;
+        let world = if sink {
+            "sink-connector"
+        } else {
+            "source-connector"
+        };
+        let wrong = |message: String| PluginError::WrongWorld {
+            plugin: name.to_string(),
+            world,
+            message,
+        };
+        let (_, exports) = super::instance::names(&self.shared.engine, &component);
+        let version = super::instance::PACKAGE_VERSION;
+        let exported = |iface: &str| {
+            let full = format!("weir:plugin/{iface}@{version}");
+            exports.contains(&full).then_some(full)
+        };
+        for (other, iface) in [("transform", "transformer"), ("partitioner", "partition")] {
+            if let Some(full) = exported(iface) {
+                return Err(wrong(format!(
+                    "it is a {other} component (exports `{full}`), not a connector: deploy a \
+                     transform with `weir transform deploy` (POST /transforms) or name it in a \
+                     connector's `transforms.<alias>.type`"
+                )));
+            }
+        }
+        match (sink, exported("source"), exported("sink")) {
+            (true, Some(full), None) => {
+                return Err(wrong(format!(
+                    "it is a source connector (exports `{full}`): a config with `topics` or \
+                     `topics.regex` makes a sink; drop them and set `topic`"
+                )))
+            }
+            (false, None, Some(full)) => {
+                return Err(wrong(format!(
+                    "it is a sink connector (exports `{full}`): a sink needs `topics` or \
+                     `topics.regex`"
+                )))
+            }
+            _ => {}
+        }
+        let linker = linker(&self.shared)?;
+        if sink {
+            link::<_, sink_bindings::SinkConnector>(&linker, &component, &name)?;
+        } else {
+            link::<_, source_bindings::SourceConnector>(&linker, &component, &name)?;
+        }
+        Ok(())
+    }
+
     /// The one loader of both connector worlds: the component at `path` linked as world
     /// `W` ([`linker`]) and instantiated in a store with `grants`, not yet opened (each
     /// world's `open` takes more than a config). Returns the plugin name and the live
