@@ -590,7 +590,7 @@ fn rest_connectors_survive_a_restart_and_the_config_dir_is_watched() {
 fn weir(args: &[&str]) -> (String, bool) {
     let out = Command::new("timeout")
         .arg("120")
-        .arg(env!("CARGO_BIN_EXE_weir"))
+        .arg(crate::harness::weir_bin())
         .args(args)
         .output()
         .expect("weir runs");
