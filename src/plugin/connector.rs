@@ -499,6 +499,28 @@ impl PluginHost {
     /// not link.
     pub fn check_connector(&self, path: &Path, sink: bool) -> Result<(), PluginError> {
         let (name, component) = self.component(path)?;
+        self.check_exports(&name, &component, sink)?;
+        let linker = linker(&self.shared)?;
+        if sink {
+            link::<_, sink_bindings::SinkConnector>(&linker, &component, &name)?;
+        } else {
+            link::<_, source_bindings::SourceConnector>(&linker, &component, &name)?;
+        }
+        Ok(())
+    }
+
+    /// Before linking `component` (plugin `name`) as a connector (`sink` or source):
+    /// when it exports another world's interface, says what it is in weir's terms rather
+    /// than the linker's.
+    ///
+    /// Errors: [`PluginError::WrongWorld`] naming a transform or partitioner (pointing at
+    /// `weir transform deploy`) or the other connector world.
+    fn check_exports(
+        &self,
+        name: &str,
+        component: &wasmtime::component::Component,
+        sink: bool,
+    ) -> Result<(), PluginError> {
         let world = if sink {
             "sink-connector"
         } else {
@@ -509,7 +531,7 @@ impl PluginHost {
             world,
             message,
         };
-        let (_, exports) = super::instance::names(&self.shared.engine, &component);
+        let (_, exports) = super::instance::names(&self.shared.engine, component);
         let version = super::instance::PACKAGE_VERSION;
         let exported = |iface: &str| {
             let full = format!("weir:plugin/{iface}@{version}");
@@ -525,27 +547,16 @@ impl PluginHost {
             }
         }
         match (sink, exported("source"), exported("sink")) {
-            (true, Some(full), None) => {
-                return Err(wrong(format!(
-                    "it is a source connector (exports `{full}`): a config with `topics` or \
-                     `topics.regex` makes a sink; drop them and set `topic`"
-                )))
-            }
-            (false, None, Some(full)) => {
-                return Err(wrong(format!(
-                    "it is a sink connector (exports `{full}`): a sink needs `topics` or \
-                     `topics.regex`"
-                )))
-            }
-            _ => {}
+            (true, Some(full), None) => Err(wrong(format!(
+                "it is a source connector (exports `{full}`): a config with `topics` or \
+                 `topics.regex` makes a sink; drop them and set `topic`"
+            ))),
+            (false, None, Some(full)) => Err(wrong(format!(
+                "it is a sink connector (exports `{full}`): a sink needs `topics` or \
+                 `topics.regex`"
+            ))),
+            _ => Ok(()),
         }
-        let linker = linker(&self.shared)?;
-        if sink {
-            link::<_, sink_bindings::SinkConnector>(&linker, &component, &name)?;
-        } else {
-            link::<_, source_bindings::SourceConnector>(&linker, &component, &name)?;
-        }
-        Ok(())
     }
 
     /// The one loader of both connector worlds: the component at `path` linked as world
@@ -558,6 +569,7 @@ impl PluginHost {
         grants: &ConnectorGrants,
     ) -> Result<(Arc<str>, (Store<ConnectorState>, W)), PluginError> {
         let (name, component) = self.component(path)?;
+        self.check_exports(&name, &component, W::WORLD == "sink-connector")?;
         let pre = link::<_, W>(&linker(&self.shared)?, &component, &name)?;
         let mut store = new_store(&self.shared, &name, grants)?;
         match W::instantiate(&pre, &mut store).await {

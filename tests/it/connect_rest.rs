@@ -821,6 +821,24 @@ fn rest_refuses_configs_that_cannot_run() {
         Some(&json!({"name": "v", "topic": "t", "file": d.input.display().to_string()})),
     );
     assert_eq!((code, &infos["error_count"]), (200, &json!(0)), "{infos}");
+    // A config file naming a transform runs (files get no component check: a component
+    // may be built later) and fails with the same words, never RUNNING.
+    std::fs::write(
+        d.configs.join("misnamed.toml"),
+        format!(
+            "name = \"misnamed\"\nconnector.class = \"{}\"\ntopic = \"t\"\nerrors.retry.timeout = 0\n",
+            transform.display()
+        ),
+    )
+    .unwrap();
+    let status = wait_for_state(&admin, "misnamed", "FAILED");
+    assert!(
+        status["tasks"][0]["trace"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("it is a transform component"),
+        "{status}"
+    );
     broker.stop();
 }
 
