@@ -338,7 +338,7 @@ pub async fn run_on(
             ceiling: connect::config::Ceiling::new(
                 &config.connect_allowed_paths,
                 config.connect_http_allowed_hosts.clone(),
-                &config.log_dir,
+                &[&config.log_dir, &config.plugin.cache_dir],
             ),
         },
         connect::Owners {

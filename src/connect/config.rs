@@ -237,18 +237,20 @@ pub(crate) struct Ceiling {
     pub paths: Vec<PathBuf>,
     /// Allowed hosts; `None`: any host (`*`).
     pub hosts: Option<Vec<crate::plugin::HttpHost>>,
-    /// Never granted, even inside an allowed directory: the broker's `log.dirs`.
+    /// Never granted, even inside an allowed directory: the broker's `log.dirs` and
+    /// `plugin.cache.dir` (compiled components are trusted native code).
     pub denied: Vec<PathBuf>,
 }
 
 impl Ceiling {
     /// The ceiling of `connect.allowed.paths` (`paths`, relative ones against the working
-    /// directory), `connect.http.allowed.hosts` (`hosts`) and the log directory
-    /// `log_dir`. An allowed path that cannot be resolved is dropped with a log line.
+    /// directory) and `connect.http.allowed.hosts` (`hosts`), never granting `denied`
+    /// (the broker's own directories: `log.dirs`, `plugin.cache.dir`). An allowed path
+    /// that cannot be resolved is dropped with a log line.
     pub(crate) fn new(
         paths: &[PathBuf],
         hosts: Option<Vec<crate::plugin::HttpHost>>,
-        log_dir: &Path,
+        denied: &[&Path],
     ) -> Ceiling {
         let resolved = |p: &Path| resolve(&p.to_string_lossy());
         let paths = paths
@@ -264,7 +266,7 @@ impl Ceiling {
         Ceiling {
             paths,
             hosts,
-            denied: resolved(log_dir).into_iter().collect(),
+            denied: denied.iter().filter_map(|d| resolved(d).ok()).collect(),
         }
     }
 
@@ -306,7 +308,7 @@ impl Ceiling {
                 return Err(fail(
                     key,
                     format!(
-                        "`{}` overlaps the broker's log directory {}: a connector is never granted the broker's own files",
+                        "`{}` overlaps the broker's own directory {} (log.dirs or plugin.cache.dir): a connector is never granted the broker's files",
                         grant.display(),
                         d.display()
                     ),
@@ -817,7 +819,7 @@ mod tests {
         let ceiling = Ceiling::new(
             &[root.join("allowed"), root.join("other/one.db")],
             Some(vec![HttpHost::parse("127.0.0.1").unwrap()]),
-            &root.join("data"),
+            &[&root.join("data"), &root.join("allowed/cache")],
         );
         let check = |text: String| {
             let c = parse(&text).map_err(|e| e.to_string())?;
@@ -851,7 +853,10 @@ mod tests {
         let e = check(db(root.join("other/two.db"))).unwrap_err();
         assert!(e.contains("`database`"), "{e}");
         let e = check(file(root.join("x.txt"))).unwrap_err();
-        assert!(e.contains("overlaps the broker's log directory"), "{e}");
+        assert!(e.contains("overlaps the broker's own directory"), "{e}");
+        // Nor the plugin cache, even inside an allowed directory.
+        let e = check(file(root.join("allowed/cache/evil.cwasm"))).unwrap_err();
+        assert!(e.contains("overlaps the broker's own directory"), "{e}");
         // Hosts: the connector narrows (a port), never widens (another host, any port
         // where the ceiling names one).
         let http = |extra: &str| {

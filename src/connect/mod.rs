@@ -17,7 +17,8 @@
 //! its `file`, HTTP to its `http.allowed.hosts`, and the `log` interface) plus its own
 //! stored state (`__connect_state`, [`store::ConnectorStates`]); accept a config whose
 //! grants exceed the broker's ceiling ([`config::Ceiling`]: `connect.allowed.paths`,
-//! `connect.http.allowed.hosts`, never `log.dirs`), from REST, a file or the store.
+//! `connect.http.allowed.hosts`, never `log.dirs` or `plugin.cache.dir`), from REST, a
+//! file or the store.
 //!
 //! Validation: a REST create or update runs every check `config/validate` reports
 //! (keys, ceiling, the component and its transforms; [`ConnectRuntime::errors`]) and is
@@ -213,7 +214,7 @@ pub(crate) struct ConnectSettings {
     /// records (Kafka Connect's worker id is the worker's REST `host:port`).
     pub worker_id: String,
     /// The broker's ceiling on connectors' grants (`connect.allowed.paths`,
-    /// `connect.http.allowed.hosts`, never `log.dirs`).
+    /// `connect.http.allowed.hosts`, never `log.dirs` or `plugin.cache.dir`).
     pub ceiling: config::Ceiling,
 }
 

@@ -876,7 +876,7 @@ fn the_broker_ceiling_bounds_what_a_connector_is_granted() {
     refused(
         &admin,
         source(&d.data.join("x.txt")),
-        &["overlaps the broker's log directory"],
+        &["overlaps the broker's own directory"],
     );
     refused(
         &admin,
