@@ -336,6 +336,11 @@ pub async fn run_on(
             config_dir: config.connect_config_dir.clone(),
             plugin_path: config.connect_plugin_path.clone(),
             worker_id: format!("{}:{}", advertised.host, advertised.port),
+            ceiling: connect::config::Ceiling::new(
+                &config.connect_allowed_paths,
+                config.connect_http_allowed_hosts.clone(),
+                &[&config.log_dir, &config.plugin.cache_dir],
+            ),
         },
         connect::Owners {
             metadata: metadata.clone(),

@@ -4,7 +4,7 @@
 //! | route | answer |
 //! |---|---|
 //! | `GET /connectors[?expand=status&expand=info]` | names, or `{name: {status, info}}` |
-//! | `POST /connectors` `{"name", "config"}` | 201 + info; 409 exists; 400 bad config |
+//! | `POST /connectors` `{"name", "config"}` | 201 + info; 409 exists; 400 bad config (every error validate would report, in Kafka Connect's message) |
 //! | `GET /connectors/{name}` | `{name, config, tasks: [{connector, task}], type}` |
 //! | `GET /connectors/{name}/config` | the properties |
 //! | `PUT /connectors/{name}/config` | 201 created / 200 updated + info; 409 file-defined |
@@ -19,7 +19,7 @@
 //! | `DELETE` / `PATCH /connectors/{name}/offsets` | 200 `{"message"}`; 400 unless STOPPED |
 //! | `DELETE /connectors/{name}` | 204; 409 file-defined |
 //! | `GET /connector-plugins` | `[{class, type, version}]` |
-//! | `PUT /connector-plugins/{plugin}/config/validate` | `ConfigInfos` |
+//! | `PUT /connector-plugins/{plugin}/config/validate` | `ConfigInfos`, with the broker's ceiling and the component checked too |
 //!
 //! Errors: `{"error_code": <status>, "message"}`: 404 unknown connector or task, 409
 //! conflict (exists, file-defined, still stopping), 400 bad body or config, 500 when the
@@ -302,7 +302,11 @@ async fn plugins() -> Json<Value> {
     Json(catalog::plugins_json())
 }
 
-async fn validate(Path(plugin): Path<String>, body: Bytes) -> Result<Response, ApiError> {
+async fn validate(
+    State(state): State<Arc<AdminState>>,
+    Path(plugin): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let props = properties(&json_body(&body)?)?;
     if let Some(class) = props.get("connector.class") {
         if class != &plugin {
@@ -311,7 +315,7 @@ async fn validate(Path(plugin): Path<String>, body: Bytes) -> Result<Response, A
             )));
         }
     }
-    match catalog::validate(&plugin, &props) {
+    match state.connect.validate(&plugin, &props).await {
         Some(infos) => Ok(Json(infos).into_response()),
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,

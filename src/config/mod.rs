@@ -157,6 +157,8 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("transform.config.dir", KeyType::String, None, None, "Directory of transform deployment TOML files (*.toml), loaded at start and watched; unset: none."),
     key("connect.config.dir", KeyType::String, None, None, "Directory of connector config TOML files (*.toml, Kafka Connect keys), started with the broker and watched (a new, changed or removed file creates, updates or deletes its connector); unset: only connectors created through the REST API."),
     key("connect.plugin.path", KeyType::String, Some("connectors/target/wasm32-wasip2/release"), None, "Directory holding the built-in connector components (file_source.wasm, file_sink.wasm); relative to the working directory."),
+    key("connect.allowed.paths", List, Some("connect-files"), None, "The ceiling of what connectors may open: comma-separated directories (anything under them) or files; a connector's `file` directory and `database` must lie inside one, and never overlap log.dirs or plugin.cache.dir. Relative to the working directory. Default: one dedicated directory, ./connect-files (not /tmp, which every local user can write, nor the working directory, which holds ./data); empty: no files at all."),
+    key("connect.http.allowed.hosts", List, Some("localhost,127.0.0.1,::1"), None, "The ceiling of the hosts connectors may reach over HTTP: comma-separated `host` (any port) or `host:port` (`[v6]:port`), or `*` for any host; a connector's http.allowed.hosts (or http.url's host) must lie inside it. Default: loopback only; empty: no HTTP at all."),
 ];
 
 /// A topic-level key (Kafka's `TopicConfig`) and the broker key supplying its default.
@@ -676,6 +678,12 @@ pub struct BrokerConfig {
     pub connect_config_dir: Option<PathBuf>,
     /// `connect.plugin.path`: where built-in connector components are.
     pub connect_plugin_path: PathBuf,
+    /// `connect.allowed.paths`: the directories (or files) connectors may be granted, as
+    /// given (relative ones against the working directory); empty: none.
+    pub connect_allowed_paths: Vec<PathBuf>,
+    /// `connect.http.allowed.hosts`: the hosts connectors may be granted; `None` for `*`
+    /// (any host), empty: none.
+    pub connect_http_allowed_hosts: Option<Vec<crate::plugin::HttpHost>>,
 }
 
 /// The admin HTTP listener, from `admin.listeners` (`http://HOST:PORT`).
@@ -913,6 +921,10 @@ impl BrokerConfig {
                 .filter(|d| !d.is_empty())
                 .map(PathBuf::from),
             connect_plugin_path: PathBuf::from(text("connect.plugin.path")),
+            connect_allowed_paths: list_items(&text("connect.allowed.paths"))
+                .map(PathBuf::from)
+                .collect(),
+            connect_http_allowed_hosts: parse_host_ceiling(&text("connect.http.allowed.hosts"))?,
             raw,
         })
     }
@@ -971,6 +983,31 @@ impl BrokerConfig {
 /// Parses `admin.listeners`: empty (off) or one `http://HOST:PORT`.
 ///
 /// Errors: [`ConfigError::InvalidValue`] for another scheme, several entries or a bad port.
+/// The non-empty, trimmed items of a comma-separated list.
+fn list_items(text: &str) -> impl Iterator<Item = &str> {
+    text.split(',').map(str::trim).filter(|i| !i.is_empty())
+}
+
+/// `connect.http.allowed.hosts`: `None` when an item is `*` (any host), else every item
+/// parsed as a [`crate::plugin::HttpHost`].
+///
+/// Errors: an item that is neither `*` nor `host` / `host:port`, naming the key.
+fn parse_host_ceiling(text: &str) -> Result<Option<Vec<crate::plugin::HttpHost>>, ConfigError> {
+    let mut hosts = Vec::new();
+    for item in list_items(text) {
+        if item == "*" {
+            return Ok(None);
+        }
+        hosts.push(crate::plugin::HttpHost::parse(item).map_err(|why| {
+            ConfigError::InvalidValue {
+                key: "connect.http.allowed.hosts".into(),
+                message: why,
+            }
+        })?);
+    }
+    Ok(Some(hosts))
+}
+
 fn parse_admin_listener(text: &str) -> Result<Option<AdminListener>, ConfigError> {
     let bad = |message: String| ConfigError::InvalidValue {
         key: "admin.listeners".into(),
@@ -1023,6 +1060,35 @@ mod tests {
         assert_eq!(c.log_dir, PathBuf::from("./data"));
         assert!(c.auto_create_topics_enable);
         assert_eq!(c.num_partitions, 1);
+    }
+
+    #[test]
+    fn the_connect_ceiling_defaults_to_one_directory_and_loopback() {
+        let c = BrokerConfig::defaults();
+        assert_eq!(
+            c.connect_allowed_paths,
+            vec![PathBuf::from("connect-files")]
+        );
+        let hosts: Vec<String> = c
+            .connect_http_allowed_hosts
+            .expect("a list, not `*`")
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(hosts, ["localhost", "127.0.0.1", "::1"]);
+        let load = |o: &str| BrokerConfig::load(None, &[o.to_string()]);
+        assert_eq!(
+            load("connect.http.allowed.hosts=a, *")
+                .unwrap()
+                .connect_http_allowed_hosts,
+            None
+        );
+        let c = load("connect.allowed.paths=").unwrap();
+        assert!(c.connect_allowed_paths.is_empty());
+        let e = load("connect.http.allowed.hosts=a:99999")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("connect.http.allowed.hosts"), "{e}");
     }
 
     #[test]

@@ -3,10 +3,12 @@
 //! `ConfigInfos`: one definition and one value per key, errors per key).
 //!
 //! Owns: the key definitions (name, type, required, default, importance, documentation,
-//! group) of the common keys and of each built-in class. Never does: decide whether a
-//! config is valid beyond "a required key is missing" — the checks live in
-//! [`super::config::ConnectorConfig::from_map`], and validate reports its error on the key
-//! it names, so the two cannot disagree.
+//! group) of the common keys and of each built-in class, the shape of validate's answer
+//! ([`config_infos`]) and of a refused create's message ([`invalid_message`]). Never
+//! does: decide whether a config is valid beyond "a required key is missing" — the checks
+//! live in [`super::config::ConnectorConfig::from_map`], the broker's ceiling and the
+//! runtime's component checks, which report errors per key ([`KeyErrors`]); create and
+//! validate show the same errors, so the two cannot disagree.
 //!
 //! Adding a connector: add its `(class, kind)` to [`super::config::BUILT_INS`] and its
 //! keys to [`CLASS_KEYS`].
@@ -275,42 +277,86 @@ fn missing(key: &str) -> String {
     format!("Missing required configuration \"{key}\" which has no default value.")
 }
 
-/// `PUT /connector-plugins/{class}/config/validate`: Kafka Connect's `ConfigInfos`
-/// (`{name, error_count, groups, configs: [{definition, value}]}`) for `props` (with
-/// `connector.class` set to `class`, as Kafka Connect does), or `None` when `class` is
-/// not a built-in.
-///
-/// Errors are per key: a required key missing, and the error
-/// [`ConnectorConfig::from_map`] reports (on the key it names, or on `connector.class`
-/// when it names none).
-pub(crate) fn validate(class: &str, props: &BTreeMap<String, String>) -> Option<Value> {
-    let defs = keys_of(class)?;
-    // Kafka Connect's ConnectorPluginsResource sets `connector.class` from the path.
-    let mut props = props.clone();
-    props.insert("connector.class".into(), class.to_string());
-    let props = &props;
-    let mut errors: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+/// A config's errors by key, as Kafka Connect's `ConfigValue.errorMessages` (several per
+/// key possible).
+pub(crate) type KeyErrors = BTreeMap<String, Vec<String>>;
+
+/// The errors of connector properties `props` that need no broker state: each required
+/// key of its built-in class that is missing (Kafka Connect's message), and the error
+/// [`ConnectorConfig::from_map`] reports (on the key it names, `connector.class` when it
+/// names none) unless that key already has one. A missing `name` is reported, then
+/// `validate` stands in for it so the rest is still checked. Returns the config when
+/// `from_map` accepts it (the broker's ceiling and the component are the runtime's
+/// checks, added to the same errors).
+pub(crate) fn static_errors(
+    props: &BTreeMap<String, String>,
+) -> (Option<ConnectorConfig>, KeyErrors) {
+    let mut errors = KeyErrors::new();
+    let class = props
+        .get("connector.class")
+        .map(|c| c.trim())
+        .unwrap_or_default();
+    let defs = keys_of(class).unwrap_or_else(|| COMMON_KEYS.to_vec());
     for d in &defs {
         let present = props.get(d.name).is_some_and(|v| !v.trim().is_empty());
         if d.required && !present {
-            errors.entry(d.name).or_default().push(missing(d.name));
+            errors
+                .entry(d.name.into())
+                .or_default()
+                .push(missing(d.name));
         }
     }
     let mut checked = props.clone();
     checked
         .entry("name".into())
         .or_insert_with(|| "validate".into());
-    if let Err(e) = ConnectorConfig::from_map(Path::new("REST"), checked) {
-        let key = e
-            .key
-            .as_deref()
-            .and_then(|k| defs.iter().find(|d| d.name == k))
+    match ConnectorConfig::from_map(Path::new("REST"), checked) {
+        Ok(c) => (Some(c), errors),
+        Err(e) => {
+            let key = e.key.clone().unwrap_or_else(|| "connector.class".into());
+            let list = errors.entry(key).or_default();
+            if list.is_empty() {
+                list.push(e.message);
+            }
+            (None, errors)
+        }
+    }
+}
+
+/// Kafka Connect's 400 message for a create or update whose config has `errors`
+/// (`AbstractHerder.maybeAddConfigErrors`): the count, each message on its own line,
+/// and where to find them again.
+pub(crate) fn invalid_message(errors: &KeyErrors) -> String {
+    let count: usize = errors.values().map(Vec::len).sum();
+    let mut message =
+        format!("Connector configuration is invalid and contains the following {count} error(s):");
+    for m in errors.values().flatten() {
+        message.push('\n');
+        message.push_str(m);
+    }
+    message.push_str("\nYou can also find the above list of errors at the endpoint `/connector-plugins/{connectorType}/config/validate`");
+    message
+}
+
+/// `PUT /connector-plugins/{class}/config/validate`: Kafka Connect's `ConfigInfos`
+/// (`{name, error_count, groups, configs: [{definition, value}]}`) for `props` (whose
+/// `connector.class` the caller set to `class`, as Kafka Connect does) with `errors`
+/// ([`static_errors`] plus the runtime's), or `None` when `class` is not a built-in. An
+/// error on a key the class does not define is shown on `connector.class`.
+pub(crate) fn config_infos(
+    class: &str,
+    props: &BTreeMap<String, String>,
+    errors: &KeyErrors,
+) -> Option<Value> {
+    let defs = keys_of(class)?;
+    let mut shown: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (key, list) in errors {
+        let on = defs
+            .iter()
+            .find(|d| d.name == key)
             .map(|d| d.name)
             .unwrap_or("connector.class");
-        let list = errors.entry(key).or_default();
-        if list.is_empty() {
-            list.push(e.message.clone());
-        }
+        shown.entry(on).or_default().extend(list.iter().cloned());
     }
     let mut groups: Vec<&str> = Vec::new();
     for d in &defs {
@@ -339,19 +385,29 @@ pub(crate) fn validate(class: &str, props: &BTreeMap<String, String>) -> Option<
                     "name": d.name,
                     "value": props.get(d.name),
                     "recommended_values": [],
-                    "errors": errors.get(d.name).cloned().unwrap_or_default(),
+                    "errors": shown.get(d.name).cloned().unwrap_or_default(),
                     "visible": true,
                 },
             })
         })
         .collect();
-    let error_count: usize = errors.values().map(Vec::len).sum();
+    let error_count: usize = shown.values().map(Vec::len).sum();
     Some(json!({
         "name": class,
         "error_count": error_count,
         "groups": groups,
         "configs": configs,
     }))
+}
+
+/// [`config_infos`] with only the [`static_errors`] (no broker state), for `props` with
+/// `connector.class` set to `class`.
+#[cfg(test)]
+pub(crate) fn validate(class: &str, props: &BTreeMap<String, String>) -> Option<Value> {
+    let mut props = props.clone();
+    props.insert("connector.class".into(), class.to_string());
+    let (_, errors) = static_errors(&props);
+    config_infos(class, &props, &errors)
 }
 
 #[cfg(test)]

@@ -14,15 +14,15 @@
 //! | `topic` | source: topic for records that name none |
 //! | `topics` | sink: comma-separated topics (its presence makes the connector a sink) |
 //! | `topics.regex` | sink, instead of `topics`: every topic whose whole name matches (internal `__*` topics excepted), including topics created later ([`TopicsRegex`]) |
-//! | `file` | file connectors: the file; its directory is the one path the component may open (read-only for a source, read-write for a sink) |
-//! | `database` | SQLite connectors: the database file, the one file the component's `sqlite` interface may open |
+//! | `file` | file connectors: the file; its directory (symlinks and `..` resolved, [`resolve`]) is the one path the component may open (read-only for a source, read-write for a sink); within the broker's `connect.allowed.paths` ([`Ceiling`]) |
+//! | `database` | SQLite connectors: the database file (resolved), the one file the component's `sqlite` interface may open; within `connect.allowed.paths` |
 //! | `batch.size` | most records per `poll` / `put` (default 2000, FileStreamSource's) |
 //! | `errors.tolerance` | `none` (default): a record that fails conversion, a transform or the sink fails the task, and a source record its topic refuses (too large, keyless on a compacted topic) fails it for good (FAILED, no restart); `all`: it is skipped — a sink's, and a source's refused record, go to the dead-letter topic when one is set, otherwise it is logged |
 //! | `errors.deadletterqueue.topic.name` | under `errors.tolerance=all`: topic for a sink's errant records and a source's refused ones, with Kafka Connect's `__connect.errors.*` headers |
 //! | `key.converter`, `value.converter` (+ `.schemas.enable`) | how keys and values are written to / read from topics: `bytes` (default), `string`, `json` ([`super::convert`]) |
 //! | `transforms` (+ `transforms.<alias>.*`) | a chain of transform components applied in the connector ([`super::smt`]) |
 //! | `http.url` | HTTP connectors: the URL polled (source) or posted to (sink) |
-//! | `http.allowed.hosts` | hosts (`host` = any port, `host:port`) the component may reach over HTTP, comma-separated; default: the host and port of `http.url`; neither key: no HTTP at all |
+//! | `http.allowed.hosts` | hosts (`host` = any port, `host:port`) the component may reach over HTTP, comma-separated, including `http.url`'s; default: the host and port of `http.url`; neither key: no HTTP at all; within the broker's `connect.http.allowed.hosts` |
 //! | `retry.backoff.max.ms` | sink: cap on the wait a `put` asks for before its batch is put again (default 30000) |
 //! | `errors.retry.timeout` | ms a failing task is restarted for before it is FAILED (default 60000; -1 forever, 0 never) |
 //! | `errors.retry.delay.max.ms` | longest wait between restarts (default 60000; waits start at 100 ms and double) |
@@ -192,6 +192,161 @@ pub(crate) struct ConfigError {
     pub key: Option<String>,
     /// What is wrong.
     pub message: String,
+}
+
+/// `path` made absolute with every symbolic link and `..` resolved as the OS resolves
+/// them (its longest existing ancestor canonicalized, the rest appended): what a
+/// connector is granted is then the place the ceiling check looked at, and a link or a
+/// `..` cannot lead a grant out of an allowed directory.
+///
+/// Errors: the path cannot be made absolute, or a `..` follows a part that does not
+/// exist yet (it cannot be resolved).
+pub(crate) fn resolve(path: &str) -> Result<PathBuf, String> {
+    let absolute =
+        std::path::absolute(path).map_err(|e| format!("cannot make `{path}` absolute: {e}"))?;
+    let mut rest: Vec<std::ffi::OsString> = Vec::new();
+    let mut at = absolute.as_path();
+    loop {
+        if let Ok(real) = at.canonicalize() {
+            let mut out = real;
+            for part in rest.iter().rev() {
+                out.push(part);
+            }
+            return Ok(out);
+        }
+        match at.components().next_back() {
+            Some(std::path::Component::Normal(name)) => rest.push(name.to_os_string()),
+            Some(std::path::Component::CurDir) => {}
+            _ => {
+                return Err(format!(
+                    "cannot resolve `{path}`: `..` after a part that does not exist"
+                ))
+            }
+        }
+        at = match at.parent() {
+            Some(p) => p,
+            None => return Ok(absolute),
+        };
+    }
+}
+
+/// The broker's ceiling on what connectors may be granted (`connect.allowed.paths`,
+/// `connect.http.allowed.hosts`): a connector's config narrows it, never widens it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Ceiling {
+    /// Allowed directories (everything under them) or files, resolved ([`resolve`]).
+    pub paths: Vec<PathBuf>,
+    /// Allowed hosts; `None`: any host (`*`).
+    pub hosts: Option<Vec<crate::plugin::HttpHost>>,
+    /// Never granted, even inside an allowed directory: the broker's `log.dirs` and
+    /// `plugin.cache.dir` (compiled components are trusted native code).
+    pub denied: Vec<PathBuf>,
+}
+
+impl Ceiling {
+    /// The ceiling of `connect.allowed.paths` (`paths`, relative ones against the working
+    /// directory) and `connect.http.allowed.hosts` (`hosts`), never granting `denied`
+    /// (the broker's own directories: `log.dirs`, `plugin.cache.dir`). An allowed path
+    /// that cannot be resolved is dropped with a log line.
+    pub(crate) fn new(
+        paths: &[PathBuf],
+        hosts: Option<Vec<crate::plugin::HttpHost>>,
+        denied: &[&Path],
+    ) -> Ceiling {
+        let resolved = |p: &Path| resolve(&p.to_string_lossy());
+        let paths = paths
+            .iter()
+            .filter_map(|p| match resolved(p) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    tracing::error!(path = %p.display(), error = %e, "connect.allowed.paths: entry ignored");
+                    None
+                }
+            })
+            .collect();
+        Ceiling {
+            paths,
+            hosts,
+            denied: denied.iter().filter_map(|d| resolved(d).ok()).collect(),
+        }
+    }
+
+    /// Checks what `c` would be granted against the ceiling: the directory of its `file`
+    /// and its `database` inside an allowed path and clear of `log.dirs`, each of its
+    /// HTTP hosts covered by an allowed host.
+    ///
+    /// Errors: [`ConfigError`] on the key whose grant is outside (`file`, `database`,
+    /// `http.allowed.hosts`, or `http.url` when it sets the hosts), saying how to widen
+    /// the ceiling.
+    pub(crate) fn check(&self, origin: &Path, c: &ConnectorConfig) -> Result<(), ConfigError> {
+        let fail = |key: &str, message: String| ConfigError {
+            path: origin.to_path_buf(),
+            key: Some(key.to_string()),
+            message,
+        };
+        let allowed_list = || {
+            if self.paths.is_empty() {
+                "empty".to_string()
+            } else {
+                self.paths
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        };
+        let grants = [
+            ("file", c.file.as_deref().and_then(Path::parent)),
+            ("database", c.database.as_deref()),
+        ];
+        for (key, grant) in grants {
+            let Some(grant) = grant else { continue };
+            if let Some(d) = self
+                .denied
+                .iter()
+                .find(|d| grant.starts_with(d) || d.starts_with(grant))
+            {
+                return Err(fail(
+                    key,
+                    format!(
+                        "`{}` overlaps the broker's own directory {} (log.dirs or plugin.cache.dir): a connector is never granted the broker's files",
+                        grant.display(),
+                        d.display()
+                    ),
+                ));
+            }
+            if !self.paths.iter().any(|a| grant.starts_with(a)) {
+                return Err(fail(
+                    key,
+                    format!(
+                        "`{}` is outside connect.allowed.paths ({}): a connector may only be granted what the broker's ceiling allows; widen it in the broker config (connect.allowed.paths), not in the connector",
+                        grant.display(),
+                        allowed_list()
+                    ),
+                ));
+            }
+        }
+        if let Some(ceiling) = &self.hosts {
+            for h in &c.http_hosts {
+                if !ceiling.iter().any(|a| a.covers(h)) {
+                    let key = if c.pairs.iter().any(|(k, _)| k == "http.allowed.hosts") {
+                        "http.allowed.hosts"
+                    } else {
+                        "http.url"
+                    };
+                    let list: Vec<String> = ceiling.iter().map(ToString::to_string).collect();
+                    return Err(fail(
+                        key,
+                        format!(
+                            "host `{h}` is outside connect.http.allowed.hosts ({}): widen it in the broker config, not in the connector",
+                            if list.is_empty() { "empty".to_string() } else { list.join(", ") }
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 fn flatten(
@@ -435,11 +590,26 @@ impl ConnectorConfig {
                 ))
             }
         };
-        let file = match get("file") {
-            Some(f) => Some(
-                std::path::absolute(f.trim())
-                    .map_err(|e| fail(Some("file"), format!("cannot make `{f}` absolute: {e}")))?,
-            ),
+        // The directory is what a file connector is granted: resolved, so the ceiling
+        // check sees where it really is. The file name is kept as given: a symlink there
+        // stays a link the sandbox refuses to follow out of the directory.
+        let file = match get("file").map(str::trim) {
+            Some(f) => {
+                let given = Path::new(f);
+                let (Some(dir), Some(name)) = (given.parent(), given.file_name()) else {
+                    return Err(fail(
+                        Some("file"),
+                        format!("`{f}` does not name a file in a directory"),
+                    ));
+                };
+                let dir = if dir.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    dir
+                };
+                let dir = resolve(&dir.to_string_lossy()).map_err(|m| fail(Some("file"), m))?;
+                Some(dir.join(name))
+            }
             None => None,
         };
         if let ConnectorClass::BuiltIn(n) = &class {
@@ -449,13 +619,11 @@ impl ConnectorConfig {
                 }
             }
         }
-        let database =
-            match get("database") {
-                Some(f) => Some(std::path::absolute(f.trim()).map_err(|e| {
-                    fail(Some("database"), format!("cannot make `{f}` absolute: {e}"))
-                })?),
-                None => None,
-            };
+        // Resolved whole: the host opens the database by this path, following links.
+        let database = match get("database") {
+            Some(f) => Some(resolve(f.trim()).map_err(|m| fail(Some("database"), m))?),
+            None => None,
+        };
         let http_url = get("http.url").map(str::trim);
         let http_hosts = match (get("http.allowed.hosts"), http_url) {
             (Some(list), _) => list
@@ -469,6 +637,19 @@ impl ConnectorConfig {
             }
             (None, None) => Vec::new(),
         };
+        if let (Some(url), Some(_)) = (http_url, get("http.allowed.hosts")) {
+            let target =
+                crate::plugin::HttpHost::of_url(url).map_err(|m| fail(Some("http.url"), m))?;
+            if !http_hosts.iter().any(|h| h.covers(&target)) {
+                return Err(fail(
+                    Some("http.allowed.hosts"),
+                    format!(
+                        "does not include the host of http.url `{url}` ({}): every request would be denied",
+                        target
+                    ),
+                ));
+            }
+        }
         let dlq_topic = get("errors.deadletterqueue.topic.name").map(|t| t.trim().to_string());
         if let Some(f) = &file {
             if f.file_name().is_none() || f.parent().is_none() {
@@ -617,7 +798,7 @@ mod tests {
             c.file_grants(true).http_hosts,
             vec![HttpHost::parse("127.0.0.1:9000").unwrap()]
         );
-        let c = parse("name = \"h\"\nconnector.class = \"http-source\"\ntopic = \"t\"\nhttp.url = \"http://a/\"\nhttp.allowed.hosts = \"b, c:81\"\n").unwrap();
+        let c = parse("name = \"h\"\nconnector.class = \"http-source\"\ntopic = \"t\"\nhttp.url = \"http://b/\"\nhttp.allowed.hosts = \"b, c:81\"\n").unwrap();
         assert_eq!(c.http_hosts.len(), 2);
         assert!(c.file.is_none());
         let f = parse(
@@ -625,6 +806,85 @@ mod tests {
         )
         .unwrap();
         assert!(f.http_hosts.is_empty());
+    }
+
+    #[test]
+    fn the_ceiling_is_checked_where_the_grant_really_is() {
+        use crate::plugin::HttpHost;
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().canonicalize().unwrap();
+        for d in ["allowed/sub", "other", "data"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::os::unix::fs::symlink(root.join("other"), root.join("allowed/link")).unwrap();
+        let ceiling = Ceiling::new(
+            &[root.join("allowed"), root.join("other/one.db")],
+            Some(vec![HttpHost::parse("127.0.0.1").unwrap()]),
+            &[&root.join("data"), &root.join("allowed/cache")],
+        );
+        let check = |text: String| {
+            let c = parse(&text).map_err(|e| e.to_string())?;
+            ceiling
+                .check(Path::new("c.toml"), &c)
+                .map(|()| c)
+                .map_err(|e| format!("{e}"))
+        };
+        let file = |f: PathBuf| {
+            format!(
+                "name = \"f\"\nconnector.class = \"file-sink\"\ntopics = \"t\"\nfile = \"{}\"\n",
+                f.display()
+            )
+        };
+        let db = |f: PathBuf| {
+            format!(
+                "name = \"d\"\nconnector.class = \"sqlite-sink\"\ntopics = \"t\"\ndatabase = \"{}\"\n",
+                f.display()
+            )
+        };
+        // Inside, to any depth; the grant is the resolved directory.
+        let c = check(file(root.join("allowed/sub/out.txt"))).unwrap();
+        assert_eq!(c.file_grants(true).dirs[0].host, root.join("allowed/sub"));
+        // A directory link or `..` leading out is followed before the check.
+        let e = check(file(root.join("allowed/link/out.txt"))).unwrap_err();
+        assert!(e.contains("is outside connect.allowed.paths"), "{e}");
+        let e = check(file(root.join("allowed/../other/out.txt"))).unwrap_err();
+        assert!(e.contains("`file`") && e.contains("outside"), "{e}");
+        // A file entry allows that file only; never the log directory or a parent of it.
+        check(db(root.join("other/one.db"))).unwrap();
+        let e = check(db(root.join("other/two.db"))).unwrap_err();
+        assert!(e.contains("`database`"), "{e}");
+        let e = check(file(root.join("x.txt"))).unwrap_err();
+        assert!(e.contains("overlaps the broker's own directory"), "{e}");
+        // Nor the plugin cache, even inside an allowed directory.
+        let e = check(file(root.join("allowed/cache/evil.cwasm"))).unwrap_err();
+        assert!(e.contains("overlaps the broker's own directory"), "{e}");
+        // Hosts: the connector narrows (a port), never widens (another host, any port
+        // where the ceiling names one).
+        let http = |extra: &str| {
+            format!("name = \"h\"\nconnector.class = \"http-sink\"\ntopics = \"t\"\nhttp.url = \"http://127.0.0.1:8080/\"\n{extra}")
+        };
+        check(http("")).unwrap();
+        check(http("http.allowed.hosts = \"127.0.0.1:8080\"\n")).unwrap();
+        let e = check(http("http.allowed.hosts = \"127.0.0.1, 10.0.0.1\"\n")).unwrap_err();
+        assert!(
+            e.contains("`http.allowed.hosts`") && e.contains("10.0.0.1"),
+            "{e}"
+        );
+        let narrow = Ceiling {
+            hosts: Some(vec![HttpHost::parse("127.0.0.1:8080").unwrap()]),
+            ..ceiling.clone()
+        };
+        let c = parse(&http("http.allowed.hosts = \"127.0.0.1\"\n")).unwrap();
+        assert!(narrow.check(Path::new("c.toml"), &c).is_err());
+        let any = Ceiling {
+            hosts: None,
+            ..ceiling
+        };
+        let c = parse(&http("http.allowed.hosts = \"127.0.0.1, 10.0.0.1\"\n")).unwrap();
+        any.check(Path::new("c.toml"), &c).unwrap();
+        // The connector's own list must include http.url's host.
+        let e = parse(&http("http.allowed.hosts = \"10.0.0.1\"\n")).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("http.allowed.hosts"));
     }
 
     #[test]

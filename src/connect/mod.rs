@@ -15,7 +15,16 @@
 //! [`crate::plugin`]) or the protocol layer (what it calls comes in [`Owners`] and
 //! [`Ingest`]); give a connector more than its config grants (the directory of
 //! its `file`, HTTP to its `http.allowed.hosts`, and the `log` interface) plus its own
-//! stored state (`__connect_state`, [`store::ConnectorStates`]).
+//! stored state (`__connect_state`, [`store::ConnectorStates`]); accept a config whose
+//! grants exceed the broker's ceiling ([`config::Ceiling`]: `connect.allowed.paths`,
+//! `connect.http.allowed.hosts`, never `log.dirs` or `plugin.cache.dir`), from REST, a
+//! file or the store.
+//!
+//! Validation: a REST create or update runs every check `config/validate` reports
+//! (keys, ceiling, the component and its transforms; [`ConnectRuntime::errors`]) and is
+//! refused with Kafka Connect's 400 when any fails, so a config that cannot run is never
+//! accepted to retry for ever. Status never says RUNNING for a task that is not: a task
+//! waiting to be restarted is UNASSIGNED, and so is its connector.
 //!
 //! Lifecycle: each connector has one supervisor task following a `watch` of its
 //! [`Control`] (config, target state, restart count). Any change ends the running attempt
@@ -127,13 +136,11 @@ impl TaskState {
     }
 
     /// The connector's state given its one task's: weir's connector is its task (there
-    /// is no separate `Connector` instance), so a FAILED task is a FAILED connector, and
-    /// a task waiting to be (re)started belongs to a RUNNING connector.
+    /// is no separate `Connector` instance), so the connector is in its task's state — a
+    /// task waiting to be (re)started after a failure is UNASSIGNED and so is its
+    /// connector, never RUNNING while nothing runs.
     pub(crate) fn connector_state(self) -> TaskState {
-        match self {
-            TaskState::Unassigned => TaskState::Running,
-            other => other,
-        }
+        self
     }
 }
 
@@ -210,6 +217,9 @@ pub(crate) struct ConnectSettings {
     /// This broker's advertised `host:port`: the `worker_id` of `__connect_status`
     /// records (Kafka Connect's worker id is the worker's REST `host:port`).
     pub worker_id: String,
+    /// The broker's ceiling on connectors' grants (`connect.allowed.paths`,
+    /// `connect.http.allowed.hosts`, never `log.dirs` or `plugin.cache.dir`).
+    pub ceiling: config::Ceiling,
 }
 
 /// The broker's owners connectors call, handed over by the composition root (`broker`):
@@ -505,7 +515,7 @@ impl ConnectRuntime {
                     .get(&name)
                     .copied()
                     .unwrap_or(TargetState::Started);
-                match ConnectorConfig::from_map(Origin::Rest.path(), props.clone()) {
+                match runtime.accept(Origin::Rest.path(), props.clone()) {
                     Ok(c) => {
                         runtime.spawn_entry(&mut entries, c, props, Origin::Rest, target);
                     }
@@ -733,7 +743,93 @@ impl ConnectRuntime {
         }
     }
 
-    fn check(
+    /// `props` as a connector config from `origin`, checked by
+    /// [`ConnectorConfig::from_map`] and against the broker's ceiling: what a config file
+    /// or a stored config must pass to run.
+    ///
+    /// Errors: [`config::ConfigError`] naming the key.
+    fn accept(
+        &self,
+        origin: &Path,
+        props: BTreeMap<String, String>,
+    ) -> Result<ConnectorConfig, config::ConfigError> {
+        let c = ConnectorConfig::from_map(origin, props)?;
+        self.inner.settings.ceiling.check(origin, &c)?;
+        Ok(c)
+    }
+
+    /// Everything wrong with connector properties `props`, by key: the static checks
+    /// ([`catalog::static_errors`]), then, for a well-formed config, the broker's ceiling
+    /// and its components — the connector component must exist and be a connector of the
+    /// config's kind ([`PluginHost::check_connector`]), each `transforms.<alias>.type`
+    /// must load as a transform with its keys. Returns the config when there is none.
+    async fn errors(
+        &self,
+        props: &BTreeMap<String, String>,
+    ) -> (Option<ConnectorConfig>, catalog::KeyErrors) {
+        let (checked, mut errors) = catalog::static_errors(props);
+        let Some(c) = checked else {
+            return (None, errors);
+        };
+        let mut add = |key: String, message: String| errors.entry(key).or_default().push(message);
+        if let Err(e) = self.inner.settings.ceiling.check(Origin::Rest.path(), &c) {
+            add(e.key.unwrap_or_else(|| "connector.class".into()), e.message);
+        }
+        let plugins = self.inner.deps.plugins.clone();
+        let path = c.component_path(&self.inner.settings.plugin_path);
+        let sink = c.kind == ConnectorKind::Sink;
+        let component =
+            tokio::task::spawn_blocking(move || plugins.check_connector(&path, sink)).await;
+        match component {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => add("connector.class".into(), e.to_string()),
+            Err(e) => add(
+                "connector.class".into(),
+                format!("the component check failed: {e}"),
+            ),
+        }
+        for t in &c.transforms {
+            if let Err(e) = self
+                .inner
+                .deps
+                .plugins
+                .load_transform(&t.wasm, &t.config)
+                .await
+            {
+                add(format!("transforms.{}.type", t.alias), e.to_string());
+            }
+        }
+        if errors.is_empty() {
+            (Some(c), errors)
+        } else {
+            (None, errors)
+        }
+    }
+
+    /// `PUT /connector-plugins/{class}/config/validate`: Kafka Connect's `ConfigInfos`
+    /// for `props` as a config of `class` ([`catalog::config_infos`]) with every error
+    /// creating it would meet ([`ConnectRuntime::errors`]); `None` when `class` is not a
+    /// built-in.
+    pub(crate) async fn validate(
+        &self,
+        class: &str,
+        props: &BTreeMap<String, String>,
+    ) -> Option<Value> {
+        catalog::keys_of(class)?;
+        // Kafka Connect's ConnectorPluginsResource sets `connector.class` from the path.
+        let mut props = props.clone();
+        props.insert("connector.class".into(), class.to_string());
+        let (_, errors) = self.errors(&props).await;
+        catalog::config_infos(class, &props, &errors)
+    }
+
+    /// A REST config for connector `name` (its `name` key filled in, or checked against
+    /// the URL's) with every check validate makes ([`ConnectRuntime::errors`]).
+    ///
+    /// Errors: [`ConnectError::Invalid`] with Kafka Connect's message listing every
+    /// error ([`catalog::invalid_message`]), or a name differing from the URL's.
+    async fn check(
+        &self,
         name: &str,
         props: BTreeMap<String, String>,
     ) -> Result<(ConnectorConfig, BTreeMap<String, String>), ConnectError> {
@@ -749,9 +845,14 @@ impl ConnectRuntime {
                 )))
             }
         }
-        let c = ConnectorConfig::from_map(Origin::Rest.path(), props.clone())
-            .map_err(|e| ConnectError::Invalid(e.to_string()))?;
-        Ok((c, props))
+        match self.errors(&props).await {
+            (Some(c), _) => Ok((c, props)),
+            (None, errors) => {
+                let message = catalog::invalid_message(&errors);
+                tracing::info!(connector = name, "connector config refused: {message}");
+                Err(ConnectError::Invalid(message))
+            }
+        }
     }
 
     /// `POST /connectors`: creates connector `name` with `props`.
@@ -763,7 +864,7 @@ impl ConnectRuntime {
         name: &str,
         props: BTreeMap<String, String>,
     ) -> Result<Value, ConnectError> {
-        let (c, props) = Self::check(name, props)?;
+        let (c, props) = self.check(name, props).await?;
         let mut entries = self.inner.entries.lock().await;
         if entries.contains_key(name) {
             return Err(ConnectError::Conflict(format!(
@@ -785,7 +886,11 @@ impl ConnectRuntime {
         name: &str,
         props: BTreeMap<String, String>,
     ) -> Result<(Value, bool), ConnectError> {
-        let (c, props) = Self::check(name, props)?;
+        // A file-defined connector is refused as such (409) whatever the new config says.
+        if let Some(e) = self.inner.entries.lock().await.get(name) {
+            Self::refuse_file(name, &e.origin)?;
+        }
+        let (c, props) = self.check(name, props).await?;
         let mut entries = self.inner.entries.lock().await;
         let Some(e) = entries.get_mut(name) else {
             Self::check_room(&entries)?;
@@ -1371,7 +1476,7 @@ impl ConnectRuntime {
                 .unwrap_or_default();
             let (name, props, checked) = match parsed {
                 Ok(props) => {
-                    let checked = ConnectorConfig::from_map(&path, props.clone());
+                    let checked = self.accept(&path, props.clone());
                     let name = match &checked {
                         Ok(c) => c.name.clone(),
                         Err(_) => props

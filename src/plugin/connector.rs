@@ -487,6 +487,78 @@ impl PluginHost {
         })
     }
 
+    /// Checks, without instantiating it, that the component at `path` is a connector of
+    /// the world asked (`sink`: `sink-connector`, else `source-connector`) and links with
+    /// what weir provides: what connector validation (`POST /connectors`,
+    /// `config/validate`) asks before accepting a config. Compiles the component (cached)
+    /// on the calling thread.
+    ///
+    /// Errors: [`PluginError::Read`] (no such file), `NotWasm`, `NotComponent`, `Compile`;
+    /// [`PluginError::WrongWorld`] saying what the component is instead — a transform or
+    /// partitioner ("it is a transform ..."), the other connector world — or what does
+    /// not link.
+    pub fn check_connector(&self, path: &Path, sink: bool) -> Result<(), PluginError> {
+        let (name, component) = self.component(path)?;
+        self.check_exports(&name, &component, sink)?;
+        let linker = linker(&self.shared)?;
+        if sink {
+            link::<_, sink_bindings::SinkConnector>(&linker, &component, &name)?;
+        } else {
+            link::<_, source_bindings::SourceConnector>(&linker, &component, &name)?;
+        }
+        Ok(())
+    }
+
+    /// Before linking `component` (plugin `name`) as a connector (`sink` or source):
+    /// when it exports another world's interface, says what it is in weir's terms rather
+    /// than the linker's.
+    ///
+    /// Errors: [`PluginError::WrongWorld`] naming a transform or partitioner (pointing at
+    /// `weir transform deploy`) or the other connector world.
+    fn check_exports(
+        &self,
+        name: &str,
+        component: &wasmtime::component::Component,
+        sink: bool,
+    ) -> Result<(), PluginError> {
+        let world = if sink {
+            "sink-connector"
+        } else {
+            "source-connector"
+        };
+        let wrong = |message: String| PluginError::WrongWorld {
+            plugin: name.to_string(),
+            world,
+            message,
+        };
+        let (_, exports) = super::instance::names(&self.shared.engine, component);
+        let version = super::instance::PACKAGE_VERSION;
+        let exported = |iface: &str| {
+            let full = format!("weir:plugin/{iface}@{version}");
+            exports.contains(&full).then_some(full)
+        };
+        for (other, iface) in [("transform", "transformer"), ("partitioner", "partition")] {
+            if let Some(full) = exported(iface) {
+                return Err(wrong(format!(
+                    "it is a {other} component (exports `{full}`), not a connector: deploy a \
+                     transform with `weir transform deploy` (POST /transforms) or name it in a \
+                     connector's `transforms.<alias>.type`"
+                )));
+            }
+        }
+        match (sink, exported("source"), exported("sink")) {
+            (true, Some(full), None) => Err(wrong(format!(
+                "it is a source connector (exports `{full}`): a config with `topics` or \
+                 `topics.regex` makes a sink; drop them and set `topic`"
+            ))),
+            (false, None, Some(full)) => Err(wrong(format!(
+                "it is a sink connector (exports `{full}`): a sink needs `topics` or \
+                 `topics.regex`"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// The one loader of both connector worlds: the component at `path` linked as world
     /// `W` ([`linker`]) and instantiated in a store with `grants`, not yet opened (each
     /// world's `open` takes more than a config). Returns the plugin name and the live
@@ -497,6 +569,7 @@ impl PluginHost {
         grants: &ConnectorGrants,
     ) -> Result<(Arc<str>, (Store<ConnectorState>, W)), PluginError> {
         let (name, component) = self.component(path)?;
+        self.check_exports(&name, &component, W::WORLD == "sink-connector")?;
         let pre = link::<_, W>(&linker(&self.shared)?, &component, &name)?;
         let mut store = new_store(&self.shared, &name, grants)?;
         match W::instantiate(&pre, &mut store).await {

@@ -95,8 +95,26 @@ impl HttpHost {
         Ok(HttpHost { host, port })
     }
 
+    /// Whether every request `other` allows is allowed by `self` too: the same host, and
+    /// any port here or the same port as `other`'s (a port-less `other`, any port, is
+    /// covered only by a port-less `self`).
+    pub fn covers(&self, other: &HttpHost) -> bool {
+        self.host == other.host && (self.port.is_none() || self.port == other.port)
+    }
+
     fn allows(&self, host: &str, port: u16) -> bool {
         self.host == host && self.port.is_none_or(|p| p == port)
+    }
+}
+
+/// `host`, `host:port`, or `[v6]:port`: the form [`HttpHost::parse`] reads.
+impl std::fmt::Display for HttpHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.port {
+            None => f.write_str(&self.host),
+            Some(p) if self.host.contains(':') => write!(f, "[{}]:{p}", self.host),
+            Some(p) => write!(f, "{}:{p}", self.host),
+        }
     }
 }
 

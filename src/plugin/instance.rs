@@ -241,7 +241,10 @@ pub(crate) fn begin_call<T: AsMut<StoreState>>(store: &mut Store<T>, timeout_ms:
 
 /// The component's import and export names (`wasi:io/streams@0.2.6`,
 /// `weir:plugin/partition@0.1.0`, ...).
-fn names(engine: &wasmtime::Engine, component: &Component) -> (Vec<String>, Vec<String>) {
+pub(crate) fn names(
+    engine: &wasmtime::Engine,
+    component: &Component,
+) -> (Vec<String>, Vec<String>) {
     let ty = component.component_type();
     let imports = ty.imports(engine).map(|(n, _)| n.to_string()).collect();
     let exports = ty.exports(engine).map(|(n, _)| n.to_string()).collect();

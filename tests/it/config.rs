@@ -6,7 +6,7 @@ use std::process::Command;
 fn serve(args: &[&str]) -> (bool, String, String) {
     let out = Command::new("timeout")
         .arg("30")
-        .arg(env!("CARGO_BIN_EXE_weir"))
+        .arg(crate::harness::weir_bin())
         .arg("serve")
         .args(args)
         .output()
@@ -77,7 +77,7 @@ fn bad_config_names_the_key_and_exits_non_zero() {
 fn the_shipped_config_file_starts_a_broker() {
     let dir = tempfile::tempdir().unwrap();
     let shipped = crate::harness::repo_root().join("config/weir.toml");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+    let mut child = Command::new(crate::harness::weir_bin())
         .args(["serve", "--config"])
         .arg(&shipped)
         .arg("--override")

@@ -22,8 +22,8 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use crate::connect::{plugin_path, read_topic_for, wait_for_status};
-use crate::harness::{wait_until, TestBroker};
+use crate::connect::{append, plugin_path, read_topic_for, wait_for_status};
+use crate::harness::{poll_for, wait_until, TestBroker};
 
 /// One request the test server received.
 #[derive(Debug, Clone)]
@@ -546,6 +546,10 @@ fn http_source_follows_the_cursor_and_resumes_from_it_after_a_restart() {
     broker.stop();
 }
 
+/// A connector whose `http.url` its own `http.allowed.hosts` leaves out could only have
+/// every request denied (by the wasi:http hook, `plugin::http`): since issue 16 such a
+/// config is refused before anything runs (FAILED with the reason), and the server never
+/// sees a request.
 #[test]
 fn http_connectors_reach_only_their_allowed_hosts() {
     let server = Server::start(Box::new(|_| ok()));
@@ -575,9 +579,15 @@ fn http_connectors_reach_only_their_allowed_hosts() {
     let broker = start(&d);
     produce(&broker.bootstrap, "out", &["{\"secret\":1}".to_string()]);
     let src = wait_for_status(&broker.bootstrap, "status-connector-src", "FAILED");
-    assert!(src.contains("HTTP request denied"), "{src}");
+    assert!(
+        src.contains("`http.allowed.hosts`: does not include the host of http.url"),
+        "{src}"
+    );
     let sink = wait_for_status(&broker.bootstrap, "status-connector-sink", "FAILED");
-    assert!(sink.contains("HTTP request denied"), "{sink}");
+    assert!(
+        sink.contains("`http.allowed.hosts`: does not include the host of http.url"),
+        "{sink}"
+    );
     assert!(
         server.seen().is_empty(),
         "the server saw {:?}",
@@ -603,8 +613,8 @@ fn edge_gateway_pipeline_redacts_and_posts() {
     let root = d.configs.parent().unwrap().to_path_buf();
     let (transforms, work) = (root.join("transforms"), root.join("work"));
     std::fs::create_dir_all(&transforms).unwrap();
-    std::fs::create_dir_all(&work).unwrap();
-    let input = work.join("app.log");
+    std::fs::create_dir_all(work.join("input")).unwrap();
+    let input = work.join("input/app.log");
     let received = work.join("received.jsonl");
     std::fs::write(&input, "").unwrap();
     // The shipped endpoint, on a free port.
@@ -628,8 +638,10 @@ fn edge_gateway_pipeline_redacts_and_posts() {
         .unwrap();
     // The shipped files with the paths and the port adjusted.
     let read = |p: &str| std::fs::read_to_string(shipped.join(p)).unwrap();
-    let edge_in = read("connectors/edge-in.toml")
-        .replace("\"work/app.log\"", &format!("\"{}\"", input.display()));
+    let edge_in = read("connectors/edge-in.toml").replace(
+        "\"work/input/app.log\"",
+        &format!("\"{}\"", input.display()),
+    );
     let edge_out =
         read("connectors/edge-out.toml").replace("127.0.0.1:8099", &format!("127.0.0.1:{port}"));
     let redact = read("transforms/redact-edge.toml").replace(
@@ -650,6 +662,29 @@ fn edge_gateway_pipeline_redacts_and_posts() {
             &format!("transform.config.dir={}", transforms.display()),
         ],
     );
+    // The README's example, first and alone: what arrives is exactly what it shows.
+    let readme = read("README.md");
+    let documented = readme
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("echo '"))
+        .and_then(|l| l.split_once("' >> config/pipelines/edge-gateway/work/input/app.log"))
+        .map(|(line, _)| line.to_string())
+        .expect("the README appends a line to work/input/app.log");
+    let shown = readme
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("# ["))
+        .map(|l| format!("[{l}"))
+        .expect("the README shows what arrives");
+    append(&input, &format!("{documented}\n"));
+    poll_for("the endpoint receives the README's line", 60, || {
+        let text = std::fs::read_to_string(&received).unwrap_or_default();
+        match text.lines().next() {
+            Some(first) if first == shown => Ok(()),
+            Some(first) => Err(format!("received {first:?}, the README shows {shown:?}")),
+            None => Err("nothing received yet".into()),
+        }
+    });
+    std::fs::write(&received, "").unwrap();
     let lines = [
         r#"{"user":"ann","email":"ann@example.com","msg":"hi"}"#,
         r#"{"user":"bob","phone":"+1 555 0100","msg":"mail bob@example.org"}"#,

@@ -436,7 +436,7 @@ fn rest_failed_connector_restarts_validate_plugins_and_sink_offsets() {
         "PUT",
         &format!("{admin}/connector-plugins/file-source/config/validate"),
         Some(
-            &json!({"connector.class": "file-source", "name": "v", "topic": "t", "file": "/tmp/x"}),
+            &json!({"connector.class": "file-source", "name": "v", "topic": "t", "file": d.input.display().to_string()}),
         ),
     );
     assert_eq!((code, &infos["error_count"]), (200, &json!(0)), "{infos}");
@@ -590,7 +590,7 @@ fn rest_connectors_survive_a_restart_and_the_config_dir_is_watched() {
 fn weir(args: &[&str]) -> (String, bool) {
     let out = Command::new("timeout")
         .arg("120")
-        .arg(env!("CARGO_BIN_EXE_weir"))
+        .arg(crate::harness::weir_bin())
         .args(args)
         .output()
         .expect("weir runs");
@@ -714,5 +714,271 @@ fn weir_connector_cli_wraps_the_rest_api() {
     assert!(!ok && out.contains("404"), "{out}");
     let (out, ok) = weir(&[&["connector", "list"][..], &a].concat());
     assert!(ok && out.lines().count() == 1, "{out}");
+    broker.stop();
+}
+
+/// A broker for the issue 16 validation tests over `d`: connectors may be granted
+/// `<root>/in` and `<root>/out` and reach 127.0.0.1; `<root>/outside` holds a secret and
+/// `<root>/in/escape` links to it. Returns the broker and `<root>`.
+fn ceiling_broker(d: &crate::connect::Dirs) -> (crate::harness::TestBroker, std::path::PathBuf) {
+    let root = d.data.parent().expect("the temp root").to_path_buf();
+    let outside = root.join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("secret.txt"), "secret\n").unwrap();
+    std::os::unix::fs::symlink(&outside, root.join("in/escape")).unwrap();
+    let broker = crate::harness::TestBroker::start_in(
+        &d.data,
+        &[
+            &format!("connect.config.dir={}", d.configs.display()),
+            &format!(
+                "connect.plugin.path={}",
+                crate::connect::plugin_path().display()
+            ),
+            &format!(
+                "connect.allowed.paths={},{}",
+                root.join("in").display(),
+                root.join("out").display()
+            ),
+            "connect.http.allowed.hosts=127.0.0.1",
+        ],
+    );
+    (broker, root)
+}
+
+/// POSTs connector `bad` with `config` and checks the refusal: 400 with Kafka Connect's
+/// error body listing one error, containing each of `want`; `PUT .../config` refuses it
+/// too.
+fn refused(admin: &str, config: Value, want: &[&str]) {
+    let body = json!({"name": "bad", "config": config});
+    let (code, err) = curl("POST", &format!("{admin}/connectors"), Some(&body));
+    assert_eq!(code, 400, "{err}");
+    assert_eq!(err["error_code"], 400, "{err}");
+    let message = err["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with(
+            "Connector configuration is invalid and contains the following 1 error(s):\n"
+        ),
+        "{message}"
+    );
+    assert!(
+        message.ends_with("You can also find the above list of errors at the endpoint `/connector-plugins/{connectorType}/config/validate`"),
+        "{message}"
+    );
+    for w in want {
+        assert!(message.contains(w), "{message:?} lacks {w:?}");
+    }
+    let (code, err) = curl(
+        "PUT",
+        &format!("{admin}/connectors/bad/config"),
+        Some(&config),
+    );
+    assert_eq!(code, 400, "{err}");
+}
+
+/// Issue 16: a config that cannot work is refused at creation with 400 and Kafka
+/// Connect's error body (the errors `config/validate` reports, listed), where it used to
+/// be accepted with 201 and retried for ever: a transform component as
+/// `connector.class`, a sink component given a source's config, a component path that
+/// does not resolve, an `http.url` outside the connector's own `http.allowed.hosts`.
+#[test]
+fn rest_refuses_configs_that_cannot_run() {
+    let d = dirs();
+    let (broker, root) = ceiling_broker(&d);
+    let admin = broker.admin_url.clone();
+    let transform = crate::guests::guest("identity");
+    refused(
+        &admin,
+        json!({"connector.class": transform.display().to_string(), "topic": "t"}),
+        &[
+            "identity.wasm",
+            "it is a transform component",
+            "weir transform deploy",
+        ],
+    );
+    let sink_as_source = crate::connect::plugin_path().join("file_sink.wasm");
+    refused(
+        &admin,
+        json!({"connector.class": sink_as_source.display().to_string(), "file": d.output.display().to_string(), "topic": "t"}),
+        &["it is a sink connector", "`topics`"],
+    );
+    let missing = root.join("no-such-connector.wasm");
+    refused(
+        &admin,
+        json!({"connector.class": missing.display().to_string(), "topic": "t"}),
+        &["no-such-connector.wasm", "cannot read"],
+    );
+    refused(
+        &admin,
+        json!({"connector.class": "http-sink", "topics": "t", "http.url": "http://127.0.0.1:9/in", "http.allowed.hosts": "example.com"}),
+        &["http.url", "127.0.0.1:9", "every request would be denied"],
+    );
+    let (_, names) = curl("GET", &format!("{admin}/connectors"), None);
+    assert_eq!(names, json!([]), "nothing refused was created");
+    // validate reports the same (on `connector.class` for the component).
+    let (code, infos) = curl(
+        "PUT",
+        &format!("{admin}/connector-plugins/file-source/config/validate"),
+        Some(&json!({"name": "v", "topic": "t", "file": d.input.display().to_string()})),
+    );
+    assert_eq!((code, &infos["error_count"]), (200, &json!(0)), "{infos}");
+    // A config file naming a transform runs (files get no component check: a component
+    // may be built later) and fails with the same words, never RUNNING.
+    std::fs::write(
+        d.configs.join("misnamed.toml"),
+        format!(
+            "name = \"misnamed\"\nconnector.class = \"{}\"\ntopic = \"t\"\nerrors.retry.timeout = 0\n",
+            transform.display()
+        ),
+    )
+    .unwrap();
+    let status = wait_for_state(&admin, "misnamed", "FAILED");
+    assert!(
+        status["tasks"][0]["trace"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("it is a transform component"),
+        "{status}"
+    );
+    broker.stop();
+}
+
+/// Issue 16: the broker's ceiling (`connect.allowed.paths`, `connect.http.allowed.hosts`)
+/// bounds what a connector may be granted; a connector config narrows it, never widens
+/// it: a file or database outside it, a directory symlink or `..` leading out of it, a
+/// host outside it are refused at creation (400), reported by validate on their key, and
+/// a `connect.config.dir` file asking for them is FAILED with the reason, nothing running.
+#[test]
+fn the_broker_ceiling_bounds_what_a_connector_is_granted() {
+    let d = dirs();
+    let (broker, root) = ceiling_broker(&d);
+    let admin = broker.admin_url.clone();
+    let outside = root.join("outside");
+    let source = |file: &Path| json!({"connector.class": "file-source", "file": file.display().to_string(), "topic": "t"});
+    refused(
+        &admin,
+        source(&outside.join("secret.txt")),
+        &[
+            "is outside connect.allowed.paths",
+            "outside`",
+            "broker config",
+        ],
+    );
+    refused(
+        &admin,
+        source(&root.join("in/escape/secret.txt")),
+        &["is outside connect.allowed.paths"],
+    );
+    refused(
+        &admin,
+        source(&root.join("in/../outside/secret.txt")),
+        &["is outside connect.allowed.paths"],
+    );
+    refused(
+        &admin,
+        source(&d.data.join("x.txt")),
+        &["overlaps the broker's own directory"],
+    );
+    refused(
+        &admin,
+        json!({"connector.class": "sqlite-sink", "topics": "t", "database": outside.join("x.db").display().to_string()}),
+        &["is outside connect.allowed.paths"],
+    );
+    refused(
+        &admin,
+        json!({"connector.class": "http-source", "topic": "t", "http.url": "http://10.1.2.3/feed"}),
+        &["host `10.1.2.3:80` is outside connect.http.allowed.hosts (127.0.0.1)"],
+    );
+    refused(
+        &admin,
+        json!({"connector.class": "http-sink", "topics": "t", "http.url": "http://127.0.0.1:9/in", "http.allowed.hosts": "127.0.0.1:9,169.254.169.254"}),
+        &["169.254.169.254", "connect.http.allowed.hosts"],
+    );
+    let (_, names) = curl("GET", &format!("{admin}/connectors"), None);
+    assert_eq!(names, json!([]), "nothing refused was created");
+
+    // validate reports the ceiling on the key it concerns.
+    let (code, infos) = curl(
+        "PUT",
+        &format!("{admin}/connector-plugins/file-source/config/validate"),
+        Some(
+            &json!({"connector.class": "file-source", "name": "v", "topic": "t", "file": outside.join("secret.txt").display().to_string()}),
+        ),
+    );
+    assert_eq!(code, 200, "{infos}");
+    assert_eq!(infos["error_count"], 1, "{infos}");
+    let file = infos["configs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["definition"]["name"] == "file")
+        .unwrap();
+    assert!(
+        file["value"]["errors"][0]
+            .as_str()
+            .unwrap()
+            .contains("is outside connect.allowed.paths"),
+        "{file}"
+    );
+
+    // A file-defined connector beyond the ceiling is FAILED with the reason; nothing runs.
+    std::fs::write(
+        d.configs.join("greedy.toml"),
+        format!(
+            "name = \"greedy\"\nconnector.class = \"file-source\"\nfile = \"{}\"\ntopic = \"greedy\"\n",
+            outside.join("secret.txt").display()
+        ),
+    )
+    .unwrap();
+    let status = wait_for_state(&admin, "greedy", "FAILED");
+    assert!(
+        status["connector"]["trace"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("is outside connect.allowed.paths"),
+        "{status}"
+    );
+    assert_eq!(status["tasks"], json!([]), "{status}");
+
+    // Inside the ceiling, a connector runs.
+    append(&d.input, &lines(0, 3));
+    let (code, info) = curl(
+        "POST",
+        &format!("{admin}/connectors"),
+        Some(&source_body("good", &d.input, "good")),
+    );
+    assert_eq!(code, 201, "{info}");
+    assert_eq!(
+        values(&read_topic(&broker.bootstrap, "good", 3)),
+        want(0, 3)
+    );
+    broker.stop();
+}
+
+/// Issue 16: a task that failed and waits to be restarted is UNASSIGNED, and so is its
+/// connector (weir's connector is its one task): status never says RUNNING for what is
+/// not running.
+#[test]
+fn a_failing_connector_is_not_reported_running() {
+    let d = dirs();
+    let broker = start(&d);
+    let admin = broker.admin_url.clone();
+    // The file is a symlink out of its granted directory: every attempt fails.
+    let secret = d.output.with_file_name("secret.txt");
+    std::fs::write(&secret, "secret\n").unwrap();
+    let link = d.input.with_file_name("link.txt");
+    std::os::unix::fs::symlink(&secret, &link).unwrap();
+    let mut body = source_body("retrying", &link, "retrying");
+    body["config"]["errors.retry.timeout"] = json!("-1");
+    let (code, info) = curl("POST", &format!("{admin}/connectors"), Some(&body));
+    assert_eq!(code, 201, "{info}");
+    let status = poll_for("the task failed once and waits for its restart", 60, || {
+        let (_, status) = curl("GET", &format!("{admin}/connectors/retrying/status"), None);
+        let task = &status["tasks"][0];
+        if task["state"] == "UNASSIGNED" && task["trace"].is_string() {
+            return Ok(status);
+        }
+        Err(format!("status {status}"))
+    });
+    assert_eq!(status["connector"]["state"], "UNASSIGNED", "{status}");
     broker.stop();
 }

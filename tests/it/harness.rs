@@ -60,6 +60,7 @@ impl TestBroker {
         raw.set("listeners", "PLAINTEXT://127.0.0.1:0").unwrap();
         raw.set("log.dirs", dir.to_str().unwrap()).unwrap();
         raw.set("admin.listeners", "http://127.0.0.1:0").unwrap();
+        raw.set("connect.allowed.paths", &temp_ceiling()).unwrap();
         raw.apply_overrides(overrides).unwrap();
         let config = BrokerConfig::from_raw(raw).unwrap();
         let (tx, rx) = watch::channel(false);
@@ -193,7 +194,9 @@ impl BinaryBroker {
             .arg("--override")
             .arg(format!("log.dirs={}", dir.display()))
             .arg("--override")
-            .arg("admin.listeners=http://127.0.0.1:0");
+            .arg("admin.listeners=http://127.0.0.1:0")
+            .arg("--override")
+            .arg(format!("connect.allowed.paths={}", temp_ceiling()));
         for o in overrides {
             cmd.arg("--override").arg(o);
         }
@@ -260,6 +263,13 @@ impl BinaryBroker {
         let _ = self.child.wait();
         self.stderr_text()
     }
+}
+
+/// The connector ceiling test brokers get unless a test overrides it: the system temp
+/// directory, where every test keeps its files (weir's default, `./connect-files`, is
+/// for a broker run from a checkout).
+pub fn temp_ceiling() -> String {
+    std::env::temp_dir().display().to_string()
 }
 
 /// Polls `cond` every 50 ms until it holds; fails the test naming `what` after
