@@ -4,9 +4,9 @@
 //! and read the port back (mini-redis style). Start-up order: metadata (topics, ids) →
 //! replica manager (opens and recovers every partition log) → purgatory → groups →
 //! plugin host → ingest → transforms → connectors → protocol handler → server and admin
-//! API; background tasks: group timers, transform hot reload, retention, the metrics
-//! upkeep. Shutdown: stop accepting, let connections end, stop background tasks, flush
-//! every log.
+//! API; background tasks: group timers, transform hot reload, retention, the high
+//! watermark checkpoint, the metrics upkeep. Shutdown: stop accepting, let connections
+//! end, stop background tasks, flush every log, checkpoint the high watermarks.
 //!
 //! Wiring: this is the only place that knows every owner. Each layer gets, at
 //! construction, what it calls and nothing more: `topics::Topics` (config, metadata,
@@ -460,6 +460,34 @@ pub async fn run_on(
         });
     }
     {
+        // Kafka's high watermark checkpoint thread: a restarted replica starts from it.
+        let replicas = replicas.clone();
+        let mut shutdown = shutdown.clone();
+        let every = std::time::Duration::from_millis(
+            config
+                .replication
+                .high_watermark_checkpoint_interval_ms
+                .max(1),
+        );
+        tasks.spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {
+                        let r = replicas.clone();
+                        let written =
+                            tokio::task::spawn_blocking(move || r.checkpoint_high_watermarks()).await;
+                        if let Ok(Err(e)) = written {
+                            tracing::warn!(error = %e, "cannot write the high watermark checkpoint");
+                        }
+                    }
+                    _ = shutdown.changed() => break,
+                }
+            }
+        });
+    }
+    {
         // Folds histogram samples into buckets so an unscraped broker's memory is bounded.
         let mut shutdown = shutdown.clone();
         let every = std::time::Duration::from_millis(UPKEEP_INTERVAL_MS);
@@ -476,6 +504,10 @@ pub async fn run_on(
     }
     while tasks.join_next().await.is_some() {}
     replicas.flush_all();
+    // After the flush: the checkpoint never names records the log has not made durable.
+    if let Err(e) = replicas.checkpoint_high_watermarks() {
+        tracing::warn!(error = %e, "cannot write the high watermark checkpoint at shutdown");
+    }
     tracing::info!("broker stopped");
     Ok(())
 }

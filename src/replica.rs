@@ -28,6 +28,7 @@ use crate::cluster::{
     TopicMeta,
 };
 use crate::config::{BrokerConfig, TOPIC_KEYS};
+use crate::log::checkpoint::{self, HighWatermarks};
 use crate::log::topic_id::Claim;
 use crate::log::{
     AppendInfo, AppendOptions, CleanerThrottle, CleanupPolicy, CompactionPlan, CompactionStats,
@@ -559,9 +560,24 @@ fn role_for(
 
 impl Partition {
     /// A partition over an opened log in the role `state` gives this broker: leader (with
-    /// the ISR of `state`) or follower of `state.leader`. The high watermark starts at the
-    /// log end offset (it is not checkpointed: a restarted leader exposes what its log
-    /// holds; a follower's is the leader's once it fetches).
+    /// the ISR of `state`) or follower of `state.leader`.
+    ///
+    /// The high watermark starts at `checkpointed_high_watermark` (this partition's entry
+    /// in the log dir's `replication-offset-checkpoint`, Kafka's `ReplicaManager` HW
+    /// checkpoint; see KIP-101 on why it may lag the true one and why that is safe) capped
+    /// at the log end offset and at least the log start offset; then
+    /// [`high_watermark_for`] advances it as the ISR's followers fetch (at once on a single
+    /// node, whose ISR is itself). So a restarted leader never serves records that were
+    /// appended but not committed (acks=1 records no follower copied, acks=all records
+    /// whose wait failed): they may be truncated when leadership moves.
+    ///
+    /// Without an entry (a data dir from a weir version that wrote no checkpoint, or a
+    /// partition created after the last write), the behaviour of those versions is kept
+    /// so an upgrade does not hide committed data: a leader starts at its log end offset,
+    /// a follower at its log start offset (it knows no high watermark until its leader's
+    /// first fetch response, and its tail may be a divergent one its fetcher is about to
+    /// truncate).
+    #[allow(clippy::too_many_arguments)]
     fn new_replica(
         topic: String,
         index: i32,
@@ -569,6 +585,7 @@ impl Partition {
         state: &PartitionState,
         settings: ProduceSettings,
         log: PartitionLog,
+        checkpointed_high_watermark: Option<i64>,
         isr_changes: Option<mpsc::Sender<IsrChange>>,
     ) -> Partition {
         let mut log = log;
@@ -578,17 +595,17 @@ impl Partition {
             }
         }
         let leo = log.log_end_offset();
-        // A follower knows no high watermark until its leader's first fetch response: it
-        // exposes nothing to consumers (KIP-392 reads) before then, since its tail may be
-        // a divergent one the fetcher is about to truncate.
-        let hw = if state.leader == node_id {
-            leo
-        } else {
-            log.log_start_offset()
+        let log_start_offset = log.log_start_offset();
+        let role = role_for(state, node_id, leo, None, now_ms());
+        let start = match checkpointed_high_watermark {
+            Some(hw) => hw.min(leo).max(log_start_offset),
+            None if state.leader == node_id => leo,
+            None => log_start_offset,
         };
+        let hw =
+            high_watermark_for(&role, node_id, leo, start, settings.min_insync_replicas).min(leo);
         let (high_watermark, _) = watch::channel(hw);
         let (log_end_offset, _) = watch::channel(leo);
-        let role = role_for(state, node_id, leo, None, now_ms());
         Partition {
             topic,
             index,
@@ -1285,6 +1302,14 @@ pub struct ReplicaManager {
     isr_changes: mpsc::Sender<IsrChange>,
     /// The other end, until the replication task takes it.
     isr_changes_rx: Mutex<Option<mpsc::Receiver<IsrChange>>>,
+    /// The log dir's `replication-offset-checkpoint` as read at start-up, less the
+    /// partitions opened since (each takes its entry as its starting high watermark). What
+    /// is left is written back with every checkpoint, so a partition the metadata has not
+    /// opened yet keeps its entry.
+    unopened_high_watermarks: Mutex<HighWatermarks>,
+    /// Held while a checkpoint is written (the periodic task and shutdown share one temp
+    /// file).
+    checkpoint_write: Mutex<()>,
 }
 
 /// Most ISR changes waiting for the replication task; a leader whose change does not fit
@@ -1419,6 +1444,7 @@ impl ReplicaManager {
         purgatory: Arc<Purgatory>,
     ) -> Result<Arc<ReplicaManager>, ListenerError> {
         let (isr_changes, rx) = mpsc::channel(ISR_CHANGE_QUEUE);
+        let broker_log_dir = broker.log_dir.clone();
         let rm = Arc::new(ReplicaManager {
             log_dir: broker.log_dir.clone(),
             broker,
@@ -1427,6 +1453,8 @@ impl ReplicaManager {
             created_dirs: Mutex::new(Vec::new()),
             isr_changes,
             isr_changes_rx: Mutex::new(Some(rx)),
+            unopened_high_watermarks: Mutex::new(checkpoint::read_high_watermarks(&broker_log_dir)),
+            checkpoint_write: Mutex::new(()),
         });
         metadata.register(rm.clone())?;
         Ok(rm)
@@ -1480,6 +1508,11 @@ impl ReplicaManager {
             }
         }
         let log = PartitionLog::open(&dir, log_config, now_ms())?;
+        let checkpointed_high_watermark = self
+            .unopened_high_watermarks
+            .lock()
+            .expect("high watermark checkpoint lock poisoned")
+            .remove(&(meta.name.clone(), index));
         let p = Arc::new(Partition::new_replica(
             meta.name.clone(),
             index,
@@ -1487,6 +1520,7 @@ impl ReplicaManager {
             state,
             settings,
             log,
+            checkpointed_high_watermark,
             Some(self.isr_changes.clone()),
         ));
         self.write().insert((meta.name.clone(), index), p);
@@ -1702,6 +1736,30 @@ impl ReplicaManager {
         }
     }
 
+    /// Writes the high watermark of every hosted partition (and the entries of partitions
+    /// not opened since start-up) to `replication-offset-checkpoint` in the log dir,
+    /// atomically (Kafka's `ReplicaManager.checkpointHighWatermarks`): what a restarted
+    /// replica starts from ([`Partition`]'s `new_replica`). Called every
+    /// `replica.high.watermark.checkpoint.interval.ms` and at clean shutdown. Blocking
+    /// file I/O (fsync): call it off the async workers.
+    ///
+    /// Errors: `LogError::Io` (the previous checkpoint stays; the next call retries).
+    pub fn checkpoint_high_watermarks(&self) -> Result<(), LogError> {
+        let _writing = self
+            .checkpoint_write
+            .lock()
+            .expect("high watermark checkpoint write lock poisoned");
+        let mut high_watermarks = self
+            .unopened_high_watermarks
+            .lock()
+            .expect("high watermark checkpoint lock poisoned")
+            .clone();
+        for p in self.partitions() {
+            high_watermarks.insert((p.topic.clone(), p.index), p.high_watermark());
+        }
+        checkpoint::write_high_watermarks(&self.log_dir, &high_watermarks)
+    }
+
     /// The ISR changes leaders ask for, for the replication task (`replication.rs`);
     /// `None` once taken.
     pub fn take_isr_changes(&self) -> Option<mpsc::Receiver<IsrChange>> {
@@ -1892,6 +1950,49 @@ mod lifecycle_tests {
             replication_factor: 1,
             configs: BTreeMap::new(),
             assignment: Vec::new(),
+        }
+    }
+
+    fn append(p: &Partition, count: i64) {
+        let records: Vec<_> = (0..count)
+            .map(|i| crate::log::plain::record(i, 1000 + i, None, None, Default::default()))
+            .collect();
+        let batch = crate::log::plain::encode(&records).unwrap();
+        p.append_as_leader(crate::log::split_batches(batch).unwrap(), 0)
+            .unwrap();
+    }
+
+    /// A single node (ISR = itself) checkpoints its high watermarks in Kafka's format and,
+    /// restarted over its data, exposes everything at once, with the checkpoint, with a
+    /// checkpoint behind the log (the rule advances it), and with a corrupt one (warned
+    /// and ignored, never a failed start).
+    #[test]
+    fn a_restarted_single_node_exposes_its_whole_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let checkpoint = dir.path().join("replication-offset-checkpoint");
+        {
+            let (m, rm) = open_in(dir.path());
+            let rm = rm.unwrap();
+            m.create_topic(spec("t", 2)).unwrap();
+            append(&rm.partition("t", 0).unwrap(), 3);
+            rm.checkpoint_high_watermarks().unwrap();
+            assert_eq!(
+                std::fs::read_to_string(&checkpoint).unwrap(),
+                "0\n2\nt 0 3\nt 1 0\n"
+            );
+            append(&rm.partition("t", 0).unwrap(), 2);
+        }
+        for text in [None, Some("0\n1\nt 0 1\n"), Some("garbage")] {
+            if let Some(text) = text {
+                std::fs::write(&checkpoint, text).unwrap();
+            }
+            let (_m, rm) = open_in(dir.path());
+            let rm = rm.unwrap();
+            assert_eq!(
+                rm.partition("t", 0).unwrap().high_watermark(),
+                5,
+                "{text:?}"
+            );
         }
     }
 
@@ -2135,6 +2236,7 @@ mod tests {
             settings,
             log,
             None,
+            None,
         );
         let mut hw = p.watch_high_watermark();
         assert_eq!(
@@ -2195,6 +2297,62 @@ mod tests {
         assert_eq!(p.max_timestamp().unwrap().map(|(o, _)| o < 3), Some(true));
     }
 
+    /// A restarted leader's high watermark starts at its checkpointed one (capped at the
+    /// log end offset), not at the log end offset: records appended but not committed
+    /// before the restart stay hidden until the ISR's followers have them. Without a
+    /// checkpoint entry it starts at the log end offset (an upgrade from a version that
+    /// wrote none); a follower without one starts at the log start offset.
+    #[test]
+    fn a_restarted_replica_starts_at_its_checkpointed_high_watermark() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, settings) = resolve(&BrokerConfig::defaults(), &BTreeMap::new());
+        let state = PartitionState {
+            replicas: vec![1, 2, 3],
+            isr: vec![1, 2, 3],
+            leader: 1,
+            leader_epoch: 0,
+            partition_epoch: 0,
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
+        };
+        {
+            let log = PartitionLog::open(dir.path(), LogConfig::default(), 0).unwrap();
+            let p = Partition::new_replica("t".into(), 0, 1, &state, settings, log, None, None);
+            let records: Vec<_> = (0..6)
+                .map(|i| crate::log::plain::record(i, 1000 + i, None, None, Default::default()))
+                .collect();
+            let batch = crate::log::plain::encode(&records).unwrap();
+            p.append_as_leader(crate::log::split_batches(batch).unwrap(), 0)
+                .unwrap();
+        }
+        let reopen = |state: &PartitionState, checkpointed: Option<i64>| {
+            let log = PartitionLog::open(dir.path(), LogConfig::default(), 0).unwrap();
+            Partition::new_replica("t".into(), 0, 1, state, settings, log, checkpointed, None)
+        };
+        let p = reopen(&state, Some(2));
+        assert_eq!(p.high_watermark(), 2);
+        assert_eq!(p.offsets().log_end_offset, 6);
+        assert!(p
+            .read(2, 1 << 20, FetchIsolation::HighWatermark)
+            .unwrap()
+            .bytes
+            .is_empty());
+        // The followers' fetches advance it by the normal rule.
+        p.read_for_follower(2, 0, 6, 1 << 20, 0).unwrap();
+        assert_eq!(p.high_watermark(), 2);
+        p.read_for_follower(3, 0, 4, 1 << 20, 0).unwrap();
+        assert_eq!(p.high_watermark(), 4);
+        drop(p);
+        assert_eq!(reopen(&state, Some(100)).high_watermark(), 6);
+        assert_eq!(reopen(&state, None).high_watermark(), 6);
+        let follower = PartitionState {
+            leader: 2,
+            ..state.clone()
+        };
+        assert_eq!(reopen(&follower, Some(4)).high_watermark(), 4);
+        assert_eq!(reopen(&follower, None).high_watermark(), 0);
+    }
+
     /// KIP-497's maximal ISR: while a follower's joining is pending, the high watermark
     /// waits for it too, so it holds every record acknowledged before the change that
     /// makes it electable commits; a change that fails lets the ISR alone hold it again.
@@ -2213,7 +2371,7 @@ mod tests {
             adding_replicas: Vec::new(),
             removing_replicas: Vec::new(),
         };
-        let p = Partition::new_replica("t".into(), 0, 1, &state, settings, log, Some(tx));
+        let p = Partition::new_replica("t".into(), 0, 1, &state, settings, log, None, Some(tx));
         let append_three = || {
             let records: Vec<_> = (0..3)
                 .map(|i| crate::log::plain::record(i, 1000 + i, None, None, Default::default()))
@@ -2311,7 +2469,7 @@ mod tests {
             adding_replicas: Vec::new(),
             removing_replicas: Vec::new(),
         };
-        let p = Partition::new_replica("t".into(), 0, 1, &state, settings, log, None);
+        let p = Partition::new_replica("t".into(), 0, 1, &state, settings, log, None, None);
         *p.role() = leader(&[1, 3], &[(2, 5), (3, 7)]);
         assert_eq!(
             p.in_sync_followers()
@@ -2362,7 +2520,7 @@ mod tests {
             adding_replicas: Vec::new(),
             removing_replicas: Vec::new(),
         };
-        let p = Partition::new_replica("t".into(), 0, 1, &state, settings, log, None);
+        let p = Partition::new_replica("t".into(), 0, 1, &state, settings, log, None, None);
         assert_eq!(p.offsets().log_end_offset, 6);
         assert_eq!(p.high_watermark(), 0);
         let read = |offset| p.read(offset, 1 << 20, FetchIsolation::HighWatermark);

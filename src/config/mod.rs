@@ -126,6 +126,7 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("replica.fetch.max.bytes", Int, Some("1048576"), Some(0), "Bytes a follower asks for per partition in one fetch (the first batch comes whole even when larger)."),
     key("replica.fetch.response.max.bytes", Int, Some("10485760"), Some(0), "Bytes a follower asks for in one whole fetch response."),
     key("replica.fetch.backoff.ms", Int, Some("1000"), Some(0), "How long a follower waits after a failed fetch from its leader (ms)."),
+    key("replica.high.watermark.checkpoint.interval.ms", Long, Some("5000"), Some(1), "How often the high watermark of every partition is written to replication-offset-checkpoint in the log dir (ms); a restarted replica starts from it."),
     key("unclean.leader.election.enable", Boolean, Some("false"), None, "Let the controller elect a live replica outside the ISR when no ISR member is alive: the partition comes back, losing what only the ISR held (Kafka's default: false, stay offline)."),
     key("auto.leader.rebalance.enable", Boolean, Some("true"), None, "The active controller moves leadership back to each partition's preferred replica (the first listed) when a broker's leader imbalance passes leader.imbalance.per.broker.percentage."),
     key("leader.imbalance.check.interval.seconds", Long, Some("300"), Some(1), "How often the active controller checks the leader imbalance (s)."),
@@ -719,6 +720,9 @@ pub struct ReplicationSettings {
     pub fetch_response_max_bytes: i32,
     /// `replica.fetch.backoff.ms`.
     pub fetch_backoff_ms: u64,
+    /// `replica.high.watermark.checkpoint.interval.ms`: how often every partition's high
+    /// watermark is written to `replication-offset-checkpoint` (also at clean shutdown).
+    pub high_watermark_checkpoint_interval_ms: u64,
     /// `unclean.leader.election.enable`: the broker default of the topic key.
     pub unclean_leader_election_enable: bool,
     /// `auto.leader.rebalance.enable`.
@@ -874,6 +878,9 @@ impl BrokerConfig {
                 fetch_response_max_bytes: int("replica.fetch.response.max.bytes")?
                     .min(i64::from(i32::MAX)) as i32,
                 fetch_backoff_ms: int("replica.fetch.backoff.ms")? as u64,
+                high_watermark_checkpoint_interval_ms: int(
+                    "replica.high.watermark.checkpoint.interval.ms",
+                )? as u64,
                 unclean_leader_election_enable: text("unclean.leader.election.enable") == "true",
                 auto_leader_rebalance_enable: text("auto.leader.rebalance.enable") == "true",
                 leader_imbalance_check_interval_ms: int("leader.imbalance.check.interval.seconds")?

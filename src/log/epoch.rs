@@ -28,10 +28,10 @@
 //! (Kafka's order, too). A checkpoint that could not be written is retried on the next
 //! change or append rather than forgotten.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::segment::{io_error, sync_dir};
+use super::checkpoint::write_atomically;
+use super::segment::io_error;
 use super::LogError;
 
 /// File name in the partition directory (Kafka's `LeaderEpochCheckpointFile`).
@@ -238,17 +238,11 @@ impl LeaderEpochCache {
     /// Errors: `Io` (the cache then retries on the next [`LeaderEpochCache::assign`]).
     pub(crate) fn persist(&mut self) -> Result<(), LogError> {
         self.unpersisted = true;
-        let path = self.dir.join(CHECKPOINT_FILE);
-        let tmp = self.dir.join(format!("{CHECKPOINT_FILE}.tmp"));
-        let text = format_checkpoint(&self.entries);
-        std::fs::File::create(&tmp)
-            .and_then(|mut file| {
-                file.write_all(text.as_bytes())?;
-                file.sync_all()
-            })
-            .map_err(io_error("write", &tmp))?;
-        std::fs::rename(&tmp, &path).map_err(io_error("rename", &tmp))?;
-        sync_dir(&self.dir)?;
+        write_atomically(
+            &self.dir,
+            CHECKPOINT_FILE,
+            &format_checkpoint(&self.entries),
+        )?;
         self.unpersisted = false;
         Ok(())
     }

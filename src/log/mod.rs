@@ -27,6 +27,7 @@
 //! segment is verified.
 
 pub mod batch;
+pub mod checkpoint;
 pub mod codec;
 mod compact;
 mod epoch;

@@ -8,12 +8,12 @@
 //! and truncation by leader epoch cannot tell them apart either (both start at epoch 0).
 //! [`claim`] settles it before a partition's log is opened.
 
-use std::io::Write as _;
 use std::path::Path;
 
 use base64::Engine as _;
 
-use super::segment::{io_error, sync_dir};
+use super::checkpoint::write_atomically;
+use super::segment::io_error;
 use super::LogError;
 
 /// The file's name in a partition directory (Kafka's).
@@ -84,15 +84,7 @@ pub fn claim(dir: &Path, topic_id: uuid::Uuid) -> Result<Claim, LogError> {
         None => Claim::Ours,
     };
     std::fs::create_dir_all(dir).map_err(io_error("create", dir))?;
-    let tmp = dir.join(format!("{PARTITION_METADATA_FILE}.tmp"));
-    std::fs::File::create(&tmp)
-        .and_then(|mut file| {
-            file.write_all(format(topic_id).as_bytes())?;
-            file.sync_all()
-        })
-        .map_err(io_error("write", &tmp))?;
-    std::fs::rename(&tmp, &path).map_err(io_error("rename", &tmp))?;
-    sync_dir(dir)?;
+    write_atomically(dir, PARTITION_METADATA_FILE, &format(topic_id))?;
     Ok(claim)
 }
 

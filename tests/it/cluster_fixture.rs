@@ -211,6 +211,14 @@ impl ThreeNodes {
         self.nodes[(id - 1) as usize] = Some(node);
     }
 
+    /// As [`ThreeNodes::restart`], node `id` also getting `extra` overrides, now and at
+    /// every later restart (e.g. its earlier client port, for a restart the quorum
+    /// cannot register: the metadata still names the old endpoint).
+    pub(crate) fn restart_with(&mut self, id: i32, extra: &[String]) {
+        self.node_overrides[(id - 1) as usize].extend(extra.iter().cloned());
+        self.restart(id);
+    }
+
     /// Polls (at most `timeout_secs`) until every running node's log names the same
     /// quorum leader, other than `not`, and returns it.
     pub(crate) fn leader_other_than(&self, not: Option<i32>, timeout_secs: u64) -> i32 {

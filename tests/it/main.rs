@@ -43,6 +43,7 @@ mod reassignment;
 mod replication;
 mod replication_divergence;
 mod replication_faults;
+mod replication_hw_checkpoint;
 mod replication_restart;
 mod rest_produce;
 mod retention;

@@ -95,7 +95,7 @@ impl Isolation {
 }
 
 /// Polls `topic`'s partition 0 as node `via` sees it until `want` holds.
-fn wait_partition(
+pub(crate) fn wait_partition(
     nodes: &ThreeNodes,
     via: i32,
     topic: &str,
