@@ -165,6 +165,27 @@ fn broker_session(
     }
 }
 
+/// Runs the blocking `job` every `every` (on the blocking pool, one run at a time; a
+/// late tick is delayed, not bunched) until `shutdown` changes.
+async fn every_interval(
+    every: std::time::Duration,
+    mut shutdown: watch::Receiver<bool>,
+    job: impl Fn() + Send + Sync + 'static,
+) {
+    let job = Arc::new(job);
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                let job = job.clone();
+                let _ = tokio::task::spawn_blocking(move || job()).await;
+            }
+            _ = shutdown.changed() => break,
+        }
+    }
+}
+
 /// Takes an exclusive advisory lock on `<log_dir>/.lock`.
 ///
 /// Errors: another process (another weir) holds it, or the file cannot be created.
@@ -442,50 +463,26 @@ pub async fn run_on(
     tasks.spawn(transforms.run(shutdown.clone()));
     {
         let replicas = replicas.clone();
-        let mut shutdown = shutdown.clone();
         let every = std::time::Duration::from_millis(config.retention_check_interval_ms.max(1));
-        tasks.spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {
-                        let r = replicas.clone();
-                        // Retention deletes files: keep it off the async workers.
-                        let _ = tokio::task::spawn_blocking(move || r.apply_retention()).await;
-                    }
-                    _ = shutdown.changed() => break,
-                }
-            }
-        });
+        // Retention deletes files: off the async workers.
+        tasks.spawn(every_interval(every, shutdown.clone(), move || {
+            replicas.apply_retention();
+        }));
     }
     {
         // Kafka's high watermark checkpoint thread: a restarted replica starts from it.
         let replicas = replicas.clone();
-        let mut shutdown = shutdown.clone();
         let every = std::time::Duration::from_millis(
             config
                 .replication
                 .high_watermark_checkpoint_interval_ms
                 .max(1),
         );
-        tasks.spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {
-                        let r = replicas.clone();
-                        let written =
-                            tokio::task::spawn_blocking(move || r.checkpoint_high_watermarks()).await;
-                        if let Ok(Err(e)) = written {
-                            tracing::warn!(error = %e, "cannot write the high watermark checkpoint");
-                        }
-                    }
-                    _ = shutdown.changed() => break,
-                }
+        tasks.spawn(every_interval(every, shutdown.clone(), move || {
+            if let Err(e) = replicas.checkpoint_high_watermarks() {
+                tracing::warn!(error = %e, "cannot write the high watermark checkpoint");
             }
-        });
+        }));
     }
     {
         // Folds histogram samples into buckets so an unscraped broker's memory is bounded.

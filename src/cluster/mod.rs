@@ -978,6 +978,18 @@ mod tests {
         assert!(m.topics().is_empty());
     }
 
+    /// The metadata of a one-voter quorum over `dir`, at the default Raft timing.
+    fn open_sole_voter(dir: &Path) -> Metadata {
+        Metadata::open_quorum(
+            dir,
+            1,
+            sole_voter(),
+            None,
+            raft::DEFAULT_ELECTION_TIMEOUT_MS,
+        )
+        .unwrap()
+    }
+
     fn sole_voter() -> Vec<QuorumVoter> {
         vec![QuorumVoter {
             id: 1,
@@ -995,14 +1007,7 @@ mod tests {
         let first_pid = old.next_producer_id().unwrap();
         drop(old);
 
-        let m = Metadata::open_quorum(
-            dir.path(),
-            1,
-            sole_voter(),
-            None,
-            raft::DEFAULT_ELECTION_TIMEOUT_MS,
-        )
-        .unwrap();
+        let m = open_sole_voter(dir.path());
         assert_eq!(m.cluster_id(), cluster);
         assert_eq!(m.topic("old"), Some(kept.clone()));
         let pid = m.next_producer_id().unwrap();
@@ -1016,14 +1021,7 @@ mod tests {
             .path()
             .join("__cluster_metadata/topics/old.toml")
             .is_file());
-        let m = Metadata::open_quorum(
-            dir.path(),
-            1,
-            sole_voter(),
-            None,
-            raft::DEFAULT_ELECTION_TIMEOUT_MS,
-        )
-        .unwrap();
+        let m = open_sole_voter(dir.path());
         assert!(m.topic("old").is_none());
         assert_eq!(m.topic("new").unwrap().partitions, 1);
         assert!(m.next_producer_id().unwrap() > pid);
@@ -1034,14 +1032,7 @@ mod tests {
         let first = m.register_broker(endpoint(9092), None).unwrap();
         assert_eq!((first.broker_id, first.fenced), (1, false));
         drop(m);
-        let m = Metadata::open_quorum(
-            dir.path(),
-            1,
-            sole_voter(),
-            None,
-            raft::DEFAULT_ELECTION_TIMEOUT_MS,
-        )
-        .unwrap();
+        let m = open_sole_voter(dir.path());
         assert_eq!(m.brokers(), std::slice::from_ref(&first));
         let second = m.register_broker(endpoint(9094), None).unwrap();
         assert!(second.broker_epoch > first.broker_epoch);

@@ -93,9 +93,15 @@ pub(crate) async fn create_rf3(
     for (k, v) in configs {
         t = t.set(k, v);
     }
+    create_topic(bootstrap, t).await;
+}
+
+/// Creates `topic` through a real admin client (20 s operation timeout); fails the test
+/// unless it was created.
+pub(crate) async fn create_topic(bootstrap: &str, topic: NewTopic<'_>) {
     let created = admin(bootstrap)
         .create_topics(
-            &[t],
+            &[topic],
             &AdminOptions::new().operation_timeout(Some(Duration::from_secs(20))),
         )
         .await
@@ -474,19 +480,10 @@ async fn a_topic_created_again_never_reads_the_deleted_ones_records_from_a_broke
         "broker.session.timeout.ms=1500",
         "broker.heartbeat.interval.ms=300",
     ]);
+    // Node 3 leads: the one that misses the delete.
     let create = |bootstrap: String| async move {
-        // Node 3 leads: the one that misses the delete.
         let t = NewTopic::new(TOPIC, 1, TopicReplication::Variable(&[&[3, 1, 2]]));
-        let created = admin(&bootstrap)
-            .create_topics(
-                &[t],
-                &AdminOptions::new().operation_timeout(Some(Duration::from_secs(20))),
-            )
-            .await
-            .expect("create_topics");
-        for r in created {
-            r.expect("topic created");
-        }
+        create_topic(&bootstrap, t).await;
     };
     create(nodes.bootstrap(1)).await;
     poll_for("reborn led by 3 with 3 in sync", 30, || {
