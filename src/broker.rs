@@ -26,7 +26,7 @@ use tokio::sync::watch;
 use crate::admin::{self, AdminState};
 use crate::cluster::{self, BrokerEndpoint, Metadata};
 use crate::config::BrokerConfig;
-use crate::connect::{self, ConnectRuntime, ConnectSettings};
+use crate::connect::{self, ConnectHandle, ConnectSettings};
 use crate::group::GroupCoordinator;
 use crate::ingest::Ingest;
 use crate::metrics::{Metrics, UPKEEP_INTERVAL_MS};
@@ -132,6 +132,7 @@ pub fn advertised_endpoint(config: &BrokerConfig, bound: &TcpListener) -> anyhow
 fn broker_session(
     config: &BrokerConfig,
     advertised: &Endpoint,
+    admin: Option<std::net::SocketAddr>,
 ) -> cluster::brokers::SessionSettings {
     let name = config
         .advertised_listeners
@@ -154,6 +155,17 @@ fn broker_session(
                 port: i32::from(l.port),
             }),
     );
+    // The admin listener, where other brokers forward connect REST requests
+    // (`connect::leader`); an unspecified address is reached at the advertised host.
+    endpoints.extend(admin.map(|addr| BrokerEndpoint {
+        name: connect::leader::ADMIN_ENDPOINT.to_string(),
+        host: if addr.ip().is_unspecified() {
+            advertised.host.clone()
+        } else {
+            addr.ip().to_string()
+        },
+        port: i32::from(addr.port()),
+    }));
     cluster::brokers::SessionSettings {
         endpoints,
         rack: config.rack.clone(),
@@ -279,7 +291,8 @@ pub async fn run_on(
     // Registers this broker (KIP-631) before serving, so Metadata lists it at the
     // endpoint it has now; when the quorum cannot commit it yet, the heartbeat task
     // retries.
-    let session = broker_session(&config, &advertised);
+    let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
+    let session = broker_session(&config, &advertised, admin_addr);
     let broker_epoch = if store == MetadataStore::Quorum {
         let (m, s) = (metadata.clone(), session.clone());
         match tokio::task::spawn_blocking(move || cluster::brokers::register_blocking(&m, &s)).await
@@ -350,9 +363,12 @@ pub async fn run_on(
         .context("cannot open the transform deployments directory")?,
     );
     transforms.start().await;
-    // Connectors: always on (REST-created ones need no directory); the files of
-    // `connect.config.dir` are loaded and watched when it is set.
-    let (connect, connect_run) = ConnectRuntime::start(
+    // Connectors: on the connect leader (a single node always is; `connect::leader`),
+    // REST-created ones need no directory; the files of `connect.config.dir` are loaded
+    // and watched when it is set.
+    let connect = ConnectHandle::new(metadata.clone());
+    let connect_run = connect::leader::run(
+        connect.clone(),
         ConnectSettings {
             config_dir: config.connect_config_dir.clone(),
             plugin_path: config.connect_plugin_path.clone(),
@@ -371,8 +387,7 @@ pub async fn run_on(
         ingest.clone(),
         plugins.clone(),
         shutdown.clone(),
-    )
-    .await?;
+    );
     let handler = Arc::new(Handler::new(Context {
         config: config.clone(),
         metadata: metadata.clone(),

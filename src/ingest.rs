@@ -34,8 +34,9 @@ use kafka_protocol::ResponseError;
 use crate::cluster::{is_internal_topic, TopicMeta};
 use crate::config::parse_plugin_config;
 use crate::log::{plain, split_batches};
+use crate::peer::PeerClients;
 use crate::plugin::{Partitioner, PluginHost, Record};
-use crate::replica::{effective_topic_configs, produce_settings, ProduceSettings};
+use crate::replica::{effective_topic_configs, produce_settings, Partition, ProduceSettings};
 use crate::topics::{self, Topics};
 
 /// Kafka's key hash: `murmur2(bytes)` as the Java client's `Utils.murmur2` computes it,
@@ -48,6 +49,10 @@ use murmur2::partition_for_bytes;
 
 /// Most partitioner components kept loaded; the least recently used goes first.
 pub const MAX_CACHED_PARTITIONERS: usize = 64;
+
+/// How long a write waits for every in-sync replica to have its batch (acks=all), here
+/// or on the leader it is forwarded to: the Java producer's `request.timeout.ms` default.
+const ACKS_TIMEOUT_MS: i32 = 30_000;
 
 /// Bytes of a record batch before its records (magic 2 header).
 const BATCH_HEADER_BYTES: usize = 61;
@@ -117,6 +122,8 @@ pub struct Ingest {
     partitioners: Mutex<HashMap<(PathBuf, String), CachedPartitioner>>,
     /// Logical clock for the partitioner cache's LRU.
     uses: AtomicU64,
+    /// Connections to the other brokers, for partitions another broker leads.
+    peers: Arc<PeerClients>,
 }
 
 impl std::fmt::Debug for Ingest {
@@ -129,13 +136,24 @@ impl Ingest {
     /// An ingest path writing through `topics`' owners (auto-creating topics as a
     /// Produce would), loading partitioners through `plugins`.
     pub fn new(topics: Topics, plugins: Arc<PluginHost>) -> Ingest {
+        let peers = Arc::new(PeerClients::new(
+            topics.metadata.clone(),
+            topics.config.clone(),
+        ));
         Ingest {
+            peers,
             topics,
             plugins,
             next_keyless: AtomicU32::new(0),
             partitioners: Mutex::new(HashMap::new()),
             uses: AtomicU64::new(0),
         }
+    }
+
+    /// The connections to the other brokers this ingest forwards through (shared with
+    /// the connect runtime's internal topics).
+    pub(crate) fn peers(&self) -> Arc<PeerClients> {
+        self.peers.clone()
     }
 
     /// The topic, auto-created when the broker allows it.
@@ -285,7 +303,7 @@ impl Ingest {
             }
         }
         for (p, indexes) in by_partition {
-            let results = self.append_partition(&meta, p, records, &indexes);
+            let results = self.append_partition(&meta, p, records, &indexes).await;
             for (i, r) in indexes.into_iter().zip(results) {
                 out[i] = Some(r);
             }
@@ -402,9 +420,10 @@ impl Ingest {
     }
 
     /// Appends `records[i]` for each `i` of `indexes` (in order) to partition `index`, in
-    /// batches of at most `max.message.bytes`. Returns each record's outcome, in
-    /// `indexes` order; a failed batch fails its records, later batches are still tried.
-    fn append_partition(
+    /// batches of at most `max.message.bytes`, on this broker when it leads the partition,
+    /// else forwarded to its leader. Returns each record's outcome, in `indexes` order; a
+    /// failed batch fails its records, later batches are still tried.
+    async fn append_partition(
         &self,
         meta: &TopicMeta,
         index: i32,
@@ -415,30 +434,17 @@ impl Ingest {
         let fail = |error: ResponseError, message: String| {
             IngestError::new(error, format!("{topic}-{index}: {message}"))
         };
-        let partition = match self.topics.replicas.partition(topic, index) {
-            Some(p) if p.is_leader() => p,
-            hosted => {
-                // Only the leader appends: a write to a follower's (or no) log would never
-                // be seen through the leader.
-                let e =
-                    match meta.partition(index) {
-                        Some(state) => fail(
-                            ResponseError::NotLeaderOrFollower,
-                            format!(
-                            "led by broker {}; this broker {} (it writes only partitions it leads)",
-                            state.leader,
-                            if hosted.is_some() { "is a follower" } else { "holds no replica" }
-                        ),
-                        ),
-                        None => fail(
-                            ResponseError::UnknownTopicOrPartition,
-                            format!("no partition {index} (the topic has {})", meta.partitions),
-                        ),
-                    };
+        let target = match self.target(meta, index) {
+            Ok(t) => t,
+            Err((error, message)) => {
+                let e = fail(error, message);
                 return indexes.iter().map(|_| Err(e.clone())).collect();
             }
         };
-        let settings = partition.settings();
+        let settings = match &target {
+            Target::Here(partition) => partition.settings(),
+            Target::Leader(_) => produce_settings(&self.topics.config, &meta.configs),
+        };
         // Each record's outcome, by position in `indexes`; `None` until decided.
         let mut results: Vec<Option<RecordResult>> = indexes.iter().map(|_| None).collect();
         // Positions of the records to write, grouped into batches under the size limit.
@@ -464,7 +470,10 @@ impl Ingest {
         }
         for b in batches {
             let refs: Vec<&Record> = b.iter().map(|&k| &records[indexes[k]]).collect();
-            match self.append_batch(&partition, settings.max_message_bytes, &refs) {
+            match self
+                .append_batch(&target, topic, index, settings.max_message_bytes, &refs)
+                .await
+            {
                 Ok((base, log_append_time_ms)) => {
                     for (n, (&k, r)) in b.iter().zip(&refs).enumerate() {
                         let timestamp_ms = if log_append_time_ms >= 0 {
@@ -500,11 +509,46 @@ impl Ingest {
             .collect()
     }
 
-    /// Encodes `records` as one batch and appends it to `partition`. Returns the base
-    /// offset and the log-append time (-1 for CreateTime).
-    fn append_batch(
+    /// Where partition `index` of `meta`'s topic is written: here when this broker leads
+    /// it, else its leader. Errors: UNKNOWN_TOPIC_OR_PARTITION (3) for a partition the
+    /// topic does not have, LEADER_NOT_AVAILABLE (5) when it has no leader,
+    /// NOT_LEADER_OR_FOLLOWER (6) when the metadata names this broker but its replica is
+    /// not leading yet (a retry finds it).
+    fn target(&self, meta: &TopicMeta, index: i32) -> Result<Target, (ResponseError, String)> {
+        if let Some(p) = self.topics.replicas.partition(&meta.name, index) {
+            if p.is_leader() {
+                return Ok(Target::Here(p));
+            }
+        }
+        let Some(state) = meta.partition(index) else {
+            return Err((
+                ResponseError::UnknownTopicOrPartition,
+                format!("no partition {index} (the topic has {})", meta.partitions),
+            ));
+        };
+        if state.leader < 0 {
+            return Err((
+                ResponseError::LeaderNotAvailable,
+                "the partition has no leader (its replicas are offline)".into(),
+            ));
+        }
+        if state.leader == self.topics.config.node_id {
+            return Err((
+                ResponseError::NotLeaderOrFollower,
+                "this broker is becoming its leader".into(),
+            ));
+        }
+        Ok(Target::Leader(state.leader))
+    }
+
+    /// Encodes `records` as one batch and appends it to `target`, acknowledged by every
+    /// in-sync replica (acks=all, [`ACKS_TIMEOUT_MS`]). Returns the base offset and the
+    /// log-append time (-1 for CreateTime).
+    async fn append_batch(
         &self,
-        partition: &Arc<crate::replica::Partition>,
+        target: &Target,
+        topic: &str,
+        index: i32,
         max_message_bytes: usize,
         records: &[&Record],
     ) -> Result<(i64, i64), (ResponseError, String)> {
@@ -534,6 +578,16 @@ impl Ingest {
                 ),
             ));
         }
+        let partition = match target {
+            Target::Here(partition) => partition,
+            Target::Leader(leader) => {
+                let answer = self
+                    .peers
+                    .produce(*leader, topic, index, buf, ACKS_TIMEOUT_MS)
+                    .await?;
+                return Ok((answer.base_offset, answer.log_append_time_ms));
+            }
+        };
         let batches =
             split_batches(buf).map_err(|e| (ResponseError::CorruptMessage, e.to_string()))?;
         let info = self
@@ -541,8 +595,22 @@ impl Ingest {
             .replicas
             .append(partition, batches)
             .map_err(|e| (e.kafka_error(), e.to_string()))?;
+        let waited = partition
+            .wait_for_high_watermark(info.last_offset, ACKS_TIMEOUT_MS as u64)
+            .await;
+        if let Some((error, message)) = waited.refusal() {
+            return Err((error, message.into()));
+        }
         Ok((info.base_offset, info.log_append_time_ms))
     }
+}
+
+/// Where one partition's batches are written.
+enum Target {
+    /// This broker leads the partition.
+    Here(Arc<Partition>),
+    /// Broker `.0` leads it: batches are forwarded there as Produce requests.
+    Leader(i32),
 }
 
 /// Why `r` can never be appended to a partition with `settings`, however often it is

@@ -23,6 +23,7 @@ use bytes::Bytes;
 use crate::cluster::{Metadata, NewTopic};
 use crate::log::records::{StoredBatches, MAX_DECOMPRESSED_BATCH_BYTES};
 use crate::log::{plain, split_batches};
+use crate::peer::PeerClients;
 use crate::replica::{now_ms, FetchIsolation, ReplicaManager};
 
 /// Most bytes read per log read while replaying.
@@ -98,6 +99,8 @@ pub(crate) struct InternalTopic {
     replicas: Arc<ReplicaManager>,
     /// The partition count once the topic is known to exist.
     partitions: Arc<Mutex<Option<i32>>>,
+    /// Set: an append to a partition another broker leads is forwarded to it.
+    peers: Option<Arc<PeerClients>>,
 }
 
 impl InternalTopic {
@@ -115,7 +118,17 @@ impl InternalTopic {
             metadata,
             replicas,
             partitions: Arc::new(Mutex::new(existing)),
+            peers: None,
         }
+    }
+
+    /// This topic, with appends to a partition another broker leads forwarded to that
+    /// leader through `peers` (a Produce with acks=all), instead of refused. The connect
+    /// runtime's topics are written so from whichever broker runs a connector; the groups'
+    /// offsets topic never is (a coordinator leads its partition).
+    pub(crate) fn forwarding(mut self, peers: Arc<PeerClients>) -> InternalTopic {
+        self.peers = Some(peers);
+        self
     }
 
     /// The partition count if the topic exists, without creating it (on a cluster
@@ -200,10 +213,7 @@ impl InternalTopic {
             partition,
             message,
         };
-        let target = self
-            .replicas
-            .partition(self.name, partition)
-            .ok_or_else(|| fail("partition is not open".into()))?;
+        let hosted = self.replicas.partition(self.name, partition);
         let now = now_ms();
         let encoded: Vec<plain::Record> = records
             .iter()
@@ -219,6 +229,26 @@ impl InternalTopic {
             })
             .collect();
         let batch = plain::encode(&encoded).map_err(fail)?;
+        if let Some(peers) = &self.peers {
+            if !hosted.as_ref().is_some_and(|p| p.is_leader()) {
+                let leader = self
+                    .metadata
+                    .image()
+                    .topic(self.name)
+                    .and_then(|t| t.partition(partition).map(|s| s.leader))
+                    .unwrap_or(-1);
+                if leader < 0 {
+                    return Err(fail("the partition has no leader".into()));
+                }
+                if leader != self.metadata.node_id() {
+                    peers
+                        .produce_blocking(leader, self.name, partition, batch)
+                        .map_err(|(_, message)| fail(message))?;
+                    return Ok(());
+                }
+            }
+        }
+        let target = hosted.ok_or_else(|| fail("partition is not open".into()))?;
         let batches = split_batches(batch).map_err(|e| fail(e.to_string()))?;
         self.replicas
             .append(&target, batches)

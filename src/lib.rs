@@ -24,6 +24,7 @@ pub mod ingest;
 mod internal_topic;
 pub mod log;
 pub mod metrics;
+mod peer;
 pub mod plugin;
 pub mod protocol;
 mod purgatory;

@@ -503,6 +503,27 @@ pub enum ReplicationWait {
     TimedOut,
 }
 
+impl ReplicationWait {
+    /// The Kafka error an acks=all write answers with, and why; `None` when replicated.
+    pub fn refusal(self) -> Option<(kafka_protocol::ResponseError, &'static str)> {
+        match self {
+            ReplicationWait::Replicated => None,
+            ReplicationWait::TimedOut => Some((
+                kafka_protocol::ResponseError::RequestTimedOut,
+                "the in-sync replicas did not acknowledge the batch within timeout_ms",
+            )),
+            ReplicationWait::NotEnoughReplicasAfterAppend => Some((
+                kafka_protocol::ResponseError::NotEnoughReplicasAfterAppend,
+                "the ISR fell below min.insync.replicas after the batch was appended",
+            )),
+            ReplicationWait::NotLeader => Some((
+                kafka_protocol::ResponseError::NotLeaderOrFollower,
+                "this broker stopped leading the partition before the batch was replicated",
+            )),
+        }
+    }
+}
+
 /// The role `state` gives broker `node_id` at `now_ms`; `previous` keeps the followers'
 /// fetch state across an ISR change within one leadership.
 fn role_for(

@@ -26,32 +26,24 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::offset_for_leader_epoch_request::{
     OffsetForLeaderPartition, OffsetForLeaderTopic,
 };
-use kafka_protocol::messages::{
-    ApiKey, BrokerId, FetchRequest, OffsetForLeaderEpochRequest, RequestHeader, ResponseHeader,
-    TopicName,
-};
-use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
+use kafka_protocol::messages::{BrokerId, FetchRequest, OffsetForLeaderEpochRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::cluster::brokers::stopped_within;
 use crate::cluster::Metadata;
 use crate::config::BrokerConfig;
 use crate::log::{split_fetched, LogError};
+use crate::peer::{broker_address, PeerConn};
 use crate::replica::{now_ms, Partition, ReplicaManager, ReplicaRole};
 
 /// How often the fetcher set is brought in line with the partitions' roles.
 pub(crate) const RECONCILE_INTERVAL: Duration = Duration::from_millis(100);
-
-/// Longest a connection to a leader, or one request on it beyond its own wait, may take.
-const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Fetch version followers speak: v12 (topic names, `replica_id`, `current_leader_epoch`).
 const FETCH_VERSION: i16 = 12;
@@ -224,87 +216,6 @@ async fn fetcher_manager(
     }
 }
 
-/// A connection to a leader: request, then response.
-struct LeaderConn {
-    stream: TcpStream,
-    correlation_id: i32,
-    client_id: StrBytes,
-    max_response_bytes: usize,
-}
-
-impl LeaderConn {
-    async fn connect(addr: &str, me: i32, max_response_bytes: usize) -> std::io::Result<Self> {
-        let stream = tokio::time::timeout(IO_TIMEOUT, TcpStream::connect(addr))
-            .await
-            .map_err(|_| {
-                std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")
-            })??;
-        let _ = stream.set_nodelay(true);
-        Ok(LeaderConn {
-            stream,
-            correlation_id: 0,
-            client_id: StrBytes::from_string(format!("weir-replica-fetcher-{me}")),
-            max_response_bytes,
-        })
-    }
-
-    /// Sends `req` at `version`; waits for its response at most `wait` plus
-    /// [`IO_TIMEOUT`].
-    async fn call<R: Request>(
-        &mut self,
-        req: &R,
-        version: i16,
-        wait: Duration,
-    ) -> anyhow::Result<R::Response> {
-        let key = ApiKey::try_from(R::KEY).map_err(|_| anyhow::anyhow!("API key {}", R::KEY))?;
-        self.correlation_id = self.correlation_id.wrapping_add(1);
-        let header = RequestHeader::default()
-            .with_request_api_key(R::KEY)
-            .with_request_api_version(version)
-            .with_correlation_id(self.correlation_id)
-            .with_client_id(Some(self.client_id.clone()));
-        let mut buf = BytesMut::with_capacity(256);
-        buf.extend_from_slice(&[0; 4]);
-        header.encode(&mut buf, key.request_header_version(version))?;
-        req.encode(&mut buf, version)?;
-        let len = u32::try_from(buf.len() - 4)?;
-        buf[..4].copy_from_slice(&len.to_be_bytes());
-        let exchange = async {
-            self.stream.write_all(&buf).await?;
-            let len = self.stream.read_u32().await? as usize;
-            anyhow::ensure!(
-                len <= self.max_response_bytes,
-                "{key:?} response of {len} bytes is too large"
-            );
-            let mut body = vec![0u8; len];
-            self.stream.read_exact(&mut body).await?;
-            Ok::<_, anyhow::Error>(Bytes::from(body))
-        };
-        let mut body = tokio::time::timeout(wait + IO_TIMEOUT, exchange)
-            .await
-            .map_err(|_| anyhow::anyhow!("{key:?} timed out"))??;
-        let h = ResponseHeader::decode(&mut body, key.response_header_version(version))?;
-        anyhow::ensure!(
-            h.correlation_id == self.correlation_id,
-            "{key:?} response for another request"
-        );
-        R::Response::decode(&mut body, version)
-    }
-}
-
-/// The address of `leader`'s `inter.broker.listener.name` endpoint (else its first).
-fn leader_address(metadata: &Metadata, config: &BrokerConfig, leader: i32) -> Option<String> {
-    let image = metadata.image();
-    let b = image.broker(leader)?;
-    let name = &config.cluster.inter_broker_listener_name;
-    let e = b
-        .endpoints
-        .iter()
-        .find(|e| &e.name == name)
-        .or_else(|| b.endpoints.first())?;
-    Some(format!("{}:{}", e.host, e.port))
-}
-
 /// Fetches every partition in `set` from `leader` until `shutdown` (or the manager
 /// aborts it).
 async fn fetcher(
@@ -315,7 +226,7 @@ async fn fetcher(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let backoff = Duration::from_millis(config.replication.fetch_backoff_ms.max(10));
-    let mut conn: Option<LeaderConn> = None;
+    let mut conn: Option<PeerConn> = None;
     let mut failing = false;
     loop {
         if *shutdown.borrow() {
@@ -334,13 +245,19 @@ async fn fetcher(
             continue;
         }
         if conn.is_none() {
-            let Some(addr) = leader_address(&metadata, &config, leader) else {
+            let Some(addr) = broker_address(&metadata, &config, leader) else {
                 if stopped_within(&mut shutdown, backoff).await {
                     return;
                 }
                 continue;
             };
-            match LeaderConn::connect(&addr, config.node_id, max_response_bytes(&config)).await {
+            match PeerConn::connect(
+                &addr,
+                format!("weir-replica-fetcher-{}", config.node_id),
+                max_response_bytes(&config),
+            )
+            .await
+            {
                 Ok(c) => conn = Some(c),
                 Err(e) => {
                     if !failing {
@@ -414,7 +331,7 @@ fn set_truncated(set: &FollowedSet, key: &Key, leader_epoch: i32, truncated: boo
 /// ends in its log and cuts the local log there (or at its own end of the epoch the
 /// leader names, when the leader does not know the local one).
 async fn truncate_by_epoch(
-    conn: &mut LeaderConn,
+    conn: &mut PeerConn,
     config: &BrokerConfig,
     parts: &[&(Key, Followed)],
     set: &FollowedSet,
@@ -500,7 +417,7 @@ async fn truncate_by_epoch(
 /// One Fetch from the leader for `parts`; appends what it returns. Returns whether the
 /// fetcher should back off before the next (a partition error the metadata must settle).
 async fn fetch_once(
-    conn: &mut LeaderConn,
+    conn: &mut PeerConn,
     config: &BrokerConfig,
     parts: &[&(Key, Followed)],
     set: &FollowedSet,

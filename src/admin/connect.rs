@@ -28,10 +28,12 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::StatusCode;
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
@@ -39,7 +41,7 @@ use serde_json::Value;
 
 use super::{AdminState, ApiError};
 use crate::connect::config::ConnectorConfig;
-use crate::connect::{catalog, ConnectError, Origin, TargetState};
+use crate::connect::{catalog, ConnectError, ConnectRuntime, Origin, Placement, TargetState};
 
 /// The `/connectors` and `/connector-plugins` routes.
 pub(crate) fn routes() -> Router<Arc<AdminState>> {
@@ -76,6 +78,130 @@ impl From<ConnectError> for ApiError {
         };
         ApiError::new(status, e.to_string())
     }
+}
+
+/// Longest a request waits for this broker's connect runtime to start (it starts when
+/// this broker becomes the connect leader: at start-up, or after a failover).
+const RUNTIME_WAIT: Duration = Duration::from_secs(15);
+
+/// Header marking a request one broker forwarded to the connect leader: the receiver
+/// answers it itself (never forwards it again, so leadership moving in between costs a
+/// 503, never a loop).
+const FORWARDED_HEADER: &str = "x-weir-forwarded-by";
+
+/// Longest a forwarded request may take (stop and offsets requests wait up to 30 s).
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Largest request or response body forwarded (connector configs are small).
+const MAX_FORWARDED_BODY_BYTES: usize = 4 << 20;
+
+/// This broker's connect runtime, waiting up to [`RUNTIME_WAIT`] for it to start.
+///
+/// Errors: 503 naming where connectors run when this broker does not run them.
+async fn runtime(state: &AdminState) -> Result<ConnectRuntime, ApiError> {
+    let deadline = tokio::time::Instant::now() + RUNTIME_WAIT;
+    loop {
+        if let Some(runtime) = state.connect.current() {
+            return Ok(runtime);
+        }
+        let placement = state.connect.placement();
+        if tokio::time::Instant::now() >= deadline || !matches!(placement, Placement::Here) {
+            let whereabouts = match placement {
+                Placement::Here => "it is starting on this broker".to_string(),
+                Placement::Elsewhere(broker, url) => {
+                    format!("they run on broker {broker} ({url})")
+                }
+                Placement::Unknown(why) => why,
+            };
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("this broker does not run the connectors now: {whereabouts}"),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Middleware of every connect route: a request to a broker that is not the connect
+/// leader is forwarded to the leader's admin API and its answer returned as it is
+/// (Kafka Connect's workers forward to their leader likewise); any other is handled here.
+pub(crate) async fn forward(
+    State(state): State<Arc<AdminState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if request.headers().contains_key(FORWARDED_HEADER) {
+        return next.run(request).await;
+    }
+    match state.connect.placement() {
+        Placement::Elsewhere(broker, url) => {
+            let me = state.metadata.node_id();
+            proxy(me, broker, &url, request)
+                .await
+                .unwrap_or_else(IntoResponse::into_response)
+        }
+        Placement::Here | Placement::Unknown(_) => next.run(request).await,
+    }
+}
+
+/// Sends `request` to `base` (broker `broker`'s admin API) and returns its answer.
+///
+/// Errors: 413 for a body over [`MAX_FORWARDED_BODY_BYTES`]; 502 when the leader cannot
+/// be reached or its answer read.
+async fn proxy(me: i32, broker: i32, base: &str, request: Request) -> Result<Response, ApiError> {
+    let (parts, body) = request.into_parts();
+    let body = axum::body::to_bytes(body, MAX_FORWARDED_BODY_BYTES)
+        .await
+        .map_err(|e| ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("body: {e}")))?;
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or_else(|| parts.uri.path().to_string(), |p| p.as_str().to_string());
+    let url = format!("{base}{path}");
+    let method = parts.method.to_string();
+    let target = url.clone();
+    let answer = tokio::task::spawn_blocking(move || -> Result<(u16, String, Vec<u8>), String> {
+        let call = ureq::request(&method, &target)
+            .timeout(FORWARD_TIMEOUT)
+            .set("Content-Type", "application/json")
+            .set(FORWARDED_HEADER, &me.to_string());
+        let sent = if body.is_empty() {
+            call.call()
+        } else {
+            call.send_bytes(&body)
+        };
+        let response = match sent {
+            Ok(r) | Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => return Err(e.to_string()),
+        };
+        let status = response.status();
+        let content_type = response.content_type().to_string();
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(
+            &mut std::io::Read::take(response.into_reader(), MAX_FORWARDED_BODY_BYTES as u64),
+            &mut bytes,
+        )
+        .map_err(|e| e.to_string())?;
+        Ok((status, content_type, bytes))
+    })
+    .await
+    .map_err(|e| e.to_string())
+    .and_then(|r| r);
+    let unreachable = |e: String| {
+        ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            format!("cannot forward to the connect leader, broker {broker} ({url}): {e}"),
+        )
+    };
+    let (status, content_type, bytes) = answer.map_err(unreachable)?;
+    let status =
+        StatusCode::from_u16(status).map_err(|e| unreachable(format!("its answer: {e}")))?;
+    Ok((
+        status,
+        [(axum::http::header::CONTENT_TYPE, content_type)],
+        bytes,
+    )
+        .into_response())
 }
 
 fn bad(message: impl Into<String>) -> ApiError {
@@ -124,9 +250,9 @@ async fn list(
         return Err(bad(format!("expand={other}: expected status or info")));
     }
     if status || info {
-        return Ok(Json(state.connect.expanded(status, info).await).into_response());
+        return Ok(Json(runtime(&state).await?.expanded(status, info).await).into_response());
     }
-    Ok(Json(state.connect.names().await).into_response())
+    Ok(Json(runtime(&state).await?.names().await).into_response())
 }
 
 async fn create(State(state): State<Arc<AdminState>>, body: Bytes) -> Result<Response, ApiError> {
@@ -146,7 +272,7 @@ async fn create(State(state): State<Arc<AdminState>>, body: Bytes) -> Result<Res
     if name.trim().is_empty() {
         return Err(bad("Connector name must not be empty"));
     }
-    let info = state.connect.create(&name, props).await?;
+    let info = runtime(&state).await?.create(&name, props).await?;
     Ok((StatusCode::CREATED, Json(info)).into_response())
 }
 
@@ -154,14 +280,14 @@ async fn info(
     State(state): State<Arc<AdminState>>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    Ok(Json(state.connect.info(&name).await?).into_response())
+    Ok(Json(runtime(&state).await?.info(&name).await?).into_response())
 }
 
 async fn delete(
     State(state): State<Arc<AdminState>>,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    state.connect.delete(&name).await?;
+    runtime(&state).await?.delete(&name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -169,7 +295,7 @@ async fn config(
     State(state): State<Arc<AdminState>>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    Ok(Json(state.connect.config(&name).await?).into_response())
+    Ok(Json(runtime(&state).await?.config(&name).await?).into_response())
 }
 
 async fn put_config(
@@ -178,7 +304,7 @@ async fn put_config(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let props = properties(&json_body(&body)?)?;
-    let (info, created) = state.connect.put_config(&name, props).await?;
+    let (info, created) = runtime(&state).await?.put_config(&name, props).await?;
     let code = if created {
         StatusCode::CREATED
     } else {
@@ -191,11 +317,11 @@ async fn status(
     State(state): State<Arc<AdminState>>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    Ok(Json(state.connect.status(&name, None).await?).into_response())
+    Ok(Json(runtime(&state).await?.status(&name, None).await?).into_response())
 }
 
 async fn target(state: &AdminState, name: &str, t: TargetState) -> Result<StatusCode, ApiError> {
-    state.connect.set_target(name, t).await?;
+    runtime(state).await?.set_target(name, t).await?;
     Ok(StatusCode::ACCEPTED)
 }
 
@@ -230,15 +356,18 @@ async fn restart(
 ) -> Result<Response, ApiError> {
     let include_tasks = query_bool(&query, "includeTasks")?;
     let only_failed = query_bool(&query, "onlyFailed")?;
-    let restarted = state
-        .connect
+    let restarted = runtime(&state)
+        .await?
         .restart(&name, include_tasks, only_failed)
         .await?;
     if !include_tasks && !only_failed {
         // Kafka Connect's plain restart: the connector only, no body.
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
-    let status = state.connect.status(&name, Some(restarted)).await?;
+    let status = runtime(&state)
+        .await?
+        .status(&name, Some(restarted))
+        .await?;
     Ok((StatusCode::ACCEPTED, Json(status)).into_response())
 }
 
@@ -246,7 +375,7 @@ async fn tasks(
     State(state): State<Arc<AdminState>>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    Ok(Json(state.connect.tasks(&name).await?).into_response())
+    Ok(Json(runtime(&state).await?.tasks(&name).await?).into_response())
 }
 
 async fn task_status(
@@ -254,7 +383,7 @@ async fn task_status(
     Path((name, task)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
     let task = task_id(&name, &task)?;
-    Ok(Json(state.connect.task_status(&name, task).await?).into_response())
+    Ok(Json(runtime(&state).await?.task_status(&name, task).await?).into_response())
 }
 
 async fn task_restart(
@@ -262,7 +391,7 @@ async fn task_restart(
     Path((name, task)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     let task = task_id(&name, &task)?;
-    state.connect.restart_task(&name, task).await?;
+    runtime(&state).await?.restart_task(&name, task).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -279,14 +408,14 @@ async fn offsets(
     State(state): State<Arc<AdminState>>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    Ok(Json(state.connect.offsets(&name).await?).into_response())
+    Ok(Json(runtime(&state).await?.offsets(&name).await?).into_response())
 }
 
 async fn reset_offsets(
     State(state): State<Arc<AdminState>>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    Ok(Json(state.connect.reset_offsets(&name).await?).into_response())
+    Ok(Json(runtime(&state).await?.reset_offsets(&name).await?).into_response())
 }
 
 async fn alter_offsets(
@@ -295,7 +424,7 @@ async fn alter_offsets(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let body = json_body(&body)?;
-    Ok(Json(state.connect.alter_offsets(&name, &body).await?).into_response())
+    Ok(Json(runtime(&state).await?.alter_offsets(&name, &body).await?).into_response())
 }
 
 async fn plugins() -> Json<Value> {
@@ -315,7 +444,7 @@ async fn validate(
             )));
         }
     }
-    match state.connect.validate(&plugin, &props).await {
+    match runtime(&state).await?.validate(&plugin, &props).await {
         Some(infos) => Ok(Json(infos).into_response()),
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,

@@ -33,7 +33,11 @@ pub(crate) fn routes() -> Router<Arc<AdminState>> {
 }
 
 async fn scrape(State(state): State<Arc<AdminState>>) -> Response {
-    let connectors = state.connect.statuses();
+    let connectors = state
+        .connect
+        .current()
+        .map(|runtime| runtime.statuses())
+        .unwrap_or_default();
     let rendered = tokio::task::spawn_blocking(move || {
         let scrape = collect(&state, &connectors);
         state.metrics.render(scrape)

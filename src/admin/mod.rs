@@ -42,7 +42,7 @@ pub(crate) struct AdminState {
     /// Transform deployments (`/transforms`).
     pub transforms: Arc<TransformManager>,
     /// The connectors (`/connectors`, `/connector-plugins`).
-    pub connect: crate::connect::ConnectRuntime,
+    pub connect: Arc<crate::connect::ConnectHandle>,
     /// Hosted partitions (`/metrics`: log offsets and sizes).
     pub replicas: Arc<crate::replica::ReplicaManager>,
     /// Consumer groups (`/metrics`: group lag).
@@ -90,7 +90,12 @@ pub(crate) fn router(state: Arc<AdminState>) -> Router {
             post(records::produce_v3),
         )
         .merge(transforms::routes())
-        .merge(connect::routes())
+        .merge(
+            connect::routes().route_layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                connect::forward,
+            )),
+        )
         .merge(metrics::routes())
         .with_state(state)
 }

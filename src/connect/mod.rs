@@ -56,6 +56,7 @@ pub(crate) mod catalog;
 pub(crate) mod config;
 pub(crate) mod configs;
 pub(crate) mod convert;
+pub(crate) mod leader;
 mod sink;
 pub(crate) mod smt;
 mod source;
@@ -82,6 +83,7 @@ use store::{
     ConnectorStates, InternalTopic, SourceOffsets, OFFSETS_TOPIC, STATE_TOPIC, STATUS_TOPIC,
 };
 
+pub(crate) use leader::{ConnectHandle, Placement};
 pub(crate) use sink::group_id;
 
 /// First wait before restarting a failed task.
@@ -452,13 +454,22 @@ impl ConnectRuntime {
         impl std::future::Future<Output = ()> + Send + 'static,
     )> {
         use anyhow::Context as _;
-        let offsets_topic =
-            store::connect_topic(OFFSETS_TOPIC, ctx.metadata.clone(), ctx.replicas.clone());
+        let peers = ingest.peers();
+        let offsets_topic = store::connect_topic(
+            OFFSETS_TOPIC,
+            ctx.metadata.clone(),
+            ctx.replicas.clone(),
+            peers.clone(),
+        );
         let offsets = SourceOffsets::load(offsets_topic)
             .map_err(|e| anyhow::anyhow!(e))
             .context("cannot replay __connect_offsets")?;
-        let state_topic =
-            store::connect_topic(STATE_TOPIC, ctx.metadata.clone(), ctx.replicas.clone());
+        let state_topic = store::connect_topic(
+            STATE_TOPIC,
+            ctx.metadata.clone(),
+            ctx.replicas.clone(),
+            peers.clone(),
+        );
         let state = ConnectorStates::load(state_topic)
             .map_err(|e| anyhow::anyhow!(e))
             .context("cannot replay __connect_state")?;
@@ -466,6 +477,7 @@ impl ConnectRuntime {
             configs::CONFIGS_TOPIC,
             ctx.metadata.clone(),
             ctx.replicas.clone(),
+            peers.clone(),
         );
         let replayed = configs::replay(&configs_topic)
             .map_err(|e| anyhow::anyhow!(e))
@@ -476,6 +488,7 @@ impl ConnectRuntime {
                 STATUS_TOPIC,
                 ctx.metadata.clone(),
                 ctx.replicas.clone(),
+                peers,
             ),
             ctx,
             ingest,

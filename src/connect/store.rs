@@ -28,6 +28,7 @@ use bytes::Bytes;
 use crate::cluster::Metadata;
 pub(crate) use crate::internal_topic::InternalTopic;
 use crate::internal_topic::InternalTopicSpec;
+use crate::peer::PeerClients;
 use crate::plugin::SourcePosition;
 use crate::replica::ReplicaManager;
 
@@ -48,6 +49,18 @@ pub(crate) const STATE_MAX_KEYS: usize = 10_000;
 /// memory, so a plugin must not be able to make the broker hold more than this.
 pub(crate) const STATE_MAX_BYTES: usize = 16 << 20;
 
+/// Whether `name` is one of the connect runtime's topics (`__connect_configs`, `_offsets`,
+/// `_status`, `_state`): the internal topics another broker may forward appends to.
+pub(crate) fn is_connect_topic(name: &str) -> bool {
+    [
+        super::configs::CONFIGS_TOPIC,
+        OFFSETS_TOPIC,
+        STATUS_TOPIC,
+        STATE_TOPIC,
+    ]
+    .contains(&name)
+}
+
 /// Replication factor of the connect runtime's topics: Kafka Connect's default for
 /// `offset.storage.replication.factor` and its siblings (capped at the live brokers).
 const CONNECT_TOPICS_REPLICATION_FACTOR: i16 = 3;
@@ -58,13 +71,14 @@ pub(crate) fn connect_topic(
     name: &'static str,
     metadata: Arc<Metadata>,
     replicas: Arc<ReplicaManager>,
+    peers: Arc<PeerClients>,
 ) -> InternalTopic {
     let spec = InternalTopicSpec {
         partitions: 1,
         replication_factor: CONNECT_TOPICS_REPLICATION_FACTOR,
         configs: BTreeMap::new(),
     };
-    InternalTopic::new(name, spec, metadata, replicas)
+    InternalTopic::new(name, spec, metadata, replicas).forwarding(peers)
 }
 
 /// Every keyed record of `topic` in offset order, as (key, value).
@@ -436,7 +450,11 @@ mod tests {
     /// builds it.
     fn topic_in(dir: &std::path::Path, name: &'static str) -> InternalTopic {
         let (metadata, replicas) = crate::internal_topic::test_owners(dir);
-        connect_topic(name, metadata, replicas)
+        let peers = Arc::new(PeerClients::new(
+            metadata.clone(),
+            Arc::new(crate::config::BrokerConfig::defaults()),
+        ));
+        connect_topic(name, metadata, replicas, peers)
     }
 
     /// The connector states over a broker's state in `dir`, as a (re)started broker

@@ -366,7 +366,7 @@ async fn dispatch(
         RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(r, version)),
         RequestKind::Metadata(r) => ResponseKind::Metadata(metadata::handle(ctx, r, version)),
         RequestKind::Produce(r) => {
-            return produce::handle(ctx, r, version)
+            return produce::handle(ctx, r, version, client_id)
                 .await
                 .map(ResponseKind::Produce)
         }

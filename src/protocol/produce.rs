@@ -47,7 +47,7 @@ use kafka_protocol::ResponseError;
 
 use crate::cluster::{is_internal_topic, TopicMeta};
 use crate::log::{split_batches, AppendInfo, BatchError, Compression, LogError, ValidatedBatch};
-use crate::replica::{Partition, ReplicationWait};
+use crate::replica::Partition;
 use crate::topics;
 use crate::transform::apply::{self as inline, Applied};
 use crate::transform::inline::InlineSlot;
@@ -109,8 +109,10 @@ pub async fn handle(
     ctx: &Context,
     request: ProduceRequest,
     version: i16,
+    client_id: &str,
 ) -> Option<ProduceResponse> {
     let acks = request.acks;
+    let from_broker = crate::peer::is_broker_client(client_id, &ctx.metadata.image());
     // acks=all: one deadline for the whole request, as Kafka's DelayedProduce.
     let acks_all_deadline = (acks == -1).then(|| {
         tokio::time::Instant::now()
@@ -119,7 +121,7 @@ pub async fn handle(
     let mut responses = Vec::with_capacity(request.topic_data.len());
     for topic in request.topic_data {
         let name = topic.name.0.as_str().to_string();
-        let meta = topic_to_produce_to(ctx, &name, acks);
+        let meta = topic_to_produce_to(ctx, &name, acks, from_broker);
         // One look-up per topic; an empty registry answers without hashing the name.
         let inline = meta.as_ref().ok().and_then(|_| ctx.inline.get(&name));
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
@@ -153,8 +155,16 @@ pub async fn handle(
 
 /// The topic a produce may write to, auto-created when enabled; the error every partition
 /// of it gets otherwise.
-fn topic_to_produce_to(ctx: &Context, name: &str, acks: i16) -> Result<TopicMeta, ResponseError> {
-    if is_internal_topic(name) {
+/// `from_broker`: the request is another broker's forwarded write
+/// ([`crate::peer::is_broker_client`]), which may append to the connect runtime's topics
+/// (Kafka likewise lets its `__admin_client` write internal topics).
+fn topic_to_produce_to(
+    ctx: &Context,
+    name: &str,
+    acks: i16,
+    from_broker: bool,
+) -> Result<TopicMeta, ResponseError> {
+    if is_internal_topic(name) && !(from_broker && crate::connect::store::is_connect_topic(name)) {
         // Kafka: "Cannot append to internal topic" — only the coordinators write there.
         Err(ResponseError::InvalidTopicException)
     } else if (-1..=1).contains(&acks) {
@@ -217,25 +227,11 @@ async fn produce_partition(
         let left_ms = deadline
             .saturating_duration_since(tokio::time::Instant::now())
             .as_millis() as u64;
-        let refused = match valid
+        let refused = valid
             .partition
             .wait_for_high_watermark(info.last_offset, left_ms)
             .await
-        {
-            ReplicationWait::Replicated => None,
-            ReplicationWait::TimedOut => Some((
-                ResponseError::RequestTimedOut,
-                "the in-sync replicas did not acknowledge the batch within timeout_ms",
-            )),
-            ReplicationWait::NotEnoughReplicasAfterAppend => Some((
-                ResponseError::NotEnoughReplicasAfterAppend,
-                "the ISR fell below min.insync.replicas after the batch was appended",
-            )),
-            ReplicationWait::NotLeader => Some((
-                ResponseError::NotLeaderOrFollower,
-                "this broker stopped leading the partition before the batch was replicated",
-            )),
-        };
+            .refusal();
         if let Some((error, message)) = refused {
             return partition_error(index, error, Some(message.into()));
         }

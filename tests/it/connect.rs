@@ -79,6 +79,18 @@ pub(crate) fn read_topic_for(
     expected: usize,
     wait: Duration,
 ) -> Vec<(Option<String>, String)> {
+    read_partitions_for(bootstrap, topic, 1, expected, wait)
+}
+
+/// As [`read_topic_for`], over partitions `0..partitions` (each in offset order, the
+/// partitions interleaved as they arrive).
+pub(crate) fn read_partitions_for(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    expected: usize,
+    wait: Duration,
+) -> Vec<(Option<String>, String)> {
     let c: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", "connect-test-reader")
@@ -86,8 +98,10 @@ pub(crate) fn read_topic_for(
         .create()
         .unwrap();
     let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Beginning)
-        .unwrap();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
     c.assign(&tpl).unwrap();
     let mut out = Vec::new();
     let deadline = Instant::now() + wait;

@@ -16,7 +16,7 @@ use crate::connect::{append, dirs, lines, read_topic, read_topic_for, start, wai
 use crate::harness::{poll_for, wait_until};
 
 /// `curl -X method url [-d body]`: the HTTP status and the JSON body (`Null` when empty).
-fn curl(method: &str, url: &str, body: Option<&Value>) -> (u16, Value) {
+pub(crate) fn curl(method: &str, url: &str, body: Option<&Value>) -> (u16, Value) {
     let mut cmd = Command::new("curl");
     cmd.args([
         "-sS",
@@ -45,7 +45,7 @@ fn curl(method: &str, url: &str, body: Option<&Value>) -> (u16, Value) {
 
 /// Waits until the connector's status says `state`, and so do its tasks (panics after
 /// 60 s with the status).
-fn wait_for_state(admin: &str, name: &str, state: &str) -> Value {
+pub(crate) fn wait_for_state(admin: &str, name: &str, state: &str) -> Value {
     poll_for(&format!("{name} is {state}"), 60, || {
         let (code, status) = curl("GET", &format!("{admin}/connectors/{name}/status"), None);
         let tasks_too = status["tasks"]

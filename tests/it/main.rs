@@ -11,6 +11,7 @@ mod cli;
 mod clients;
 mod cluster;
 mod cluster_clients;
+mod cluster_connect;
 mod cluster_describe;
 mod cluster_fixture;
 mod cluster_placement;

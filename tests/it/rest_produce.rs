@@ -26,14 +26,14 @@ use crate::rdkafka_client::{admin, create_topic, producer};
 
 /// An HTTP answer.
 #[derive(Debug)]
-struct Answer {
-    status: u16,
-    body: String,
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) body: String,
 }
 
 impl Answer {
     /// The body as one JSON value.
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
     }
 
@@ -88,7 +88,7 @@ fn dechunk(mut body: &str) -> String {
 }
 
 /// `POST base_url + path` with `body`.
-fn post(base_url: &str, path: &str, body: &str) -> Answer {
+pub(crate) fn post(base_url: &str, path: &str, body: &str) -> Answer {
     let request = format!(
         "POST {path} HTTP/1.1\r\nHost: weir\r\nContent-Type: application/json\r\n\
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
