@@ -1365,3 +1365,49 @@ fn cdc_upgrade_emits_old_log_rows_as_logged_and_replaces_old_triggers() {
     assert_eq!(e[2]["after"], serde_json::json!({"id": 2, "qty": 2}));
     broker.stop();
 }
+
+/// A BLOB primary key: the earlier triggers' `json_object` of it failed the writer's own
+/// INSERT ("JSON cannot hold BLOB values"). Now the insert, an update and a delete go
+/// through, and the events' key and row carry the BLOB as hex text.
+#[test]
+fn cdc_blob_keys_never_fail_the_writer() {
+    let d = dirs();
+    py_sql(
+        &d.db,
+        "PRAGMA journal_mode=WAL;
+         CREATE TABLE files(k BLOB PRIMARY KEY, v TEXT) WITHOUT ROWID;",
+    );
+    cdc_config(&d, "blobs", "files", "");
+    let broker = start(&d);
+    wait_for_triggers(&d.db, "files");
+    let (b, topics) = (broker.bootstrap.as_str(), ["shop.files"]);
+    step(
+        &d,
+        b,
+        &topics,
+        "INSERT INTO files VALUES (x'00ff', 'one');",
+        1,
+    );
+    step(
+        &d,
+        b,
+        &topics,
+        "UPDATE files SET v = 'two' WHERE k = x'00ff';",
+        2,
+    );
+    let all = step(&d, b, &topics, "DELETE FROM files WHERE k = x'00ff';", 4);
+    let key = "{\"k\":\"00FF\"}";
+    assert_eq!(
+        ops(&all, "shop.files"),
+        vec![
+            kv(key, "c"),
+            kv(key, "u"),
+            kv(key, "d"),
+            kv(key, "tombstone")
+        ]
+    );
+    let e = events(&all, "shop.files");
+    assert_eq!(e[1]["after"], serde_json::json!({"k": "00FF", "v": "two"}));
+    assert_eq!(e[2]["before"], serde_json::json!({"k": "00FF"}));
+    broker.stop();
+}
