@@ -671,8 +671,8 @@ enum Planned {
 
 /// Coalesces a page of the log (in change-id order): what each entry emits, None when
 /// it is absorbed into a later entry of the same key (see the module doc). An entry is
-/// only ever absorbed into a later one, so an offset at any emitted change id leaves
-/// every absorbed-but-unemitted entry's successor unread.
+/// only ever absorbed into a later one, so a restart from the offset of any emitted
+/// event still reads the entry each skipped one was absorbed into.
 fn coalesce(entries: &[Entry]) -> Vec<Option<Planned>> {
     let mut plan: Vec<Option<Planned>> = Vec::with_capacity(entries.len());
     // (table, key) -> index of the open run's last entry.
