@@ -152,8 +152,8 @@ fn wait_for_triggers(db: &Path, table: &str) {
             let conn = rusqlite::Connection::open(db).unwrap();
             let n: i64 = conn
                 .query_row(
-                    "SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?1 \
-                 AND name GLOB '_weir_cdc_*'",
+                    "SELECT count(*) FROM sqlite_master WHERE type = 'trigger' \
+                     AND tbl_name = ?1 AND name GLOB '_weir_cdc_*'",
                     [table],
                     |r| r.get(0),
                 )
@@ -283,11 +283,7 @@ fn cdc_snapshot_then_replace_pk_change_and_schema_change() {
             kv("{\"a\":\"x\",\"b\":2}", "c"),
         ]
     );
-    let values: Vec<Value> = all
-        .iter()
-        .filter(|(t, _, _)| t == "shop.items")
-        .filter_map(|(_, _, v)| v.as_deref().map(|v| serde_json::from_str(v).unwrap()))
-        .collect();
+    let values = events(&all, "shop.items");
     // The update of 1 by key: `before` null, `after` the row as read (qty 10).
     assert_eq!(values[2]["before"], Value::Null);
     assert_eq!(values[2]["after"]["qty"], 10);
