@@ -16,30 +16,62 @@
 //! `*.exclude.list`, `skipped.operations`, column masking, ...) are refused at `open` when
 //! set to anything but their "off" value, never silently ignored.
 //!
-//! Capture: change-log triggers. `open` installs, for each table, AFTER INSERT / UPDATE /
-//! DELETE triggers writing the old and new row (`json_object`) into `_weir_cdc_log`, whose
-//! `INTEGER PRIMARY KEY AUTOINCREMENT` id is the change id. SQLite has one writer at a
-//! time and the log insert is part of the writer's transaction, so change ids are in
+//! Capture: change-log triggers that name only key columns. `open` installs, for each
+//! table, AFTER INSERT / UPDATE / DELETE triggers writing `(change id, table, op, key,
+//! ts_ms)` into `_weir_cdc_log` — the key as `json_array` of the key values (a BLOB as
+//! `["<hex>"]`: `json_array` refuses BLOBs, which would fail the writer's statement) —
+//! whose `INTEGER PRIMARY KEY AUTOINCREMENT` id is the change id. SQLite has one writer at
+//! a time and the log insert is part of the writer's transaction, so change ids are in
 //! commit order, a rolled-back change never appears, and a reader that has seen id N will
 //! never later see a committed id below N. The triggers live in the database: a change
 //! committed while the connector is down waits in the log. Why not the session extension
 //! (it records only in the connection that enabled it — the writer's, which we do not
 //! own) or WAL reading (frames are pages, not rows; a checkpoint may recycle them before
-//! we read them; the format is not an API): see ARCHITECTURE.md.
+//! we read them; the format is not an API): see `docs/connectors.md`.
+//!
+//! Row images are read when the log is read (Debezium-for-Postgres' `REPLICA IDENTITY
+//! DEFAULT` shape): in one read transaction the connector reads a page of the log and,
+//! for each create/update, `SELECT *` of the row by its key from the table as it is now,
+//! so the event has the table's current columns and names. `before` is null for creates
+//! and updates and holds only the key columns for deletes; `after` is the current row.
+//! Changes of one key within one read coalesce: a run of creates/updates emits one event
+//! (`c` if the run began with a create, else `u`) at the change id of the run's last
+//! entry; a run followed by a delete of that key emits only the delete (and its
+//! tombstone); a run whose row is gone by then emits nothing (its delete follows in the
+//! log). Offsets stay correct because an entry is only ever absorbed into a later one of
+//! the same key: a restart after an event's change id re-reads every later entry.
+//!
+//! Decided (issue 16, schema changes): a trigger naming a column makes SQLite refuse
+//! `ALTER TABLE DROP COLUMN` of it (it re-parses every trigger after the drop), a RENAME
+//! keeps the old name in a `json_object` string literal, and an ADD is invisible to a
+//! trigger written before it; SQLite has no `NEW.*` and triggers run in the writer's
+//! connection, where no host function exists. So the triggers name only the key
+//! columns, the primary key and the columns of UNIQUE indexes (for `INSERT OR REPLACE`):
+//! SQLite refuses to drop PRIMARY KEY, UNIQUE and indexed columns anyway and rewrites
+//! trigger bodies on RENAME COLUMN. ADD, RENAME and DROP of any other column are never
+//! blocked and show in the next event without a pause. Limits: a column named only by
+//! `message.key.columns` (no index) cannot be dropped while it is the key (change the key
+//! first: it is the record's identity); `DROP INDEX` of a `CREATE UNIQUE INDEX` then
+//! `DROP COLUMN` of its column fails until the connector has re-created the triggers
+//! (its next read of the log); renaming a `message.key.columns` column fails the task
+//! until the config names the new column (changes keep waiting in the log).
 //!
 //! Special cases:
 //! - `INSERT OR REPLACE` / `REPLACE` deletes conflicting rows without firing DELETE
-//!   triggers. A BEFORE INSERT trigger copies every row that conflicts on the primary key
-//!   or on a (non-partial, column) UNIQUE index into `_weir_cdc_pending`; the AFTER INSERT
-//!   trigger (which fires only if the row was inserted, so not for `INSERT OR IGNORE`)
-//!   turns them into a delete of each removed row with another key, then an update (same
-//!   key was replaced) or a create. Stale pending rows (an insert that was ignored) are
-//!   cleared by the next BEFORE INSERT.
+//!   triggers. A BEFORE INSERT trigger copies the key of every row that conflicts on the
+//!   primary key or on a (non-partial, column) UNIQUE index into `_weir_cdc_pending`; the
+//!   AFTER INSERT trigger (which fires only if the row was inserted, so not for `INSERT
+//!   OR IGNORE`) turns them into a delete of each removed row with another key, then an
+//!   update (same key was replaced) or a create. Stale pending rows (an insert that was
+//!   ignored) are cleared by the next BEFORE INSERT.
 //! - An UPDATE changing the key logs a delete of the old key then a create of the new one.
-//! - Schema changes: before each read of the log the connector compares
-//!   `PRAGMA schema_version`; when a table's columns changed it re-creates its triggers
-//!   (in one write transaction). Changes committed between the `ALTER TABLE` and that
-//!   moment carry the old column set.
+//! - Before each read of the log the connector compares `PRAGMA schema_version` (inside
+//!   the read transaction); when it changed it re-describes the tables and re-creates
+//!   the triggers of a table whose key, primary key or UNIQUE indexes changed or whose
+//!   triggers are missing (in one write transaction), then reads.
+//! - Upgrade: `open` replaces triggers of the earlier shape (full `json_object` rows).
+//!   Log rows they wrote (key a JSON object, not an array) are emitted as they were
+//!   logged, `before` and `after` included, in change-id order before any new row.
 //!
 //! Offsets: source partition `{"database": path}`, offset `{"change_id": N, "snapshot":
 //! "done" | "running"}`. `commit` deletes log rows up to the committed change id. A
@@ -47,7 +79,7 @@
 //! once). BLOB values appear in JSON as hex text (JSON has no bytes).
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 wit_bindgen::generate!({
     world: "source-connector",
@@ -68,11 +100,10 @@ const PENDING_TABLE: &str = "_weir_cdc_pending";
 /// Milliseconds since the Unix epoch, in SQLite, at trigger time.
 const TS_SQL: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
 
-/// One captured table.
+/// One captured table: what its triggers name.
 #[derive(Clone, PartialEq, Eq)]
 struct Table {
     name: String,
-    columns: Vec<String>,
     /// Primary key columns in key order; empty = a rowid table without a declared one.
     pk: Vec<String>,
     /// The columns of the record key: `message.key.columns`' entry for the table, else
@@ -81,6 +112,9 @@ struct Table {
     /// Column lists of UNIQUE indexes other than the primary key.
     uniques: Vec<Vec<String>>,
 }
+
+/// The names of the five triggers of a table (see [`Table::trigger_sql`]).
+const TRIGGER_SUFFIXES: [&str; 5] = ["bi", "ai", "au", "auk", "ad"];
 
 struct Snapshot {
     change_id: i64,
@@ -140,12 +174,61 @@ fn json_string(text: &str) -> String {
     out
 }
 
+/// A column value as JSON: BLOBs as upper-case hex text (what SQLite's `hex` gives),
+/// non-finite reals as null (JSON has neither bytes nor infinities).
+fn value_json(v: &Value) -> String {
+    match v {
+        Value::Null => "null".into(),
+        Value::Integer(i) => i.to_string(),
+        Value::Real(f) if f.is_finite() => format!("{f:?}"),
+        Value::Real(_) => "null".into(),
+        Value::Text(t) => json_string(t),
+        Value::Blob(b) => {
+            let hex: String = b.iter().map(|x| format!("{x:02X}")).collect();
+            json_string(&hex)
+        }
+    }
+}
+
+/// A JSON object of `names[i]: values[i]`, in order.
+fn object_json(names: &[String], values: &[Value]) -> String {
+    let fields: Vec<String> = names
+        .iter()
+        .zip(values)
+        .map(|(n, v)| format!("{}:{}", json_string(n), value_json(v)))
+        .collect();
+    format!("{{{}}}", fields.join(","))
+}
+
 fn exec(db: u32, text: &str, params: &[Value]) -> Result<u64, PluginError> {
     sql::execute(db, text, params).map_err(error)
 }
 
+fn query_rows(db: u32, text: &str, params: &[Value]) -> Result<sql::Rows, PluginError> {
+    sql::query(db, text, params).map_err(error)
+}
+
 fn query(db: u32, text: &str, params: &[Value]) -> Result<Vec<Vec<Value>>, PluginError> {
-    sql::query(db, text, params).map(|r| r.rows).map_err(error)
+    query_rows(db, text, params).map(|r| r.rows)
+}
+
+/// Runs `f` in a read transaction (one snapshot of the database), ended whatever `f`
+/// returns.
+fn read_transaction<T>(
+    db: u32,
+    f: impl FnOnce() -> Result<T, PluginError>,
+) -> Result<T, PluginError> {
+    exec(db, "BEGIN", &[])?;
+    match f() {
+        Ok(v) => {
+            exec(db, "COMMIT", &[])?;
+            Ok(v)
+        }
+        Err(e) => {
+            let _ = exec(db, "ROLLBACK", &[]);
+            Err(e)
+        }
+    }
 }
 
 fn int(v: &Value) -> i64 {
@@ -173,8 +256,8 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// Reads a table's columns, primary key and UNIQUE indexes; its key is `key_columns`
-/// (from `message.key.columns`) when given, else its primary key.
+/// Reads a table's primary key and UNIQUE indexes; its key is `key_columns` (from
+/// `message.key.columns`) when given, else its primary key.
 ///
 /// Errors: no such table; a key column it does not have; no primary key and no key
 /// columns (its rows would be keyed by rowid, which VACUUM may renumber, so one row would
@@ -234,7 +317,6 @@ fn describe(db: u32, name: &str, key_columns: Option<&[String]>) -> Result<Table
     };
     Ok(Table {
         name: name.to_string(),
-        columns,
         pk,
         key,
         uniques,
@@ -242,30 +324,56 @@ fn describe(db: u32, name: &str, key_columns: Option<&[String]>) -> Result<Table
 }
 
 impl Table {
-    /// `json_object(...)` of the row `alias` (`NEW`, `OLD`, or the table), BLOBs as hex.
-    fn row_json(&self, alias: &str) -> String {
-        let fields: Vec<String> = self
-            .columns
+    /// `json_array(...)` of the key of row `alias` (`NEW`, `OLD`, or the table): its key
+    /// values in key order, a BLOB as `["<hex>"]` (`json_array` refuses a BLOB, which
+    /// would fail the writer's statement).
+    fn key_array(&self, alias: &str) -> String {
+        let parts: Vec<String> = self
+            .key
             .iter()
             .map(|c| {
                 let col = format!("{alias}.{}", ident(c));
                 format!(
-                    "{}, CASE WHEN typeof({col}) = 'blob' THEN hex({col}) ELSE {col} END",
-                    literal(c)
+                    "CASE WHEN typeof({col}) = 'blob' THEN json_array(hex({col})) ELSE {col} END"
                 )
             })
             .collect();
-        format!("json_object({})", fields.join(", "))
+        format!("json_array({})", parts.join(", "))
     }
 
-    /// `json_object(...)` of the key of row `alias`: its key columns.
-    fn key_json(&self, alias: &str) -> String {
-        let fields: Vec<String> = self
+    /// The key values decoded from a logged key array bound to `?1`, one expression per
+    /// key column (the inverse of [`Table::key_array`]).
+    fn key_values(&self) -> Vec<String> {
+        (0..self.key.len())
+            .map(|i| {
+                format!(
+                    "CASE WHEN json_type(?1, '$[{i}]') = 'array' \
+                     THEN unhex(json_extract(?1, '$[{i}][0]')) ELSE json_extract(?1, '$[{i}]') END"
+                )
+            })
+            .collect()
+    }
+
+    /// A query with `?1` = a logged key array: the key values, then (`row`) every column
+    /// of the row with that key as the table is now (no row: no result), or (not `row`)
+    /// nothing more (always one result).
+    fn by_key_sql(&self, row: bool) -> String {
+        let values = self.key_values();
+        if !row {
+            return format!("SELECT {}", values.join(", "));
+        }
+        let t = ident(&self.name);
+        let cond: Vec<String> = self
             .key
             .iter()
-            .map(|c| format!("{}, {alias}.{}", literal(c), ident(c)))
+            .zip(&values)
+            .map(|(c, v)| format!("{t}.{} IS {v}", ident(c)))
             .collect();
-        format!("json_object({})", fields.join(", "))
+        format!(
+            "SELECT {}, {t}.* FROM {t} WHERE {} LIMIT 1",
+            values.join(", "),
+            cond.join(" AND ")
+        )
     }
 
     /// True (in SQL) when rows `a` and `b` have the same key.
@@ -278,22 +386,27 @@ impl Table {
         parts.join(" AND ")
     }
 
-    fn trigger(&self, suffix: &str) -> String {
-        ident(&format!("_weir_cdc_{}_{suffix}", self.name))
+    fn trigger_name(&self, suffix: &str) -> String {
+        format!("_weir_cdc_{}_{suffix}", self.name)
     }
 
-    /// The statements that (re)create this table's triggers.
+    fn trigger(&self, suffix: &str) -> String {
+        ident(&self.trigger_name(suffix))
+    }
+
+    /// The statements that (re)create this table's triggers. They name only the key, the
+    /// primary key and UNIQUE index columns (see the module doc).
     fn trigger_sql(&self) -> String {
         let t = ident(&self.name);
         let tl = literal(&self.name);
         let mut s = String::new();
-        for suffix in ["bi", "ai", "au", "auk", "ad"] {
+        for suffix in TRIGGER_SUFFIXES {
             s.push_str(&format!(
                 "DROP TRIGGER IF EXISTS {};\n",
                 self.trigger(suffix)
             ));
         }
-        let log_cols = format!("{LOG_TABLE}(tbl, op, key, before, after, ts_ms)");
+        let log_cols = format!("{LOG_TABLE}(tbl, op, key, ts_ms)");
         // Rows an insert would conflict with (REPLACE removes them without a trigger).
         let mut conflicts = Vec::new();
         if self.pk.is_empty() {
@@ -316,55 +429,66 @@ impl Table {
         s.push_str(&format!(
             "CREATE TRIGGER {bi} BEFORE INSERT ON {t} BEGIN \
                DELETE FROM {PENDING_TABLE} WHERE tbl = {tl}; \
-               INSERT INTO {PENDING_TABLE}(tbl, key, before) SELECT {tl}, {key_t}, {row_t} FROM {t} WHERE {cond}; \
+               INSERT INTO {PENDING_TABLE}(tbl, key) SELECT {tl}, {key_t} FROM {t} WHERE {cond}; \
              END;\n",
             bi = self.trigger("bi"),
-            key_t = self.key_json(&t),
-            row_t = self.row_json(&t),
+            key_t = self.key_array(&t),
             cond = conflicts.join(" OR "),
         ));
-        let key_new = self.key_json("NEW");
+        let key_new = self.key_array("NEW");
+        let key_old = self.key_array("OLD");
         s.push_str(&format!(
             "CREATE TRIGGER {ai} AFTER INSERT ON {t} BEGIN \
-               INSERT INTO {log_cols} SELECT {tl}, 'd', key, before, NULL, {TS_SQL} FROM {PENDING_TABLE} \
+               INSERT INTO {log_cols} SELECT {tl}, 'd', key, {TS_SQL} FROM {PENDING_TABLE} \
                  WHERE tbl = {tl} AND key IS NOT {key_new} ORDER BY rowid; \
                INSERT INTO {log_cols} SELECT {tl}, \
                  CASE WHEN EXISTS (SELECT 1 FROM {PENDING_TABLE} WHERE tbl = {tl} AND key = {key_new}) THEN 'u' ELSE 'c' END, \
-                 {key_new}, (SELECT before FROM {PENDING_TABLE} WHERE tbl = {tl} AND key = {key_new} LIMIT 1), {row_new}, {TS_SQL}; \
+                 {key_new}, {TS_SQL}; \
                DELETE FROM {PENDING_TABLE} WHERE tbl = {tl}; \
              END;\n",
             ai = self.trigger("ai"),
-            row_new = self.row_json("NEW"),
         ));
         s.push_str(&format!(
             "CREATE TRIGGER {au} AFTER UPDATE ON {t} WHEN {same} BEGIN \
-               INSERT INTO {log_cols} VALUES ({tl}, 'u', {key_new}, {row_old}, {row_new}, {TS_SQL}); \
+               INSERT INTO {log_cols} VALUES ({tl}, 'u', {key_new}, {TS_SQL}); \
              END;\n",
             au = self.trigger("au"),
             same = self.same_key("OLD", "NEW"),
-            row_old = self.row_json("OLD"),
-            row_new = self.row_json("NEW"),
         ));
         s.push_str(&format!(
             "CREATE TRIGGER {auk} AFTER UPDATE ON {t} WHEN NOT ({same}) BEGIN \
-               INSERT INTO {log_cols} VALUES ({tl}, 'd', {key_old}, {row_old}, NULL, {TS_SQL}); \
-               INSERT INTO {log_cols} VALUES ({tl}, 'c', {key_new}, NULL, {row_new}, {TS_SQL}); \
+               INSERT INTO {log_cols} VALUES ({tl}, 'd', {key_old}, {TS_SQL}); \
+               INSERT INTO {log_cols} VALUES ({tl}, 'c', {key_new}, {TS_SQL}); \
              END;\n",
             auk = self.trigger("auk"),
             same = self.same_key("OLD", "NEW"),
-            key_old = self.key_json("OLD"),
-            row_old = self.row_json("OLD"),
-            row_new = self.row_json("NEW"),
         ));
         s.push_str(&format!(
             "CREATE TRIGGER {ad} AFTER DELETE ON {t} BEGIN \
-               INSERT INTO {log_cols} VALUES ({tl}, 'd', {key_old}, {row_old}, NULL, {TS_SQL}); \
+               INSERT INTO {log_cols} VALUES ({tl}, 'd', {key_old}, {TS_SQL}); \
              END;\n",
             ad = self.trigger("ad"),
-            key_old = self.key_json("OLD"),
-            row_old = self.row_json("OLD"),
         ));
         s
+    }
+
+    /// True when all of this table's triggers exist (a user may drop one, e.g. to run a
+    /// DDL they blocked; see the module doc).
+    fn triggers_present(&self, db: u32) -> Result<bool, PluginError> {
+        let mut params = vec![Value::Text(self.name.clone())];
+        params.extend(
+            TRIGGER_SUFFIXES
+                .iter()
+                .map(|s| Value::Text(self.trigger_name(s))),
+        );
+        let rows = query(
+            db,
+            "SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?1 \
+             AND name IN (?2, ?3, ?4, ?5, ?6)",
+            &params,
+        )?;
+        let n = rows.first().and_then(|r| r.first()).map(int).unwrap_or(0);
+        Ok(n == TRIGGER_SUFFIXES.len() as i64)
     }
 }
 
@@ -374,13 +498,15 @@ fn schema_version(db: u32) -> Result<i64, PluginError> {
 }
 
 /// Describes every table and (re)creates the triggers of those whose shape differs from
-/// `known` (all of them when `known` is empty), in one write transaction.
+/// `known` (all of them when `known` is empty) or whose triggers are missing, in one
+/// write transaction. Returns the tables and the schema version they describe (read
+/// inside the transaction, so no DDL slips between the two).
 fn install(
     db: u32,
     names: &[String],
     keys: &KeyColumns,
     known: &[Table],
-) -> Result<Vec<Table>, PluginError> {
+) -> Result<(Vec<Table>, i64), PluginError> {
     exec(db, "BEGIN IMMEDIATE", &[])?;
     let result = (|| {
         let mut tables = Vec::with_capacity(names.len());
@@ -388,7 +514,7 @@ fn install(
         for name in names {
             let key = keys.iter().find(|(t, _)| t == name).map(|(_, k)| &k[..]);
             let t = describe(db, name, key)?;
-            if !known.contains(&t) {
+            if !known.contains(&t) || !t.triggers_present(db)? {
                 ddl.push_str(&t.trigger_sql());
             }
             tables.push(t);
@@ -396,12 +522,12 @@ fn install(
         if !ddl.is_empty() {
             exec(db, &ddl, &[])?;
         }
-        Ok(tables)
+        Ok((tables, schema_version(db)?))
     })();
     match result {
-        Ok(tables) => {
+        Ok(done) => {
             exec(db, "COMMIT", &[])?;
-            Ok(tables)
+            Ok(done)
         }
         Err(e) => {
             let _ = exec(db, "ROLLBACK", &[]);
@@ -510,6 +636,85 @@ fn config_value(config: &[(String, String)], key: &str) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
+/// One row of the change log.
+struct Entry {
+    id: i64,
+    table: String,
+    op: String,
+    /// A JSON array of the key values; a JSON object in rows the earlier triggers wrote.
+    key: String,
+    /// Row images: only in rows the earlier triggers wrote.
+    before: Option<String>,
+    after: Option<String>,
+    ts_ms: i64,
+}
+
+impl Entry {
+    /// Written by the triggers before issue 16 (the key a JSON object, row images in the
+    /// log): emitted as logged.
+    fn as_logged(&self) -> bool {
+        !self.key.starts_with('[')
+    }
+}
+
+/// What one entry of a page of the log emits.
+#[derive(Clone, Copy)]
+enum Planned {
+    /// Its own envelope, as logged ([`Entry::as_logged`]).
+    AsLogged,
+    /// The key's current row, op `c` (its run of creates/updates began with a create)
+    /// or `u`.
+    Upsert { create: bool },
+    /// A delete (and its tombstone).
+    Delete,
+}
+
+/// Coalesces a page of the log (in change-id order): what each entry emits, None when
+/// it is absorbed into a later entry of the same key (see the module doc). An entry is
+/// only ever absorbed into a later one, so a restart from the offset of any emitted
+/// event still reads the entry each skipped one was absorbed into.
+fn coalesce(entries: &[Entry]) -> Vec<Option<Planned>> {
+    let mut plan: Vec<Option<Planned>> = Vec::with_capacity(entries.len());
+    // (table, key) -> index of the open run's last entry.
+    let mut open: HashMap<(&str, &str), usize> = HashMap::new();
+    for (i, e) in entries.iter().enumerate() {
+        if e.as_logged() {
+            plan.push(Some(Planned::AsLogged));
+            continue;
+        }
+        let key = (e.table.as_str(), e.key.as_str());
+        let planned = match e.op.as_str() {
+            "c" | "u" => {
+                let began = open.get(&key).and_then(|&j| plan[j].take());
+                let create = match began {
+                    Some(Planned::Upsert { create }) => create,
+                    Some(Planned::AsLogged | Planned::Delete) | None => e.op == "c",
+                };
+                open.insert(key, i);
+                Some(Planned::Upsert { create })
+            }
+            "d" => {
+                if let Some(j) = open.remove(&key) {
+                    plan[j] = None;
+                }
+                Some(Planned::Delete)
+            }
+            other => {
+                log(
+                    Level::Warn,
+                    &format!("{LOG_TABLE} row {} has op `{other}`: skipped", e.id),
+                );
+                None
+            }
+        };
+        plan.push(planned);
+    }
+    plan
+}
+
+/// Tries of a read of the log that finds the schema changed (each re-describes it).
+const SCHEMA_TRIES: usize = 5;
+
 impl State {
     fn partition(&self) -> Vec<(String, String)> {
         vec![("database".into(), self.path.clone())]
@@ -563,6 +768,36 @@ impl State {
         )
     }
 
+    /// Appends the records of one streamed change of `entry`'s table: its envelope, and
+    /// for a delete (with tombstones on) the tombstone. A delete's envelope carries the
+    /// change id before it, its tombstone the id itself, so a crash between them
+    /// re-emits the delete rather than losing the tombstone.
+    fn push_change(
+        &self,
+        out: &mut Vec<SourceRecord>,
+        entry: &Entry,
+        op: &str,
+        key: Option<String>,
+        before: Option<&str>,
+        after: Option<&str>,
+    ) {
+        let value = self.envelope(
+            &entry.table,
+            op,
+            before,
+            after,
+            entry.id,
+            entry.ts_ms,
+            false,
+        );
+        let tombstone = op == "d" && self.tombstones;
+        let offset = if tombstone { entry.id - 1 } else { entry.id };
+        out.push(self.record(&entry.table, key.clone(), Some(value), offset, true));
+        if tombstone {
+            out.push(self.record(&entry.table, key, None, entry.id, true));
+        }
+    }
+
     /// Queues the next page of the snapshot (ending it after the last table).
     fn fill_snapshot(&mut self, max: u32) -> Result<(), PluginError> {
         let Some(snap) = self.snapshot.as_ref() else {
@@ -591,30 +826,36 @@ impl State {
                 .join(", ")
         };
         let page = i64::from(max.max(1));
-        let rows = query(
+        let rows = query_rows(
             self.db,
-            &format!(
-                "SELECT {}, {} FROM {t} ORDER BY {order} LIMIT ?1 OFFSET ?2",
-                table.key_json(&t),
-                table.row_json(&t)
-            ),
+            &format!("SELECT * FROM {t} ORDER BY {order} LIMIT ?1 OFFSET ?2"),
             &[Value::Integer(page), Value::Integer(done_rows)],
         )?;
+        let mut key_at = Vec::with_capacity(table.key.len());
+        for k in &table.key {
+            match rows.columns.iter().position(|c| c == k) {
+                Some(i) => key_at.push(i),
+                None => {
+                    return Err(error(format!(
+                        "table `{}` has no key column `{k}` any more",
+                        table.name
+                    )))
+                }
+            }
+        }
         let ts = now_ms();
         let last_table = index + 1 == self.tables.len();
-        let n = rows.len();
-        for (i, row) in rows.iter().enumerate() {
+        let n = rows.rows.len();
+        for (i, row) in rows.rows.iter().enumerate() {
             let done = last_table && n < page as usize && i + 1 == n;
-            let value = self.envelope(
-                &table.name,
-                "r",
-                None,
-                text(&row[1]).as_deref(),
-                change_id,
-                ts,
-                true,
-            );
-            let rec = self.record(&table.name, text(&row[0]), Some(value), change_id, done);
+            let key_values: Vec<Value> = key_at
+                .iter()
+                .map(|&i| row.get(i).cloned().unwrap_or(Value::Null))
+                .collect();
+            let key = object_json(&table.key, &key_values);
+            let after = object_json(&rows.columns, row);
+            let value = self.envelope(&table.name, "r", None, Some(&after), change_id, ts, true);
+            let rec = self.record(&table.name, Some(key), Some(value), change_id, done);
             self.queue.push_back(rec);
         }
         if let Some(s) = self.snapshot.as_mut() {
@@ -628,26 +869,50 @@ impl State {
         Ok(())
     }
 
-    /// Re-creates triggers of tables whose schema changed since the last look.
+    /// Re-describes the tables (the schema changed) and re-creates the triggers that
+    /// need it.
     fn follow_schema(&mut self) -> Result<(), PluginError> {
-        let version = schema_version(self.db)?;
-        if version != self.schema_version {
-            let tables = install(self.db, &self.table_names, &self.keys, &self.tables)?;
-            if tables != self.tables {
-                log(
-                    Level::Info,
-                    "table schema changed: change-log triggers re-created",
-                );
-            }
-            self.tables = tables;
-            self.schema_version = schema_version(self.db)?;
+        let (tables, version) = install(self.db, &self.table_names, &self.keys, &self.tables)?;
+        if tables != self.tables {
+            log(
+                Level::Info,
+                "table keys or UNIQUE indexes changed: change-log triggers re-created",
+            );
         }
+        self.tables = tables;
+        self.schema_version = version;
         Ok(())
     }
 
-    /// Queues the next changes of the log.
+    /// Queues the next changes of the log: a page of it and the rows it names, read in
+    /// one read transaction under the schema [`State::tables`] describes.
     fn fill_stream(&mut self, max: u32) -> Result<(), PluginError> {
-        self.follow_schema()?;
+        for _ in 0..SCHEMA_TRIES {
+            let known = self.schema_version;
+            let read = read_transaction(self.db, || {
+                if schema_version(self.db)? != known {
+                    return Ok(None);
+                }
+                self.read_log(max).map(Some)
+            })?;
+            match read {
+                Some((records, last_id)) => {
+                    self.queue.extend(records);
+                    self.last_id = last_id;
+                    return Ok(());
+                }
+                None => self.follow_schema()?,
+            }
+        }
+        Err(error(format!(
+            "the schema changed during each of {SCHEMA_TRIES} reads of the change log"
+        )))
+    }
+
+    /// Reads the page of the log after [`State::last_id`] (at most `max` entries) and
+    /// what it emits, coalesced; returns the records and the last change id read. Runs
+    /// inside a read transaction.
+    fn read_log(&self, max: u32) -> Result<(Vec<SourceRecord>, i64), PluginError> {
         let rows = query(
             self.db,
             &format!(
@@ -655,34 +920,73 @@ impl State {
             ),
             &[Value::Integer(self.last_id), Value::Integer(i64::from(max.max(1)))],
         )?;
-        for row in rows {
-            let id = int(&row[0]);
-            let table = text(&row[1]).unwrap_or_default();
-            let op = text(&row[2]).unwrap_or_default();
-            let key = text(&row[3]);
-            let before = text(&row[4]);
-            let after = text(&row[5]);
-            let value = self.envelope(
-                &table,
-                &op,
-                before.as_deref(),
-                after.as_deref(),
-                id,
-                int(&row[6]),
-                false,
-            );
-            let tombstone = op == "d" && self.tombstones;
-            // A delete's offset stays before it until its tombstone is written too.
-            let offset = if tombstone { id - 1 } else { id };
-            self.queue
-                .push_back(self.record(&table, key.clone(), Some(value), offset, true));
-            if tombstone {
-                self.queue
-                    .push_back(self.record(&table, key, None, id, true));
+        let entries: Vec<Entry> = rows
+            .iter()
+            .filter(|r| r.len() >= 7)
+            .map(|r| Entry {
+                id: int(&r[0]),
+                table: text(&r[1]).unwrap_or_default(),
+                op: text(&r[2]).unwrap_or_default(),
+                key: text(&r[3]).unwrap_or_default(),
+                before: text(&r[4]),
+                after: text(&r[5]),
+                ts_ms: int(&r[6]),
+            })
+            .collect();
+        let plan = coalesce(&entries);
+        let mut out = Vec::new();
+        let mut last_id = self.last_id;
+        for (entry, planned) in entries.iter().zip(plan) {
+            last_id = entry.id;
+            let Some(planned) = planned else { continue };
+            let (op, deleted) = match planned {
+                Planned::AsLogged => {
+                    let key = Some(entry.key.clone());
+                    let (before, after) = (entry.before.as_deref(), entry.after.as_deref());
+                    self.push_change(&mut out, entry, &entry.op, key, before, after);
+                    continue;
+                }
+                Planned::Upsert { create: true } => ("c", false),
+                Planned::Upsert { create: false } => ("u", false),
+                Planned::Delete => ("d", true),
+            };
+            let Some(table) = self.tables.iter().find(|t| t.name == entry.table) else {
+                log(
+                    Level::Warn,
+                    &format!(
+                        "{LOG_TABLE} row {} is of table `{}`, not captured: skipped",
+                        entry.id, entry.table
+                    ),
+                );
+                continue;
+            };
+            let found = query_rows(
+                self.db,
+                &table.by_key_sql(!deleted),
+                &[Value::Text(entry.key.clone())],
+            )?;
+            // No row: it was deleted after this entry; that delete follows in the log.
+            let Some(row) = found.rows.first() else {
+                continue;
+            };
+            let n = table.key.len();
+            if row.len() < n || found.columns.len() != row.len() {
+                return Err(error(format!(
+                    "reading the row of {LOG_TABLE} row {}: {} values for {} columns",
+                    entry.id,
+                    row.len(),
+                    found.columns.len()
+                )));
             }
-            self.last_id = id;
+            let key = object_json(&table.key, &row[..n]);
+            if deleted {
+                self.push_change(&mut out, entry, op, Some(key.clone()), Some(&key), None);
+            } else {
+                let after = object_json(&found.columns[n..], &row[n..]);
+                self.push_change(&mut out, entry, op, Some(key), None, Some(&after));
+            }
         }
-        Ok(())
+        Ok((out, last_id))
     }
 }
 
@@ -748,8 +1052,7 @@ impl Guest for SqliteCdc {
         // Where `snapshot.mode=never` starts: read before the triggers exist, so a change
         // committed right after they do is never skipped.
         let start_id = last_change_id(db)?;
-        let tables = install(db, &table_names, &keys, &[])?;
-        let schema_version = schema_version(db)?;
+        let (tables, schema_version) = install(db, &table_names, &keys, &[])?;
         let stored = offsets
             .iter()
             .find(|p| {
