@@ -105,6 +105,8 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("log.retention.hours", Int, Some("168"), Some(-1), "As log.retention.ms, in hours."),
     key("log.retention.bytes", Long, Some("-1"), Some(-1), "Delete oldest segments while a partition is larger than this; -1 for no limit."),
     key("log.retention.check.interval.ms", Long, Some("300000"), Some(1), "How often retention runs (ms)."),
+    key("producer.id.expiration.ms", Int, Some("86400000"), Some(1), "An idempotent producer that has appended nothing to a partition for this long (ms, on the broker's clock, never its batches' timestamps) is forgotten there; its next batch is then accepted with any sequence (KIP-360), so a retry after that is appended again."),
+    key("producer.id.expiration.check.interval.ms", Int, Some("600000"), Some(1), "How often idle producer ids are looked for (ms)."),
     key("log.index.interval.bytes", Int, Some("4096"), Some(0), "Bytes of log between two sparse offset-index entries."),
     key("log.index.size.max.bytes", Int, Some("10485760"), Some(4), "Largest offset index of a segment; a full index rolls the segment."),
     key("log.flush.interval.messages", Long, Some("9223372036854775807"), Some(1), "fsync a partition after this many records (default: leave it to the OS)."),
@@ -643,6 +645,11 @@ pub struct BrokerConfig {
     pub default_replication_factor: i16,
     /// `log.retention.check.interval.ms`.
     pub retention_check_interval_ms: u64,
+    /// `producer.id.expiration.ms`: idempotent producer state idle this long (broker clock)
+    /// is forgotten.
+    pub producer_id_expiration_ms: i64,
+    /// `producer.id.expiration.check.interval.ms`.
+    pub producer_id_expiration_check_interval_ms: u64,
     /// `log.cleaner.io.max.bytes.per.second` (> 0; `f64::MAX`, the default, is no limit).
     pub cleaner_io_max_bytes_per_second: f64,
     /// `auto.create.topics.enable`.
@@ -856,6 +863,10 @@ impl BrokerConfig {
                 }
             })?,
             retention_check_interval_ms: int("log.retention.check.interval.ms")? as u64,
+            producer_id_expiration_ms: int("producer.id.expiration.ms")?,
+            producer_id_expiration_check_interval_ms: int(
+                "producer.id.expiration.check.interval.ms",
+            )? as u64,
             cleaner_io_max_bytes_per_second: text("log.cleaner.io.max.bytes.per.second")
                 .parse()
                 .map_err(|_| ConfigError::InvalidValue {
