@@ -152,6 +152,7 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("offsets.retention.check.interval.ms", Long, Some("600000"), Some(1), "How often expired committed offsets are looked for (ms)."),
     key("offset.metadata.max.bytes", Int, Some("4096"), Some(0), "Longest metadata string of a committed offset (OFFSET_METADATA_TOO_LARGE above it)."),
     key("admin.listeners", List, Some("http://127.0.0.1:8083"), None, "The admin HTTP listener (transforms, HTTP produce, Connect REST API), as http://HOST:PORT; empty turns it off; port 0 picks a free port."),
+    key("admin.max.inflight.request.bytes", Long, Some("268435456"), Some(1), "Most request-body bytes all admin HTTP requests together may hold at once (each counts its Content-Length, capped at its route's body limit, or that limit when chunked). A request that does not fit now gets 503 with Retry-After; one larger than this whole bound gets 413."),
     key("plugin.cache.dir", KeyType::String, None, None, "Directory of compiled plugin components (<sha256>.cwasm); default <log.dirs>/__plugin_cache."),
     key("plugin.memory.max.bytes", Long, Some("67108864"), Some(65536), "Most linear memory one plugin instance may use (bytes)."),
     key("plugin.call.timeout.ms", Long, Some("1000"), Some(1), "Deadline of one plugin call (ms); a call past it fails and its instance is replaced."),
@@ -676,6 +677,9 @@ pub struct BrokerConfig {
     pub replica_selector: ReplicaSelector,
     /// Consumer group coordinator settings (`group.*`, `offsets.*`).
     pub group: GroupSettings,
+    /// `admin.max.inflight.request.bytes`: request-body bytes all admin HTTP requests
+    /// together may hold at once.
+    pub admin_max_inflight_request_bytes: u64,
     /// `admin.listeners`: the admin HTTP address (`None`: off).
     pub admin_listener: Option<AdminListener>,
     /// `plugin.*`: where compiled components are cached and the limits of every instance.
@@ -922,6 +926,7 @@ impl BrokerConfig {
                 offset_metadata_max_bytes: int("offset.metadata.max.bytes")? as usize,
             },
             admin_listener: parse_admin_listener(&text("admin.listeners"))?,
+            admin_max_inflight_request_bytes: int("admin.max.inflight.request.bytes")? as u64,
             plugin: PluginSettings {
                 cache_dir: match raw.value("plugin.cache.dir") {
                     Some(d) if !d.is_empty() => PathBuf::from(d),
