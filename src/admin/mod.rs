@@ -23,6 +23,9 @@
 //! may pass (413 would tell the client to shrink a request that is fine). A request
 //! larger than the whole bound can never fit and gets **413**. The default lets two HTTP
 //! produce bodies of the default 100 MiB `socket.request.max.bytes` be read at once.
+//! The bound is on body bytes, not on what handling them costs: an HTTP produce body
+//! peaks at about 4x its size (records, batches, per-record answers; issue 15's figures
+//! in `benches/RESULTS.md`), so lower this key to lower the broker's peak.
 
 pub(crate) mod connect;
 pub(crate) mod metrics;
