@@ -1,10 +1,11 @@
 //! `weir topic`: create, list, describe, alter and delete topics, as Kafka's
 //! `kafka-topics.sh` does (and `kafka-configs.sh --alter --entity-type topics` for config
-//! changes). CreateTopics, CreatePartitions and DeleteTopics are spoken directly
-//! (`wire.rs`): librdkafka's admin client (rdkafka 0.39) gives only their error code and
-//! drops the broker's `error_message`, which says what was wrong (the config key and
-//! value refused, the broker an assignment names). Metadata, DescribeConfigs and
-//! AlterConfigs go through librdkafka's admin client.
+//! changes). CreateTopics, CreatePartitions, DeleteTopics and AlterConfigs are spoken
+//! directly (`wire.rs`): librdkafka's admin client (rdkafka 0.39) gives only their error
+//! code and drops the broker's `error_message`, which says what was wrong (the config key
+//! and value refused, the broker an assignment names); for AlterConfigs it reports
+//! success whatever the broker said. Metadata and DescribeConfigs go through librdkafka's
+//! admin client.
 //!
 //! Output follows `kafka-topics.sh`: `Created topic NAME.` on create, one name per line on
 //! list, the tab-separated describe layout; alter and delete print nothing on success.
@@ -15,28 +16,28 @@
 //!
 //! `alter --add-config/--delete-config` reads the topic's current overrides
 //! (DescribeConfigs, source DYNAMIC_TOPIC_CONFIG), merges the changes and sends the whole
-//! set with AlterConfigs: rdkafka 0.39 has no IncrementalAlterConfigs, and AlterConfigs
-//! replaces every override. Two concurrent `alter`s of one topic may thus lose one change
-//! (as `kafka-configs.sh` with old brokers). rdkafka 0.39 also reports every AlterConfigs
-//! resource as a success (it drops the broker's per-resource error), so the keys are
-//! checked against the ones DescribeConfigs lists, and the overrides are read back after
-//! the change: if they are not what was sent, the broker refused it (INVALID_CONFIG).
+//! set with AlterConfigs: rdkafka 0.39 has no IncrementalAlterConfigs (nor does this
+//! command speak it yet), and AlterConfigs replaces every override. Two concurrent
+//! `alter`s of one topic may thus lose one change (as `kafka-configs.sh` with old
+//! brokers). A key DescribeConfigs does not list is refused before anything is sent
+//! (INVALID_CONFIG, the broker's wording).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
+use kafka_protocol::messages::alter_configs_request::{AlterConfigsResource, AlterableConfig};
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsResponse, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest,
-    TopicName,
+    AlterConfigsRequest, ApiKey, ApiVersionsResponse, CreatePartitionsRequest, CreateTopicsRequest,
+    DeleteTopicsRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use rdkafka::admin::{
-    AdminClient, AdminOptions, AlterConfig, ConfigResource, ConfigSource, OwnedResourceSpecifier,
+    AdminClient, AdminOptions, ConfigResource, ConfigSource, OwnedResourceSpecifier,
     ResourceSpecifier,
 };
 use rdkafka::error::RDKafkaErrorCode;
@@ -49,6 +50,9 @@ use super::ClientArgs;
 /// How long the broker may take to finish a topic operation (Kafka's `timeout.ms` in
 /// CreateTopics/DeleteTopics/CreatePartitions, and librdkafka's admin operations).
 const OPERATION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// ConfigResource type TOPIC in DescribeConfigs/AlterConfigs.
+const TOPIC_RESOURCE_TYPE: i8 = 2;
 
 /// [`OPERATION_TIMEOUT`] as the requests' `timeout_ms`.
 const OPERATION_TIMEOUT_MS: i32 = 30_000;
@@ -297,8 +301,8 @@ fn alter(args: AlterArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Current overrides + `--add-config` − `--delete-config`, sent whole with AlterConfigs,
-/// then read back (see the module doc for why).
+/// Current overrides + `--add-config` − `--delete-config`, sent whole with AlterConfigs
+/// (see the module doc for why).
 fn alter_configs(admin: &AdminClient<CliContext>, args: &AlterArgs) -> anyhow::Result<()> {
     let name = args.name.as_str();
     let current = describe_topic_configs(admin, name)?;
@@ -321,36 +325,32 @@ fn alter_configs(admin: &AdminClient<CliContext>, args: &AlterArgs) -> anyhow::R
     for (key, value) in &args.add_config {
         configs.insert(key.clone(), value.clone());
     }
-    let mut alter = AlterConfig::new(ResourceSpecifier::Topic(name));
-    for (key, value) in &configs {
-        alter = alter.set(key, value);
-    }
-    let results =
-        client::block_on(admin.alter_configs([&alter], &admin_options()))?.map_err(|e| {
-            anyhow::anyhow!(
-                "alter configs of topic '{name}': {}",
-                admin.inner().context().explain(&e)
-            )
-        })?;
-    match results.into_iter().next() {
-        Some(Ok(_)) => {}
-        Some(Err((_, code))) => anyhow::bail!(
-            "alter configs of topic '{name}': {}",
-            client::code_text(code)
-        ),
-        None => anyhow::bail!(
-            "alter configs of topic '{name}': the broker's response did not mention it"
-        ),
-    }
-    // rdkafka reports success whatever the broker said: read the overrides back.
-    if dynamic_topic_configs(describe_topic_configs(admin, name)?) != configs {
-        anyhow::bail!(
-            "alter configs of topic '{name}': {}: the broker refused the new configs (a value \
-             of the wrong type or out of range?); the topic keeps its old ones",
-            client::error_name(RDKafkaErrorCode::InvalidConfig)
-        );
-    }
-    Ok(())
+    let (mut conn, versions) = wire_session(&args.client)?;
+    let v = version(&versions, ApiKey::AlterConfigs, 2)?;
+    let alterable = configs
+        .iter()
+        .map(|(key, value)| {
+            AlterableConfig::default()
+                .with_name(StrBytes::from_string(key.clone()))
+                .with_value(Some(StrBytes::from_string(value.clone())))
+        })
+        .collect();
+    let request =
+        AlterConfigsRequest::default().with_resources(vec![AlterConfigsResource::default()
+            .with_resource_type(TOPIC_RESOURCE_TYPE)
+            .with_resource_name(StrBytes::from_string(name.to_string()))
+            .with_configs(alterable)]);
+    let response = conn
+        .call(&request, v)
+        .with_context(|| format!("alter configs of topic '{name}'"))?;
+    let results = response.responses.iter().map(|r| {
+        (
+            r.resource_name.as_str(),
+            r.error_code,
+            r.error_message.as_ref(),
+        )
+    });
+    single_result(results, name, None).map(|_| ())
 }
 
 /// Every topic-level config of `name` (DescribeConfigs).

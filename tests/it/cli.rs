@@ -184,6 +184,17 @@ fn topic_errors_carry_the_brokers_message() {
         same.contains("INVALID_PARTITIONS (37): Topic already has 1 partitions."),
         "{same}"
     );
+    let value = fails(
+        b,
+        &["topic", "alter", "msg", "--add-config", "retention.ms=soon"],
+        b"",
+    );
+    assert!(
+        value.contains(
+            "topic 'msg': INVALID_CONFIG (40): invalid value for `retention.ms`: `soon` is not an integer"
+        ),
+        "{value}"
+    );
 }
 
 /// The `Configs: ...` field of `weir topic describe NAME`'s first line.
