@@ -4,8 +4,8 @@
 //! and read the port back (mini-redis style). Start-up order: metadata (topics, ids) →
 //! replica manager (opens and recovers every partition log) → purgatory → groups →
 //! plugin host → ingest → transforms → connectors → protocol handler → server and admin
-//! API; background tasks: group timers, transform hot reload, retention, the high
-//! watermark checkpoint, the metrics upkeep. Shutdown: stop accepting, let connections
+//! API; background tasks: group timers, transform hot reload, retention, producer id
+//! expiry, the high watermark checkpoint, the metrics upkeep. Shutdown: stop accepting, let connections
 //! end, stop background tasks, flush every log, checkpoint the high watermarks.
 //!
 //! Wiring: this is the only place that knows every owner. Each layer gets, at
@@ -482,6 +482,19 @@ pub async fn run_on(
         // Retention deletes files: off the async workers.
         tasks.spawn(every_interval(every, shutdown.clone(), move || {
             replicas.apply_retention();
+        }));
+    }
+    {
+        // Kafka's producer id expiration task (`producer.id.expiration.check.interval.ms`).
+        let replicas = replicas.clone();
+        let every = std::time::Duration::from_millis(
+            config.producer_id_expiration_check_interval_ms.max(1),
+        );
+        tasks.spawn(every_interval(every, shutdown.clone(), move || {
+            let expired = replicas.expire_producers();
+            if expired > 0 {
+                tracing::debug!(expired, "expired idle producer ids");
+            }
         }));
     }
     {

@@ -1676,6 +1676,20 @@ impl ReplicaManager {
         partition.append_as_leader(batches, now_ms())
     }
 
+    /// Forgets, on every hosted partition, the idempotent producers idle for
+    /// `producer.id.expiration.ms` on the broker's clock ([`PartitionLog::expire_producers`];
+    /// the background task in `broker.rs` calls it every
+    /// `producer.id.expiration.check.interval.ms`). Returns how many entries were dropped.
+    pub fn expire_producers(&self) -> usize {
+        let parts: Vec<Arc<Partition>> = self.read().values().cloned().collect();
+        let now = now_ms();
+        let expiration_ms = self.broker.producer_id_expiration_ms;
+        parts
+            .iter()
+            .map(|p| p.log_mut().expire_producers(now, expiration_ms))
+            .sum()
+    }
+
     /// Runs retention, then compaction, on every partition once (the background task in
     /// `broker.rs` calls it every `log.retention.check.interval.ms`, on a blocking thread):
     /// time/size retention where `cleanup.policy` has `delete`, compaction where it has

@@ -102,7 +102,12 @@ impl ConsumerContext for CliContext {}
 /// `TOPIC_ALREADY_EXISTS`. librdkafka-local codes (negative in librdkafka) get the same
 /// treatment; their description starts with "Local:".
 pub(super) fn error_name(code: RDKafkaErrorCode) -> String {
-    let camel = format!("{code:?}");
+    screaming_snake(&format!("{code:?}"))
+}
+
+/// `TopicAlreadyExists` → `TOPIC_ALREADY_EXISTS`: a Rust variant name (rdkafka's or
+/// kafka-protocol's) as Kafka's `Errors` enum spells it.
+pub(super) fn screaming_snake(camel: &str) -> String {
     let mut name = String::with_capacity(camel.len() + 8);
     for (i, c) in camel.chars().enumerate() {
         if c.is_ascii_uppercase() && i > 0 {

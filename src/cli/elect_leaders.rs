@@ -185,31 +185,6 @@ fn ask(
     Ok(response)
 }
 
-/// Kafka's name of an error code and its message, e.g. `ELECTION_NOT_NEEDED: ...`.
-fn error_name(code: i16, message: Option<&StrBytes>) -> String {
-    let name = ResponseError::try_from_code(code).map_or_else(
-        || format!("error {code}"),
-        |e| {
-            let camel = format!("{e:?}");
-            let mut name = String::new();
-            for (i, c) in camel.chars().enumerate() {
-                if c.is_ascii_uppercase() && i > 0 {
-                    name.push('_');
-                }
-                name.push(c.to_ascii_uppercase());
-            }
-            name
-        },
-    );
-    match message {
-        Some(m) if !m.is_empty() => format!("{name}: {}", m.as_str()),
-        _ => match ResponseError::try_from_code(code) {
-            Some(e) => format!("{name}: {e}"),
-            None => name,
-        },
-    }
-}
-
 /// What Kafka's tool prints for `response`, and how many partitions failed.
 fn render(kind: ElectionKind, all: bool, response: &ElectLeadersResponse) -> (String, usize) {
     let mut done = Vec::new();
@@ -221,7 +196,7 @@ fn render(kind: ElectionKind, all: bool, response: &ElectLeadersResponse) -> (St
             match p.error_code {
                 0 => done.push(name),
                 code if code == ResponseError::ElectionNotNeeded.code() => noop.push(name),
-                code => failed.push((name, error_name(code, p.error_message.as_ref()))),
+                code => failed.push((name, error_text(code, p.error_message.as_ref()))),
             }
         }
     }

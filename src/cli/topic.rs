@@ -1,39 +1,61 @@
 //! `weir topic`: create, list, describe, alter and delete topics, as Kafka's
 //! `kafka-topics.sh` does (and `kafka-configs.sh --alter --entity-type topics` for config
-//! changes), through librdkafka's admin client (CreateTopics, Metadata, DescribeConfigs,
-//! CreatePartitions, AlterConfigs, DeleteTopics).
+//! changes). CreateTopics, CreatePartitions, DeleteTopics and AlterConfigs are spoken
+//! directly (`wire.rs`): librdkafka's admin client (rdkafka 0.39) gives only their error
+//! code and drops the broker's `error_message`, which says what was wrong (the config key
+//! and value refused, the broker an assignment names); for AlterConfigs it reports
+//! success whatever the broker said. Metadata and DescribeConfigs go through librdkafka's
+//! admin client.
 //!
 //! Output follows `kafka-topics.sh`: `Created topic NAME.` on create, one name per line on
 //! list, the tab-separated describe layout; alter and delete print nothing on success.
-//! Errors carry Kafka's error name (`TOPIC_ALREADY_EXISTS: Topic already exists`).
+//! Errors carry Kafka's error name, its code and the broker's message
+//! (`TOPIC_ALREADY_EXISTS (36): Topic 'orders' already exists.`, the one format of
+//! `wire::error_text`), or librdkafka's description where librdkafka made the request
+//! (`UNKNOWN_TOPIC_OR_PARTITION: Unknown topic or partition`).
 //!
 //! `alter --add-config/--delete-config` reads the topic's current overrides
 //! (DescribeConfigs, source DYNAMIC_TOPIC_CONFIG), merges the changes and sends the whole
-//! set with AlterConfigs: rdkafka 0.39 has no IncrementalAlterConfigs, and AlterConfigs
-//! replaces every override. Two concurrent `alter`s of one topic may thus lose one change
-//! (as `kafka-configs.sh` with old brokers). rdkafka 0.39 also reports every AlterConfigs
-//! resource as a success (it drops the broker's per-resource error), so the keys are
-//! checked against the ones DescribeConfigs lists, and the overrides are read back after
-//! the change: if they are not what was sent, the broker refused it (INVALID_CONFIG).
+//! set with AlterConfigs: rdkafka 0.39 has no IncrementalAlterConfigs (nor does this
+//! command speak it yet), and AlterConfigs replaces every override. Two concurrent
+//! `alter`s of one topic may thus lose one change (as `kafka-configs.sh` with old
+//! brokers). A key DescribeConfigs does not list is refused before anything is sent
+//! (INVALID_CONFIG, the broker's wording).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
+use kafka_protocol::messages::alter_configs_request::{AlterConfigsResource, AlterableConfig};
+use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::{
+    AlterConfigsRequest, ApiKey, ApiVersionsResponse, CreatePartitionsRequest, CreateTopicsRequest,
+    DeleteTopicsRequest, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
 use rdkafka::admin::{
-    AdminClient, AdminOptions, AlterConfig, ConfigResource, ConfigSource, NewPartitions, NewTopic,
-    OwnedResourceSpecifier, ResourceSpecifier, TopicReplication, TopicResult,
+    AdminClient, AdminOptions, ConfigResource, ConfigSource, OwnedResourceSpecifier,
+    ResourceSpecifier,
 };
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::metadata::{Metadata, MetadataTopic};
 
 use super::client::{self, CliContext, KafkaErrorText};
+use super::wire::{error_text, version_of, Conn};
 use super::ClientArgs;
 
 /// How long the broker may take to finish a topic operation (Kafka's `timeout.ms` in
-/// CreateTopics/DeleteTopics/CreatePartitions).
+/// CreateTopics/DeleteTopics/CreatePartitions, and librdkafka's admin operations).
 const OPERATION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// ConfigResource type TOPIC in DescribeConfigs/AlterConfigs.
+const TOPIC_RESOURCE_TYPE: i8 = 2;
+
+/// [`OPERATION_TIMEOUT`] as the requests' `timeout_ms`.
+const OPERATION_TIMEOUT_MS: i32 = 30_000;
 
 /// How long the client waits for the broker's answer to an admin request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(40);
@@ -179,47 +201,83 @@ enum Effect {
     AlreadySo,
 }
 
-/// The one result for `name` out of a per-topic result list, with Kafka's error text;
-/// `tolerated` is an error code that means [`Effect::AlreadySo`].
-fn single_result(
-    results: Vec<TopicResult>,
+/// A connection to the first bootstrap broker that answers, with the versions it
+/// offers; each answer may take [`REQUEST_TIMEOUT`] (the broker answers a topic change
+/// once it is committed).
+fn wire_session(client: &ClientArgs) -> anyhow::Result<(Conn, ApiVersionsResponse)> {
+    let (mut conn, versions) = Conn::bootstrap(&client.bootstrap_server)?;
+    conn.set_read_timeout(REQUEST_TIMEOUT)?;
+    Ok((conn, versions))
+}
+
+/// The version of `key` to send: the highest both speak, at most `ours`.
+fn version(versions: &ApiVersionsResponse, key: ApiKey, ours: i16) -> anyhow::Result<i16> {
+    version_of(versions, key, ours)
+        .with_context(|| format!("the broker does not offer {key:?} (key {})", key as i16))
+}
+
+/// The outcome for `name` out of its (name, error code, error message) results, with the
+/// broker's error text; `tolerated` is an error that means [`Effect::AlreadySo`].
+fn single_result<'r>(
+    results: impl IntoIterator<Item = (&'r str, i16, Option<&'r StrBytes>)>,
     name: &str,
-    tolerated: Option<RDKafkaErrorCode>,
+    tolerated: Option<ResponseError>,
 ) -> anyhow::Result<Effect> {
-    for result in results {
-        match result {
-            Ok(topic) if topic == name => return Ok(Effect::Done),
-            Err((topic, code)) if topic == name => {
-                if Some(code) == tolerated {
-                    return Ok(Effect::AlreadySo);
-                }
-                anyhow::bail!("topic '{name}': {}", client::code_text(code));
-            }
-            _ => {}
+    for (topic, code, message) in results {
+        if topic != name {
+            continue;
         }
+        if code == 0 {
+            return Ok(Effect::Done);
+        }
+        if tolerated.is_some_and(|t| t.code() == code) {
+            return Ok(Effect::AlreadySo);
+        }
+        anyhow::bail!("topic '{name}': {}", error_text(code, message));
     }
     anyhow::bail!("topic '{name}': the broker's response did not mention it")
 }
 
+fn topic_name(name: &str) -> TopicName {
+    TopicName(StrBytes::from_string(name.to_string()))
+}
+
 fn create(args: CreateArgs) -> anyhow::Result<()> {
-    let (admin, _) = admin_client(&args.client)?;
-    // -1 asks the broker for its default (CreateTopics v4+, KIP-464).
-    let replication = TopicReplication::Fixed(args.replication_factor.unwrap_or(-1));
-    let mut new_topic = NewTopic::new(&args.name, args.partitions.unwrap_or(-1), replication);
-    for (key, value) in &args.configs {
-        new_topic = new_topic.set(key, value);
-    }
-    let results =
-        client::block_on(admin.create_topics([&new_topic], &admin_options()))?.map_err(|e| {
-            anyhow::anyhow!(
-                "create topic '{}': {}",
-                args.name,
-                admin.inner().context().explain(&e)
-            )
-        })?;
+    let (mut conn, versions) = wire_session(&args.client)?;
+    // v4+: -1 asks the broker for its default (KIP-464).
+    let v = version(&versions, ApiKey::CreateTopics, 7)?;
+    let replication_factor = match args.replication_factor {
+        None => -1,
+        Some(r) => {
+            i16::try_from(r).with_context(|| format!("--replication-factor {r} is out of range"))?
+        }
+    };
+    let configs = args
+        .configs
+        .iter()
+        .map(|(key, value)| {
+            CreatableTopicConfig::default()
+                .with_name(StrBytes::from_string(key.clone()))
+                .with_value(Some(StrBytes::from_string(value.clone())))
+        })
+        .collect();
+    let request = CreateTopicsRequest::default()
+        .with_timeout_ms(OPERATION_TIMEOUT_MS)
+        .with_topics(vec![CreatableTopic::default()
+            .with_name(topic_name(&args.name))
+            .with_num_partitions(args.partitions.unwrap_or(-1))
+            .with_replication_factor(replication_factor)
+            .with_configs(configs)]);
+    let response = conn
+        .call(&request, v)
+        .with_context(|| format!("create topic '{}'", args.name))?;
+    let results = response
+        .topics
+        .iter()
+        .map(|t| (t.name.0.as_str(), t.error_code, t.error_message.as_ref()));
     let tolerated = args
         .if_not_exists
-        .then_some(RDKafkaErrorCode::TopicAlreadyExists);
+        .then_some(ResponseError::TopicAlreadyExists);
     // As kafka-topics.sh: --if-not-exists on an existing topic prints nothing.
     match single_result(results, &args.name, tolerated)? {
         Effect::Done => write_stdout(&format!("Created topic {}.\n", args.name))?,
@@ -229,28 +287,22 @@ fn create(args: CreateArgs) -> anyhow::Result<()> {
 }
 
 fn alter(args: AlterArgs) -> anyhow::Result<()> {
-    let count = args
-        .partitions
-        .map(|p| {
-            usize::try_from(p)
-                .ok()
-                .filter(|n| *n > 0)
-                .with_context(|| format!("--partitions must be positive, got {p}"))
-        })
-        .transpose()?;
+    if let Some(p) = args.partitions.filter(|p| *p <= 0) {
+        anyhow::bail!("--partitions must be positive, got {p}");
+    }
     let (admin, metadata) = admin_client(&args.client)?;
     client::find_topic(&metadata, &args.name)?;
     if !args.add_config.is_empty() || !args.delete_config.is_empty() {
         alter_configs(&admin, &args)?;
     }
-    if let Some(count) = count {
-        add_partitions(&admin, &args.name, count)?;
+    if let Some(count) = args.partitions {
+        add_partitions(&args.client, &args.name, count)?;
     }
     Ok(())
 }
 
-/// Current overrides + `--add-config` − `--delete-config`, sent whole with AlterConfigs,
-/// then read back (see the module doc for why).
+/// Current overrides + `--add-config` − `--delete-config`, sent whole with AlterConfigs
+/// (see the module doc for why).
 fn alter_configs(admin: &AdminClient<CliContext>, args: &AlterArgs) -> anyhow::Result<()> {
     let name = args.name.as_str();
     let current = describe_topic_configs(admin, name)?;
@@ -273,36 +325,32 @@ fn alter_configs(admin: &AdminClient<CliContext>, args: &AlterArgs) -> anyhow::R
     for (key, value) in &args.add_config {
         configs.insert(key.clone(), value.clone());
     }
-    let mut alter = AlterConfig::new(ResourceSpecifier::Topic(name));
-    for (key, value) in &configs {
-        alter = alter.set(key, value);
-    }
-    let results =
-        client::block_on(admin.alter_configs([&alter], &admin_options()))?.map_err(|e| {
-            anyhow::anyhow!(
-                "alter configs of topic '{name}': {}",
-                admin.inner().context().explain(&e)
-            )
-        })?;
-    match results.into_iter().next() {
-        Some(Ok(_)) => {}
-        Some(Err((_, code))) => anyhow::bail!(
-            "alter configs of topic '{name}': {}",
-            client::code_text(code)
-        ),
-        None => anyhow::bail!(
-            "alter configs of topic '{name}': the broker's response did not mention it"
-        ),
-    }
-    // rdkafka reports success whatever the broker said: read the overrides back.
-    if dynamic_topic_configs(describe_topic_configs(admin, name)?) != configs {
-        anyhow::bail!(
-            "alter configs of topic '{name}': {}: the broker refused the new configs (a value \
-             of the wrong type or out of range?); the topic keeps its old ones",
-            client::error_name(RDKafkaErrorCode::InvalidConfig)
-        );
-    }
-    Ok(())
+    let (mut conn, versions) = wire_session(&args.client)?;
+    let v = version(&versions, ApiKey::AlterConfigs, 2)?;
+    let alterable = configs
+        .iter()
+        .map(|(key, value)| {
+            AlterableConfig::default()
+                .with_name(StrBytes::from_string(key.clone()))
+                .with_value(Some(StrBytes::from_string(value.clone())))
+        })
+        .collect();
+    let request =
+        AlterConfigsRequest::default().with_resources(vec![AlterConfigsResource::default()
+            .with_resource_type(TOPIC_RESOURCE_TYPE)
+            .with_resource_name(StrBytes::from_string(name.to_string()))
+            .with_configs(alterable)]);
+    let response = conn
+        .call(&request, v)
+        .with_context(|| format!("alter configs of topic '{name}'"))?;
+    let results = response.responses.iter().map(|r| {
+        (
+            r.resource_name.as_str(),
+            r.error_code,
+            r.error_message.as_ref(),
+        )
+    });
+    single_result(results, name, None).map(|_| ())
 }
 
 /// Every topic-level config of `name` (DescribeConfigs).
@@ -341,31 +389,45 @@ fn dynamic_topic_configs(resource: ConfigResource) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn add_partitions(admin: &AdminClient<CliContext>, name: &str, count: usize) -> anyhow::Result<()> {
-    let new_partitions = NewPartitions::new(name, count);
-    let results = client::block_on(admin.create_partitions([&new_partitions], &admin_options()))?
-        .map_err(|e| {
-        anyhow::anyhow!(
-            "alter topic '{name}': {}",
-            admin.inner().context().explain(&e)
-        )
-    })?;
+fn add_partitions(client: &ClientArgs, name: &str, count: i32) -> anyhow::Result<()> {
+    let (mut conn, versions) = wire_session(client)?;
+    let v = version(&versions, ApiKey::CreatePartitions, 3)?;
+    let request = CreatePartitionsRequest::default()
+        .with_timeout_ms(OPERATION_TIMEOUT_MS)
+        .with_topics(vec![CreatePartitionsTopic::default()
+            .with_name(topic_name(name))
+            .with_count(count)
+            .with_assignments(None)]);
+    let response = conn
+        .call(&request, v)
+        .with_context(|| format!("alter topic '{name}'"))?;
+    let results = response
+        .results
+        .iter()
+        .map(|r| (r.name.0.as_str(), r.error_code, r.error_message.as_ref()));
     single_result(results, name, None).map(|_| ())
 }
 
 fn delete(args: DeleteArgs) -> anyhow::Result<()> {
-    let (admin, _) = admin_client(&args.client)?;
-    let results =
-        client::block_on(admin.delete_topics(&[&args.name], &admin_options()))?.map_err(|e| {
-            anyhow::anyhow!(
-                "delete topic '{}': {}",
-                args.name,
-                admin.inner().context().explain(&e)
-            )
-        })?;
+    let (mut conn, versions) = wire_session(&args.client)?;
+    // v0-v5 name topics in `topic_names` (v6 in `topics`, with ids); v5+ carry the message.
+    let v = version(&versions, ApiKey::DeleteTopics, 5)?;
+    let request = DeleteTopicsRequest::default()
+        .with_timeout_ms(OPERATION_TIMEOUT_MS)
+        .with_topic_names(vec![topic_name(&args.name)]);
+    let response = conn
+        .call(&request, v)
+        .with_context(|| format!("delete topic '{}'", args.name))?;
+    let results = response.responses.iter().map(|r| {
+        (
+            r.name.as_ref().map_or("", |n| n.0.as_str()),
+            r.error_code,
+            r.error_message.as_ref(),
+        )
+    });
     let tolerated = args
         .if_exists
-        .then_some(RDKafkaErrorCode::UnknownTopicOrPartition);
+        .then_some(ResponseError::UnknownTopicOrPartition);
     single_result(results, &args.name, tolerated).map(|_| ())
 }
 

@@ -1,6 +1,9 @@
 //! The Kafka protocol spoken directly, for the subcommands whose APIs librdkafka (rdkafka
 //! 0.39) lacks: `cluster describe` (DescribeCluster, DescribeQuorum) and `partition
-//! reassign` (AlterPartitionReassignments, ListPartitionReassignments). A blocking
+//! reassign` (AlterPartitionReassignments, ListPartitionReassignments), and for those
+//! whose broker error message its admin client drops (`topic create`, `topic alter
+//! --partitions`, `topic delete`: CreateTopics, CreatePartitions, DeleteTopics). Every
+//! broker error is printed by [`error_text`]. A blocking
 //! connection sends one request and reads its response (kafka-protocol's codecs), every
 //! step bounded by [`IO_TIMEOUT`] and responses by [`MAX_RESPONSE_BYTES`].
 //!
@@ -148,13 +151,18 @@ pub(super) fn version_of(versions: &ApiVersionsResponse, key: ApiKey, ours: i16)
     (a.min_version <= ours).then(|| a.max_version.min(ours))
 }
 
-/// Kafka's name for an error code with its number and message, e.g.
-/// `InvalidReplicaAssignment (39): The replica list cannot be empty.`.
+/// A broker's error as every client subcommand prints it: Kafka's `Errors` name, the
+/// code and the broker's `error_message` when it sent one, e.g.
+/// `INVALID_REPLICA_ASSIGNMENT (39): The manual partition assignment includes broker 9,
+/// but no such broker is registered.`; `INVALID_REPLICA_ASSIGNMENT (39)` without one.
 pub(super) fn error_text(code: i16, message: Option<&StrBytes>) -> String {
-    let name = ResponseError::try_from_code(code)
-        .map_or_else(|| format!("error {code}"), |e| format!("{e:?} ({code})"));
+    let name = match ResponseError::try_from_code(code) {
+        None => "NONE".to_string(),
+        Some(ResponseError::Unknown(_)) => "error".to_string(),
+        Some(e) => crate::cli::client::screaming_snake(&format!("{e:?}")),
+    };
     match message {
-        Some(m) if !m.is_empty() => format!("{name}: {}", m.as_str()),
-        _ => name,
+        Some(m) if !m.is_empty() => format!("{name} ({code}): {}", m.as_str()),
+        _ => format!("{name} ({code})"),
     }
 }

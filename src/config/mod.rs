@@ -105,6 +105,8 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("log.retention.hours", Int, Some("168"), Some(-1), "As log.retention.ms, in hours."),
     key("log.retention.bytes", Long, Some("-1"), Some(-1), "Delete oldest segments while a partition is larger than this; -1 for no limit."),
     key("log.retention.check.interval.ms", Long, Some("300000"), Some(1), "How often retention runs (ms)."),
+    key("producer.id.expiration.ms", Int, Some("86400000"), Some(1), "An idempotent producer that has appended nothing to a partition for this long (ms, on the broker's clock, never its batches' timestamps) is forgotten there; its next batch is then accepted with any sequence (KIP-360), so a retry after that is appended again."),
+    key("producer.id.expiration.check.interval.ms", Int, Some("600000"), Some(1), "How often idle producer ids are looked for (ms)."),
     key("log.index.interval.bytes", Int, Some("4096"), Some(0), "Bytes of log between two sparse offset-index entries."),
     key("log.index.size.max.bytes", Int, Some("10485760"), Some(4), "Largest offset index of a segment; a full index rolls the segment."),
     key("log.flush.interval.messages", Long, Some("9223372036854775807"), Some(1), "fsync a partition after this many records (default: leave it to the OS)."),
@@ -150,6 +152,7 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("offsets.retention.check.interval.ms", Long, Some("600000"), Some(1), "How often expired committed offsets are looked for (ms)."),
     key("offset.metadata.max.bytes", Int, Some("4096"), Some(0), "Longest metadata string of a committed offset (OFFSET_METADATA_TOO_LARGE above it)."),
     key("admin.listeners", List, Some("http://127.0.0.1:8083"), None, "The admin HTTP listener (transforms, HTTP produce, Connect REST API), as http://HOST:PORT; empty turns it off; port 0 picks a free port."),
+    key("admin.max.inflight.request.bytes", Long, Some("268435456"), Some(1), "Most request-body bytes all admin HTTP requests together may hold at once (each counts its Content-Length, capped at its route's body limit, or that limit when chunked). A request that does not fit now gets 503 with Retry-After; one larger than this whole bound gets 413."),
     key("plugin.cache.dir", KeyType::String, None, None, "Directory of compiled plugin components (<sha256>.cwasm); default <log.dirs>/__plugin_cache."),
     key("plugin.memory.max.bytes", Long, Some("67108864"), Some(65536), "Most linear memory one plugin instance may use (bytes)."),
     key("plugin.call.timeout.ms", Long, Some("1000"), Some(1), "Deadline of one plugin call (ms); a call past it fails and its instance is replaced."),
@@ -643,6 +646,11 @@ pub struct BrokerConfig {
     pub default_replication_factor: i16,
     /// `log.retention.check.interval.ms`.
     pub retention_check_interval_ms: u64,
+    /// `producer.id.expiration.ms`: idempotent producer state idle this long (broker clock)
+    /// is forgotten.
+    pub producer_id_expiration_ms: i64,
+    /// `producer.id.expiration.check.interval.ms`.
+    pub producer_id_expiration_check_interval_ms: u64,
     /// `log.cleaner.io.max.bytes.per.second` (> 0; `f64::MAX`, the default, is no limit).
     pub cleaner_io_max_bytes_per_second: f64,
     /// `auto.create.topics.enable`.
@@ -669,6 +677,9 @@ pub struct BrokerConfig {
     pub replica_selector: ReplicaSelector,
     /// Consumer group coordinator settings (`group.*`, `offsets.*`).
     pub group: GroupSettings,
+    /// `admin.max.inflight.request.bytes`: request-body bytes all admin HTTP requests
+    /// together may hold at once.
+    pub admin_max_inflight_request_bytes: u64,
     /// `admin.listeners`: the admin HTTP address (`None`: off).
     pub admin_listener: Option<AdminListener>,
     /// `plugin.*`: where compiled components are cached and the limits of every instance.
@@ -856,6 +867,10 @@ impl BrokerConfig {
                 }
             })?,
             retention_check_interval_ms: int("log.retention.check.interval.ms")? as u64,
+            producer_id_expiration_ms: int("producer.id.expiration.ms")?,
+            producer_id_expiration_check_interval_ms: int(
+                "producer.id.expiration.check.interval.ms",
+            )? as u64,
             cleaner_io_max_bytes_per_second: text("log.cleaner.io.max.bytes.per.second")
                 .parse()
                 .map_err(|_| ConfigError::InvalidValue {
@@ -911,6 +926,7 @@ impl BrokerConfig {
                 offset_metadata_max_bytes: int("offset.metadata.max.bytes")? as usize,
             },
             admin_listener: parse_admin_listener(&text("admin.listeners"))?,
+            admin_max_inflight_request_bytes: int("admin.max.inflight.request.bytes")? as u64,
             plugin: PluginSettings {
                 cache_dir: match raw.value("plugin.cache.dir") {
                     Some(d) if !d.is_empty() => PathBuf::from(d),

@@ -482,22 +482,23 @@ impl PartitionLog {
         let log_end_offset = log.log_end_offset();
         log.epochs.truncate_from_end(log_end_offset)?;
         log.epochs.truncate_from_start(log_start_offset)?;
-        log.reload_tail_state()?;
+        log.reload_tail_state(now_ms)?;
         Ok(log)
     }
 
     /// Producer state = snapshot at the active segment's base + the active segment's
-    /// batches. The same pass over the headers adds to the epoch cache any epoch newer than
+    /// batches, which count as appended at `now_ms` (the log does not keep append times;
+    /// see `producer.rs` on expiry). The same pass over the headers adds to the epoch cache any epoch newer than
     /// its latest entry (one whose checkpoint write failed), as Kafka's segment recovery
     /// does.
-    fn reload_tail_state(&mut self) -> Result<(), LogError> {
+    fn reload_tail_state(&mut self, now_ms: i64) -> Result<(), LogError> {
         let active = self.active();
         let path = file_path(&self.dir, active.base_offset, "snapshot");
-        let mut producers = ProducerStateManager::read_snapshot(&path)?.unwrap_or_default();
+        let mut producers = ProducerStateManager::read_snapshot(&path, now_ms)?.unwrap_or_default();
         let mut newer_epochs: Vec<(i32, i64)> = Vec::new();
         let mut latest = self.epochs.latest_epoch().unwrap_or(-1);
         active.for_each_header(|header| {
-            producers.update(header);
+            producers.update(header, now_ms);
             if header.partition_leader_epoch > latest {
                 latest = header.partition_leader_epoch;
                 newer_epochs.push((latest, header.base_offset));
@@ -657,7 +658,7 @@ impl PartitionLog {
         self.scratch = scratch;
         appended?;
         let header = batch::BatchHeader::parse(batch.header());
-        self.producers.update(&header);
+        self.producers.update(&header, now_ms);
         self.unflushed_messages += batch.record_count().max(0) as u64;
         let due_by_count = self
             .config
@@ -823,6 +824,17 @@ impl PartitionLog {
         }
     }
 
+    /// Forgets the idempotent producers whose last append, on the broker's wall clock, is
+    /// `expiration_ms` (Kafka `producer.id.expiration.ms`) or more before `now_ms` (the
+    /// wall clock); never by the timestamps inside their batches, which are the client's
+    /// (issue 15). A forgotten producer's next batch is accepted with any sequence
+    /// (KIP-360), so a retry after that could be appended twice: hence a day by default.
+    /// Returns how many were forgotten. Kafka's `removeExpiredProducers`, run every
+    /// `producer.id.expiration.check.interval.ms` by the broker.
+    pub fn expire_producers(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
+        self.producers.expire(now_ms, expiration_ms)
+    }
+
     /// With `cleanup.policy` containing `delete`: deletes the oldest segments that are past
     /// `retention_ms` (their largest timestamp, or file mtime when they have none, is older
     /// than `now_ms - retention_ms`) and then those that keep the log above
@@ -831,12 +843,11 @@ impl PartitionLog {
     /// active one included, is to go, it rolls first so the active segment is new and empty
     /// and the log start offset becomes the LEO (new records continue from there). The
     /// epoch cache follows the new log start (Kafka's `truncateFromStart`). Without
-    /// `delete` (`cleanup.policy=compact` alone) no segment is deleted, as in Kafka. Idle
-    /// producer ids expire either way. Returns the number of segments deleted. The caller
+    /// `delete` (`cleanup.policy=compact` alone) no segment is deleted, as in Kafka.
+    /// Returns the number of segments deleted. The caller
     /// must not call it with data above the high watermark it cares about (single node:
     /// HW = LEO).
     pub fn apply_retention(&mut self, now_ms: i64) -> Result<usize, LogError> {
-        self.producers.expire(now_ms);
         if !self.config.cleanup_policy.delete {
             return Ok(0);
         }
@@ -1035,7 +1046,7 @@ impl PartitionLog {
         // segments, so a crash in between is repaired by `open`.
         let log_end_offset = self.log_end_offset();
         self.epochs.truncate_from_end(log_end_offset)?;
-        self.reload_tail_state()?;
+        self.reload_tail_state(now_ms)?;
         Ok(())
     }
 }

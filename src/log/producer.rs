@@ -11,6 +11,20 @@
 //! and replays the active segment's batch headers. A missing or corrupt snapshot only
 //! loses producers that appear in no batch of the active segment: they are then unknown,
 //! and their next batch is accepted with any sequence.
+//!
+//! Expiry (Kafka `producer.id.expiration.ms`) is on the broker's wall clock: each entry
+//! keeps `last_append_ms`, the broker's clock when its last batch was appended, never the
+//! batch's own timestamp. A timestamp is the client's (CreateTime can be any age), so
+//! expiring on it forgot a producer that had just written a batch stamped in the past,
+//! and that batch's retry was appended twice (issue 15). Entries loaded from the log at
+//! open (replayed batch headers) take the open time as their last append: the log does
+//! not say when a batch was appended, and an early expiry is the harmful mistake (a
+//! duplicate), a late one only keeps a few bytes for one more expiration period.
+//!
+//! Snapshot format: `WPS2` stores `last_append_ms` (broker clock). `WPS1` snapshots
+//! (before issue 15) stored the largest batch timestamp in that field; they are still
+//! read, and their entries take the load time as their last append, for the reason
+//! above.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
@@ -22,10 +36,11 @@ use super::LogError;
 /// Kafka keeps the metadata of the last 5 batches per producer, so a producer with
 /// `max.in.flight.requests.per.connection <= 5` can retry any of them.
 pub(super) const MAX_BATCHES_PER_PRODUCER: usize = 5;
-/// Producers idle this long are forgotten (Kafka `producer.id.expiration.ms`, 1 day).
-pub(super) const PRODUCER_ID_EXPIRATION_MS: i64 = 86_400_000;
-
-const SNAPSHOT_MAGIC: &[u8; 4] = b"WPS1";
+/// Snapshots written since issue 15: the time field is the broker's clock.
+const SNAPSHOT_MAGIC: &[u8; 4] = b"WPS2";
+/// Snapshots from before: the time field is a batch timestamp (ignored; see the module
+/// doc).
+const SNAPSHOT_MAGIC_V1: &[u8; 4] = b"WPS1";
 
 /// What one appended batch covered, kept to answer retries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,7 +56,8 @@ pub(crate) struct BatchMetadata {
 struct ProducerEntry {
     epoch: i16,
     batches: VecDeque<BatchMetadata>,
-    last_timestamp_ms: i64,
+    /// The broker's wall clock (ms since the epoch) at this producer's last append.
+    last_append_ms: i64,
 }
 
 /// Outcome of checking a batch from an idempotent producer.
@@ -138,8 +154,9 @@ impl ProducerStateManager {
         Ok(SequenceCheck::Append)
     }
 
-    /// Records an appended batch (after `check`, or unchecked while replaying the log).
-    pub(super) fn update(&mut self, header: &BatchHeader) {
+    /// Records a batch appended at `now_ms` (the broker's wall clock; after `check`, or
+    /// unchecked while replaying the log at open, with the open time).
+    pub(super) fn update(&mut self, header: &BatchHeader, now_ms: i64) {
         if header.producer_id < 0 || header.base_sequence < 0 {
             return;
         }
@@ -156,7 +173,7 @@ impl ProducerStateManager {
             .or_insert_with(|| ProducerEntry {
                 epoch: header.producer_epoch,
                 batches: VecDeque::with_capacity(MAX_BATCHES_PER_PRODUCER),
-                last_timestamp_ms: header.max_timestamp,
+                last_append_ms: now_ms,
             });
         if header.producer_epoch != entry.epoch {
             entry.epoch = header.producer_epoch;
@@ -166,14 +183,24 @@ impl ProducerStateManager {
             entry.batches.pop_front();
         }
         entry.batches.push_back(metadata);
-        entry.last_timestamp_ms = entry.last_timestamp_ms.max(header.max_timestamp);
+        // max: the wall clock may step back; an entry's last append never does.
+        entry.last_append_ms = entry.last_append_ms.max(now_ms);
     }
 
-    /// Forgets producers whose last batch timestamp is older than
-    /// [`PRODUCER_ID_EXPIRATION_MS`] (bounds the map).
-    pub(super) fn expire(&mut self, now_ms: i64) {
+    /// Forgets producers whose last append (broker clock) is `expiration_ms` or more
+    /// before `now_ms` (Kafka's `ProducerStateManager.removeExpiredProducers` with
+    /// `producer.id.expiration.ms`); bounds the map. Returns how many were forgotten.
+    pub(super) fn expire(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
+        let before = self.producers.len();
         self.producers
-            .retain(|_, e| now_ms.saturating_sub(e.last_timestamp_ms) < PRODUCER_ID_EXPIRATION_MS);
+            .retain(|_, e| now_ms.saturating_sub(e.last_append_ms) < expiration_ms);
+        before - self.producers.len()
+    }
+
+    /// How many producer ids are remembered.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.producers.len()
     }
 
     /// Writes the snapshot atomically (temp file + rename).
@@ -187,7 +214,7 @@ impl ProducerStateManager {
             let e = &self.producers[&id];
             out.extend_from_slice(&id.to_be_bytes());
             out.extend_from_slice(&e.epoch.to_be_bytes());
-            out.extend_from_slice(&e.last_timestamp_ms.to_be_bytes());
+            out.extend_from_slice(&e.last_append_ms.to_be_bytes());
             out.push(e.batches.len() as u8);
             for b in &e.batches {
                 out.extend_from_slice(&b.first_sequence.to_be_bytes());
@@ -206,13 +233,18 @@ impl ProducerStateManager {
     }
 
     /// Reads a snapshot; `Ok(None)` if it is missing or fails its checks (with a warning).
-    pub(super) fn read_snapshot(path: &Path) -> Result<Option<ProducerStateManager>, LogError> {
+    /// `now_ms` (the broker's clock at open) becomes the last append of every entry of a
+    /// `WPS1` snapshot (see the module doc).
+    pub(super) fn read_snapshot(
+        path: &Path,
+        now_ms: i64,
+    ) -> Result<Option<ProducerStateManager>, LogError> {
         let raw = match std::fs::read(path) {
             Ok(raw) => raw,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(io_error("read", path)(e)),
         };
-        let decoded = decode_snapshot(&raw);
+        let decoded = decode_snapshot(&raw, now_ms);
         if decoded.is_none() {
             tracing::warn!(snapshot = %path.display(), "corrupt producer snapshot ignored");
         }
@@ -220,19 +252,27 @@ impl ProducerStateManager {
     }
 }
 
-fn decode_snapshot(raw: &[u8]) -> Option<ProducerStateManager> {
+fn decode_snapshot(raw: &[u8], now_ms: i64) -> Option<ProducerStateManager> {
     let body_len = raw.len().checked_sub(4)?;
     let (body, crc) = raw.split_at(body_len);
     if crc32c::crc32c(body).to_be_bytes() != crc {
         return None;
     }
-    let mut cursor = body.strip_prefix(SNAPSHOT_MAGIC.as_slice())?;
+    let (mut cursor, time_is_append_time) = match body.strip_prefix(SNAPSHOT_MAGIC.as_slice()) {
+        Some(rest) => (rest, true),
+        None => (body.strip_prefix(SNAPSHOT_MAGIC_V1.as_slice())?, false),
+    };
     let count = u32::from_be_bytes(take::<4>(&mut cursor)?);
     let mut state = ProducerStateManager::default();
     for _ in 0..count {
         let id = i64::from_be_bytes(take::<8>(&mut cursor)?);
         let epoch = i16::from_be_bytes(take::<2>(&mut cursor)?);
-        let last_timestamp_ms = i64::from_be_bytes(take::<8>(&mut cursor)?);
+        let stored_ms = i64::from_be_bytes(take::<8>(&mut cursor)?);
+        let last_append_ms = if time_is_append_time {
+            stored_ms
+        } else {
+            now_ms
+        };
         let n = take::<1>(&mut cursor)?[0] as usize;
         if n > MAX_BATCHES_PER_PRODUCER {
             return None;
@@ -252,7 +292,7 @@ fn decode_snapshot(raw: &[u8]) -> Option<ProducerStateManager> {
             ProducerEntry {
                 epoch,
                 batches,
-                last_timestamp_ms,
+                last_append_ms,
             },
         );
     }
@@ -293,7 +333,7 @@ mod tests {
         assert_eq!(last_sequence(i32::MAX, 1), 0);
         assert_eq!(last_sequence(i32::MAX - 1, 3), 1);
         let mut state = ProducerStateManager::default();
-        state.update(&header(1, 0, i32::MAX - 1, 0, 2));
+        state.update(&header(1, 0, i32::MAX - 1, 0, 2), 0);
         assert_eq!(state.check(1, 0, 0, 0).unwrap(), SequenceCheck::Append);
         assert!(state.check(1, 0, 1, 0).is_err());
     }
@@ -302,7 +342,7 @@ mod tests {
     fn only_last_five_batches_are_duplicates() {
         let mut state = ProducerStateManager::default();
         for i in 0..7 {
-            state.update(&header(1, 0, i * 2, i64::from(i) * 2, 2));
+            state.update(&header(1, 0, i * 2, i64::from(i) * 2, 2), 0);
         }
         assert!(matches!(
             state.check(1, 0, 4, 1),
@@ -320,14 +360,78 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("00000000000000000005.snapshot");
         let mut state = ProducerStateManager::default();
-        state.update(&header(1, 3, 0, 0, 2));
-        state.update(&header(2, 0, 7, 2, 3));
+        state.update(&header(1, 3, 0, 0, 2), 100);
+        state.update(&header(2, 0, 7, 2, 3), 200);
         state.write_snapshot(&path).unwrap();
-        let loaded = ProducerStateManager::read_snapshot(&path).unwrap().unwrap();
+        let loaded = ProducerStateManager::read_snapshot(&path, 999)
+            .unwrap()
+            .unwrap();
         assert_eq!(loaded, state);
         let mut raw = std::fs::read(&path).unwrap();
         raw[6] ^= 1;
         std::fs::write(&path, raw).unwrap();
-        assert_eq!(ProducerStateManager::read_snapshot(&path).unwrap(), None);
+        assert_eq!(
+            ProducerStateManager::read_snapshot(&path, 999).unwrap(),
+            None
+        );
+    }
+
+    /// Issue 15: a batch stamped a day in the past (CreateTime is the client's) does not
+    /// make its producer look idle; only the broker's clock at the append counts.
+    #[test]
+    fn expiry_runs_on_the_broker_clock_not_the_batch_timestamp() {
+        const EXPIRATION_MS: i64 = 60_000;
+        let now_ms = 1_700_000_000_000;
+        let mut old = header(1, 0, 0, 0, 2);
+        old.base_timestamp = now_ms - 86_400_000;
+        old.max_timestamp = now_ms - 86_400_000;
+        let mut state = ProducerStateManager::default();
+        state.update(&old, now_ms);
+        assert_eq!(state.expire(now_ms + EXPIRATION_MS - 1, EXPIRATION_MS), 0);
+        // Still known: the retry is a duplicate with its original offsets.
+        assert!(matches!(
+            state.check(1, 0, 0, 1),
+            Ok(SequenceCheck::Duplicate(BatchMetadata {
+                base_offset: 0,
+                ..
+            }))
+        ));
+        // A later append restarts the idle time.
+        state.update(&header(1, 0, 2, 2, 1), now_ms + 30_000);
+        assert_eq!(state.expire(now_ms + EXPIRATION_MS, EXPIRATION_MS), 0);
+        // Idle for the whole period on the broker's clock: forgotten.
+        assert_eq!(
+            state.expire(now_ms + 30_000 + EXPIRATION_MS, EXPIRATION_MS),
+            1
+        );
+        assert_eq!(state.len(), 0);
+        assert_eq!(state.check(1, 0, 0, 1).unwrap(), SequenceCheck::Append);
+    }
+
+    /// A `WPS1` snapshot (its time field a batch timestamp) still loads; its entries take
+    /// the load time as their last append, so an old timestamp does not expire them.
+    #[test]
+    fn a_wps1_snapshot_loads_with_the_load_time_as_last_append() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("00000000000000000005.snapshot");
+        let mut state = ProducerStateManager::default();
+        state.update(&header(7, 2, 0, 0, 3), 10);
+        state.write_snapshot(&path).unwrap();
+        let mut raw = std::fs::read(&path).unwrap();
+        let body_len = raw.len() - 4;
+        raw[..4].copy_from_slice(SNAPSHOT_MAGIC_V1);
+        let crc = crc32c::crc32c(&raw[..body_len]).to_be_bytes();
+        raw[body_len..].copy_from_slice(&crc);
+        std::fs::write(&path, raw).unwrap();
+        let load_ms = 5_000_000;
+        let mut loaded = ProducerStateManager::read_snapshot(&path, load_ms)
+            .unwrap()
+            .unwrap();
+        assert!(matches!(
+            loaded.check(7, 2, 0, 2),
+            Ok(SequenceCheck::Duplicate(_))
+        ));
+        assert_eq!(loaded.expire(load_ms + 999, 1_000), 0);
+        assert_eq!(loaded.expire(load_ms + 1_000, 1_000), 1);
     }
 }

@@ -279,8 +279,11 @@ fn validate(
             Some("produce request with no record batches".into()),
         ));
     };
+    // debug, not warn: the client gets the error and its message; a client sending bad
+    // batches in a loop must not fill the log (issue 15). Kafka's ReplicaManager does not
+    // log these record errors either.
     let batches = split_batches(records).map_err(|e| {
-        tracing::warn!(topic = %name, partition = index, error = %e, "refused produce batch");
+        tracing::debug!(topic = %name, partition = index, error = %e, "refused produce batch");
         partition_error(index, batch_error_code(&e), Some(e.to_string()))
     })?;
     let settings = partition.settings();
@@ -312,7 +315,7 @@ fn validate(
         .iter()
         .find_map(|b| validate_records(b, limits).err())
     {
-        tracing::warn!(topic = %name, partition = index, error = %e, "refused produce batch");
+        tracing::debug!(topic = %name, partition = index, error = %e, "refused produce batch");
         let response = partition_error(index, e.kafka_error(), Some(e.to_string()));
         let named = e.record_indexes().iter().map(|&i| {
             (

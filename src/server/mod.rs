@@ -10,16 +10,26 @@
 //! Never does: interpret request bodies, or touch `log`, `group` or `cluster`. A request
 //! the protocol layer cannot parse closes that connection (with a log line), never the
 //! broker.
+//!
+//! The warnings a client's bad frames cause (a frame outside `socket.request.max.bytes`,
+//! one the protocol layer refuses: unparsable, unknown API, unsupported version) are rate
+//! limited per peer IP by `warn_limit::PeerWarnings`: at most one line per peer per 10 s,
+//! the next one saying how many were suppressed, so a client cannot fill the log.
+
+mod warn_limit;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinSet;
+
+use warn_limit::PeerWarnings;
 
 /// What the protocol layer makes of one request frame.
 #[derive(Debug)]
@@ -71,6 +81,7 @@ pub(crate) async fn run<H: RequestHandler>(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let warnings = Arc::new(PeerWarnings::new());
     let mut conns = JoinSet::new();
     loop {
         let permit = tokio::select! {
@@ -91,9 +102,14 @@ pub(crate) async fn run<H: RequestHandler>(
                 let _ = stream.set_nodelay(true);
                 let handler = handler.clone();
                 let shutdown = shutdown.clone();
+                let warnings = warnings.clone();
                 conns.spawn(async move {
-                    if let Err(e) = serve_connection(stream, peer, handler, limits, shutdown).await
-                    {
+                    let conn = Connection {
+                        peer,
+                        limits,
+                        warnings,
+                    };
+                    if let Err(e) = serve_connection(stream, conn, handler, shutdown).await {
                         tracing::debug!(%peer, error = %e, "connection ended with an error");
                     }
                     drop(permit);
@@ -109,13 +125,26 @@ pub(crate) async fn run<H: RequestHandler>(
     conns.shutdown().await;
 }
 
+/// What a connection task knows besides its socket.
+struct Connection {
+    peer: SocketAddr,
+    limits: ServerLimits,
+    /// The listener's warning limiter.
+    warnings: Arc<PeerWarnings>,
+}
+
 async fn serve_connection<H: RequestHandler>(
     stream: TcpStream,
-    peer: SocketAddr,
+    conn: Connection,
     handler: Arc<H>,
-    limits: ServerLimits,
     mut shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
+    let Connection {
+        peer,
+        limits,
+        warnings,
+    } = conn;
+    let writer_warnings = warnings.clone();
     let (mut reader, writer) = stream.into_split();
     // Requests of one connection are handled one at a time, in order, as Kafka does (a
     // pipelined Produce must not overtake the one before it); the writer task sends each
@@ -137,7 +166,9 @@ async fn serve_connection<H: RequestHandler>(
                 }
                 Outcome::NoResponse => {}
                 Outcome::Close(reason) => {
-                    tracing::warn!(%peer, %reason, "closing connection");
+                    if let Some(suppressed) = writer_warnings.admit(peer.ip(), Instant::now()) {
+                        tracing::warn!(%peer, %reason, suppressed, "closing connection");
+                    }
                     w.flush().await?;
                     return Ok::<(), std::io::Error>(());
                 }
@@ -165,8 +196,11 @@ async fn serve_connection<H: RequestHandler>(
             }
             let len = i32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]);
             if len < 0 || len as usize > limits.request_max_bytes {
-                tracing::warn!(%peer, frame_bytes = len, limit = limits.request_max_bytes,
-                    "frame size outside 0..=socket.request.max.bytes; closing connection");
+                if let Some(suppressed) = warnings.admit(peer.ip(), Instant::now()) {
+                    tracing::warn!(%peer, frame_bytes = len, limit = limits.request_max_bytes,
+                        suppressed,
+                        "frame size outside 0..=socket.request.max.bytes; closing connection");
+                }
                 return Ok(());
             }
             let len = len as usize;

@@ -179,6 +179,20 @@ async fn delete_topics_removes_data_and_create_partitions_only_grows() {
         r[0].as_ref().unwrap_err().1,
         RDKafkaErrorCode::UnknownTopicOrPartition
     );
+    // Issue 15: an assignment naming a broker that does not exist (this single broker is
+    // node 1) is INVALID_REPLICA_ASSIGNMENT (39), and the topic keeps its partitions.
+    let r = a
+        .create_partitions(
+            &[NewPartitions::new("grow", 6).assign(&[&[9]])],
+            &AdminOptions::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        r[0].as_ref().unwrap_err().1,
+        RDKafkaErrorCode::InvalidReplicaAssignment
+    );
+    assert_eq!(partitions(bs, "grow"), 5);
     // The new partitions take records.
     let p = producer(bs, &[]);
     let d = p

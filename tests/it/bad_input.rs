@@ -11,7 +11,8 @@ use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 
-use crate::harness::{decode, RawConn, TestBroker};
+use crate::harness::{decode, BinaryBroker, RawConn, TestBroker};
+use crate::rdkafka_client::{high_watermark, producer};
 
 /// One batch of records with these keys and values, encoded by kafka-protocol with
 /// `codec`, timestamped now (an old timestamp would let retention.ms delete them mid-test).
@@ -139,6 +140,48 @@ fn malformed_frames_close_only_their_connection() {
         );
         still_serves(&b.bootstrap);
     }
+}
+
+/// Issue 15: 1000 bad frames from one client (each closes its connection, so 1000
+/// connections from one IP; half name an unknown API, half claim 2 GB) log at most one
+/// warning line per 10 s, not 1000, and the broker (the binary, whose stderr is the log)
+/// goes on serving a real client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warnings_for_bad_frames_are_rate_limited_per_peer() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = BinaryBroker::spawn(dir.path(), 0, &[]);
+    let unknown_api: &[u8] = &[0, 0, 0, 10, 0x03, 0xe7, 0, 0, 0, 0, 0, 1, 0, 0];
+    let two_gb: &[u8] = &[0x7f, 0xff, 0xff, 0xff, 0, 18];
+    let started = std::time::Instant::now();
+    for i in 0..1000 {
+        let mut c = RawConn::connect(&b.bootstrap);
+        c.send_raw(if i % 2 == 0 { unknown_api } else { two_gb });
+        assert!(
+            c.is_closed_by_broker(),
+            "bad frame {i}: connection not closed"
+        );
+    }
+    // Each started 10 s window may log one line.
+    let windows = started.elapsed().as_secs() / 10 + 1;
+    let p = producer(&b.bootstrap, &[]);
+    p.send(
+        rdkafka::producer::FutureRecord::to("after-bad-frames")
+            .key("k")
+            .payload("v"),
+        std::time::Duration::from_secs(10),
+    )
+    .await
+    .expect("a real client's record is acknowledged");
+    assert_eq!(high_watermark(&b.bootstrap, "after-bad-frames", 0), 1);
+    let log = b.terminate();
+    let warned = log
+        .lines()
+        .filter(|l| l.contains("closing connection"))
+        .count() as u64;
+    assert!(
+        (1..=windows).contains(&warned),
+        "{warned} warning lines for 1000 bad frames in {windows} 10 s windows:\n{log}"
+    );
 }
 
 #[test]

@@ -152,6 +152,51 @@ fn topic_create_list_describe_alter_delete() {
     assert!(missing.contains("UNKNOWN_TOPIC_OR_PARTITION"), "{missing}");
 }
 
+/// Issue 15: topic commands print the broker's error message after Kafka's error name
+/// and code (librdkafka's admin client dropped it): the refused config key and value,
+/// the existing topic, the partition count.
+#[test]
+fn topic_errors_carry_the_brokers_message() {
+    let broker = TestBroker::start();
+    let b = broker.bootstrap.as_str();
+    let bad = fails(
+        b,
+        &["topic", "create", "msg", "-c", "retention.ms=soon"],
+        b"",
+    );
+    assert!(
+        bad.contains(
+            "topic 'msg': INVALID_CONFIG (40): invalid value for `retention.ms`: `soon` is not an integer"
+        ),
+        "{bad}"
+    );
+    assert_eq!(
+        ok(b, &["topic", "create", "msg"], b""),
+        "Created topic msg.\n"
+    );
+    let again = fails(b, &["topic", "create", "msg"], b"");
+    assert!(
+        again.contains("TOPIC_ALREADY_EXISTS (36): Topic 'msg' already exists."),
+        "{again}"
+    );
+    let same = fails(b, &["topic", "alter", "msg", "--partitions", "1"], b"");
+    assert!(
+        same.contains("INVALID_PARTITIONS (37): Topic already has 1 partitions."),
+        "{same}"
+    );
+    let value = fails(
+        b,
+        &["topic", "alter", "msg", "--add-config", "retention.ms=soon"],
+        b"",
+    );
+    assert!(
+        value.contains(
+            "topic 'msg': INVALID_CONFIG (40): invalid value for `retention.ms`: `soon` is not an integer"
+        ),
+        "{value}"
+    );
+}
+
 /// The `Configs: ...` field of `weir topic describe NAME`'s first line.
 fn described_configs(b: &str, topic: &str) -> String {
     let out = ok(b, &["topic", "describe", topic], b"");

@@ -277,6 +277,17 @@ pub(crate) fn idempotent_batch(
     seq: i32,
     records: Vec<(Option<Bytes>, Bytes)>,
 ) -> Bytes {
+    idempotent_batch_at(pid, epoch, seq, records, weir::replica::now_ms())
+}
+
+/// [`idempotent_batch`] with every record's CreateTime `timestamp_ms`.
+pub(crate) fn idempotent_batch_at(
+    pid: i64,
+    epoch: i16,
+    seq: i32,
+    records: Vec<(Option<Bytes>, Bytes)>,
+    timestamp_ms: i64,
+) -> Bytes {
     let records: Vec<Record> = records
         .into_iter()
         .enumerate()
@@ -290,7 +301,7 @@ pub(crate) fn idempotent_batch(
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
             sequence: seq + i as i32,
-            timestamp: weir::replica::now_ms(),
+            timestamp: timestamp_ms,
             key,
             value: Some(value),
             headers: Default::default(),
@@ -374,6 +385,39 @@ async fn duplicated_retry_is_answered_with_the_original_offset() {
     let gap = batch(pid, 0, 20, 1);
     assert_eq!(produce_raw(&mut conn, "dup", gap, 6).0, 45);
     assert_eq!(high_watermark(&b.bootstrap, "dup", 0), 10);
+}
+
+/// Issue 15: producer state expires on the broker's clock. A batch stamped a day in the
+/// past (CreateTime is the client's) from a producer that appended just now survives
+/// many expiry checks, so its retry (same producer id, epoch and sequence, as a raw
+/// Produce) is answered with its original offset and not appended twice. Before the
+/// fix the first check (here the retention tick, then the expiry's) forgot the producer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_create_time_does_not_expire_a_producer_that_just_appended() {
+    let b = TestBroker::start_with(&[
+        "producer.id.expiration.ms=60000",
+        "producer.id.expiration.check.interval.ms=100",
+        "log.retention.check.interval.ms=100",
+    ]);
+    // retention.ms=-1: the day-old records themselves must stay.
+    create_topic(&b.bootstrap, "old-ts", 1, &[("retention.ms", "-1")]).await;
+    let mut conn = RawConn::connect(&b.bootstrap);
+    let pid = init_producer_id(&mut conn, 1);
+    let day_ago_ms = weir::replica::now_ms() - 86_400_000;
+    let records = (0..3)
+        .map(|i| (None, Bytes::from(format!("v{i}"))))
+        .collect();
+    let first = idempotent_batch_at(pid, 0, 0, records, day_ago_ms);
+    assert_eq!(produce_raw(&mut conn, "old-ts", first.clone(), 2), (0, 0));
+    // A sleep to prove an absence: about 20 expiry checks run and must not forget the
+    // producer (its last append is 2 s old, far below 60 s).
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(produce_raw(&mut conn, "old-ts", first, 3), (0, 0));
+    assert_eq!(high_watermark(&b.bootstrap, "old-ts", 0), 3);
+    // The next batch in sequence still follows on.
+    let next = batch(pid, 0, 3, 1);
+    assert_eq!(produce_raw(&mut conn, "old-ts", next, 4), (0, 3));
+    assert_eq!(high_watermark(&b.bootstrap, "old-ts", 0), 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -22,7 +22,7 @@ use weir::plugin::{PluginHost, PluginHostConfig};
 
 use crate::guests::guest;
 use crate::harness::TestBroker;
-use crate::rdkafka_client::{admin, create_topic, producer};
+use crate::rdkafka_client::{admin, create_topic, high_watermark, producer};
 
 /// An HTTP answer.
 #[derive(Debug)]
@@ -55,6 +55,11 @@ fn http_raw(base_url: &str, request: &[u8]) -> Answer {
     s.write_all(request).expect("send request");
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).expect("read answer");
+    parse_answer(raw)
+}
+
+/// An HTTP/1.1 answer's status and (de-chunked) body.
+fn parse_answer(raw: Vec<u8>) -> Answer {
     let text = String::from_utf8(raw).expect("UTF-8 answer");
     let (head, body) = text.split_once("\r\n\r\n").expect("HTTP head");
     let status: u16 = head
@@ -660,4 +665,100 @@ async fn bad_input_gets_rest_proxy_status_codes_and_the_broker_keeps_serving() {
     // "a", "b", "after" over HTTP and one Kafka record; nothing from the refused input.
     assert_eq!(high0 + high1, 4);
     b.stop();
+}
+
+/// Issue 15: request bodies in flight are bounded across all admin requests
+/// (`admin.max.inflight.request.bytes`, here 10 MiB). Four HTTP produce requests of 4 MiB
+/// each send their headers at once: two fit and wait for their bodies, the other two are
+/// refused at once with 503 (a JSON error and Retry-After), before any body arrives.
+/// Finishing the two bodies gets 200 with every record appended; the reservation is
+/// returned, so the same large body fits again, and a small produce works after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_bodies_in_flight_are_bounded_across_admin_requests() {
+    let b = TestBroker::start_with(&["admin.max.inflight.request.bytes=10485760"]);
+    create_topic(&b.bootstrap, "big", 1, &[]).await;
+    // 4 MiB (and a bit) of 4096 records of 1 KiB each.
+    let record = json!({"value": {"type": "STRING", "data": "x".repeat(1000)}}).to_string();
+    let body = format!("[{}]", vec![record; 4096].join(","));
+    assert!(body.len() > 4 << 20 && body.len() < 5 << 20);
+    let head = format!(
+        "POST /topics/big/records HTTP/1.1\r\nHost: weir\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let addr = b.admin_url.trim_start_matches("http://").to_string();
+    let (answers_tx, answers) = std::sync::mpsc::channel();
+    let mut streams = Vec::new();
+    for i in 0..4 {
+        let mut s = TcpStream::connect(&addr).expect("connect to the admin listener");
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        // Headers only: a refused request has no unread body bytes to reset its answer.
+        s.write_all(head.as_bytes()).expect("send headers");
+        let mut reader = s.try_clone().unwrap();
+        let tx = answers_tx.clone();
+        std::thread::spawn(move || {
+            let mut raw = Vec::new();
+            let _ = reader.read_to_end(&mut raw);
+            let _ = tx.send((i, raw));
+        });
+        streams.push(s);
+    }
+    // Two fit (8 of 10 MiB) and cannot finish before their bodies: the first two answers
+    // are the refusals.
+    let mut refused = Vec::new();
+    for _ in 0..2 {
+        let (i, raw) = answers
+            .recv_timeout(Duration::from_secs(30))
+            .expect("two requests refused before any body was sent");
+        let text = String::from_utf8_lossy(&raw).to_ascii_lowercase();
+        assert!(text.contains("retry-after: 1\r\n"), "{text}");
+        let answer = parse_answer(raw);
+        assert_eq!(answer.status, 503, "{}", answer.body);
+        let a = answer.json();
+        assert_eq!(a["error_code"], 503, "{a}");
+        assert!(
+            a["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("admin.max.inflight.request.bytes")),
+            "{a}"
+        );
+        refused.push(i);
+    }
+    for (i, s) in streams.iter_mut().enumerate() {
+        if !refused.contains(&i) {
+            s.write_all(body.as_bytes()).expect("send body");
+        }
+    }
+    for _ in 0..2 {
+        let (i, raw) = answers
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the accepted requests answered");
+        assert!(!refused.contains(&i));
+        let answer = parse_answer(raw);
+        assert_eq!(answer.status, 200, "{:.300}", answer.body);
+        assert_eq!(answer.json().as_array().map(Vec::len), Some(4096));
+    }
+    assert_eq!(high_watermark(&b.bootstrap, "big", 0), 2 * 4096);
+    // Returned: the same body fits again, and a small one works.
+    let again = post(&b.admin_url, "/topics/big/records", &body);
+    assert_eq!(again.status, 200, "{:.300}", again.body);
+    let small = post(
+        &b.admin_url,
+        "/topics/big/records",
+        r#"{"value": {"type": "STRING", "data": "after"}}"#,
+    );
+    assert_eq!(small.status, 200, "{}", small.body);
+    assert_eq!(small.json()["offset"], 3 * 4096, "{}", small.body);
+    // One larger than the whole bound could never fit: 413.
+    let huge = http_raw(
+        &b.admin_url,
+        b"POST /topics/big/records HTTP/1.1\r\nHost: weir\r\nContent-Length: 20000000\r\n\
+          Connection: close\r\n\r\n",
+    );
+    assert_eq!(huge.status, 413, "{}", huge.body);
+    assert!(
+        huge.body.contains("admin.max.inflight.request.bytes"),
+        "{}",
+        huge.body
+    );
 }
