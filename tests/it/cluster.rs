@@ -355,8 +355,8 @@ pub(crate) fn describe_cluster(
 }
 
 /// Issue 12, broker registration: three `weir` processes with short broker sessions
-/// (1500 ms, heartbeats every 300 ms). Metadata lists the three brokers at their ports
-/// with the quorum leader as controller; a broker that is kill -9'd is fenced and drops
+/// (1500 ms, heartbeats every 300 ms). Metadata and DescribeCluster list the three
+/// brokers at their ports, DescribeCluster with the quorum leader as controller; a broker that is kill -9'd is fenced and drops
 /// out of the others' Metadata within the session timeout plus a few ticks; restarted
 /// over its data it registers again with a higher broker epoch and is listed again, and
 /// nothing created before is lost. A partition assigned to it alone is listed with leader

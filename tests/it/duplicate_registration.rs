@@ -78,12 +78,21 @@ fn duplicate_stops(nodes: &ThreeNodes, netns: Option<&str>, host: &str, id: i32)
         )) && stderr.contains("DUPLICATE_BROKER_REGISTRATION (101)"),
         "{stderr}"
     );
+    // It stood for election while it retried (it never hears a leader): the voters
+    // refused its vote requests, the original answering at the voter's address.
+    assert!(
+        stderr.contains(&format!(
+            "the peer refuses this node's Raft requests: a vote request names node {id}"
+        )),
+        "{stderr}"
+    );
     stderr
 }
 
 /// See the module doc. The duplicate of a follower is refused because the follower's
 /// session is live (it heartbeats on an open connection); the duplicate of the active
-/// controller because that process is alive with that id.
+/// controller because that process is alive with that id. Each duplicate's vote
+/// requests are refused too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_process_with_a_live_node_id_stops_and_the_cluster_carries_on() {
     let (nodes, netns, host) = match TestNet::create(4) {

@@ -227,7 +227,7 @@ pub(super) fn describe_local(
 }
 
 /// The quorum as the broker side sees it, without the metadata change lock: who leads
-/// (Metadata's and DescribeCluster's `controller_id`), the leader's CONTROLLER address for
+/// (DescribeCluster's `controller_id`), the leader's CONTROLLER address for
 /// broker heartbeats, and, on the leader, the broker sessions. Holds Raft's metrics watch
 /// only, no storage: it may outlive the log.
 pub struct QuorumHandle {
