@@ -295,13 +295,11 @@ pub async fn run_on(
     let session = broker_session(&config, &advertised, admin_addr);
     let broker_epoch = if store == MetadataStore::Quorum {
         let (m, s) = (metadata.clone(), session.clone());
-        match tokio::task::spawn_blocking(move || cluster::brokers::register_blocking(&m, &s)).await
+        match tokio::task::spawn_blocking(move || cluster::brokers::register_at_start(&m, &s)).await
         {
-            Ok(Ok(epoch)) => Some(epoch),
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "broker registration failed; retrying in the background");
-                None
-            }
+            Ok(Ok(epoch)) => epoch,
+            // Another live broker has this node.id: stop before serving anything.
+            Ok(Err(e)) => anyhow::bail!("{e}"),
             Err(e) => anyhow::bail!("broker registration task failed: {e}"),
         }
     } else {

@@ -11,6 +11,11 @@
 //! KRaft does. The controller never fences its own broker: it is alive while it runs the
 //! check (combined mode), so a single node never fences itself.
 //!
+//! Duplicate registrations (KIP-631's DUPLICATE_BROKER_REGISTRATION, 101):
+//! [`duplicate_registration`] is the active controller's check of a registration another
+//! node sends it, against the image and [`BrokerSessions`]; [`register_at_start`] retries
+//! a refused one for a session and then stops the broker.
+//!
 //! Controlled shutdown (KIP-631's `wantShutDown`): when a broker of a multi-node quorum
 //! stops, its heartbeat task commits `BrokerShuttingDown` for its epoch (every image
 //! shows it shutting down, clients stop being told of it, its partitions go offline),
@@ -33,7 +38,7 @@ use tokio::sync::watch;
 
 use super::election::{leadership_changes, rebalance_changes};
 use super::image::{BrokerEndpoint, MetadataDelta, MetadataImage, MetadataRecord};
-use super::{Metadata, UpdateError};
+use super::{Metadata, MetadataError, UpdateError};
 
 /// Most brokers the active controller keeps a heartbeat time for; a heartbeat of a
 /// further broker id is dropped.
@@ -71,7 +76,15 @@ struct SessionTable {
     refused: HashMap<i32, Instant>,
     /// Broker id → how many connections to this node are open that its heartbeats came on.
     heartbeat_connections: HashMap<i32, u32>,
+    /// `broker.session.timeout.ms` and `broker.heartbeat.interval.ms` of this node (set by
+    /// [`fence_loop`]; `None`: Kafka's defaults), for [`duplicate_registration`].
+    timing: Option<(Duration, Duration)>,
 }
+
+/// Kafka's defaults of `broker.session.timeout.ms` and `broker.heartbeat.interval.ms`,
+/// what [`duplicate_registration`] assumes before [`fence_loop`] sets this node's.
+const DEFAULT_SESSION_TIMING: (Duration, Duration) =
+    (Duration::from_millis(9000), Duration::from_millis(2000));
 
 /// An open connection heartbeats of `broker_id` came on (see
 /// [`BrokerSessions::heartbeat_connection`]); dropping it says the connection closed.
@@ -191,6 +204,11 @@ impl BrokerSessions {
         }
     }
 
+    /// Notes this node's `broker.session.timeout.ms` and `broker.heartbeat.interval.ms`.
+    pub(crate) fn set_timing(&self, session_timeout: Duration, heartbeat_interval: Duration) {
+        self.table().timing = Some((session_timeout, heartbeat_interval));
+    }
+
     /// Since when this node leads, if it does.
     fn leading_since(&self) -> Option<Instant> {
         self.table().leading_since
@@ -240,6 +258,82 @@ impl BrokerSessions {
     pub(crate) fn refused(&self, broker_id: i32) -> bool {
         self.table().refused.contains_key(&broker_id)
     }
+}
+
+/// Why the active controller `controller_id` (this process, whose broker registers with
+/// `own_incarnation`) refuses, at `now`, a registration of `broker_id` with
+/// `incarnation_id` that another node sent it (a `Propose` RPC): Kafka's
+/// DUPLICATE_BROKER_REGISTRATION (101), `ClusterControlManager.registerBroker` (KIP-631).
+/// `None`: it may go ahead. Refused when
+/// - `broker_id` is this controller's own id and the incarnation is not this process's
+///   (this process is alive with that id), or
+/// - the image holds a registration of `broker_id` with another incarnation id that is
+///   not fenced and whose session is live: heard from at its epoch within
+///   `broker.session.timeout.ms` (clocks start when this node began to lead, as for
+///   fencing), unless the network says that incarnation is gone (weir's addition, so a
+///   killed broker restarted at once is not refused for a whole session): no connection
+///   its heartbeats came on is open here and it has not been heard from for two
+///   `broker.heartbeat.interval.ms` (a live broker heartbeats every interval, on one
+///   connection it keeps open).
+///
+/// A registration with the same incarnation id is a retry; one of a fenced broker, or
+/// one whose session lapsed, a restart: both go ahead. The text names the broker, the
+/// registration it would replace and why it is thought alive.
+pub(crate) fn duplicate_registration(
+    image: &MetadataImage,
+    sessions: &BrokerSessions,
+    controller_id: i32,
+    own_incarnation: uuid::Uuid,
+    broker_id: i32,
+    incarnation_id: uuid::Uuid,
+    now: Instant,
+) -> Option<String> {
+    if broker_id == controller_id {
+        return (incarnation_id != own_incarnation).then(|| {
+            format!(
+                "Another broker is registered with that broker id: node.id={broker_id} is the active controller's own id, and that process is alive"
+            )
+        });
+    }
+    let existing = image.broker(broker_id)?;
+    if existing.incarnation_id == incarnation_id || existing.fenced {
+        return None;
+    }
+    let t = sessions.table();
+    let (session_timeout, heartbeat_interval) = t.timing.unwrap_or(DEFAULT_SESSION_TIMING);
+    // A controller that does not lead yet in the session table is about to: its clocks
+    // start now.
+    let since = t.leading_since.unwrap_or(now);
+    let heard = t
+        .last
+        .get(&broker_id)
+        .filter(|(epoch, _)| *epoch == existing.broker_epoch)
+        .map(|(_, at)| *at);
+    let seen = heard.map_or(since, |at| at.max(since));
+    let silent_for = now.saturating_duration_since(seen);
+    if silent_for > session_timeout {
+        return None;
+    }
+    let connected = t.heartbeat_connections.contains_key(&broker_id);
+    if !connected && silent_for > heartbeat_interval * 2 {
+        return None;
+    }
+    Some(format!(
+        "Another broker is registered with that broker id: node.id={broker_id} is registered at broker epoch {} (incarnation {}, endpoint {}) and alive: heard from {} ms ago (broker.session.timeout.ms={}){}",
+        existing.broker_epoch,
+        existing.incarnation_id,
+        existing
+            .endpoints
+            .first()
+            .map_or_else(|| "none".to_string(), |e| format!("{}:{}", e.host, e.port)),
+        silent_for.as_millis(),
+        session_timeout.as_millis(),
+        if connected {
+            ", its heartbeat connection open"
+        } else {
+            ""
+        }
+    ))
 }
 
 /// The records the active controller `controller_id` proposes at `now`: a fence for each
@@ -372,14 +466,13 @@ pub(crate) const MAX_REBALANCE_ELECTIONS: usize = 1000;
 /// `COMMIT_TIMEOUT_MS`) and returns its new broker epoch, with a log line
 /// (`registered broker_id=ID broker_epoch=E`).
 ///
-/// Errors: the registration could not be committed (no quorum), as text.
+/// Errors: [`MetadataError`]: the registration could not be committed (no quorum), or
+/// [`MetadataError::DuplicateBrokerRegistration`] (101): the active controller refused it.
 pub(crate) fn register_blocking(
     metadata: &Metadata,
     settings: &SessionSettings,
-) -> Result<i64, String> {
-    let r = metadata
-        .register_broker(settings.endpoints.clone(), settings.rack.clone())
-        .map_err(|e| e.to_string())?;
+) -> Result<i64, MetadataError> {
+    let r = metadata.register_broker(settings.endpoints.clone(), settings.rack.clone())?;
     tracing::info!(
         "registered broker_id={} broker_epoch={} incarnation_id={}",
         r.broker_id,
@@ -387,6 +480,58 @@ pub(crate) fn register_blocking(
         r.incarnation_id
     );
     Ok(r.broker_epoch)
+}
+
+/// How often a registration refused as a duplicate is tried again at start-up (at most;
+/// `broker.heartbeat.interval.ms` when shorter).
+const DUPLICATE_RETRY_EVERY: Duration = Duration::from_millis(500);
+
+/// Registers this broker at start-up ([`register_blocking`], blocking). A registration
+/// refused with DUPLICATE_BROKER_REGISTRATION (101) is tried again, with the same
+/// incarnation id, every heartbeat interval (at most [`DUPLICATE_RETRY_EVERY`]) for
+/// `broker.session.timeout.ms` + `broker.heartbeat.interval.ms`: long enough for the
+/// session of this node's own previous incarnation (killed, restarted at once) to lapse,
+/// as Kafka's broker retries its registration; a broker still refused after that is
+/// another live process with this `node.id`. Returns the broker epoch, or `None` when the
+/// quorum could not commit it (no leader yet: the heartbeat task retries in the
+/// background, and the broker serves meanwhile, as before).
+///
+/// Errors: still refused as a duplicate at the end of that time: the text names
+/// `node.id`, error 101 and the controller's reason; the broker must stop (logged too).
+pub(crate) fn register_at_start(
+    metadata: &Metadata,
+    settings: &SessionSettings,
+) -> Result<Option<i64>, String> {
+    let give_up_after = settings.session_timeout + settings.heartbeat_interval;
+    let pause = settings
+        .heartbeat_interval
+        .clamp(Duration::from_millis(10), DUPLICATE_RETRY_EVERY);
+    let mut first_refused: Option<Instant> = None;
+    loop {
+        match register_blocking(metadata, settings) {
+            Ok(epoch) => return Ok(Some(epoch)),
+            Err(MetadataError::DuplicateBrokerRegistration(why)) => {
+                let since = *first_refused.get_or_insert_with(Instant::now);
+                if since.elapsed() >= give_up_after {
+                    let node_id = metadata.node_id();
+                    let message = format!(
+                        "node.id={node_id} is already registered by another live broker: the active controller refused this node's registration with DUPLICATE_BROKER_REGISTRATION (101) for {} ms (broker.session.timeout.ms + broker.heartbeat.interval.ms): {why}. Another process runs with node.id={node_id}; give this node another node.id (and its own controller.quorum.voters entry) or stop the other one",
+                        since.elapsed().as_millis()
+                    );
+                    tracing::error!("{message}; this node stops");
+                    return Err(message);
+                }
+                tracing::info!(
+                    "broker registration refused with DUPLICATE_BROKER_REGISTRATION (101), retrying until the previous incarnation's session lapses: {why}"
+                );
+                std::thread::sleep(pause);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "broker registration failed; retrying in the background");
+                return Ok(None);
+            }
+        }
+    }
 }
 
 /// Sleeps `d`, or returns `true` at once when `shutdown` turns true (or its sender is gone).
@@ -423,6 +568,13 @@ pub(crate) async fn heartbeat_loop(
                 let (m, s) = (metadata.clone(), settings.clone());
                 match tokio::task::spawn_blocking(move || register_blocking(&m, &s)).await {
                     Ok(Ok(e)) => epoch = Some(e),
+                    Ok(Err(e @ MetadataError::DuplicateBrokerRegistration(_))) => {
+                        tracing::error!(
+                            error = %e,
+                            "broker registration refused: another live broker has node.id={}; retrying (this node stays unregistered)",
+                            metadata.node_id()
+                        )
+                    }
                     Ok(Err(e)) => {
                         tracing::warn!(error = %e, "broker registration failed; retrying")
                     }
@@ -560,6 +712,9 @@ pub(crate) async fn fence_loop(
         return;
     };
     let timeout = settings.session_timeout;
+    quorum
+        .sessions()
+        .set_timing(timeout, settings.heartbeat_interval);
     let settings = Arc::new(settings);
     let tick = (timeout / 4)
         .min(settings.heartbeat_interval)
@@ -907,5 +1062,51 @@ mod tests {
         );
         sessions.set_leading(false, t0 + ms(170));
         assert!(session_changes(&restarted, &sessions, 1, t0 + ms(180), timeout).is_empty());
+    }
+
+    #[test]
+    fn a_registration_of_a_live_brokers_id_by_another_incarnation_is_refused() {
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        let sessions = Arc::new(BrokerSessions::default());
+        sessions.set_timing(ms(1500), ms(300));
+        let image = image_with(&[(1, 1, false), (2, 2, false), (3, 3, true)]);
+        let registered = image.broker(2).unwrap().incarnation_id;
+        let (me, other) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+        let check = |broker_id, incarnation, at| {
+            duplicate_registration(&image, &sessions, 1, me, broker_id, incarnation, at)
+        };
+        sessions.set_leading(true, t0);
+        // Broker 2 heartbeats on a connection it keeps open: another incarnation of id 2
+        // is refused, naming the id and the registration it would replace.
+        let conn = sessions.heartbeat_connection(2);
+        sessions.record(2, 2, t0 + ms(100));
+        let why = check(2, other, t0 + ms(200)).expect("a live broker's id");
+        assert!(
+            why.contains("node.id=2 is registered at broker epoch 2") && why.contains("alive"),
+            "{why}"
+        );
+        // The same incarnation is a retry; a fenced broker's id or one never registered,
+        // a (re)start.
+        assert_eq!(check(2, registered, t0 + ms(200)), None);
+        assert_eq!(check(3, other, t0 + ms(200)), None);
+        assert_eq!(check(4, other, t0 + ms(200)), None);
+        // The controller's own id: only this process registers it.
+        assert!(check(1, other, t0 + ms(200)).is_some());
+        assert_eq!(check(1, me, t0 + ms(200)), None);
+        // Connected but silent for longer than two heartbeats (partitioned, hung):
+        // refused until its session lapses, as in Kafka.
+        assert!(check(2, other, t0 + ms(1100)).is_some());
+        assert_eq!(check(2, other, t0 + ms(100 + 1501)), None);
+        // Killed: its heartbeat connection closed. Refused within two heartbeat intervals
+        // of its last heartbeat, then accepted (a restart need not wait out the session).
+        drop(conn);
+        assert!(check(2, other, t0 + ms(600)).is_some());
+        assert_eq!(check(2, other, t0 + ms(701)), None);
+        // A controller that just took the lead counts from then, as for fencing.
+        sessions.set_leading(false, t0 + ms(800));
+        sessions.set_leading(true, t0 + ms(800));
+        assert!(check(2, other, t0 + ms(1000)).is_some());
+        assert_eq!(check(2, other, t0 + ms(1401)), None);
     }
 }

@@ -139,6 +139,12 @@ pub enum MetadataError {
     /// A listener could not take the change (a partition log could not be opened).
     #[error(transparent)]
     Listener(#[from] ListenerError),
+    /// The active controller refused this node's broker registration: another live broker
+    /// is registered with its `node.id` (Kafka's DUPLICATE_BROKER_REGISTRATION, 101,
+    /// KIP-631; `brokers::duplicate_registration` says when). The text is the
+    /// controller's reason.
+    #[error("DUPLICATE_BROKER_REGISTRATION (101): {0}")]
+    DuplicateBrokerRegistration(String),
 }
 
 /// A listener's failure, with its cause (a `LogError` of the replica manager).
@@ -658,19 +664,24 @@ impl Metadata {
         self.image().brokers().cloned().collect()
     }
 
-    /// Registers this node as a broker with a fresh incarnation id and a broker epoch
-    /// above every one handed out before (KIP-631's BrokerRegistration, through the
-    /// quorum): unfenced, replacing its earlier registration. Blocks until committed.
-    /// Returns the registration.
+    /// Registers this node as a broker with this process's incarnation id (one per
+    /// process start: a second call is a retry, KIP-631) and a broker epoch above every
+    /// one handed out before (KIP-631's BrokerRegistration, through the quorum):
+    /// unfenced, replacing its earlier registration. Blocks until committed. Returns the
+    /// registration.
     ///
-    /// Errors: [`MetadataError`]: the quorum did not commit it in time, or the store holds
-    /// no registrations (the earlier file store).
+    /// Errors: [`MetadataError`]: the quorum did not commit it in time, the store holds
+    /// no registrations (the earlier file store), or
+    /// [`MetadataError::DuplicateBrokerRegistration`]: the active controller refused it.
     pub fn register_broker(
         &self,
         endpoints: Vec<BrokerEndpoint>,
         rack: Option<String>,
     ) -> Result<BrokerRegistration, MetadataError> {
-        let incarnation_id = Uuid::new_v4();
+        let incarnation_id = self
+            .quorum
+            .as_ref()
+            .map_or_else(Uuid::new_v4, |q| q.incarnation_id());
         let broker_id = self.node_id;
         // Registrations of several nodes from one image: all but one are refused, and
         // retry on the newer image.

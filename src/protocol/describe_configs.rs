@@ -1,7 +1,9 @@
 //! DescribeConfigs (key 32), v1–v4. Protocol guide "DescribeConfigs"; KIP-226 (config
 //! source, synonyms), KIP-569 (type and documentation, v3+).
 //!
-//! Topics and this broker's id are read from the metadata image. Topic resources (type
+//! Topics and this broker's id are read from this broker's metadata image, as a Kafka
+//! broker answers from its metadata cache: nothing waits for the controller quorum, so
+//! it answers while the quorum elects a leader. Topic resources (type
 //! 2) report every topic-level key with its effective value and
 //! source (DYNAMIC_TOPIC_CONFIG when set on the topic, else the broker's STATIC_BROKER_CONFIG
 //! or DEFAULT_CONFIG); broker resources (type 4, name = this node id or empty) report every

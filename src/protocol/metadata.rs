@@ -3,8 +3,9 @@
 //!
 //! Lists every registered broker that is not fenced (KIP-631), each at its first
 //! advertised endpoint (this broker at its own, and listed even before it is registered);
-//! `controller_id` is the active controller, the quorum leader (this broker while none is
-//! known: it forwards changes to the leader). Then the requested topics: `null` (or an
+//! `controller_id` is this broker (see [`metadata_controller_id`]: KRaft brokers name a
+//! live broker, KIP-590, and every weir broker takes admin requests and forwards them to
+//! the quorum). Then the requested topics: `null` (or an
 //! empty list at v0) means all. A missing topic is created
 //! when `auto.create.topics.enable` is on and the request allows it (v4+ field; always at
 //! v0–v3, as in Kafka). Each partition's leader, leader epoch, replicas and ISR are the
@@ -124,7 +125,33 @@ pub(super) fn listed_brokers(
     out
 }
 
-/// The node id given as `controller_id`: the quorum leader, else this broker.
+/// Metadata's `controller_id` among the `listed` brokers: this broker when it is listed,
+/// else the quorum leader when listed, else the first listed (-1: none).
+///
+/// Why not the quorum leader (DescribeCluster's): clients send controller-bound admin
+/// requests to the broker Metadata names (librdkafka's DescribeConfigs of topics,
+/// CreateTopics, DeleteTopics...) and wait for that broker to be up. Right after the
+/// active controller dies the other nodes still name it until the quorum elects another
+/// (1.5-2 s), and a client that fetched Metadata then waited for the dead node until its
+/// request timeout (found by a tryout: `weir topic describe` 40 s, then timed out).
+/// Kafka's KRaft brokers name a random live broker for the same reason (KIP-590: clients
+/// do not reach the controller; `KRaftMetadataCache.getControllerId`); weir names the
+/// broker that answered, the one live broker the client certainly reaches (a random one
+/// of the image may be dead but not yet fenced, the very case). Every weir broker takes
+/// admin requests and forwards the change to the quorum leader.
+fn metadata_controller_id(ctx: &Context, image: &MetadataImage, listed: &[ListedBroker]) -> i32 {
+    let me = image.node_id();
+    let is_listed = |id: i32| listed.iter().any(|b| b.id == id);
+    if is_listed(me) {
+        return me;
+    }
+    match ctx.metadata.active_controller() {
+        Some(leader) if is_listed(leader) => leader,
+        _ => listed.first().map_or(-1, |b| b.id),
+    }
+}
+
+/// DescribeCluster's `controller_id`: the quorum leader, else this broker.
 pub(super) fn controller_id(ctx: &Context, image: &MetadataImage) -> i32 {
     ctx.metadata
         .active_controller()
@@ -163,7 +190,9 @@ pub(super) fn handle(ctx: &Context, request: MetadataRequest, version: i16) -> M
         }
         out
     };
-    let brokers = listed_brokers(ctx, &image, false)
+    let listed = listed_brokers(ctx, &image, false);
+    let controller = metadata_controller_id(ctx, &image, &listed);
+    let brokers = listed
         .into_iter()
         .map(|b| {
             MetadataResponseBroker::default()
@@ -176,6 +205,6 @@ pub(super) fn handle(ctx: &Context, request: MetadataRequest, version: i16) -> M
     MetadataResponse::default()
         .with_brokers(brokers)
         .with_cluster_id(Some(StrBytes::from_string(image.cluster_id().to_string())))
-        .with_controller_id(BrokerId(controller_id(ctx, &image)))
+        .with_controller_id(BrokerId(controller))
         .with_topics(topics)
 }

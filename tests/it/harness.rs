@@ -255,6 +255,21 @@ impl BinaryBroker {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// Waits at most `timeout` for the process to exit by itself (polled every 50 ms):
+    /// its exit status, or `None` while it still runs (drop kills it).
+    pub fn exit_within(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// SIGTERM and wait (graceful), returning stderr.
     pub fn terminate(mut self) -> String {
         let _ = Command::new("kill")

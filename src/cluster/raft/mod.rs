@@ -227,7 +227,7 @@ pub(super) fn describe_local(
 }
 
 /// The quorum as the broker side sees it, without the metadata change lock: who leads
-/// (Metadata's and DescribeCluster's `controller_id`), the leader's CONTROLLER address for
+/// (DescribeCluster's `controller_id`), the leader's CONTROLLER address for
 /// broker heartbeats, and, on the leader, the broker sessions. Holds Raft's metrics watch
 /// only, no storage: it may outlive the log.
 pub struct QuorumHandle {
@@ -243,6 +243,9 @@ pub struct QuorumHandle {
     /// When a change was last answered before some broker applied it was logged, and how
     /// many such changes were not logged since (rate limit of the warning).
     lag_warned: std::sync::Mutex<(Option<Instant>, u64)>,
+    /// This process's incarnation id (KIP-631): random per start, what its broker
+    /// registers with.
+    incarnation_id: uuid::Uuid,
 }
 
 impl std::fmt::Debug for QuorumHandle {
@@ -267,6 +270,11 @@ impl QuorumHandle {
     pub(crate) fn leader(&self) -> Option<i32> {
         let leader = self.metrics.borrow().current_leader;
         leader.and_then(|l| i32::try_from(l).ok())
+    }
+
+    /// This process's incarnation id (random per start; KIP-631's `incarnationId`).
+    pub(crate) fn incarnation_id(&self) -> uuid::Uuid {
+        self.incarnation_id
     }
 
     /// How many voters the quorum has (1: a single node).
@@ -544,8 +552,10 @@ impl RaftMetadataLog {
             })
             .collect();
         let single_node = voters.len() == 1 && voters.contains_key(&node_id);
+        let incarnation_id = uuid::Uuid::new_v4();
         let me = Arc::new(network::Sender {
             node_id,
+            incarnation_id: Some(incarnation_id),
             cluster_id: settings.cluster_id.clone(),
             voters: voters
                 .iter()
@@ -641,6 +651,7 @@ impl RaftMetadataLog {
             sessions: sessions.clone(),
             runtime: runtime_handle,
             lag_warned: std::sync::Mutex::new((None, 0)),
+            incarnation_id,
         });
         if let (Some(listener), Some(runtime)) = (settings.controller_listener, &rt.runtime) {
             let listener = {
@@ -652,12 +663,17 @@ impl RaftMetadataLog {
             };
             runtime.spawn(network::serve(
                 listener,
-                me,
-                raft.clone(),
-                sessions,
-                voters.clone(),
+                network::Served {
+                    me,
+                    raft: raft.clone(),
+                    sessions,
+                    voters: voters.clone(),
+                    visible: queue.clone(),
+                    machine: machine.clone(),
+                    incarnation_id,
+                    verified: std::sync::Mutex::default(),
+                },
                 shutdown_rx,
-                queue.clone(),
             ));
         }
         let mut me = RaftMetadataLog {
@@ -754,6 +770,12 @@ impl RaftMetadataLog {
                 Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => f.leader_node,
                 Err(e) => return Err(raft_error("commit", e)),
             };
+            // No leader known here (a node no leader replicates to, such as a second
+            // process with a voter's id on another host): the other voters may know one.
+            let leader = match leader {
+                Some(node) => Some(node),
+                None => self.leader_from_peers(left),
+            };
             if let Some(node) = leader {
                 let p = proposal.clone();
                 let me = self.quorum.me.clone();
@@ -766,7 +788,10 @@ impl RaftMetadataLog {
                     .ok_or_else(|| raft_error("commit", "timed out"))?;
                 match sent {
                     Ok(offset) => return Ok(offset),
-                    Err(e) => last_error = e,
+                    Err(network::ProposeError::DuplicateBrokerRegistration(why)) => {
+                        return Err(MetadataError::DuplicateBrokerRegistration(why))
+                    }
+                    Err(network::ProposeError::Failed(e)) => last_error = e,
                 }
             }
             // No leader known yet, or it just lost the lead: an election is under way.
@@ -775,6 +800,38 @@ impl RaftMetadataLog {
         Err(raft_error("commit", format!("timed out: {last_error}")))
     }
 }
+
+impl RaftMetadataLog {
+    /// The leader another voter names (asked in turn, [`LEADER_QUERY_TTL`] each, within
+    /// `left`), when this node knows none.
+    fn leader_from_peers(&self, left: Duration) -> Option<BasicNode> {
+        let peers: Vec<(u64, String)> = self
+            .voters
+            .iter()
+            .filter(|(id, _)| **id != self.node_id)
+            .map(|(id, n)| (*id, n.addr.clone()))
+            .collect();
+        let me = self.quorum.me.clone();
+        let ttl = left.min(LEADER_QUERY_TTL);
+        let leader = self
+            .rt
+            .run(left, async move {
+                for (_, addr) in peers {
+                    if let Ok(Some(leader)) = network::leader_at(&addr, &me, ttl).await {
+                        return Some(leader);
+                    }
+                }
+                None
+            })
+            .flatten()?;
+        // Even when it names this node's id: then another process with this id leads
+        // (a duplicate), and it refuses this node's registration with 101.
+        self.voters.get(&leader).cloned()
+    }
+}
+
+/// How long a node that knows no leader waits for each other voter to name one.
+const LEADER_QUERY_TTL: Duration = Duration::from_millis(500);
 
 /// Logs each change of quorum leader (`quorum_leader=ID term=T`, `-1`: none known) until
 /// `shutdown`: what an operator (and the three-node test) reads to find the active

@@ -12,7 +12,13 @@
 //! appends, the proposer waits for its own state machine to apply the entry).
 //! `AwaitApplied` is answered once this broker's image holds an entry (or at a timeout):
 //! the node that made a change asks every other live broker before it answers
-//! ([`await_applied_all`], bounded).
+//! ([`await_applied_all`], bounded). On the leader, a `Propose` holding a broker
+//! registration of a `node.id` another live broker holds is refused with
+//! DUPLICATE_BROKER_REGISTRATION (101) before it is appended
+//! (`brokers::duplicate_registration`). `Leader` tells a node that knows no leader who
+//! leads. A vote request is served only from the process listening at the named voter's
+//! address (`Identify`, [`voter_refusal`]): a second process with a voter's id elsewhere
+//! never votes (docs/cluster.md, DUPLICATE_BROKER_REGISTRATION).
 //!
 //! Never does: interpret metadata records, or trust the frame length before checking it.
 //! The listener trusts its peers as Kafka's PLAINTEXT controller listener does: bind it
@@ -36,10 +42,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
+use super::storage::StateMachine;
 use super::{
     describe_local, leads, BrokerSessions, CommittedQueue, Proposal, QuorumState, TypeConfig,
 };
-use crate::cluster::brokers::HeartbeatConnection;
+use crate::cluster::brokers::{duplicate_registration, HeartbeatConnection};
+use crate::cluster::image::MetadataRecord;
 
 type NodeId = u64;
 
@@ -57,6 +65,10 @@ pub(crate) const MAX_CONTROLLER_CONNECTIONS: usize = 64;
 pub(crate) struct Sender {
     /// The sender's `node.id`.
     pub(crate) node_id: u64,
+    /// Its process's incarnation id (random per start): what a vote request is checked
+    /// by ([`voter_refusal`]). `None` from a node of an earlier weir.
+    #[serde(default)]
+    pub(crate) incarnation_id: Option<uuid::Uuid>,
     /// Its cluster id (`meta.properties`).
     pub(crate) cluster_id: String,
     /// Its `controller.quorum.voters`, sorted: `ID@HOST:PORT,...`.
@@ -128,6 +140,12 @@ pub(crate) enum RaftRpc {
         /// How long to wait at most (ms).
         timeout_ms: u64,
     },
+    /// Which node leads, as this node knows: asked by a node that knows none before it
+    /// proposes (a node no leader replicates to would otherwise never find one).
+    Leader,
+    /// Which process listens here: asked at a voter's address by a node that got a vote
+    /// request in that voter's name ([`voter_refusal`]).
+    Identify,
 }
 
 /// The answer to a [`RaftRpc`], variant for variant.
@@ -153,6 +171,38 @@ pub(crate) enum RaftRpcReply {
     /// To AwaitApplied: the index of the last entry this broker's image holds (below the
     /// one asked for when the wait timed out).
     Applied(u64),
+    /// To Propose, from the leader: the change is refused with this Kafka error code and
+    /// message, never appended. Only DUPLICATE_BROKER_REGISTRATION (101) today: a broker
+    /// registration of a `node.id` another live broker holds
+    /// (`brokers::duplicate_registration`).
+    ProposeRefused {
+        /// Kafka's error code.
+        error_code: i16,
+        /// Why.
+        message: String,
+    },
+    /// To Leader: the leader this node knows, if any.
+    Leader(Option<NodeId>),
+    /// To Identify: this process's node id and incarnation id.
+    Identity {
+        /// Its `node.id`.
+        node_id: NodeId,
+        /// Its incarnation id.
+        incarnation_id: uuid::Uuid,
+    },
+}
+
+/// Kafka's DUPLICATE_BROKER_REGISTRATION error code (KIP-631).
+pub(crate) const DUPLICATE_BROKER_REGISTRATION: i16 = 101;
+
+/// Why [`propose_at`] failed.
+#[derive(Debug)]
+pub(super) enum ProposeError {
+    /// The leader refused a broker registration (DUPLICATE_BROKER_REGISTRATION, 101).
+    DuplicateBrokerRegistration(String),
+    /// Unreachable, broken, timed out, refused as not of this quorum, or not the leader
+    /// any more: worth another try.
+    Failed(String),
 }
 
 /// The longest wait a peer's [`RaftRpc::AwaitApplied`] gets (ms), whatever it asks: a
@@ -232,18 +282,121 @@ async fn call(
 
 /// Sends `proposal` to the controller at `addr` and returns the offset it was appended at.
 ///
-/// Errors: as text: the peer is unreachable, or refused (not the leader any more).
+/// Errors: [`ProposeError::DuplicateBrokerRegistration`]: the leader refused a broker
+/// registration; [`ProposeError::Failed`], as text: the peer is unreachable, or refused
+/// (not the leader any more).
 pub(super) async fn propose_at(
     addr: &str,
     from: &Sender,
     proposal: Proposal,
     ttl: Duration,
-) -> Result<u64, String> {
+) -> Result<u64, ProposeError> {
     let mut conn = None;
     match call(&mut conn, addr, from, &RaftRpc::Propose(proposal), ttl).await {
-        Ok(RaftRpcReply::Propose(r)) => r,
+        Ok(RaftRpcReply::Propose(r)) => r.map_err(ProposeError::Failed),
+        Ok(RaftRpcReply::ProposeRefused {
+            error_code: DUPLICATE_BROKER_REGISTRATION,
+            message,
+        }) => Err(ProposeError::DuplicateBrokerRegistration(message)),
+        Ok(RaftRpcReply::ProposeRefused {
+            error_code,
+            message,
+        }) => Err(ProposeError::Failed(format!(
+            "controller {addr} refused with error {error_code}: {message}"
+        ))),
+        Ok(RaftRpcReply::Refused(why)) => Err(ProposeError::Failed(format!(
+            "controller {addr} refused: {why}"
+        ))),
+        Ok(other) => Err(ProposeError::Failed(format!(
+            "unexpected reply to Propose: {other:?}"
+        ))),
+        Err(Ok(e)) | Err(Err(e)) => Err(ProposeError::Failed(format!("controller {addr}: {e}"))),
+    }
+}
+
+/// Asks the process listening at `addr` who it is: (node id, incarnation id).
+///
+/// Errors: as text: unreachable, broken, timed out, refused, or an earlier weir.
+async fn identify_at(
+    addr: &str,
+    from: &Sender,
+    ttl: Duration,
+) -> Result<(NodeId, uuid::Uuid), String> {
+    let mut conn = None;
+    match call(&mut conn, addr, from, &RaftRpc::Identify, ttl).await {
+        Ok(RaftRpcReply::Identity {
+            node_id,
+            incarnation_id,
+        }) => Ok((node_id, incarnation_id)),
+        Ok(RaftRpcReply::Refused(why)) => Err(format!("refused: {why}")),
+        Ok(other) => Err(format!("unexpected reply to Identify: {other:?}")),
+        Err(Ok(e)) | Err(Err(e)) => Err(e.to_string()),
+    }
+}
+
+/// How long a node waits for a voter's address to say who listens there.
+const IDENTIFY_TTL: Duration = Duration::from_millis(500);
+
+/// Why a vote request naming `from` is refused, if it is: it must come from the process
+/// that listens at that voter's address in `controller.quorum.voters` (so a second
+/// process with a voter's `node.id` elsewhere, with the same voters, never votes or
+/// stands: two processes voting as one voter could elect two leaders in one term).
+/// Checked by asking that address who listens there ([`RaftRpc::Identify`], within
+/// [`IDENTIFY_TTL`]), once per incarnation (kept in `verified`): refused when another
+/// incarnation answers, when nothing answers (unverifiable: a candidate always listens
+/// at its own address), or when `from` claims this node's own id. A sender of an earlier
+/// weir (no incarnation id) is not checked.
+async fn voter_refusal(served: &Served, from: &Sender) -> Option<String> {
+    let incarnation = from.incarnation_id?;
+    if from.node_id == served.me.node_id {
+        return Some(format!(
+            "a vote request names this node's own id {} (incarnation {incarnation}, this process {}): a second process with node.id={} elsewhere",
+            from.node_id, served.incarnation_id, from.node_id
+        ));
+    }
+    {
+        let verified = served
+            .verified
+            .lock()
+            .expect("verified voters lock poisoned");
+        if verified.get(&from.node_id) == Some(&incarnation) {
+            return None;
+        }
+    }
+    let addr = served.voters.get(&from.node_id)?.addr.clone();
+    match identify_at(&addr, &served.me, IDENTIFY_TTL).await {
+        Ok((node_id, listening)) if node_id == from.node_id && listening == incarnation => {
+            let mut verified = served.verified.lock().expect("verified voters lock poisoned");
+            if verified.len() < served.voters.len() || verified.contains_key(&node_id) {
+                verified.insert(node_id, incarnation);
+            }
+            None
+        }
+        Ok((node_id, listening)) => Some(format!(
+            "a vote request names node {} (incarnation {incarnation}), but node {node_id} incarnation {listening} listens at its voter address {addr}: a second process with node.id={} elsewhere",
+            from.node_id, from.node_id
+        )),
+        Err(why) => Some(format!(
+            "a vote request names node {} (incarnation {incarnation}), but its voter address {addr} does not say it listens there ({why})",
+            from.node_id
+        )),
+    }
+}
+
+/// Asks the controller at `addr` which node leads, as it knows (on a connection of its
+/// own, within `ttl`).
+///
+/// Errors: as text: unreachable, broken, timed out, or refused (not of this quorum).
+pub(super) async fn leader_at(
+    addr: &str,
+    from: &Sender,
+    ttl: Duration,
+) -> Result<Option<NodeId>, String> {
+    let mut conn = None;
+    match call(&mut conn, addr, from, &RaftRpc::Leader, ttl).await {
+        Ok(RaftRpcReply::Leader(leader)) => Ok(leader),
         Ok(RaftRpcReply::Refused(why)) => Err(format!("controller {addr} refused: {why}")),
-        Ok(other) => Err(format!("unexpected reply to Propose: {other:?}")),
+        Ok(other) => Err(format!("unexpected reply to Leader: {other:?}")),
         Err(Ok(e)) | Err(Err(e)) => Err(format!("controller {addr}: {e}")),
     }
 }
@@ -495,18 +648,35 @@ impl RaftNetwork<TypeConfig> for PeerClient {
     }
 }
 
+/// What the CONTROLLER listener answers from.
+pub(super) struct Served {
+    /// This node as a sender (its quorum: who may be heard).
+    pub(super) me: Arc<Sender>,
+    /// The local Raft.
+    pub(super) raft: Raft<TypeConfig>,
+    /// The broker sessions (heartbeats noted here; registrations checked against them).
+    pub(super) sessions: Arc<BrokerSessions>,
+    /// The voters by id.
+    pub(super) voters: BTreeMap<NodeId, BasicNode>,
+    /// What this broker's image holds (AwaitApplied).
+    pub(super) visible: Arc<CommittedQueue>,
+    /// The state machine: its image is what a registration is checked against.
+    pub(super) machine: StateMachine,
+    /// This process's incarnation id (its own broker's registrations).
+    pub(super) incarnation_id: uuid::Uuid,
+    /// Voter id → the incarnation its voter address confirmed ([`voter_refusal`]); at
+    /// most one entry per voter.
+    pub(super) verified: std::sync::Mutex<std::collections::HashMap<NodeId, uuid::Uuid>>,
+}
+
 /// Serves the CONTROLLER listener until `shutdown` turns true: each connection is a
 /// sequence of requests, each answered in turn by the local `raft`.
 pub(super) async fn serve(
     listener: TcpListener,
-    me: Arc<Sender>,
-    raft: Raft<TypeConfig>,
-    sessions: Arc<BrokerSessions>,
-    voters: BTreeMap<NodeId, BasicNode>,
+    served: Served,
     mut shutdown: watch::Receiver<bool>,
-    visible: Arc<CommittedQueue>,
 ) {
-    let voters = Arc::new(voters);
+    let served = Arc::new(served);
     let permits = Arc::new(Semaphore::new(MAX_CONTROLLER_CONNECTIONS));
     loop {
         let permit = tokio::select! {
@@ -527,17 +697,13 @@ pub(super) async fn serve(
                 }
             },
         };
-        let raft = raft.clone();
-        let sessions = sessions.clone();
-        let me = me.clone();
-        let voters = voters.clone();
+        let served = served.clone();
         let mut shutdown = shutdown.clone();
-        let visible = visible.clone();
         tokio::spawn(async move {
             let _permit = permit;
             tokio::select! {
                 _ = shutdown.changed() => {}
-                r = serve_connection(stream, &me, raft, sessions, &voters, visible) => {
+                r = serve_connection(stream, &served) => {
                     if let Err(e) = r {
                         tracing::debug!(%peer, error = %e, "controller connection closed");
                     }
@@ -547,16 +713,48 @@ pub(super) async fn serve(
     }
 }
 
-async fn serve_connection(
-    mut stream: TcpStream,
-    me: &Sender,
-    raft: Raft<TypeConfig>,
-    sessions: Arc<BrokerSessions>,
-    voters: &BTreeMap<NodeId, BasicNode>,
-    visible: Arc<CommittedQueue>,
-) -> std::io::Result<()> {
+/// Why the leader refuses `proposal` from another node, as a Kafka error code and
+/// message: a broker registration of a `node.id` that another live broker holds
+/// ([`duplicate_registration`]). `None`: this node does not lead (the write is refused
+/// anyway) or nothing in it is a registration.
+fn refused_proposal(served: &Served, proposal: &Proposal) -> Option<(i16, String)> {
+    if !leads(&served.raft) {
+        return None;
+    }
+    let now = std::time::Instant::now();
+    let image = served.machine.applied().0;
+    let controller_id = i32::try_from(served.me.node_id).ok()?;
+    proposal.records.iter().find_map(|r| match r {
+        MetadataRecord::BrokerRegistered {
+            broker_id,
+            incarnation_id,
+            ..
+        } => duplicate_registration(
+            &image,
+            &served.sessions,
+            controller_id,
+            served.incarnation_id,
+            *broker_id,
+            *incarnation_id,
+            now,
+        )
+        .map(|why| (DUPLICATE_BROKER_REGISTRATION, why)),
+        _ => None,
+    })
+}
+
+async fn serve_connection(mut stream: TcpStream, served: &Served) -> std::io::Result<()> {
+    let Served {
+        me,
+        raft,
+        sessions,
+        voters,
+        visible,
+        ..
+    } = served;
     let _ = stream.set_nodelay(true);
     let mut refusal_logged = false;
+    let mut vote_refusal_logged = false;
     // Open while this connection is: the broker whose heartbeats come on it.
     let mut heartbeats: Option<HeartbeatConnection> = None;
     loop {
@@ -583,20 +781,49 @@ async fn serve_connection(
         }
         let reply = match rpc {
             RaftRpc::AppendEntries(r) => RaftRpcReply::AppendEntries(raft.append_entries(r).await),
-            RaftRpc::Vote(r) => RaftRpcReply::Vote(raft.vote(r).await),
+            RaftRpc::Vote(r) => match voter_refusal(served, &from).await {
+                None => RaftRpcReply::Vote(raft.vote(r).await),
+                Some(why) => {
+                    if !std::mem::replace(&mut vote_refusal_logged, true) {
+                        let peer = stream
+                            .peer_addr()
+                            .map(|a| a.to_string())
+                            .unwrap_or_default();
+                        tracing::error!(%peer, "controller quorum: refusing a vote request: {why}");
+                    }
+                    RaftRpcReply::Refused(why)
+                }
+            },
             RaftRpc::InstallSnapshot(r) => {
                 RaftRpcReply::InstallSnapshot(raft.install_snapshot(r).await)
             }
-            RaftRpc::Propose(p) => RaftRpcReply::Propose(
-                raft.client_write(p)
-                    .await
-                    .map(|r| r.log_id.index)
-                    .map_err(|e| e.to_string()),
-            ),
+            RaftRpc::Propose(p) => match refused_proposal(served, &p) {
+                Some((error_code, message)) => {
+                    let peer = stream
+                        .peer_addr()
+                        .map(|a| a.to_string())
+                        .unwrap_or_default();
+                    tracing::warn!(
+                        %peer,
+                        from = from.node_id,
+                        "refused a broker registration with DUPLICATE_BROKER_REGISTRATION ({error_code}): {message}"
+                    );
+                    RaftRpcReply::ProposeRefused {
+                        error_code,
+                        message,
+                    }
+                }
+                None => RaftRpcReply::Propose(
+                    raft.client_write(p)
+                        .await
+                        .map(|r| r.log_id.index)
+                        .map_err(|e| e.to_string()),
+                ),
+            },
             RaftRpc::BrokerHeartbeat {
                 broker_id,
                 broker_epoch,
-            } => RaftRpcReply::BrokerHeartbeat(if leads(&raft) {
+            } => RaftRpcReply::BrokerHeartbeat(if leads(raft) {
                 if heartbeats.as_ref().map(HeartbeatConnection::broker_id) != Some(broker_id) {
                     heartbeats = Some(sessions.heartbeat_connection(broker_id));
                 }
@@ -605,11 +832,16 @@ async fn serve_connection(
             } else {
                 Err("not the active controller".to_string())
             }),
-            RaftRpc::DescribeQuorum => RaftRpcReply::DescribeQuorum(describe_local(&raft, voters)),
+            RaftRpc::DescribeQuorum => RaftRpcReply::DescribeQuorum(describe_local(raft, voters)),
             RaftRpc::AwaitApplied { index, timeout_ms } => {
                 let wait = Duration::from_millis(timeout_ms.min(AWAIT_APPLIED_MAX_MS));
                 RaftRpcReply::Applied(visible.wait_visible(index, wait).await)
             }
+            RaftRpc::Leader => RaftRpcReply::Leader(raft.metrics().borrow().current_leader),
+            RaftRpc::Identify => RaftRpcReply::Identity {
+                node_id: me.node_id,
+                incarnation_id: served.incarnation_id,
+            },
         };
         write_frame(&mut stream, &reply).await?;
     }
@@ -697,6 +929,7 @@ mod tests {
     fn sender(node_id: u64, voters: &str) -> Sender {
         Sender {
             node_id,
+            incarnation_id: None,
             cluster_id: "c".into(),
             voters: voters.into(),
         }
