@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use crate::cluster_fixture::{keyed_key, keyed_value, read_keyed, ThreeNodes};
 use crate::cluster_placement::partitions_listed;
-use crate::connect::{append, lines, plugin_path, read_partitions_for, read_topic};
+use crate::connect::{append, lines, plugin_path, read_partitions_for};
 use crate::connect_rest::{curl, wait_for_state};
 use crate::harness::{poll_for, temp_ceiling};
 use crate::replication::create_topic;
