@@ -107,7 +107,8 @@ pub(crate) fn read_partitions_for(
     let deadline = Instant::now() + wait;
     while out.len() < expected && Instant::now() < deadline {
         if let Some(m) = c.poll(Duration::from_millis(200)) {
-            let m = m.unwrap();
+            // A transport error (a broker killed by the test) is retried by the client.
+            let Ok(m) = m else { continue };
             out.push((
                 m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
                 String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
@@ -118,7 +119,8 @@ pub(crate) fn read_partitions_for(
     let settle = Instant::now() + Duration::from_millis(500);
     while Instant::now() < settle {
         if let Some(m) = c.poll(Duration::from_millis(100)) {
-            let m = m.unwrap();
+            // A transport error (a broker killed by the test) is retried by the client.
+            let Ok(m) = m else { continue };
             out.push((
                 m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
                 String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
