@@ -5,8 +5,10 @@
 //! [`Ingest::append`] / [`Ingest::append_each`] take plain records for one topic, choose
 //! each record's partition — the caller's choice, else the topic's partitioner —, encode
 //! record batches (magic 2, uncompressed, CreateTime; split so that none exceeds
-//! `max.message.bytes`) per partition and append them through the replica manager, as a
-//! Produce with acks=1 would. The topic is auto-created when `auto.create.topics.enable`
+//! `max.message.bytes`) per partition and append them through the replica manager when
+//! this broker leads the partition, else forward them to its leader as a Produce
+//! (`peer`); either way as a Produce with acks=all (the in-sync replicas have each batch
+//! before it is answered). The topic is auto-created when `auto.create.topics.enable`
 //! allows.
 //!
 //! The topic's partitioner is its `partitioner` setting (topic-level, falling back to the

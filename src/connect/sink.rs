@@ -17,7 +17,7 @@ use super::{Deps, Progress, TaskError};
 use crate::connect::config::{ConnectorClass, ConnectorConfig, ErrorTolerance, TopicsRegex};
 use crate::connect::smt::{Chain, ChainRecord};
 use crate::dead_letter::{self, DeadLetter, Owner, Stage};
-use crate::group::store::partition_for;
+use crate::group::store::coordinator_in;
 use crate::group::{CommitRequest, OffsetToCommit, OFFSETS_TOPIC};
 use crate::log::records::{StoredBatches, MAX_DECOMPRESSED_BATCH_BYTES};
 use crate::log::LogError;
@@ -419,15 +419,12 @@ fn stage_class(c: &ConnectorConfig, stage: Stage) -> String {
 /// Errors: the partition has no leader (retried as any runtime failure).
 fn coordinator(deps: &Deps, group: &str) -> Result<Option<i32>, TaskError> {
     let image = deps.ctx.metadata.image();
-    let Some(topic) = image.topic(OFFSETS_TOPIC) else {
-        return Ok(None);
-    };
-    let index = partition_for(group, topic.partitions);
-    match topic.partition(index).map(|p| p.leader) {
+    match coordinator_in(&image, group) {
+        None => Ok(None),
         Some(leader) if leader == image.node_id() => Ok(None),
         Some(leader) if leader >= 0 => Ok(Some(leader)),
-        _ => Err(TaskError::Runtime(format!(
-            "{OFFSETS_TOPIC}-{index}, group {group}'s coordinator partition, has no leader"
+        Some(_) => Err(TaskError::Runtime(format!(
+            "group {group}'s {OFFSETS_TOPIC} partition has no leader (no coordinator)"
         ))),
     }
 }

@@ -17,8 +17,9 @@
 //!   the connector stored them, a tombstone for a deleted key. Written through on every
 //!   `set`, replayed at start ([`ConnectorStates`]).
 //!
-//! All are written with acks=1 semantics (appended to the log, not fsynced), like every
-//! other append on this single node.
+//! Appended here with acks=1 semantics (in the leader's log, not fsynced, not waiting for
+//! followers) when this broker leads the topic; forwarded to the leader with acks=all when
+//! another broker does (`InternalTopic::forwarding`).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -67,6 +67,19 @@ pub(crate) fn partition_for(group_id: &str, partitions: i32) -> i32 {
     (java_string_hash(group_id) & 0x7fff_ffff) % partitions.max(1)
 }
 
+/// The broker coordinating `group_id` in `image`: the leader of its `__consumer_offsets`
+/// partition ([`partition_for`]), -1 when that partition has none; `None` while the topic
+/// does not exist (the broker asked creates it on first use). FindCoordinator and the
+/// connect runtime's sinks both ask it.
+pub(crate) fn coordinator_in(image: &crate::cluster::MetadataImage, group_id: &str) -> Option<i32> {
+    let topic = image.topic(OFFSETS_TOPIC)?;
+    Some(
+        topic
+            .partition(partition_for(group_id, topic.partitions))
+            .map_or(-1, |p| p.leader),
+    )
+}
+
 /// Writes a Kafka string (int16 length). The coordinator refuses group ids and metadata
 /// longer than `i16::MAX` bytes before anything is stored (INVALID_GROUP_ID,
 /// OFFSET_METADATA_TOO_LARGE) and topic names are at most 249 bytes, so keys are never cut;

@@ -21,8 +21,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::Context;
-use crate::group::store::partition_for;
-use crate::group::OFFSETS_TOPIC;
+use crate::group::store::coordinator_in;
 
 /// The broker coordinating `group` as (id, host, port): the leader of its
 /// `__consumer_offsets` partition; this broker while the topic does not exist (it creates
@@ -33,12 +32,9 @@ fn coordinator_of(ctx: &Context, group: &str) -> Result<(i32, String, i32), Resp
     let image = ctx.metadata.image();
     let me = image.node_id();
     let this = || (me, ctx.advertised.host.clone(), ctx.advertised.port);
-    let Some(topic) = image.topic(OFFSETS_TOPIC) else {
+    let Some(leader) = coordinator_in(&image, group) else {
         return Ok(this());
     };
-    let leader = topic
-        .partition(partition_for(group, topic.partitions))
-        .map_or(-1, |p| p.leader);
     if leader == me {
         return Ok(this());
     }
