@@ -346,19 +346,44 @@ impl ReadBack {
     /// Fails the test unless every index in `acked` was read exactly once, nothing else
     /// was read, and every key matches its value.
     pub(crate) fn assert_exactly(&self, acked: &BTreeSet<usize>) {
+        self.assert_acked_and_maybe(acked, &(0..0));
+    }
+
+    /// Fails the test unless every index in `acked` was read exactly once, every other
+    /// index read lies in `maybe` and those form a prefix of it (records a leader
+    /// appended without acknowledging them may become committed later, Kafka allows
+    /// that, but only in log order), nothing was read twice, and every key matches its
+    /// value.
+    pub(crate) fn assert_acked_and_maybe(
+        &self,
+        acked: &BTreeSet<usize>,
+        maybe: &std::ops::Range<usize>,
+    ) {
         let lost: Vec<&usize> = acked
             .iter()
             .filter(|i| !self.seen.contains_key(i))
             .collect();
         let duplicated: Vec<(&usize, &usize)> = self.seen.iter().filter(|(_, n)| **n > 1).collect();
-        let unknown: Vec<&usize> = self.seen.keys().filter(|i| !acked.contains(i)).collect();
+        let unknown: Vec<&usize> = self
+            .seen
+            .keys()
+            .filter(|i| !acked.contains(i) && !maybe.contains(i))
+            .collect();
+        let maybe_read: Vec<usize> = self
+            .seen
+            .keys()
+            .copied()
+            .filter(|i| !acked.contains(i) && maybe.contains(i))
+            .collect();
         eprintln!(
-            "acknowledged {}, read {}, lost {}, duplicated {}, not acknowledged but read {}",
+            "acknowledged {}, read {}, lost {}, duplicated {}, not acknowledged but read {} \
+             (of which {} in the allowed range {maybe:?})",
             acked.len(),
             self.seen.len(),
             lost.len(),
             duplicated.len(),
-            unknown.len()
+            unknown.len() + maybe_read.len(),
+            maybe_read.len(),
         );
         assert!(
             lost.is_empty(),
@@ -370,6 +395,11 @@ impl ReadBack {
         assert!(
             unknown.is_empty(),
             "read but never acknowledged: {unknown:?}"
+        );
+        let prefix: Vec<usize> = (maybe.start..maybe.start + maybe_read.len()).collect();
+        assert_eq!(
+            maybe_read, prefix,
+            "unacknowledged records read out of log order (not a prefix of {maybe:?})"
         );
         assert!(self.bad.is_empty(), "{:?}", self.bad);
     }

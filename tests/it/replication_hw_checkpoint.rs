@@ -25,7 +25,8 @@ const CHECKPOINT_INTERVAL_MS: u64 = 200;
 /// acks=1 to the leader alone; the leader killed with -9 and restarted over its data: its
 /// high watermark (librdkafka's ListOffsets) is 10 and a consumer's Fetch from it gets
 /// exactly the 10 committed records, never the 50. Resumed, the followers take the leadership
-/// (the restarted leader's registration moves it) and serve the same 10.
+/// (the restarted leader's registration moves it) and serve the 10, then at most a prefix
+/// of the 50 (those a follower copied from the restarted leader before the move).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_leader_serves_only_what_was_committed() {
     let interval =
@@ -123,7 +124,10 @@ async fn a_restarted_leader_serves_only_what_was_committed() {
     assert_eq!(read, committed_values, "read from the restarted leader");
 
     // The followers return; the restarted leader's registration moves the leadership to
-    // one of them, which never had the 50, and the old leader truncates them.
+    // one of them. Until that commits, a follower may still fetch from the restarted
+    // leader, copy some of the 50 and so commit them (with the whole ISR holding them,
+    // Kafka allows it); the rest the old leader truncates. Either way a reader sees the
+    // 10, then at most a prefix of the 50, each once.
     for f in &followers {
         sig(nodes.node(*f).pid(), "CONT");
     }
@@ -131,7 +135,7 @@ async fn a_restarted_leader_serves_only_what_was_committed() {
         followers.contains(&p.leader)
     });
     let read = read_keyed(&nodes.bootstrap(moved.leader), "hwcp", 1, committed.len());
-    read.assert_exactly(&committed);
+    read.assert_acked_and_maybe(&committed, &(10..60));
     nodes.assert_no_panic();
 }
 
