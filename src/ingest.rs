@@ -158,6 +158,11 @@ impl Ingest {
         self.peers.clone()
     }
 
+    /// The connections to the other brokers, borrowed.
+    pub(crate) fn peers_ref(&self) -> &PeerClients {
+        &self.peers
+    }
+
     /// The topic, auto-created when the broker allows it.
     ///
     /// Errors: INVALID_TOPIC_EXCEPTION (17) for an internal or invalid name,

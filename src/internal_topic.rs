@@ -250,9 +250,15 @@ impl InternalTopic {
         }
         let target = hosted.ok_or_else(|| fail("partition is not open".into()))?;
         let batches = split_batches(batch).map_err(|e| fail(e.to_string()))?;
-        self.replicas
+        let appended = self
+            .replicas
             .append(&target, batches)
             .map_err(|e| fail(e.to_string()))?;
+        if self.peers.is_some() {
+            // On a cluster, as acks=all: a record only this leader holds is lost with it
+            // (Kafka Connect writes its topics with acks=all too).
+            wait_replicated(&target, appended.last_offset).map_err(fail)?;
+        }
         Ok(())
     }
 
@@ -372,6 +378,31 @@ pub(crate) fn test_owners(dir: &std::path::Path) -> (Arc<Metadata>, Arc<ReplicaM
     )
     .unwrap();
     (metadata, replicas)
+}
+
+/// Waits (blocking this thread, at most [`crate::peer::FORWARD_TIMEOUT_MS`]) until the
+/// high watermark of `partition`, led here, passes `last_offset`: every in-sync replica
+/// has the batch. Outside a multi-threaded Tokio runtime it cannot wait and returns at
+/// once (only unit tests append so, on one node).
+///
+/// Errors: the Kafka error acks=all would answer (REQUEST_TIMED_OUT,
+/// NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER), as a message: the batch is
+/// in this leader's log and may or may not survive it.
+fn wait_replicated(partition: &crate::replica::Partition, last_offset: i64) -> Result<(), String> {
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return Ok(());
+    };
+    if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+        return Ok(());
+    }
+    let timeout_ms = crate::peer::FORWARD_TIMEOUT_MS as u64;
+    let waited = tokio::task::block_in_place(|| {
+        handle.block_on(partition.wait_for_high_watermark(last_offset, timeout_ms))
+    });
+    match waited.refusal() {
+        None => Ok(()),
+        Some((error, why)) => Err(format!("appended but not replicated: {error:?}: {why}")),
+    }
 }
 
 #[cfg(test)]

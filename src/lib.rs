@@ -33,3 +33,4 @@ mod replication;
 mod server;
 mod topics;
 pub mod transform;
+mod worker_io;

@@ -1388,7 +1388,9 @@ fn topic_changes(delta: &MetadataDelta) -> Result<Vec<TopicChange<'_>>, Listener
             | MetadataRecord::BrokerRegistered { .. }
             | MetadataRecord::BrokerFenced { .. }
             | MetadataRecord::BrokerUnfenced { .. }
-            | MetadataRecord::BrokerShuttingDown { .. } => continue,
+            | MetadataRecord::BrokerShuttingDown { .. }
+            | MetadataRecord::TransformDeployed { .. }
+            | MetadataRecord::TransformDeleted { .. } => continue,
         };
         if !seen.insert(id) {
             continue;

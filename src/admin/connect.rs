@@ -87,7 +87,7 @@ const RUNTIME_WAIT: Duration = Duration::from_secs(15);
 /// Header marking a request one broker forwarded to the connect leader: the receiver
 /// answers it itself (never forwards it again, so leadership moving in between costs a
 /// 503, never a loop).
-const FORWARDED_HEADER: &str = "x-weir-forwarded-by";
+pub(crate) const FORWARDED_HEADER: &str = "x-weir-forwarded-by";
 
 /// Longest a forwarded request may take (stop and offsets requests wait up to 30 s).
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(60);

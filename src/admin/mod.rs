@@ -211,7 +211,13 @@ pub(crate) fn router(state: Arc<AdminState>) -> Router {
         ));
     let others = Router::new()
         .route("/", get(root))
-        .merge(transforms::routes())
+        // Async transforms run on the connect leader, which also answers for them.
+        .merge(
+            transforms::routes().route_layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                connect::forward,
+            )),
+        )
         .merge(
             connect::routes().route_layer(axum::middleware::from_fn_with_state(
                 state.clone(),

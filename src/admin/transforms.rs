@@ -12,6 +12,13 @@
 //!
 //! Bodies are parsed here (not by axum's `Json` extractor) so every refusal is the admin
 //! API's JSON error with a message.
+//!
+//! On a cluster these routes are answered by the connect leader (`connect::forward`),
+//! where async deployments run. An inline deployment applies on whichever broker leads a
+//! partition of its input, so a deploy of one is answered only once every other live
+//! broker reports it RUNNING with the same component (or after
+//! [`INSTALL_WAIT_MS`]): records produced after the answer are transformed on every
+//! leader — a redaction never misses the first records on some broker.
 
 use std::sync::Arc;
 
@@ -23,7 +30,12 @@ use axum::routing::get;
 use axum::{Json, Router};
 
 use super::{AdminState, ApiError};
-use crate::transform::{DeployError, TransformSpec};
+use crate::transform::{DeployError, Mode, TransformSpec, TransformStatus};
+
+/// How long (ms) a deploy of an inline transform waits for every other live broker to
+/// install it before answering anyway (a broker that cannot load the component reports
+/// FAILED in its own `GET /transforms/{name}` and its log).
+pub(crate) const INSTALL_WAIT_MS: u64 = 30_000;
 
 /// The `/transforms` routes.
 pub(crate) fn routes() -> Router<Arc<AdminState>> {
@@ -71,6 +83,7 @@ fn parse(body: &[u8], name: Option<&str>) -> Result<TransformSpec, ApiError> {
 async fn create(State(state): State<Arc<AdminState>>, body: Bytes) -> Result<Response, ApiError> {
     let spec = parse(&body, None)?;
     let status = state.transforms.create(spec).await?;
+    installed_everywhere(&state, &status).await;
     Ok((StatusCode::CREATED, Json(status)).into_response())
 }
 
@@ -81,6 +94,7 @@ async fn replace(
 ) -> Result<Response, ApiError> {
     let spec = parse(&body, Some(&name))?;
     let (status, created) = state.transforms.replace(spec).await?;
+    installed_everywhere(&state, &status).await;
     let code = if created {
         StatusCode::CREATED
     } else {
@@ -112,4 +126,66 @@ async fn delete(
 ) -> Result<StatusCode, ApiError> {
     state.transforms.delete(&name).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Waits (at most [`INSTALL_WAIT_MS`]) until every other live broker with an admin
+/// listener answers `GET /transforms/{name}` (asked not to forward) with `status`'s
+/// component version, RUNNING. Async deployments run here only: no wait. A broker that
+/// does not get there is logged.
+async fn installed_everywhere(state: &AdminState, status: &TransformStatus) {
+    if status.mode != Mode::Inline {
+        return;
+    }
+    let image = state.metadata.image();
+    let me = image.node_id();
+    let urls: Vec<(i32, String)> = crate::cluster::live_brokers(&image)
+        .into_iter()
+        .filter(|id| *id != me)
+        .filter_map(|id| {
+            let b = image.broker(id)?;
+            let e = b
+                .endpoints
+                .iter()
+                .find(|e| e.name == crate::connect::leader::ADMIN_ENDPOINT)?;
+            Some((
+                id,
+                format!("http://{}:{}/transforms/{}", e.host, e.port, status.name),
+            ))
+        })
+        .collect();
+    if urls.is_empty() {
+        return;
+    }
+    let (name, version) = (status.name.clone(), status.version.clone());
+    let waited = tokio::task::spawn_blocking(move || {
+        let deadline =
+            std::time::Instant::now() + std::time::Duration::from_millis(INSTALL_WAIT_MS);
+        let mut pending = urls;
+        while !pending.is_empty() && std::time::Instant::now() < deadline {
+            pending.retain(|(_, url)| !installed_at(url, me, &version));
+            if !pending.is_empty() {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
+        pending.into_iter().map(|(id, _)| id).collect::<Vec<i32>>()
+    })
+    .await
+    .unwrap_or_default();
+    if !waited.is_empty() {
+        tracing::warn!(transform = %name, brokers = ?waited, "inline transform not reported RUNNING by every broker in time; see those brokers' logs");
+    }
+}
+
+/// Whether the broker at `url` (its `GET /transforms/{name}`) runs `version`.
+fn installed_at(url: &str, me: i32, version: &str) -> bool {
+    let answer = ureq::get(url)
+        .timeout(std::time::Duration::from_secs(2))
+        .set(super::connect::FORWARDED_HEADER, &me.to_string())
+        .call();
+    let Ok(response) = answer else {
+        return false;
+    };
+    response
+        .into_json::<TransformStatus>()
+        .is_ok_and(|s| s.version == version && s.state == crate::transform::RunState::Running)
 }

@@ -362,6 +362,21 @@ pub enum MetadataRecord {
         /// Its current epoch.
         broker_epoch: i64,
     },
+    /// A transform deployment made or replaced through the admin API (weir's own record,
+    /// no Kafka counterpart): every broker learns it, installs it when it is inline and
+    /// runs it when it is async and this broker is the connect leader (`transform`).
+    TransformDeployed {
+        /// The deployment's name.
+        name: String,
+        /// Its spec as JSON (`transform::TransformSpec`; opaque to the metadata).
+        spec: String,
+    },
+    /// A transform deployment deleted through the admin API. Applies only to a deployment
+    /// the image has.
+    TransformDeleted {
+        /// The deployment's name.
+        name: String,
+    },
 }
 
 /// A record that does not apply to the image it is applied to. From a caller's records
@@ -380,6 +395,8 @@ pub struct MetadataImage {
     topic_names_by_id: HashMap<Uuid, String>,
     producer_ids_reserved_until: i64,
     brokers: BTreeMap<i32, BrokerRegistration>,
+    /// Transform deployments made through the admin API: name → spec JSON.
+    transforms: BTreeMap<String, Arc<str>>,
 }
 
 impl MetadataImage {
@@ -392,7 +409,14 @@ impl MetadataImage {
             topic_names_by_id: HashMap::new(),
             producer_ids_reserved_until: 0,
             brokers: BTreeMap::new(),
+            transforms: BTreeMap::new(),
         }
+    }
+
+    /// The transform deployments made through the admin API, by name, each spec as the
+    /// JSON its [`MetadataRecord::TransformDeployed`] carried.
+    pub fn transforms(&self) -> &BTreeMap<String, Arc<str>> {
+        &self.transforms
     }
 
     /// The cluster id (KIP-78, 22 base64url characters).
@@ -519,6 +543,12 @@ impl MetadataImage {
         for b in self.brokers_by_epoch() {
             MetadataImage::registration_records(b, &mut out);
         }
+        for (name, spec) in &self.transforms {
+            out.push(MetadataRecord::TransformDeployed {
+                name: name.clone(),
+                spec: spec.to_string(),
+            });
+        }
         out
     }
 
@@ -589,6 +619,19 @@ impl MetadataImage {
                     }
                 }
                 _ => MetadataImage::registration_records(a, &mut out),
+            }
+        }
+        for name in self.transforms.keys() {
+            if !after.transforms.contains_key(name) {
+                out.push(MetadataRecord::TransformDeleted { name: name.clone() });
+            }
+        }
+        for (name, spec) in &after.transforms {
+            if self.transforms.get(name) != Some(spec) {
+                out.push(MetadataRecord::TransformDeployed {
+                    name: name.clone(),
+                    spec: spec.to_string(),
+                });
             }
         }
         out
@@ -788,6 +831,15 @@ impl MetadataImage {
                     )));
                 }
                 b.in_controlled_shutdown = true;
+            }
+            MetadataRecord::TransformDeployed { name, spec } => {
+                self.transforms
+                    .insert(name.clone(), Arc::from(spec.as_str()));
+            }
+            MetadataRecord::TransformDeleted { name } => {
+                if self.transforms.remove(name).is_none() {
+                    return Err(ImageError(format!("no transform deployment named {name}")));
+                }
             }
         }
         Ok(())

@@ -283,6 +283,13 @@ impl MetadataLog for FileMetadataLog {
                             .to_string(),
                     ))
                 }
+                MetadataRecord::TransformDeployed { .. }
+                | MetadataRecord::TransformDeleted { .. } => {
+                    return Err(MetadataError::Unsupported(
+                        "the single-node metadata file store holds no transform deployments"
+                            .to_string(),
+                    ))
+                }
             }
         }
         Ok(None)

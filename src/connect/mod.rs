@@ -308,6 +308,16 @@ struct Deps {
 }
 
 impl Deps {
+    /// Reads and offsets for sink tasks, wherever partitions and coordinators are.
+    fn io(&self) -> crate::worker_io::WorkerIo<'_> {
+        crate::worker_io::WorkerIo {
+            metadata: &self.ctx.metadata,
+            replicas: &self.ctx.replicas,
+            groups: &self.ctx.groups,
+            peers: self.ingest.peers_ref(),
+        }
+    }
+
     /// What `c` may use: its config's grants ([`ConnectorConfig::file_grants`]) and its
     /// own stored state.
     fn grants(&self, c: &ConnectorConfig, writable: bool) -> crate::plugin::ConnectorGrants {

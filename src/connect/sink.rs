@@ -17,12 +17,8 @@ use super::{Deps, Progress, TaskError};
 use crate::connect::config::{ConnectorClass, ConnectorConfig, ErrorTolerance, TopicsRegex};
 use crate::connect::smt::{Chain, ChainRecord};
 use crate::dead_letter::{self, DeadLetter, Owner, Stage};
-use crate::group::store::coordinator_in;
-use crate::group::{CommitRequest, OffsetToCommit, OFFSETS_TOPIC};
 use crate::log::records::{StoredBatches, MAX_DECOMPRESSED_BATCH_BYTES};
-use crate::log::LogError;
 use crate::plugin::{ErrantRecord, Record, SinkConnector, SinkRecord, TopicOffset};
-use crate::replica::FetchIsolation;
 
 /// Most bytes read from one partition per read.
 const READ_BYTES: usize = 1 << 20;
@@ -140,7 +136,11 @@ async fn run_assigned(
     let group = group_id(&c.name);
     let mut positions: BTreeMap<(String, i32), i64> = BTreeMap::new();
     for (topic, p) in &partitions {
-        let committed = committed_offset(deps, &group, topic, *p).await?;
+        let committed = deps
+            .io()
+            .committed_offset(&group, topic, *p)
+            .await
+            .map_err(TaskError::Runtime)?;
         let start = match committed {
             Some(o) => o,
             // Kafka Connect's sink consumers default to auto.offset.reset=earliest.
@@ -410,58 +410,6 @@ fn stage_class(c: &ConnectorConfig, stage: Stage) -> String {
     }
 }
 
-/// The broker coordinating `group` when it is another one (its `__consumer_offsets`
-/// partition's leader), `None` when this broker is (or the topic does not exist yet: the
-/// local coordinator creates it). A sink runs on the connect leader, which need not be
-/// its group's coordinator: its commits and committed offsets then go to the coordinator
-/// as OffsetCommit / OffsetFetch requests.
-///
-/// Errors: the partition has no leader (retried as any runtime failure).
-fn coordinator(deps: &Deps, group: &str) -> Result<Option<i32>, TaskError> {
-    let image = deps.ctx.metadata.image();
-    match coordinator_in(&image, group) {
-        None => Ok(None),
-        Some(leader) if leader == image.node_id() => Ok(None),
-        Some(leader) if leader >= 0 => Ok(Some(leader)),
-        Some(_) => Err(TaskError::Runtime(format!(
-            "group {group}'s {OFFSETS_TOPIC} partition has no leader (no coordinator)"
-        ))),
-    }
-}
-
-/// The offset `group` committed for `topic`-`partition`, from its coordinator here or
-/// on another broker ([`coordinator`]).
-///
-/// Errors: the coordinator cannot be asked (retried as any runtime failure): never read
-/// as "nothing committed", which would put every record again.
-async fn committed_offset(
-    deps: &Deps,
-    group: &str,
-    topic: &str,
-    partition: i32,
-) -> Result<Option<i64>, TaskError> {
-    match coordinator(deps, group)? {
-        None => Ok(deps
-            .ctx
-            .groups
-            .fetch_offsets(group, Some(&[(topic.to_string(), vec![partition])]))
-            .into_iter()
-            .flat_map(|(_, parts)| parts)
-            .find_map(|(_, c)| c.map(|c| c.offset))),
-        Some(broker) => deps
-            .ingest
-            .peers()
-            .fetch_committed(broker, group, topic, &[partition])
-            .await
-            .map(|offsets| offsets.into_iter().find_map(|(_, o)| o))
-            .map_err(|(e, message)| {
-                TaskError::Runtime(format!(
-                    "fetching the committed offsets of group {group}: Kafka error {e:?}: {message}"
-                ))
-            }),
-    }
-}
-
 async fn flush_and_commit(
     task: &mut SinkConnector,
     deps: &Deps,
@@ -477,41 +425,15 @@ async fn flush_and_commit(
         })
         .collect();
     task.flush(&offsets).await?;
-    let request = CommitRequest {
-        group_id: group.to_string(),
-        generation_id: -1,
-        member_id: String::new(),
-        group_instance_id: None,
-        offsets: offsets
-            .iter()
-            .map(|o| OffsetToCommit {
-                topic: o.topic.clone(),
-                partition: o.partition,
-                offset: o.offset,
-                leader_epoch: -1,
-                metadata: None,
-            })
-            .collect(),
-    };
-    let errors = match coordinator(deps, group)? {
-        None => deps.ctx.groups.commit(&request),
-        Some(broker) => {
-            let offsets: Vec<(String, i32, i64)> = request
-                .offsets
-                .iter()
-                .map(|o| (o.topic.clone(), o.partition, o.offset))
-                .collect();
-            deps.ingest
-                .peers()
-                .commit_offsets(broker, group, &offsets)
-                .await
-                .map_err(|(e, message)| {
-                    TaskError::Runtime(format!(
-                        "committing the offsets of group {group}: Kafka error {e:?}: {message}"
-                    ))
-                })?
-        }
-    };
+    let committed: Vec<(String, i32, i64)> = offsets
+        .iter()
+        .map(|o| (o.topic.clone(), o.partition, o.offset))
+        .collect();
+    let errors = deps
+        .io()
+        .commit(group, &committed)
+        .await
+        .map_err(TaskError::Runtime)?;
     if let Some(e) = errors.into_iter().flatten().next() {
         return Err(TaskError::Runtime(format!(
             "committing the offsets of group {group}: Kafka error {e:?} (is a client using that group?)"
@@ -598,70 +520,6 @@ async fn prepare(
     Ok((out, failed))
 }
 
-/// The batches of this broker's replica of `topic`-`p` from `position` (moved to the log
-/// start when retention deleted it).
-fn read_here(
-    partition: &crate::replica::Partition,
-    topic: &str,
-    p: i32,
-    position: &mut i64,
-) -> Result<bytes::Bytes, TaskError> {
-    let read = match partition.read(*position, READ_BYTES, FetchIsolation::HighWatermark) {
-        Err(LogError::OffsetOutOfRange {
-            log_start_offset, ..
-        }) if *position < log_start_offset => {
-            tracing::warn!(topic = %topic, partition = p, from = *position, to = log_start_offset, "sink position below the log start (deleted by retention); skipping ahead");
-            *position = log_start_offset;
-            partition.read(*position, READ_BYTES, FetchIsolation::HighWatermark)
-        }
-        other => other,
-    };
-    read.map(|r| r.bytes)
-        .map_err(|e| TaskError::Runtime(format!("reading {topic}-{p} at {position}: {e}")))
-}
-
-/// The batches of `topic`-`p` from `position`, fetched from its leader (this broker
-/// holds no replica of it); moved to the leader's log start when retention deleted it.
-async fn read_from_leader(
-    deps: &Deps,
-    topic: &str,
-    p: i32,
-    position: &mut i64,
-) -> Result<bytes::Bytes, TaskError> {
-    let leader = deps
-        .ctx
-        .metadata
-        .image()
-        .topic(topic)
-        .and_then(|t| t.partition(p).map(|s| s.leader))
-        .filter(|l| *l >= 0)
-        .ok_or_else(|| TaskError::Runtime(format!("{topic}-{p} has no leader")))?;
-    let peers = deps.ingest.peers();
-    let max = READ_BYTES as i32;
-    let fail = |(e, m): (kafka_protocol::ResponseError, String)| {
-        TaskError::Runtime(format!("{m}: Kafka error {e:?}"))
-    };
-    let mut fetched = peers
-        .fetch_records(leader, topic, p, *position, max)
-        .await
-        .map_err(fail)?;
-    if fetched.out_of_range && *position < fetched.log_start_offset {
-        tracing::warn!(topic = %topic, partition = p, from = *position, to = fetched.log_start_offset, "sink position below the leader's log start (deleted by retention); skipping ahead");
-        *position = fetched.log_start_offset;
-        fetched = peers
-            .fetch_records(leader, topic, p, *position, max)
-            .await
-            .map_err(fail)?;
-    }
-    if fetched.out_of_range {
-        return Err(TaskError::Runtime(format!(
-            "reading {topic}-{p} at {position} from broker {leader}: offset out of range (log start {})",
-            fetched.log_start_offset
-        )));
-    }
-    Ok(fetched.records)
-}
-
 /// Up to `max` records from the partitions, each from its position, advancing them. A
 /// partition is read from this broker's replica (leader or follower, to the high
 /// watermark) when it holds one, else from its leader (a consumer Fetch).
@@ -675,10 +533,11 @@ async fn read_batch(
         if out.len() >= max {
             break;
         }
-        let bytes = match deps.ctx.replicas.partition(topic, *p) {
-            Some(partition) => read_here(&partition, topic, *p, position)?,
-            None => read_from_leader(deps, topic, *p, position).await?,
-        };
+        let bytes = deps
+            .io()
+            .read(topic, *p, position, READ_BYTES)
+            .await
+            .map_err(TaskError::Runtime)?;
         if bytes.is_empty() {
             continue;
         }

@@ -3,8 +3,17 @@
 //! - Deploy/replace/delete (the admin API's `/transforms`): a spec is validated and its
 //!   component loaded (compiled, checked against the `transform` world, opened with the
 //!   config) *before* it is accepted, so a deployment that cannot run is refused, never
-//!   accepted to fail later. Accepted API deployments are written to
-//!   `<log.dir>/__transforms/<name>.json` (write + fsync + rename) and restored at start.
+//!   accepted to fail later. Accepted API deployments are written to the cluster
+//!   metadata (`MetadataRecord::TransformDeployed` / `TransformDeleted`), so every
+//!   broker knows them and a restart restores them; deployments an earlier weir wrote to
+//!   `<log.dir>/__transforms/<name>.json` are moved into the metadata once at start.
+//! - On a cluster ([`TransformManager::run`] reconciles every
+//!   [`RECONCILE_INTERVAL_MS`]): an **inline** deployment is installed on every broker,
+//!   since whichever broker leads a partition of its input applies it to produced
+//!   batches; an **async** deployment runs on exactly one broker, the connect leader
+//!   (`connect::leader`: the leader of `__connect_configs`-0), and moves with it,
+//!   resuming from its committed progress. The admin API's `/transforms` is forwarded to
+//!   that broker like `/connectors`.
 //! - `transform.config.dir/*.toml`: the same specs as files, deployed at start and
 //!   re-applied when a file changes (removing the file deletes the deployment). They are
 //!   not copied to `__transforms/`: the file is their source of truth.
@@ -33,6 +42,7 @@ use super::inline::{InlineRegistry, InlineSlot};
 use super::runner::{short, Runner};
 use super::spec::{Mode, TransformSpec};
 use super::{Deployment, Loaded, Owners, RunState, Stats, Tolerance};
+use crate::cluster::MetadataRecord;
 use crate::fswatch;
 use crate::ingest::Ingest;
 use crate::plugin::PluginHost;
@@ -42,6 +52,9 @@ use crate::plugin::PluginHost;
 pub(super) const RELOAD_SETTLE_MS: u64 = 300;
 /// Most load attempts of one reload (a file that keeps changing for ~6 s is reported).
 pub(super) const RELOAD_MAX_ATTEMPTS: usize = 20;
+/// How often (ms) a broker compares its deployments with the metadata's and with where
+/// async deployments run (see the module docs).
+pub(super) const RECONCILE_INTERVAL_MS: u64 = 250;
 
 /// Why a deploy, replace or delete was refused.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -104,6 +117,10 @@ pub struct TransformStatus {
     pub mean_ns_per_record: u64,
     /// The TOML file defining it, when it came from `transform.config.dir`.
     pub source_file: Option<PathBuf>,
+    /// The broker answering: where this status (and, for an async deployment, its
+    /// runner) is (Kafka Connect's `worker_id`, as a `node.id`).
+    #[serde(default)]
+    pub broker_id: i32,
 }
 
 /// Whether deploying `spec` next to `others` (every other deployment; a replaced one
@@ -171,7 +188,7 @@ fn closed_cycle<'a>(
 /// Where a deployment came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Source {
-    /// The admin API (persisted under `__transforms/`).
+    /// The admin API (kept in the cluster metadata).
     Api,
     /// A `transform.config.dir` file.
     File(PathBuf),
@@ -214,6 +231,13 @@ pub struct TransformManager {
     changes: Arc<Changes>,
     watcher: Mutex<Option<fswatch::Debounced>>,
     watched: Mutex<BTreeSet<PathBuf>>,
+    /// Whether this broker runs async deployments (it is the connect leader), as of the
+    /// last reconcile.
+    runs_async: std::sync::atomic::AtomicBool,
+    /// Metadata specs that do not parse, already logged (logged once each).
+    unparsable: Mutex<BTreeSet<(String, Arc<str>)>>,
+    /// Whether `transform.config.dir` was applied once (at the first reconcile).
+    config_dir_applied: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for TransformManager {
@@ -268,13 +292,25 @@ impl TransformManager {
             changes,
             watcher: Mutex::new(watcher),
             watched: Mutex::new(BTreeSet::new()),
+            runs_async: std::sync::atomic::AtomicBool::new(false),
+            unparsable: Mutex::new(BTreeSet::new()),
+            config_dir_applied: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
-    /// Restores the deployments persisted under `__transforms/` and those of
-    /// `transform.config.dir`. One that no longer loads is kept as FAILED with the error
-    /// (its spec is not lost); a file that does not parse is logged and skipped.
+    /// Moves deployments an earlier weir kept under `__transforms/` into the metadata,
+    /// then restores the metadata's deployments (those this broker runs: see the module
+    /// docs) and those of `transform.config.dir`. One that no longer loads is kept as
+    /// FAILED with the error (its spec is not lost); a file that does not parse is logged
+    /// and skipped.
     pub async fn start(&self) {
+        self.migrate_files().await;
+        self.reconcile().await;
+    }
+
+    /// Writes each `__transforms/<name>.json` of an earlier weir into the metadata (unless
+    /// the metadata has that name already) and removes the file once it is there.
+    async fn migrate_files(&self) {
         let mut files: Vec<PathBuf> = match std::fs::read_dir(&self.dir) {
             Ok(rd) => rd
                 .filter_map(|e| e.ok().map(|e| e.path()))
@@ -290,13 +326,109 @@ impl TransformManager {
             let spec = std::fs::read(&path)
                 .map_err(|e| e.to_string())
                 .and_then(|b| TransformSpec::from_json(&b));
-            match spec {
-                Ok(spec) => self.restore(spec, Source::Api).await,
+            let spec = match spec {
+                Ok(spec) => spec,
                 Err(e) => {
-                    tracing::error!(file = %path.display(), error = %e, "transform deployment file skipped")
+                    tracing::error!(file = %path.display(), error = %e, "transform deployment file skipped");
+                    continue;
+                }
+            };
+            let known = self
+                .ctx
+                .metadata
+                .image()
+                .transforms()
+                .contains_key(&spec.name);
+            if !known {
+                if let Err(e) = self.persist(&spec).await {
+                    tracing::error!(file = %path.display(), error = %e, "transform deployment not moved into the cluster metadata (kept; retried at the next start)");
+                    continue;
+                }
+                tracing::info!(transform = %spec.name, file = %path.display(), "transform deployment moved into the cluster metadata");
+            }
+            if let Err(e) = std::fs::remove_file(&path) {
+                tracing::warn!(file = %path.display(), error = %e, "cannot remove a moved transform deployment file");
+            }
+        }
+    }
+
+    /// Whether this broker runs async deployments now: it is the connect leader. While no
+    /// broker is (an election in progress), the last answer holds, so a deployment does
+    /// not stop and start again for a moment without a leader.
+    fn leads_async(&self) -> bool {
+        let image = self.ctx.metadata.image();
+        match crate::connect::leader::connect_leader(&image) {
+            Some(leader) => leader == image.node_id(),
+            None => self.runs_async.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Brings this broker's deployments in line with the metadata and with where async
+    /// deployments run (see the module docs): deploys what the metadata has and this
+    /// broker should run, replaces what changed, stops what was deleted or moved away, and
+    /// (re-)applies `transform.config.dir` when this broker starts running async ones.
+    async fn reconcile(&self) {
+        let runs_async = self.leads_async();
+        let gained = runs_async && !self.runs_async.swap(runs_async, Ordering::SeqCst);
+        if !runs_async {
+            self.runs_async.store(false, Ordering::SeqCst);
+        }
+        // Under the lock, with the image read after taking it: a deploy or delete through
+        // the API changes the metadata under this lock too, so the two never cross.
+        let mut deployments = self.deployments.lock().await;
+        let image = self.ctx.metadata.image();
+        let mut wanted: BTreeMap<String, TransformSpec> = BTreeMap::new();
+        for (name, json) in image.transforms() {
+            match TransformSpec::from_json(json.as_bytes()) {
+                Ok(spec) => {
+                    if spec.mode == Mode::Inline || runs_async {
+                        wanted.insert(name.clone(), spec);
+                    }
+                }
+                Err(e) => {
+                    let mut logged = self.unparsable.lock().unwrap_or_else(|e| e.into_inner());
+                    if logged.insert((name.clone(), json.clone())) {
+                        tracing::error!(transform = %name, error = %e, "transform deployment in the metadata does not parse; not deployed here");
+                    }
                 }
             }
         }
+        let gone: Vec<String> = deployments
+            .iter()
+            .filter(|(name, d)| match d.source {
+                Source::Api => !wanted.contains_key(*name),
+                Source::File(_) => d.d.spec.mode == Mode::Async && !runs_async,
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in gone {
+            if let Some(old) = deployments.remove(&name) {
+                self.stop(old, false).await;
+                tracing::info!(transform = %name, "transform stopped here (deleted, or it runs on the connect leader)");
+            }
+        }
+        for (name, spec) in wanted {
+            let current = deployments
+                .get(&name)
+                .map(|d| (d.source.clone(), d.d.spec == spec));
+            match current {
+                Some((Source::Api, true)) | Some((Source::File(_), _)) => {}
+                _ => {
+                    self.restore_locked(&mut deployments, spec, Source::Api)
+                        .await
+                }
+            }
+        }
+        drop(deployments);
+        // At start, and when async deployments come here: files are this broker's own,
+        // and an async one in them runs only where async deployments run.
+        if !self.config_dir_applied.swap(true, Ordering::SeqCst) || gained {
+            self.apply_config_dir().await;
+        }
+    }
+
+    /// Applies every file of `transform.config.dir` (and watches it).
+    async fn apply_config_dir(&self) {
         if let Some(dir) = self.config_dir.clone() {
             self.watch_dir(&dir);
             let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -311,11 +443,23 @@ impl TransformManager {
         }
     }
 
-    /// Deploys a restored spec; one that fails to load is kept as FAILED.
-    async fn restore(&self, spec: TransformSpec, source: Source) {
+    /// Deploys (or redeploys) a spec from the metadata, with the deployments locked by
+    /// the caller; one that fails to load is kept as FAILED in place of what ran before.
+    async fn restore_locked(
+        &self,
+        deployments: &mut BTreeMap<String, Deployed>,
+        spec: TransformSpec,
+        source: Source,
+    ) {
         let name = spec.name.clone();
         match self
-            .deploy_from(spec.clone(), Replace::No, source.clone(), false)
+            .deploy_locked(
+                deployments,
+                spec.clone(),
+                Replace::Yes,
+                source.clone(),
+                false,
+            )
             .await
         {
             Ok(_) => tracing::info!(transform = %name, "transform deployment restored"),
@@ -329,8 +473,11 @@ impl TransformManager {
                     String::new(),
                     Arc::new(Stats::default()),
                 ));
-                d.set_failed(format!("cannot load at start: {e}"));
-                self.deployments.lock().await.insert(
+                d.set_failed(format!("cannot load: {e}"));
+                if let Some(old) = deployments.remove(&name) {
+                    self.stop(old, false).await;
+                }
+                deployments.insert(
                     name,
                     Deployed {
                         d,
@@ -377,8 +524,21 @@ impl TransformManager {
         source: Source,
         persist: bool,
     ) -> Result<TransformStatus, DeployError> {
-        spec.validate().map_err(DeployError::Invalid)?;
         let mut deployments = self.deployments.lock().await;
+        self.deploy_locked(&mut deployments, spec, replace, source, persist)
+            .await
+    }
+
+    /// [`TransformManager::deploy_from`] with the deployments locked by the caller.
+    async fn deploy_locked(
+        &self,
+        deployments: &mut BTreeMap<String, Deployed>,
+        spec: TransformSpec,
+        replace: Replace,
+        source: Source,
+        persist: bool,
+    ) -> Result<TransformStatus, DeployError> {
+        spec.validate().map_err(DeployError::Invalid)?;
         if let Some(old) = deployments.get(&spec.name) {
             if replace == Replace::No {
                 return Err(DeployError::Conflict(format!(
@@ -420,7 +580,7 @@ impl TransformManager {
         }
         let loaded = self.load(&spec).await.map_err(DeployError::Invalid)?;
         if persist && source == Source::Api {
-            self.persist(&spec).map_err(DeployError::Io)?;
+            self.persist(&spec).await.map_err(DeployError::Io)?;
         }
         if let Some(old) = deployments.remove(&spec.name) {
             self.stop(old, false).await;
@@ -504,7 +664,7 @@ impl TransformManager {
     }
 
     /// Stops a deployment's runner (waiting for its current chunk) or removes its inline
-    /// slot; with `forget`, also its file and its progress.
+    /// slot; with `forget`, also its progress.
     async fn stop(&self, old: Deployed, forget: bool) {
         if let Some(runner) = old.runner {
             let _ = runner.stop.send(true);
@@ -522,14 +682,6 @@ impl TransformManager {
             }
         }
         if forget {
-            if old.source == Source::Api {
-                let path = self.dir.join(format!("{}.json", old.d.spec.name));
-                if let Err(e) = std::fs::remove_file(&path) {
-                    if e.kind() != std::io::ErrorKind::NotFound {
-                        tracing::error!(file = %path.display(), error = %e, "cannot remove the transform deployment file");
-                    }
-                }
-            }
             let group = old.d.spec.group_id();
             if self.ctx.groups.describe(&group).is_some() {
                 if let Some(e) = self.ctx.groups.delete_group(&group) {
@@ -555,6 +707,7 @@ impl TransformManager {
             }
             Some(Source::Api) => {}
         }
+        self.unpersist(name).await.map_err(DeployError::Io)?;
         if let Some(old) = deployments.remove(name) {
             self.stop(old, true).await;
         }
@@ -590,9 +743,15 @@ impl TransformManager {
 
     /// Hot reload until `shutdown` becomes true, then stops every runner.
     pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let mut tick = tokio::time::interval(Duration::from_millis(RECONCILE_INTERVAL_MS));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = self.changes.signal.notified() => {}
+                _ = tick.tick() => {
+                    self.reconcile().await;
+                    continue;
+                }
                 r = shutdown.changed() => {
                     if r.is_err() || *shutdown.borrow() { break; }
                     continue;
@@ -660,6 +819,20 @@ impl TransformManager {
                 let joined = dir.join(&spec.wasm);
                 spec.wasm = std::path::absolute(&joined).unwrap_or(joined);
             }
+        }
+        if spec.mode == Mode::Async && !self.runs_async.load(Ordering::SeqCst) {
+            // Runs where async deployments run; applied again when they come here.
+            let mut deployments = self.deployments.lock().await;
+            if deployments
+                .get(&spec.name)
+                .is_some_and(|d| d.source == source)
+            {
+                if let Some(old) = deployments.remove(&spec.name) {
+                    self.stop(old, false).await;
+                }
+            }
+            tracing::debug!(transform = %spec.name, file = %path.display(), "async transform file: runs on the connect leader");
+            return;
         }
         {
             let deployments = self.deployments.lock().await;
@@ -802,22 +975,39 @@ impl TransformManager {
         Ok(Loaded { transform, version })
     }
 
-    /// Writes `<dir>/<name>.json` atomically (temp file, fsync, rename, fsync the dir).
-    fn persist(&self, spec: &TransformSpec) -> Result<(), String> {
-        use std::io::Write as _;
-        let path = self.dir.join(format!("{}.json", spec.name));
-        let tmp = self.dir.join(format!("{}.json.tmp", spec.name));
-        let fail = |e: std::io::Error| format!("cannot write {}: {e}", path.display());
-        let bytes = serde_json::to_vec_pretty(spec).map_err(|e| e.to_string())?;
-        let mut f = std::fs::File::create(&tmp).map_err(fail)?;
-        f.write_all(&bytes).map_err(fail)?;
-        f.sync_all().map_err(fail)?;
-        drop(f);
-        std::fs::rename(&tmp, &path).map_err(fail)?;
-        if let Ok(d) = std::fs::File::open(&self.dir) {
-            let _ = d.sync_all();
+    /// Writes `spec` to the cluster metadata (a [`MetadataRecord::TransformDeployed`]);
+    /// returns once every live broker has it (`Metadata::update`).
+    async fn persist(&self, spec: &TransformSpec) -> Result<(), String> {
+        let json = serde_json::to_string(spec).map_err(|e| e.to_string())?;
+        let name = spec.name.clone();
+        self.change_metadata(MetadataRecord::TransformDeployed { name, spec: json })
+            .await
+    }
+
+    /// Deletes `name` from the cluster metadata (a [`MetadataRecord::TransformDeleted`]),
+    /// when the metadata has it.
+    async fn unpersist(&self, name: &str) -> Result<(), String> {
+        if !self.ctx.metadata.image().transforms().contains_key(name) {
+            return Ok(());
         }
-        Ok(())
+        self.change_metadata(MetadataRecord::TransformDeleted {
+            name: name.to_string(),
+        })
+        .await
+    }
+
+    /// Commits `record` through the controller quorum (off the async threads: the change
+    /// waits for the quorum and for the other brokers to apply it).
+    async fn change_metadata(&self, record: MetadataRecord) -> Result<(), String> {
+        let metadata = self.ctx.metadata.clone();
+        tokio::task::spawn_blocking(move || {
+            metadata
+                .update(|_| Ok::<_, std::convert::Infallible>(vec![record]))
+                .map(|_| ())
+                .map_err(|e| format!("cannot write the deployment to the cluster metadata: {e}"))
+        })
+        .await
+        .map_err(|e| format!("cannot write the deployment to the cluster metadata: {e}"))?
     }
 
     /// Starts watching `dir` (once).
@@ -868,6 +1058,7 @@ impl TransformManager {
                 Source::Api => None,
                 Source::File(f) => Some(f.clone()),
             },
+            broker_id: self.ctx.metadata.node_id(),
         }
     }
 

@@ -1,11 +1,12 @@
 //! Transform deployments: a `transform` component attached to an input topic.
 //!
-//! Owns: deployment specs ([`spec`]) and their persistence (`<log.dir>/__transforms/
-//! <name>.json`, plus `transform.config.dir/*.toml`), the [`TransformManager`] (deploy,
-//! replace, delete, status, restore at start, hot reload with `notify`), and the `async`
-//! runtime ([`runner`]: input read from the replica manager, outputs through
-//! [`crate::ingest::Ingest`], progress as the group `transform-<name>`'s committed
-//! offsets, the dead-letter topic). `inline` mode rewrites produced batches before they
+//! Owns: deployment specs ([`spec`]) and their persistence (records of the cluster
+//! metadata, plus `transform.config.dir/*.toml`), the [`TransformManager`] (deploy,
+//! replace, delete, status, restore at start, hot reload with `notify`, and on a cluster
+//! where each deployment runs: inline on every broker, async on the connect leader), and
+//! the `async` runtime ([`runner`]: input read from this broker's replicas or the
+//! partitions' leaders, outputs through [`crate::ingest::Ingest`], progress as the group
+//! `transform-<name>`'s committed offsets at its coordinator, the dead-letter topic). `inline` mode rewrites produced batches before they
 //! are appended: this module only installs its [`inline::InlineSlot`]; `protocol::produce`
 //! applies it.
 //!
@@ -36,7 +37,8 @@ use crate::replica::ReplicaManager;
 /// Cheap to clone (four `Arc`s).
 #[derive(Debug, Clone)]
 pub struct Owners {
-    /// Broker configuration (`log.dirs` for `__transforms/`, `transform.config.dir`).
+    /// Broker configuration (`log.dirs` for an earlier weir's `__transforms/`,
+    /// `transform.config.dir`).
     pub config: Arc<BrokerConfig>,
     /// Cluster metadata: the input topic's partitions.
     pub metadata: Arc<Metadata>,

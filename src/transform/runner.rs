@@ -32,12 +32,10 @@ use tokio::sync::watch;
 
 use super::{Deployment, Owners, RunState, Tolerance};
 use crate::dead_letter::{self, DeadLetter, Owner, Stage};
-use crate::group::{CommitRequest, OffsetToCommit};
 use crate::ingest::Ingest;
 use crate::log::records::{StoredBatches, MAX_DECOMPRESSED_BATCH_BYTES};
-use crate::log::LogError;
 use crate::plugin::{BatchContext, PluginError, Record, Transform};
-use crate::replica::FetchIsolation;
+use crate::worker_io::WorkerIo;
 
 /// Most records given to the transform in one call.
 pub const CHUNK_MAX_RECORDS: usize = 1000;
@@ -46,6 +44,9 @@ pub const READ_MAX_BYTES: usize = 1 << 20;
 /// Longest idle wait before the loop looks again (topics created later, new partitions),
 /// in milliseconds. Appends wake it earlier through the purgatory's signal.
 pub const IDLE_WAIT_MS: u64 = 1_000;
+
+/// The idle wait (ms) of a runner reading some input partition from another broker.
+pub const REMOTE_IDLE_WAIT_MS: u64 = 100;
 
 /// The error that stops a deployment (FAILED).
 #[derive(Debug)]
@@ -111,14 +112,28 @@ impl Runner {
                     return;
                 }
             }
+            let idle_wait_ms = self.idle_wait_ms();
             tokio::select! {
                 _ = crate::purgatory::any_changed(&mut watches) => {}
                 _ = self.stop.changed() => {}
                 _ = self.d.wake.notified() => {}
-                _ = tokio::time::sleep(Duration::from_millis(IDLE_WAIT_MS)) => {}
+                _ = tokio::time::sleep(Duration::from_millis(idle_wait_ms)) => {}
             }
         }
         tracing::info!(transform = %name, "transform stopped");
+    }
+
+    /// How long an idle runner waits before looking again: [`IDLE_WAIT_MS`] when every
+    /// input partition has a replica here (an append wakes it sooner), else
+    /// [`REMOTE_IDLE_WAIT_MS`] (appends on another broker wake nothing here).
+    fn idle_wait_ms(&self) -> u64 {
+        let input = &self.d.spec.input;
+        let partitions = self.ctx.metadata.topic(input).map_or(0, |t| t.partitions);
+        if (0..partitions).all(|p| self.ctx.replicas.partition(input, p).is_some()) {
+            IDLE_WAIT_MS
+        } else {
+            REMOTE_IDLE_WAIT_MS
+        }
     }
 
     /// Swaps in a reloaded component, if one is queued.
@@ -142,7 +157,7 @@ impl Runner {
             if *self.stop.borrow() {
                 break;
             }
-            let Some((records, next)) = self.read(p)? else {
+            let Some((records, next)) = self.read(p).await? else {
                 continue;
             };
             any = true;
@@ -154,7 +169,7 @@ impl Runner {
                 Ok(()) => next,
                 Err((_, failed_offset)) => *failed_offset,
             };
-            self.commit(p, commit_at);
+            self.commit(p, commit_at).await;
             self.positions.insert(p, commit_at);
             if let Err((fatal, _)) = result {
                 return Err(fatal);
@@ -163,48 +178,60 @@ impl Runner {
         Ok(any)
     }
 
-    /// The committed progress of partition `p`, else its log start offset.
-    fn start_position(&self, p: i32, log_start: i64) -> i64 {
-        let group = self.d.spec.group_id();
-        let topics = [(self.d.spec.input.clone(), vec![p])];
-        let fetched = self.ctx.groups.fetch_offsets(&group, Some(&topics));
-        fetched
-            .first()
-            .and_then(|(_, parts)| parts.first())
-            .and_then(|(_, c)| c.as_ref())
-            .map_or(log_start, |c| c.offset)
+    /// Reads and progress wherever the input partitions and the group's coordinator are.
+    fn io(&self) -> WorkerIo<'_> {
+        WorkerIo {
+            metadata: &self.ctx.metadata,
+            replicas: &self.ctx.replicas,
+            groups: &self.ctx.groups,
+            peers: self.ingest.peers_ref(),
+        }
     }
 
-    /// Reads up to [`CHUNK_MAX_RECORDS`] records of partition `p` from its position.
-    /// Returns them with their offsets and the position after them, or `None` when there
-    /// is nothing new.
-    #[allow(clippy::type_complexity)]
-    fn read(&mut self, p: i32) -> Result<Option<(Vec<(i64, Record)>, i64)>, Fatal> {
+    /// The committed progress of partition `p`, else its log start offset (this
+    /// broker's replica's, or 0 for one read from its leader: the read moves it up).
+    ///
+    /// Errors: the group's coordinator cannot be asked.
+    async fn start_position(&self, p: i32) -> Result<i64, String> {
         let input = &self.d.spec.input;
-        let Some(partition) = self.ctx.replicas.partition(input, p) else {
-            return Ok(None);
-        };
-        let log_start = partition.offsets().log_start_offset;
-        let pos = match self.positions.get(&p) {
+        let committed = self
+            .io()
+            .committed_offset(&self.d.spec.group_id(), input, p)
+            .await?;
+        Ok(committed.unwrap_or_else(|| {
+            self.ctx
+                .replicas
+                .partition(input, p)
+                .map_or(0, |part| part.offsets().log_start_offset)
+        }))
+    }
+
+    /// Reads up to [`CHUNK_MAX_RECORDS`] records of partition `p` from its position, from
+    /// this broker's replica or the partition's leader. Returns them with their offsets
+    /// and the position after them, or `None` when there is nothing new (or the read
+    /// failed: logged, tried again at the next pass).
+    #[allow(clippy::type_complexity)]
+    async fn read(&mut self, p: i32) -> Result<Option<(Vec<(i64, Record)>, i64)>, Fatal> {
+        let input = self.d.spec.input.clone();
+        let mut pos = match self.positions.get(&p) {
             Some(&pos) => pos,
-            None => {
-                let pos = self.start_position(p, log_start);
-                self.positions.insert(p, pos);
-                pos
-            }
+            None => match self.start_position(p).await {
+                Ok(pos) => {
+                    self.positions.insert(p, pos);
+                    pos
+                }
+                Err(e) => {
+                    tracing::warn!(transform = %self.d.spec.name, partition = p, error = %e, "cannot read the progress; trying again");
+                    return Ok(None);
+                }
+            },
         };
-        let read = partition.read(pos, READ_MAX_BYTES, FetchIsolation::HighWatermark);
+        let read = self.io().read(&input, p, &mut pos, READ_MAX_BYTES).await;
+        // Moved up when retention removed what was not transformed yet, or the topic was
+        // recreated (auto.offset.reset=earliest).
+        self.positions.insert(p, pos);
         let bytes = match read {
-            Ok(r) => r.bytes,
-            Err(LogError::OffsetOutOfRange {
-                log_start_offset, ..
-            }) => {
-                // Retention removed what was not transformed yet, or the topic was
-                // recreated: go on from the earliest record (auto.offset.reset=earliest).
-                tracing::warn!(transform = %self.d.spec.name, partition = p, offset = pos, log_start_offset, "progress out of range; resuming at the log start");
-                self.positions.insert(p, log_start_offset);
-                return Ok(None);
-            }
+            Ok(bytes) => bytes,
             Err(e) => {
                 tracing::warn!(transform = %self.d.spec.name, partition = p, error = %e, "cannot read the input");
                 return Ok(None);
@@ -389,23 +416,20 @@ impl Runner {
         }
     }
 
-    /// Commits `offset` as the progress of partition `p` (group `transform-<name>`).
-    fn commit(&self, p: i32, offset: i64) {
-        let req = CommitRequest {
-            group_id: self.d.spec.group_id(),
-            generation_id: -1,
-            member_id: String::new(),
-            group_instance_id: None,
-            offsets: vec![OffsetToCommit {
-                topic: self.d.spec.input.clone(),
-                partition: p,
-                offset,
-                leader_epoch: -1,
-                metadata: None,
-            }],
+    /// Commits `offset` as the progress of partition `p` (group `transform-<name>`), at
+    /// the group's coordinator wherever it is.
+    async fn commit(&self, p: i32, offset: i64) {
+        let offsets = [(self.d.spec.input.clone(), p, offset)];
+        let failed = match self.io().commit(&self.d.spec.group_id(), &offsets).await {
+            Ok(errors) => errors
+                .into_iter()
+                .flatten()
+                .next()
+                .map(|e| format!("{e:?}")),
+            Err(e) => Some(e),
         };
-        if let Some(Some(e)) = self.ctx.groups.commit(&req).first() {
-            tracing::warn!(transform = %self.d.spec.name, partition = p, offset, error = ?e, "progress not committed (it will be retried with the next chunk)");
+        if let Some(e) = failed {
+            tracing::warn!(transform = %self.d.spec.name, partition = p, offset, error = %e, "progress not committed (it will be retried with the next chunk)");
         }
     }
 }

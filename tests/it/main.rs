@@ -16,6 +16,7 @@ mod cluster_describe;
 mod cluster_fixture;
 mod cluster_placement;
 mod cluster_scenarios;
+mod cluster_transforms;
 mod cluster_up;
 mod config;
 mod connect;

@@ -1,0 +1,203 @@
+//! Issue 12, "plugins keep working on a cluster", for transforms: a deployment made
+//! through any broker is kept in the cluster metadata, so every broker knows it. An
+//! inline deployment applies on every partition leader; an async one runs on exactly one
+//! broker, the connect leader, reading input partitions it holds no replica of from
+//! their leaders, and moves when that broker is killed.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rdkafka::admin::{NewTopic, TopicReplication};
+use rdkafka::producer::FutureRecord;
+use serde_json::{json, Value};
+
+use crate::cluster_fixture::{keyed_key, keyed_value, read_keyed, ThreeNodes};
+use crate::connect::read_partitions_for;
+use crate::connect_rest::curl;
+use crate::guests::guest;
+use crate::harness::poll_for;
+use crate::replication::create_topic;
+
+/// Produces records `range` (`keyed_key(i)`, `value(i)`) to `topic`, record `i` to
+/// partition `i % partitions`, acks=all; fails the test unless all are acknowledged.
+async fn produce(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    range: std::ops::Range<usize>,
+    value: impl Fn(usize) -> String,
+) {
+    let p = crate::rdkafka_client::producer(bootstrap, &[("acks", "all")]);
+    let mut deliveries = Vec::new();
+    for i in range {
+        let (key, value) = (keyed_key(i), value(i));
+        let record = FutureRecord::to(topic)
+            .key(&key)
+            .payload(&value)
+            .partition(i as i32 % partitions);
+        deliveries.push((
+            i,
+            p.send_result(record).map_err(|(e, _)| e).expect("queued"),
+        ));
+    }
+    for (i, d) in deliveries {
+        let delivered = d.await.expect("delivery future");
+        assert!(delivered.is_ok(), "record {i}: {delivered:?}");
+    }
+}
+
+/// `GET {admin}/transforms/{name}` until it answers 200 with state `state` (at most
+/// 60 s; a forwarded request fails while the connect leader moves).
+fn wait_for_transform(admin: &str, name: &str, state: &str) -> Value {
+    poll_for(
+        &format!("transform {name} {state} through {admin}"),
+        60,
+        || {
+            let (code, status) = curl("GET", &format!("{admin}/transforms/{name}"), None);
+            if code == 200 && status["state"] == state {
+                Ok(status)
+            } else {
+                Err(format!("{code} {status}"))
+            }
+        },
+    )
+}
+
+/// An inline `redact` deployed through broker 2 on a topic whose six partitions are led
+/// by all three brokers: once the deploy is answered, every record produced is stored
+/// redacted whichever broker leads its partition, and any broker's admin API lists the
+/// deployment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inline_transform_deployed_through_one_broker_applies_on_every_leader() {
+    const RECORDS: usize = 600;
+    let nodes = ThreeNodes::start(&[]);
+    let all = nodes.bootstrap_all();
+    create_topic(&all, NewTopic::new("pii", 6, TopicReplication::Fixed(3))).await;
+    let leaders: std::collections::BTreeSet<i32> =
+        crate::cluster_placement::partitions_listed(&nodes.bootstrap(1), "pii")
+            .values()
+            .map(|(_, leader, _, _)| *leader)
+            .collect();
+    assert!(leaders.len() > 1, "one broker leads every partition");
+
+    let spec = json!({
+        "name": "redact-pii", "wasm": guest("redact"), "input": "pii", "outputs": ["pii"],
+        "config": {"fields": "email"}, "mode": "inline",
+    });
+    let (code, answer) = curl(
+        "POST",
+        &format!("{}/transforms", nodes.node(2).admin_url),
+        Some(&spec),
+    );
+    assert_eq!(code, 201, "{answer}");
+    // Produced right after the answer: redacted on every leader.
+    produce(&all, "pii", 6, 0..RECORDS, |i| {
+        format!(r#"{{"id":{i},"email":"user{i}@example.com"}}"#)
+    })
+    .await;
+    let read = read_partitions_for(&all, "pii", 6, RECORDS, Duration::from_secs(60));
+    assert_eq!(read.len(), RECORDS);
+    let mut ids = std::collections::BTreeSet::new();
+    for (_, value) in &read {
+        let v: Value = serde_json::from_str(value).unwrap_or_else(|e| panic!("{value}: {e}"));
+        assert_eq!(v["email"], "***", "not redacted: {value}");
+        ids.insert(v["id"].as_u64().expect("id"));
+    }
+    assert_eq!(ids.len(), RECORDS, "every record once");
+    for id in 1..=3 {
+        let (code, list) = curl(
+            "GET",
+            &format!("{}/transforms", nodes.node(id).admin_url),
+            None,
+        );
+        assert_eq!(code, 200, "{list}");
+        assert_eq!(list[0]["name"], "redact-pii", "broker {id}: {list}");
+    }
+    nodes.assert_no_panic();
+}
+
+/// An async `identity` deployed through broker 3 runs on the connect leader (broker 1:
+/// no connector made `__connect_configs`, so the lowest live id), which holds no replica
+/// of the input (replication factor 1 on brokers 2 and 3) and reads it from the leaders:
+/// 1,000 records copied exactly once. kill -9 of broker 1: the deployment, kept in the
+/// metadata, runs on broker 2 from the committed progress, and 1,000 more are copied —
+/// nothing lost, and only records from before the kill may be copied twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_async_transform_runs_on_the_connect_leader_and_moves_when_it_is_killed() {
+    const RECORDS: usize = 1_000;
+    let mut nodes = ThreeNodes::start(&[
+        "broker.session.timeout.ms=1500",
+        "broker.heartbeat.interval.ms=300",
+    ]);
+    let all = nodes.bootstrap_all();
+    create_topic(
+        &all,
+        NewTopic::new(
+            "copy-in",
+            4,
+            TopicReplication::Variable(&[&[2], &[3], &[2], &[3]]),
+        ),
+    )
+    .await;
+    create_topic(
+        &all,
+        NewTopic::new("copy-out", 4, TopicReplication::Fixed(3)),
+    )
+    .await;
+    let spec = json!({
+        "name": "copier", "wasm": guest("identity"), "input": "copy-in",
+        "outputs": ["copy-out"],
+    });
+    let (code, answer) = curl(
+        "POST",
+        &format!("{}/transforms", nodes.node(3).admin_url),
+        Some(&spec),
+    );
+    assert_eq!(code, 201, "{answer}");
+    let status = wait_for_transform(&nodes.node(2).admin_url, "copier", "RUNNING");
+    assert_eq!(
+        status["broker_id"], 1,
+        "runs on the connect leader: {status}"
+    );
+
+    produce(&all, "copy-in", 4, 0..RECORDS, keyed_value).await;
+    let read = read_keyed(&all, "copy-out", 4, RECORDS);
+    read.assert_exactly(&(0..RECORDS).collect());
+
+    nodes.kill9(1);
+    let survivor = nodes.node(2).admin_url.clone();
+    let status = poll_for("the transform runs on broker 2", 60, || {
+        let status = wait_for_transform(&survivor, "copier", "RUNNING");
+        if status["broker_id"] == 2 {
+            Ok(status)
+        } else {
+            Err(status.to_string())
+        }
+    });
+    eprintln!("after the kill: {status}");
+    let survivors = format!("{},{}", nodes.bootstrap(2), nodes.bootstrap(3));
+    produce(&survivors, "copy-in", 4, RECORDS..2 * RECORDS, keyed_value).await;
+    let read = read_keyed(&survivors, "copy-out", 4, 2 * RECORDS);
+    let lost: Vec<usize> = (0..2 * RECORDS)
+        .filter(|i| !read.seen.contains_key(i))
+        .collect();
+    let twice: BTreeMap<usize, usize> = read
+        .seen
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(i, n)| (*i, *n))
+        .collect();
+    eprintln!("lost {}, copied more than once {}", lost.len(), twice.len());
+    assert!(
+        lost.is_empty(),
+        "lost {} records, first {:?}",
+        lost.len(),
+        lost.first()
+    );
+    assert!(
+        twice.keys().all(|i| *i < RECORDS),
+        "records produced after the kill copied twice: {twice:?}"
+    );
+    assert!(read.bad.is_empty(), "{:?}", read.bad);
+    nodes.assert_no_panic();
+}
