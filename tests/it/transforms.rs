@@ -307,6 +307,48 @@ async fn a_restart_mid_stream_loses_nothing() {
     broker.stop();
 }
 
+/// Issue 12: a deployment an earlier weir kept in `<log.dir>/__transforms/<name>.json`
+/// moves into the cluster metadata at start (the file is removed) and runs; after
+/// another restart it is still there, restored from the metadata alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_earlier_deployment_file_moves_into_the_metadata_at_start() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let legacy = tmp.path().join("__transforms");
+    std::fs::create_dir_all(&legacy).unwrap();
+    let spec = json!({"name": "legacy", "wasm": guest("identity"), "input": "old-in",
+        "outputs": ["old-out"], "mode": "async", "config": {},
+        "errors.tolerance": "none", "errors.deadletterqueue.topic.name": null});
+    std::fs::write(legacy.join("legacy.json"), spec.to_string()).unwrap();
+
+    let broker = TestBroker::start_in(tmp.path(), &[]);
+    let s = status(&broker.admin_url, "legacy");
+    assert_eq!(s["state"], "RUNNING", "{s}");
+    assert!(
+        !legacy.join("legacy.json").exists(),
+        "the file is removed once the metadata has the deployment"
+    );
+    let p = producer(&broker.bootstrap, &[]);
+    send(&p, "old-in", None, "before").await;
+    drop(p);
+    assert_eq!(
+        values(&broker.bootstrap, "old-out", 1),
+        vec!["before".to_string()]
+    );
+    broker.stop();
+
+    let broker = TestBroker::start_in(tmp.path(), &[]);
+    let s = status(&broker.admin_url, "legacy");
+    assert_eq!(s["state"], "RUNNING", "restored from the metadata: {s}");
+    let p = producer(&broker.bootstrap, &[]);
+    send(&p, "old-in", None, "after").await;
+    drop(p);
+    assert_eq!(
+        values(&broker.bootstrap, "old-out", 2),
+        vec!["before".to_string(), "after".to_string()]
+    );
+    broker.stop();
+}
+
 /// Issue 11 §4: async transforms read the input with the log's record walker, and
 /// `Ingest` writes their outputs with the one batch encoder, both keeping repeated header
 /// keys (KIP-82). Before, kafka-protocol's decoder and encoder went through a header map
