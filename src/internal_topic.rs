@@ -231,15 +231,9 @@ impl InternalTopic {
         let batch = plain::encode(&encoded).map_err(fail)?;
         if let Some(peers) = &self.peers {
             if !hosted.as_ref().is_some_and(|p| p.is_leader()) {
-                let leader = self
-                    .metadata
-                    .image()
-                    .topic(self.name)
-                    .and_then(|t| t.partition(partition).map(|s| s.leader))
-                    .unwrap_or(-1);
-                if leader < 0 {
+                let Some(leader) = self.metadata.image().leader_of(self.name, partition) else {
                     return Err(fail("the partition has no leader".into()));
-                }
+                };
                 if leader != self.metadata.node_id() {
                     peers
                         .produce_blocking(leader, self.name, partition, batch)

@@ -64,9 +64,7 @@ impl WorkerIo<'_> {
         let leader = self
             .metadata
             .image()
-            .topic(topic)
-            .and_then(|t| t.partition(p).map(|s| s.leader))
-            .filter(|l| *l >= 0)
+            .leader_of(topic, p)
             .ok_or_else(|| format!("{topic}-{p} has no leader"))?;
         let max = i32::try_from(max_bytes).unwrap_or(i32::MAX);
         let fail = |(e, m): (ResponseError, String)| format!("{m}: Kafka error {e:?}");

@@ -434,6 +434,15 @@ impl MetadataImage {
         self.topics.get(name).map(|t| &**t)
     }
 
+    /// The broker leading `topic`-`partition`; `None` for an unknown partition or one
+    /// with no leader (its replicas offline).
+    pub fn leader_of(&self, topic: &str, partition: i32) -> Option<i32> {
+        self.topic(topic)?
+            .partition(partition)
+            .map(|p| p.leader)
+            .filter(|leader| *leader >= 0)
+    }
+
     /// The topic with id `id` (Fetch v13+, DeleteTopics v6, Metadata v12+).
     pub fn topic_by_id(&self, id: Uuid) -> Option<&TopicMeta> {
         self.topic_names_by_id

@@ -51,10 +51,7 @@ const START_RETRY_BACKOFF: Duration = Duration::from_secs(1);
 /// `None` while the partition has no leader, or no broker is live.
 pub(crate) fn connect_leader(image: &MetadataImage) -> Option<i32> {
     match image.topic(configs::CONFIGS_TOPIC) {
-        Some(topic) => topic
-            .partition(0)
-            .map(|p| p.leader)
-            .filter(|leader| *leader >= 0),
+        Some(_) => image.leader_of(configs::CONFIGS_TOPIC, 0),
         None => crate::cluster::live_brokers(image).into_iter().min(),
     }
 }
