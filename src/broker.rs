@@ -344,8 +344,12 @@ pub async fn run_on(
         replicas: replicas.clone(),
     };
     // The broker's own writes; loads topics' partitioner components through `plugins`.
-    let ingest = Arc::new(Ingest::new(topic_admin.clone(), plugins.clone()));
     let inline = Arc::new(InlineRegistry::new());
+    let ingest = Arc::new(Ingest::new(
+        topic_admin.clone(),
+        plugins.clone(),
+        inline.clone(),
+    ));
     let transforms = Arc::new(
         TransformManager::new(
             transform::Owners {

@@ -8,8 +8,10 @@
 //! `max.message.bytes`) per partition and append them through the replica manager when
 //! this broker leads the partition, else forward them to its leader as a Produce
 //! (`peer`); either way as a Produce with acks=all (the in-sync replicas have each batch
-//! before it is answered). The topic is auto-created when `auto.create.topics.enable`
-//! allows.
+//! before it is answered). A batch appended here goes through the topic's inline
+//! transform first, as a produced one does (a forwarded one meets it on the leader); a
+//! refusal is the transform's Kafka error. The topic is auto-created when
+//! `auto.create.topics.enable` allows.
 //!
 //! The topic's partitioner is its `partitioner` setting (topic-level, falling back to the
 //! broker's `partitioner.file`): empty means Kafka's default (murmur2 of the key, masked
@@ -40,6 +42,8 @@ use crate::peer::PeerClients;
 use crate::plugin::{Partitioner, PluginHost, Record};
 use crate::replica::{effective_topic_configs, produce_settings, Partition, ProduceSettings};
 use crate::topics::{self, Topics};
+use crate::transform::apply as inline;
+use crate::transform::inline::InlineRegistry;
 
 /// Kafka's key hash: `murmur2(bytes)` as the Java client's `Utils.murmur2` computes it,
 /// and `partition_for_bytes` (masked positive, mod the partition count). The one copy is
@@ -126,6 +130,9 @@ pub struct Ingest {
     uses: AtomicU64,
     /// Connections to the other brokers, for partitions another broker leads.
     peers: Arc<PeerClients>,
+    /// Inline transforms, by input topic: a batch appended here goes through its topic's
+    /// as a produced one does (a forwarded one meets it on the leader).
+    inline: Arc<InlineRegistry>,
 }
 
 impl std::fmt::Debug for Ingest {
@@ -136,14 +143,16 @@ impl std::fmt::Debug for Ingest {
 
 impl Ingest {
     /// An ingest path writing through `topics`' owners (auto-creating topics as a
-    /// Produce would), loading partitioners through `plugins`.
-    pub fn new(topics: Topics, plugins: Arc<PluginHost>) -> Ingest {
+    /// Produce would), loading partitioners through `plugins`, applying the inline
+    /// transforms of `inline` to what it appends here.
+    pub fn new(topics: Topics, plugins: Arc<PluginHost>, inline: Arc<InlineRegistry>) -> Ingest {
         let peers = Arc::new(PeerClients::new(
             topics.metadata.clone(),
             topics.config.clone(),
         ));
         Ingest {
             peers,
+            inline,
             topics,
             plugins,
             next_keyless: AtomicU32::new(0),
@@ -597,11 +606,42 @@ impl Ingest {
         };
         let batches =
             split_batches(buf).map_err(|e| (ResponseError::CorruptMessage, e.to_string()))?;
+        // The topic's inline transform, as on a produced batch (offsets kept: 1:1 or
+        // filtered, so record `i` stays at base + i). The batch is uncompressed: its
+        // decompressed size is its size.
+        let slot = self.inline.get(topic);
+        let inline_target = inline::Target {
+            topic,
+            partition: index,
+            compression: partition.settings().compression,
+            max_decompressed_bytes: max_message_bytes,
+            max_message_bytes,
+        };
+        let (batches, dead_letters) = match &slot {
+            None => (batches, Vec::new()),
+            Some(slot) => {
+                let applied = inline::apply(slot, inline_target, batches)
+                    .await
+                    .map_err(|refused| (refused.error, refused.message))?;
+                (applied.batches, applied.dead_letters)
+            }
+        };
         let info = self
             .topics
             .replicas
             .append(partition, batches)
             .map_err(|e| (e.kafka_error(), e.to_string()))?;
+        if let Some(slot) = slot.filter(|_| !dead_letters.is_empty()) {
+            // Boxed: writing a dead letter appends through this path again.
+            Box::pin(inline::write_dead_letters(
+                self,
+                &slot,
+                inline_target,
+                dead_letters,
+                &[info.base_offset],
+            ))
+            .await;
+        }
         let waited = partition
             .wait_for_high_watermark(info.last_offset, ACKS_TIMEOUT_MS as u64)
             .await;

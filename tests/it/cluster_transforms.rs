@@ -65,11 +65,13 @@ fn wait_for_transform(admin: &str, name: &str, state: &str) -> Value {
 
 /// An inline `redact` deployed through broker 2 on a topic whose six partitions are led
 /// by all three brokers: once the deploy is answered, every record produced is stored
-/// redacted whichever broker leads its partition, and any broker's admin API lists the
-/// deployment.
+/// redacted whichever broker leads its partition — produced by a client, or through the
+/// HTTP produce API of broker 1 (appended there or forwarded) — and any broker's admin
+/// API lists the deployment.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_inline_transform_deployed_through_one_broker_applies_on_every_leader() {
     const RECORDS: usize = 600;
+    const HTTP_RECORDS: usize = 120;
     let nodes = ThreeNodes::start(&[]);
     let all = nodes.bootstrap_all();
     create_topic(&all, NewTopic::new("pii", 6, TopicReplication::Fixed(3))).await;
@@ -95,15 +97,29 @@ async fn an_inline_transform_deployed_through_one_broker_applies_on_every_leader
         format!(r#"{{"id":{i},"email":"user{i}@example.com"}}"#)
     })
     .await;
-    let read = read_partitions_for(&all, "pii", 6, RECORDS, Duration::from_secs(60));
-    assert_eq!(read.len(), RECORDS);
+    // HTTP produce through broker 1: the batches for partitions it leads are appended
+    // there (through the inline transform too), the others forwarded to their leaders.
+    let body: Vec<Value> = (RECORDS..RECORDS + HTTP_RECORDS)
+        .map(|i| {
+            json!({"value": {"type": "JSON", "data": {"id": i, "email": format!("user{i}@example.com")}}})
+        })
+        .collect();
+    let answer = crate::rest_produce::post(
+        &nodes.node(1).admin_url,
+        "/topics/pii/records",
+        &Value::Array(body).to_string(),
+    );
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let total = RECORDS + HTTP_RECORDS;
+    let read = read_partitions_for(&all, "pii", 6, total, Duration::from_secs(60));
+    assert_eq!(read.len(), total);
     let mut ids = std::collections::BTreeSet::new();
     for (_, value) in &read {
         let v: Value = serde_json::from_str(value).unwrap_or_else(|e| panic!("{value}: {e}"));
         assert_eq!(v["email"], "***", "not redacted: {value}");
         ids.insert(v["id"].as_u64().expect("id"));
     }
-    assert_eq!(ids.len(), RECORDS, "every record once");
+    assert_eq!(ids.len(), total, "every record once");
     for id in 1..=3 {
         let (code, list) = curl(
             "GET",
