@@ -605,7 +605,7 @@ pub(crate) async fn heartbeat_loop(
         }
         if stopped_within(&mut shutdown, interval).await {
             if let Some(e) = epoch {
-                if quorum.voter_count() > 1 {
+                if quorum.voter_count() > 1 || !quorum.is_voter() {
                     controlled_shutdown(metadata, e, settings.unclean_leader_election_enable).await;
                 }
             }

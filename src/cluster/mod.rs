@@ -41,10 +41,9 @@ pub(crate) use image::{
     PartitionState, TopicMeta,
 };
 pub(crate) use placement::live_brokers;
-#[cfg(test)]
-pub(crate) use raft::VoterState;
 pub(crate) use raft::{
     Committed, CommittedChange, QuorumHandle, QuorumSettings, QuorumState, RaftMetadataLog,
+    VoterState,
 };
 pub(crate) use reassign::Reassignment;
 pub(crate) use store::{FileMetadataLog, MetadataLog};
@@ -334,18 +333,27 @@ impl Metadata {
     /// `<log_dir>/__cluster_metadata/raft/`, serving Raft RPCs on `controller_listener`
     /// (bound by the caller; `None` when no peer dials this node), migrating an earlier
     /// version's file store there at first start. See [`RaftMetadataLog::open`].
-    /// `election_timeout_ms` is `controller.quorum.election.timeout.ms`.
+    /// `election_timeout_ms` is `controller.quorum.election.timeout.ms`. A node that is
+    /// not among `voters` (a broker-only node) gives `learner_addr`, the `HOST:PORT` of
+    /// `controller_listener` (its internal Raft listener): it asks the quorum leader to
+    /// make it a learner there and receives `__cluster_metadata` as one (KIP-595's
+    /// observer; docs/cluster.md).
     ///
-    /// Errors: [`MetadataError`]: the files, the quorum's start, the migration.
+    /// Errors: [`MetadataError`]: the files, the quorum's start, the migration, a node
+    /// that is not a voter without `learner_addr`.
     pub fn open_quorum(
         log_dir: &Path,
         node_id: i32,
         voters: Vec<QuorumVoter>,
         controller_listener: Option<std::net::TcpListener>,
         election_timeout_ms: u64,
+        learner_addr: Option<String>,
     ) -> Result<Metadata, MetadataError> {
         let dir = log_dir.join("__cluster_metadata");
-        let cluster_id = if voters.len() > 1 {
+        // Configured voters (a voter port is never 0; a single node's own entry has 0):
+        // every node, voter or learner, derives the same id from them.
+        let configured = voters.len() > 1 || voters.iter().any(|v| v.port != 0);
+        let cluster_id = if configured {
             let derived = quorum_cluster_id(&voters);
             cluster_id_or(&dir, node_id, || derived)?
         } else {
@@ -358,6 +366,7 @@ impl Metadata {
             voters,
             controller_listener,
             election_timeout_ms,
+            learner_addr,
         })?;
         Metadata::with_log(Box::new(log), cluster_id, node_id)
     }
@@ -997,6 +1006,7 @@ mod tests {
             sole_voter(),
             None,
             raft::DEFAULT_ELECTION_TIMEOUT_MS,
+            None,
         )
         .unwrap()
     }
@@ -1086,6 +1096,7 @@ mod tests {
                         voters.clone(),
                         Some(l),
                         raft::DEFAULT_ELECTION_TIMEOUT_MS,
+                        None,
                     )
                     .unwrap(),
                 )
