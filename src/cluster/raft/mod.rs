@@ -16,6 +16,12 @@
 //! and on restart (the committed vote restores it as leader; else an election is
 //! triggered), so no change ever waits for an election timeout.
 //!
+//! Split roles (KIP-631): a controller-only node is a voter like any other; a
+//! broker-only node is not a voter but a learner (KIP-595's observer): it asks the
+//! leader to add it at its internal listener ([`join_as_learner`], `AddLearner`), then
+//! receives and applies the log as a voter does, and proposes through the leader. A
+//! learner is never removed (docs/cluster.md, "Broker-only and controller-only nodes").
+//!
 //! Upgrade: a data directory of the earlier file store (`topics/<name>.toml`,
 //! `producer_id`) is migrated into the log once, at the first start on this version, as
 //! one entry, with a log line; the old files are left as they were.

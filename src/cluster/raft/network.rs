@@ -16,7 +16,9 @@
 //! registration of a `node.id` another live broker holds is refused with
 //! DUPLICATE_BROKER_REGISTRATION (101) before it is appended
 //! (`brokers::duplicate_registration`). `Leader` tells a node that knows no leader who
-//! leads. A vote request is served only from the process listening at the named voter's
+//! leads. `AddLearner` makes a broker-only node (not a voter) a Raft learner at its
+//! internal listener, which this same [`serve`] answers on. A vote request is served only
+//! from the process listening at the named voter's
 //! address (`Identify`, [`voter_refusal`]): a second process with a voter's id elsewhere
 //! never votes (docs/cluster.md, DUPLICATE_BROKER_REGISTRATION).
 //!
@@ -604,9 +606,9 @@ where
 
 /// openraft's network factory: a [`PeerClient`] per peer it asks for, each sending as
 /// `me`, each telling `sessions` whether the peer's CONTROLLER listener takes connections
-/// (a refused connect is the evidence that fences a killed broker early: every broker is
-/// a voter, its voter id its broker id, and the active controller's Raft heartbeats reach
-/// every voter every 100 ms).
+/// (a refused connect is the evidence that fences a killed broker early: a broker's Raft
+/// node id is its broker id, at its CONTROLLER listener or, broker-only, its learner
+/// listener, and the active controller's Raft heartbeats reach every one every 100 ms).
 #[derive(Debug, Clone)]
 pub(super) struct Peers {
     pub(super) me: Arc<Sender>,
