@@ -1069,6 +1069,105 @@ mod tests {
         }]
     }
 
+    /// A node that is not a voter joins as a learner: it gets what the voters commit,
+    /// and its own changes (a registration, a topic) reach the voters through the leader;
+    /// reopened over the same directory it is a learner again and proposes.
+    #[test]
+    fn a_node_that_is_not_a_voter_is_a_learner_that_proposes_through_the_leader() {
+        let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+        let listeners: Vec<std::net::TcpListener> = (0..3)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let addrs: Vec<u16> = listeners
+            .iter()
+            .map(|l| l.local_addr().unwrap().port())
+            .collect();
+        let voters: Vec<QuorumVoter> = (0..2)
+            .map(|i| QuorumVoter {
+                id: i as i32 + 1,
+                host: "127.0.0.1".into(),
+                port: addrs[i],
+            })
+            .collect();
+        let mut listeners = listeners.into_iter();
+        let open = |i: usize, l: std::net::TcpListener| {
+            let learner = (i == 2).then(|| format!("127.0.0.1:{}", addrs[2]));
+            Arc::new(
+                Metadata::open_quorum(
+                    dirs[i].path(),
+                    i as i32 + 1,
+                    voters.clone(),
+                    Some(l),
+                    raft::DEFAULT_ELECTION_TIMEOUT_MS,
+                    learner,
+                )
+                .unwrap(),
+            )
+        };
+        let v1 = open(0, listeners.next().unwrap());
+        let v2 = open(1, listeners.next().unwrap());
+        let learner_listener = listeners.next().unwrap();
+        let learner = open(2, learner_listener.try_clone().unwrap());
+        let _voter_followers = (v1.follow(), v2.follow());
+        let learner_follower = learner.follow();
+        assert_eq!(learner.cluster_id(), v1.cluster_id());
+        let wait = |what: &str, cond: &dyn Fn() -> bool| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !cond() {
+                assert!(std::time::Instant::now() < deadline, "{what}");
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        };
+        // A topic created through a voter reaches the learner.
+        v1.create_topic(spec("from-voter", 1)).unwrap();
+        wait("the learner applies the voters' change", &|| {
+            learner.topic("from-voter").is_some()
+        });
+        // The learner registers and creates a topic: proposed to the leader.
+        let r = learner.register_broker(endpoint(9003), None).unwrap();
+        assert_eq!(r.broker_id, 3);
+        learner.create_topic(spec("from-learner", 1)).unwrap();
+        wait("the voters apply the learner's changes", &|| {
+            v2.topic("from-learner").is_some() && v2.image().broker(3).is_some()
+        });
+        // The leader describes it as an observer, never as a voter.
+        let leader = if v1.quorum().unwrap().is_leader() {
+            &v1
+        } else {
+            &v2
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let state = rt
+            .block_on(
+                leader
+                    .quorum()
+                    .unwrap()
+                    .describe(std::time::Duration::from_secs(2)),
+            )
+            .unwrap();
+        assert_eq!(
+            state.voters.iter().map(|v| v.id).collect::<Vec<_>>(),
+            [1, 2]
+        );
+        assert_eq!(
+            state.observers.iter().map(|v| v.id).collect::<Vec<_>>(),
+            [3]
+        );
+        // Restarted over its directory, at the same address: a learner again.
+        drop(learner_follower);
+        drop(learner);
+        let learner = open(2, learner_listener);
+        let _follower = learner.follow();
+        assert!(learner.topic("from-learner").is_some());
+        learner.create_topic(spec("after-restart", 1)).unwrap();
+        wait("the restarted learner's change reaches the voters", &|| {
+            v1.topic("after-restart").is_some()
+        });
+    }
+
     #[test]
     fn three_quorum_members_apply_each_others_changes() {
         let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
