@@ -909,9 +909,14 @@ async fn join_as_learner(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut warned = false;
+    // After a failed attempt at the leader this node knows (it may be dead: a restarted
+    // learner hears of a new one only once it replicates here), ask the voters instead.
+    let mut ask_voters = false;
     loop {
         let known = raft.metrics().borrow().current_leader;
-        let mut leader = known.and_then(|l| voters.get(&l).cloned());
+        let mut leader = known
+            .filter(|_| !ask_voters)
+            .and_then(|l| voters.get(&l).cloned());
         if leader.is_none() {
             for node in voters.values() {
                 if let Ok(Some(l)) = network::leader_at(&node.addr, &me, LEADER_QUERY_TTL).await {
@@ -936,9 +941,13 @@ async fn join_as_learner(
             }
             Err(why) if !warned => {
                 warned = true;
+                ask_voters = !ask_voters;
                 tracing::warn!("metadata quorum: not a learner yet, asking again: {why}");
             }
-            Err(why) => tracing::debug!("metadata quorum: not a learner yet: {why}"),
+            Err(why) => {
+                ask_voters = !ask_voters;
+                tracing::debug!("metadata quorum: not a learner yet: {why}")
+            }
         }
         tokio::select! {
             _ = shutdown.changed() => return,
