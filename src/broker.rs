@@ -86,6 +86,15 @@ pub async fn bind(config: &BrokerConfig) -> anyhow::Result<Listeners> {
         None => None,
     };
     let admin = match &config.admin_listener {
+        // A controller-only node serves no broker API, HTTP included.
+        Some(a) if !config.cluster.process_roles.broker => {
+            tracing::warn!(
+                "admin.listeners ({}:{}) is not served by a controller-only node (process.roles=controller)",
+                a.host,
+                a.port
+            );
+            None
+        }
         Some(a) => {
             let addr = format!("{}:{}", a.host, a.port);
             Some(
@@ -222,6 +231,133 @@ fn lock_log_dir(log_dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
     }
 }
 
+/// Where a broker-only node remembers the port of its learner listener
+/// (`<log.dirs>/__cluster_metadata/learner.port`), so a restart binds the same one and
+/// the quorum replicates to it at the address it already knows.
+const LEARNER_PORT_FILE: &str = "__cluster_metadata/learner.port";
+
+/// Binds a broker-only node's internal Raft listener, where the quorum leader replicates
+/// `__cluster_metadata` to it as a learner (Kafka's brokers fetch that log as observers,
+/// KIP-595; with openraft the leader pushes, so a learner needs an address). It is on the
+/// host of the `inter.broker.listener.name` listener (the network brokers share; an
+/// unspecified address is reached at the advertised host), on the port of the previous
+/// start when that is free, else a free one; the port is written to
+/// [`LEARNER_PORT_FILE`]. Returns the listener and the `HOST:PORT` to register.
+///
+/// Errors: no address can be bound, or the port file cannot be written.
+fn bind_learner_listener(
+    config: &BrokerConfig,
+    advertised: &Endpoint,
+) -> anyhow::Result<(std::net::TcpListener, String)> {
+    let host = config
+        .listeners
+        .iter()
+        .find(|l| l.name == config.cluster.inter_broker_listener_name)
+        .or(config.listeners.first())
+        .map_or_else(|| "127.0.0.1".to_string(), |l| l.host.clone());
+    let path = config.log_dir.join(LEARNER_PORT_FILE);
+    let earlier: Option<u16> = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| t.trim().parse().ok());
+    let listener = match earlier.and_then(|p| std::net::TcpListener::bind((host.as_str(), p)).ok())
+    {
+        Some(l) => l,
+        None => std::net::TcpListener::bind((host.as_str(), 0)).with_context(|| {
+            format!("cannot listen on {host}:0 (the learner listener of a broker-only node)")
+        })?,
+    };
+    let addr = listener
+        .local_addr()
+        .context("learner listener has no local address")?;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    std::fs::write(&path, format!("{}\n", addr.port()))
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    let host = if addr.ip().is_unspecified() {
+        advertised.host.clone()
+    } else {
+        addr.ip().to_string()
+    };
+    let addr = format!("{host}:{}", addr.port());
+    tracing::info!(%addr, "learner listener (Raft replication of __cluster_metadata to this broker-only node)");
+    Ok((listener, addr))
+}
+
+/// Runs a controller-only node (`process.roles=controller`, KIP-631) until `shutdown`: a
+/// voter of the controller quorum on `controller_listener` that does the active
+/// controller's work when it leads (fencing and unfencing brokers, the elections they
+/// need, the leader rebalance; changes brokers propose are appended by whichever voter
+/// leads) and nothing of a broker: it does not register, hosts no partition, serves no
+/// Kafka or admin listener, and is never listed to clients.
+///
+/// Errors: the log directory cannot be created or locked, or the quorum cannot start.
+async fn run_controller(
+    config: Arc<BrokerConfig>,
+    controller_listener: Option<std::net::TcpListener>,
+    shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&config.log_dir)
+        .with_context(|| format!("cannot create log.dirs {}", config.log_dir.display()))?;
+    let _log_dir_lock = lock_log_dir(&config.log_dir)?;
+    let addr = controller_listener
+        .as_ref()
+        .and_then(|l| l.local_addr().ok())
+        .context("a controller-only node needs its CONTROLLER listener")?;
+    let metadata = Arc::new(
+        Metadata::open_quorum(
+            &config.log_dir,
+            config.node_id,
+            config.cluster.voters(config.node_id),
+            controller_listener,
+            config.cluster.controller_quorum_election_timeout_ms,
+            None,
+        )
+        .context("cannot open cluster metadata")?,
+    );
+    let _metadata_follower = metadata.follow();
+    tracing::info!(
+        %addr,
+        node_id = config.node_id,
+        cluster_id = metadata.cluster_id(),
+        "controller-only node: CONTROLLER listener up, no broker role"
+    );
+    let session = cluster::brokers::SessionSettings {
+        endpoints: Vec::new(),
+        rack: None,
+        heartbeat_interval: std::time::Duration::from_millis(
+            config.cluster.broker_heartbeat_interval_ms,
+        ),
+        session_timeout: std::time::Duration::from_millis(config.cluster.broker_session_timeout_ms),
+        unclean_leader_election_enable: config.replication.unclean_leader_election_enable,
+    };
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(cluster::brokers::fence_loop(
+        metadata.clone(),
+        session,
+        shutdown.clone(),
+    ));
+    tasks.spawn(cluster::brokers::rebalance_loop(
+        metadata.clone(),
+        rebalance_settings(&config),
+        shutdown.clone(),
+    ));
+    while tasks.join_next().await.is_some() {}
+    tracing::info!("controller stopped");
+    Ok(())
+}
+
+/// The leader rebalance's settings (`auto.leader.rebalance.enable`, `leader.imbalance.*`).
+fn rebalance_settings(config: &BrokerConfig) -> cluster::brokers::RebalanceSettings {
+    cluster::brokers::RebalanceSettings {
+        enabled: config.replication.auto_leader_rebalance_enable,
+        check_interval: std::time::Duration::from_millis(
+            config.replication.leader_imbalance_check_interval_ms,
+        ),
+        per_broker_percentage: config.replication.leader_imbalance_per_broker_percentage,
+    }
+}
+
 /// Which metadata log a broker runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MetadataStore {
@@ -259,10 +395,8 @@ pub async fn run_on(
         admin: admin_listener,
     } = listeners;
     let roles = config.cluster.process_roles;
-    if !(roles.broker && roles.controller) {
-        anyhow::bail!(
-            "process.roles: only broker,controller (combined mode) runs in this version; broker-only and controller-only nodes come with broker registration"
-        );
+    if !roles.broker {
+        return run_controller(config, controller_listener, shutdown).await;
     }
     let first = listeners.first().context("no listener to serve")?;
     let advertised = advertised_endpoint(&config, first)?;
@@ -271,6 +405,15 @@ pub async fn run_on(
     // One broker per log directory (Kafka's `.lock`): two writers of one log lose data.
     // The lock lives as long as this function, i.e. until every log is flushed.
     let _log_dir_lock = lock_log_dir(&config.log_dir)?;
+    // A broker-only node is a Raft learner: the leader replicates the log to an internal
+    // listener of its own (docs/cluster.md, "Broker-only and controller-only nodes").
+    let (controller_listener, learner_addr) = if roles.controller || store != MetadataStore::Quorum
+    {
+        (controller_listener, None)
+    } else {
+        let (listener, addr) = bind_learner_listener(&config, &advertised)?;
+        (Some(listener), Some(addr))
+    };
     // The controller quorum (a one-voter quorum of this node when no voters are set):
     // starting it replays `__cluster_metadata` (snapshot + tail) into the first image.
     let metadata = Arc::new(
@@ -281,6 +424,7 @@ pub async fn run_on(
                 config.cluster.voters(config.node_id),
                 controller_listener,
                 config.cluster.controller_quorum_election_timeout_ms,
+                learner_addr,
             ),
             MetadataStore::EarlierFileStore => Metadata::open(&config.log_dir, config.node_id),
         }
@@ -425,13 +569,7 @@ pub async fn run_on(
         ));
         tasks.spawn(cluster::brokers::rebalance_loop(
             metadata.clone(),
-            cluster::brokers::RebalanceSettings {
-                enabled: config.replication.auto_leader_rebalance_enable,
-                check_interval: std::time::Duration::from_millis(
-                    config.replication.leader_imbalance_check_interval_ms,
-                ),
-                per_broker_percentage: config.replication.leader_imbalance_per_broker_percentage,
-            },
+            rebalance_settings(&config),
             shutdown.clone(),
         ));
         tasks.spawn(crate::replication::run(

@@ -2,7 +2,8 @@
 //!
 //! Prints one machine-readable line on stdout once listening —
 //! `weir listening on HOST:PORT` per listener — so scripts and tests that start the binary
-//! with port 0 learn the port.
+//! with port 0 learn the port; a controller-only node, which has no Kafka listener,
+//! prints `weir controller listening on HOST:PORT` (its CONTROLLER listener) instead.
 //!
 //! Started by `weir cluster up` (its pid in the environment variable
 //! `cluster::PARENT_PID_ENV`), the broker asks Linux for SIGTERM when that parent dies
@@ -45,6 +46,12 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<()> {
         let listeners = crate::broker::bind(&config).await?;
         for l in &listeners.kafka {
             println!("weir listening on {}", l.local_addr()?);
+        }
+        // A controller-only node has no Kafka listener: its CONTROLLER one instead.
+        if listeners.kafka.is_empty() {
+            if let Some(l) = &listeners.controller {
+                println!("weir controller listening on {}", l.local_addr()?);
+            }
         }
         if let Some(l) = &listeners.admin {
             println!("weir admin API on http://{}", l.local_addr()?);

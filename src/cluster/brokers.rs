@@ -366,7 +366,11 @@ pub(crate) fn session_changes(
         } else if broker_id == controller_id {
             true
         } else if b.fenced {
+            // Heard from within the session, and not gone since by the network's evidence:
+            // the heartbeats a killed broker sent before it was fenced early do not
+            // unfence it (they did, and it flapped every tick until its session lapsed).
             last.is_some_and(|at| now.saturating_duration_since(at) <= session_timeout)
+                && !sessions.gone(broker_id, broker_epoch, now)
         } else {
             let seen = last.map_or(since, |at| at.max(since));
             now.saturating_duration_since(seen) <= session_timeout
@@ -601,7 +605,7 @@ pub(crate) async fn heartbeat_loop(
         }
         if stopped_within(&mut shutdown, interval).await {
             if let Some(e) = epoch {
-                if quorum.voter_count() > 1 {
+                if quorum.voter_count() > 1 || !quorum.is_voter() {
                     controlled_shutdown(metadata, e, settings.unclean_leader_election_enable).await;
                 }
             }
@@ -1025,8 +1029,18 @@ mod tests {
             session_changes(&image, &sessions, 1, t0 + ms(30), timeout),
             fence2
         );
+        // Once fenced, its heartbeats from before the kill do not unfence it.
+        let fenced = image_with(&[(1, 1, false), (2, 2, true), (3, 3, false)]);
+        assert!(session_changes(&fenced, &sessions, 1, t0 + ms(35), timeout).is_empty());
         // A heartbeat after the refusal (or a connect that succeeds) says it lives.
         sessions.record(2, 2, t0 + ms(40));
+        assert_eq!(
+            session_changes(&fenced, &sessions, 1, t0 + ms(45), timeout),
+            [MetadataRecord::BrokerUnfenced {
+                broker_id: 2,
+                broker_epoch: 2,
+            }]
+        );
         assert!(session_changes(&image, &sessions, 1, t0 + ms(50), timeout).is_empty());
         sessions.note_refused(2, t0 + ms(60));
         assert_eq!(

@@ -41,10 +41,9 @@ pub(crate) use image::{
     PartitionState, TopicMeta,
 };
 pub(crate) use placement::live_brokers;
-#[cfg(test)]
-pub(crate) use raft::VoterState;
 pub(crate) use raft::{
     Committed, CommittedChange, QuorumHandle, QuorumSettings, QuorumState, RaftMetadataLog,
+    VoterState,
 };
 pub(crate) use reassign::Reassignment;
 pub(crate) use store::{FileMetadataLog, MetadataLog};
@@ -334,18 +333,27 @@ impl Metadata {
     /// `<log_dir>/__cluster_metadata/raft/`, serving Raft RPCs on `controller_listener`
     /// (bound by the caller; `None` when no peer dials this node), migrating an earlier
     /// version's file store there at first start. See [`RaftMetadataLog::open`].
-    /// `election_timeout_ms` is `controller.quorum.election.timeout.ms`.
+    /// `election_timeout_ms` is `controller.quorum.election.timeout.ms`. A node that is
+    /// not among `voters` (a broker-only node) gives `learner_addr`, the `HOST:PORT` of
+    /// `controller_listener` (its internal Raft listener): it asks the quorum leader to
+    /// make it a learner there and receives `__cluster_metadata` as one (KIP-595's
+    /// observer; docs/cluster.md).
     ///
-    /// Errors: [`MetadataError`]: the files, the quorum's start, the migration.
+    /// Errors: [`MetadataError`]: the files, the quorum's start, the migration, a node
+    /// that is not a voter without `learner_addr`.
     pub fn open_quorum(
         log_dir: &Path,
         node_id: i32,
         voters: Vec<QuorumVoter>,
         controller_listener: Option<std::net::TcpListener>,
         election_timeout_ms: u64,
+        learner_addr: Option<String>,
     ) -> Result<Metadata, MetadataError> {
         let dir = log_dir.join("__cluster_metadata");
-        let cluster_id = if voters.len() > 1 {
+        // Configured voters (a voter port is never 0; a single node's own entry has 0):
+        // every node, voter or learner, derives the same id from them.
+        let configured = voters.len() > 1 || voters.iter().any(|v| v.port != 0);
+        let cluster_id = if configured {
             let derived = quorum_cluster_id(&voters);
             cluster_id_or(&dir, node_id, || derived)?
         } else {
@@ -358,6 +366,7 @@ impl Metadata {
             voters,
             controller_listener,
             election_timeout_ms,
+            learner_addr,
         })?;
         Metadata::with_log(Box::new(log), cluster_id, node_id)
     }
@@ -997,6 +1006,7 @@ mod tests {
             sole_voter(),
             None,
             raft::DEFAULT_ELECTION_TIMEOUT_MS,
+            None,
         )
         .unwrap()
     }
@@ -1059,6 +1069,105 @@ mod tests {
         }]
     }
 
+    /// A node that is not a voter joins as a learner: it gets what the voters commit,
+    /// and its own changes (a registration, a topic) reach the voters through the leader;
+    /// reopened over the same directory it is a learner again and proposes.
+    #[test]
+    fn a_node_that_is_not_a_voter_is_a_learner_that_proposes_through_the_leader() {
+        let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+        let listeners: Vec<std::net::TcpListener> = (0..3)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let addrs: Vec<u16> = listeners
+            .iter()
+            .map(|l| l.local_addr().unwrap().port())
+            .collect();
+        let voters: Vec<QuorumVoter> = (0..2)
+            .map(|i| QuorumVoter {
+                id: i as i32 + 1,
+                host: "127.0.0.1".into(),
+                port: addrs[i],
+            })
+            .collect();
+        let mut listeners = listeners.into_iter();
+        let open = |i: usize, l: std::net::TcpListener| {
+            let learner = (i == 2).then(|| format!("127.0.0.1:{}", addrs[2]));
+            Arc::new(
+                Metadata::open_quorum(
+                    dirs[i].path(),
+                    i as i32 + 1,
+                    voters.clone(),
+                    Some(l),
+                    raft::DEFAULT_ELECTION_TIMEOUT_MS,
+                    learner,
+                )
+                .unwrap(),
+            )
+        };
+        let v1 = open(0, listeners.next().unwrap());
+        let v2 = open(1, listeners.next().unwrap());
+        let learner_listener = listeners.next().unwrap();
+        let learner = open(2, learner_listener.try_clone().unwrap());
+        let _voter_followers = (v1.follow(), v2.follow());
+        let learner_follower = learner.follow();
+        assert_eq!(learner.cluster_id(), v1.cluster_id());
+        let wait = |what: &str, cond: &dyn Fn() -> bool| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !cond() {
+                assert!(std::time::Instant::now() < deadline, "{what}");
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        };
+        // A topic created through a voter reaches the learner.
+        v1.create_topic(spec("from-voter", 1)).unwrap();
+        wait("the learner applies the voters' change", &|| {
+            learner.topic("from-voter").is_some()
+        });
+        // The learner registers and creates a topic: proposed to the leader.
+        let r = learner.register_broker(endpoint(9003), None).unwrap();
+        assert_eq!(r.broker_id, 3);
+        learner.create_topic(spec("from-learner", 1)).unwrap();
+        wait("the voters apply the learner's changes", &|| {
+            v2.topic("from-learner").is_some() && v2.image().broker(3).is_some()
+        });
+        // The leader describes it as an observer, never as a voter.
+        let leader = if v1.quorum().unwrap().is_leader() {
+            &v1
+        } else {
+            &v2
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let state = rt
+            .block_on(
+                leader
+                    .quorum()
+                    .unwrap()
+                    .describe(std::time::Duration::from_secs(2)),
+            )
+            .unwrap();
+        assert_eq!(
+            state.voters.iter().map(|v| v.id).collect::<Vec<_>>(),
+            [1, 2]
+        );
+        assert_eq!(
+            state.observers.iter().map(|v| v.id).collect::<Vec<_>>(),
+            [3]
+        );
+        // Restarted over its directory, at the same address: a learner again.
+        drop(learner_follower);
+        drop(learner);
+        let learner = open(2, learner_listener);
+        let _follower = learner.follow();
+        assert!(learner.topic("from-learner").is_some());
+        learner.create_topic(spec("after-restart", 1)).unwrap();
+        wait("the restarted learner's change reaches the voters", &|| {
+            v1.topic("after-restart").is_some()
+        });
+    }
+
     #[test]
     fn three_quorum_members_apply_each_others_changes() {
         let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
@@ -1086,6 +1195,7 @@ mod tests {
                         voters.clone(),
                         Some(l),
                         raft::DEFAULT_ELECTION_TIMEOUT_MS,
+                        None,
                     )
                     .unwrap(),
                 )

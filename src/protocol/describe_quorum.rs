@@ -6,8 +6,8 @@
 //! leader sees it: `leader_id`, `leader_epoch` (the Raft term), `high_watermark` (one
 //! past the last entry committed and applied on the leader), each voter with its
 //! `log_end_offset` (one past the last entry the leader knows it holds: openraft's
-//! matched log id; the leader's own log end for itself), no observers (every node is a
-//! voter). A Kafka broker forwards DescribeQuorum to the active controller; weir does
+//! matched log id; the leader's own log end for itself), and as observers the Raft
+//! learners (broker-only nodes) likewise. A Kafka broker forwards DescribeQuorum to the active controller; weir does
 //! the same over the CONTROLLER listener when this node does not lead, so any broker
 //! answers with the leader's view.
 //!
@@ -32,7 +32,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::Context;
-use crate::cluster::QuorumState;
+use crate::cluster::{QuorumState, VoterState};
 
 /// The metadata log's topic (KIP-500).
 pub(crate) const METADATA_TOPIC: &str = "__cluster_metadata";
@@ -89,24 +89,23 @@ fn now_ms() -> i64 {
 /// The answer for `__cluster_metadata`-0 from `state`.
 fn describe(state: &QuorumState, version: i16) -> DescribeQuorumResponse {
     let now = now_ms();
-    let voters = state
-        .voters
-        .iter()
-        .map(|v| {
-            let at = if v.id == state.leader_id { now } else { -1 };
-            ReplicaState::default()
-                .with_replica_id(BrokerId(v.id))
-                .with_log_end_offset(v.log_end_offset)
-                .with_last_fetch_timestamp(at)
-                .with_last_caught_up_timestamp(at)
-        })
-        .collect();
+    let replica = |v: &VoterState| {
+        let at = if v.id == state.leader_id { now } else { -1 };
+        ReplicaState::default()
+            .with_replica_id(BrokerId(v.id))
+            .with_log_end_offset(v.log_end_offset)
+            .with_last_fetch_timestamp(at)
+            .with_last_caught_up_timestamp(at)
+    };
+    let voters = state.voters.iter().map(replica).collect();
+    let observers = state.observers.iter().map(replica).collect();
     let partition = PartitionData::default()
         .with_partition_index(0)
         .with_leader_id(BrokerId(state.leader_id))
         .with_leader_epoch(state.leader_epoch)
         .with_high_watermark(state.high_watermark)
-        .with_current_voters(voters);
+        .with_current_voters(voters)
+        .with_observers(observers);
     let mut response = DescribeQuorumResponse::default().with_topics(vec![TopicData::default()
         .with_topic_name(topic_name(METADATA_TOPIC))
         .with_partitions(vec![partition])]);
@@ -169,7 +168,6 @@ pub(super) async fn handle(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::VoterState;
 
     #[test]
     fn only_the_metadata_partition_is_described() {
@@ -214,6 +212,7 @@ mod tests {
                     addr: format!("127.0.0.1:{}", 9000 + id),
                 })
                 .collect(),
+            observers: Vec::new(),
         };
         let r = describe(&state, 2);
         let p = &r.topics[0].partitions[0];

@@ -151,10 +151,14 @@ fn metadata_controller_id(ctx: &Context, image: &MetadataImage, listed: &[Listed
     }
 }
 
-/// DescribeCluster's `controller_id`: the quorum leader, else this broker.
+/// DescribeCluster's `controller_id`: the quorum leader when it is a registered broker
+/// (combined mode), else this broker: a controller-only leader is no broker a client
+/// can reach, and Kafka's KRaft brokers name a live broker then too (KIP-590; every weir
+/// broker forwards admin changes to the leader).
 pub(super) fn controller_id(ctx: &Context, image: &MetadataImage) -> i32 {
     ctx.metadata
         .active_controller()
+        .filter(|leader| image.broker(*leader).is_some())
         .unwrap_or_else(|| image.node_id())
 }
 

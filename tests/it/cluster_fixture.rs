@@ -20,12 +20,37 @@ use crate::harness::{poll_for, BinaryBroker};
 use crate::netns::TestNet;
 use crate::rdkafka_client::producer;
 
-/// Three combined broker/controller nodes, ids 1, 2, 3, all voters.
+/// What a node of [`ThreeNodes`] runs (`process.roles`, KIP-631).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// `broker,controller`: a voter that serves clients (every node of `start_n`).
+    Combined,
+    /// `controller`: a voter with only its CONTROLLER listener.
+    Controller,
+    /// `broker`: not a voter (a Raft learner), only a PLAINTEXT listener.
+    Broker,
+}
+
+impl Role {
+    fn is_voter(self) -> bool {
+        self != Role::Broker
+    }
+
+    fn is_broker(self) -> bool {
+        self != Role::Controller
+    }
+}
+
+/// Three combined broker/controller nodes, ids 1, 2, 3, all voters (or, from
+/// [`ThreeNodes::start_roles`], any number of nodes of any [`Role`]).
 pub(crate) struct ThreeNodes {
     /// Index `id - 1`; `None` while that node is killed.
     nodes: Vec<Option<BinaryBroker>>,
-    /// Each node's CONTROLLER port (its `controller.quorum.voters` entry).
+    /// Each node's CONTROLLER port (its `controller.quorum.voters` entry; unused by a
+    /// broker-only node).
     ports: Vec<u16>,
+    /// Each node's role, index `id - 1`.
+    roles: Vec<Role>,
     /// `controller.quorum.voters`, the same on every node.
     voters: String,
     /// Extra `--override`s every node gets (at each start).
@@ -59,21 +84,31 @@ impl ThreeNodes {
         overrides: &[&str],
         each: impl Fn(i32) -> Vec<String>,
     ) -> ThreeNodes {
-        ThreeNodes::start_in(None, n, overrides, each)
+        ThreeNodes::start_in(None, &vec![Role::Combined; n], overrides, each)
+    }
+
+    /// Nodes `1..=roles.len()`, node `id` running `roles[id - 1]`; the voters are the
+    /// controllers (combined or controller-only). Waits (at most 30 s) until each broker
+    /// lists every broker.
+    pub(crate) fn start_roles(roles: &[Role], overrides: &[&str]) -> ThreeNodes {
+        ThreeNodes::start_in(None, roles, overrides, |_| Vec::new())
     }
 
     /// As [`ThreeNodes::start_n`], node `id` in `net`'s host `id` (its own network
     /// namespace and address), so [`ThreeNodes::cut`] can cut it off.
     pub(crate) fn start_on(net: TestNet, n: usize, overrides: &[&str]) -> ThreeNodes {
-        ThreeNodes::start_in(Some(net), n, overrides, |_| Vec::new())
+        ThreeNodes::start_in(Some(net), &vec![Role::Combined; n], overrides, |_| {
+            Vec::new()
+        })
     }
 
     fn start_in(
         net: Option<TestNet>,
-        n: usize,
+        roles: &[Role],
         overrides: &[&str],
         each: impl Fn(i32) -> Vec<String>,
     ) -> ThreeNodes {
+        let n = roles.len();
         let dirs: Vec<tempfile::TempDir> = (0..n).map(|_| tempfile::tempdir().unwrap()).collect();
         let ports = free_ports(n);
         let host = |id: usize| match &net {
@@ -81,12 +116,14 @@ impl ThreeNodes {
             None => "127.0.0.1".to_string(),
         };
         let voters = (1..=n)
+            .filter(|id| roles[id - 1].is_voter())
             .map(|id| format!("{id}@{}:{}", host(id), ports[id - 1]))
             .collect::<Vec<_>>()
             .join(",");
         let mut me = ThreeNodes {
             nodes: Vec::new(),
             ports,
+            roles: roles.to_vec(),
             voters,
             overrides: overrides.iter().map(|o| o.to_string()).collect(),
             node_overrides: (1..=n as i32).map(each).collect(),
@@ -94,11 +131,18 @@ impl ThreeNodes {
             net,
         };
         me.nodes = (1..=n as i32).map(|id| Some(me.spawn(id))).collect();
-        let all: Vec<i32> = (1..=n as i32).collect();
-        for id in 1..=n as i32 {
-            me.wait_for_brokers(id, &all, 30);
+        let brokers = me.broker_ids();
+        for &id in &brokers {
+            me.wait_for_brokers(id, &brokers, 30);
         }
         me
+    }
+
+    /// The ids of the nodes with a broker role, sorted.
+    pub(crate) fn broker_ids(&self) -> Vec<i32> {
+        (1..=self.roles.len() as i32)
+            .filter(|id| self.roles[(id - 1) as usize].is_broker())
+            .collect()
     }
 
     fn spawn(&self, id: i32) -> BinaryBroker {
@@ -113,15 +157,45 @@ impl ThreeNodes {
             Some(net) => (Some(net.namespace(id)), net.addr(id)),
             None => (None, "127.0.0.1".to_string()),
         };
-        quorum_node_on(
-            netns.as_deref(),
-            &host,
-            self.dirs[i].path(),
-            id,
-            &self.voters,
-            self.ports[i],
-            &more,
-        )
+        match self.roles[i] {
+            Role::Combined => quorum_node_on(
+                netns.as_deref(),
+                &host,
+                self.dirs[i].path(),
+                id,
+                &self.voters,
+                self.ports[i],
+                &more,
+            ),
+            role => {
+                let listeners = if role == Role::Controller {
+                    // No Kafka listener, and no admin one (the harness asks for one).
+                    format!("listeners=CONTROLLER://{host}:{}", self.ports[i])
+                } else {
+                    format!("listeners=PLAINTEXT://{host}:0")
+                };
+                let mut overrides = vec![
+                    format!("node.id={id}"),
+                    format!(
+                        "process.roles={}",
+                        if role == Role::Controller {
+                            "controller"
+                        } else {
+                            "broker"
+                        }
+                    ),
+                    format!("controller.quorum.voters={}", self.voters),
+                    "controller.listener.names=CONTROLLER".to_string(),
+                    listeners,
+                ];
+                if role == Role::Controller {
+                    overrides.push("admin.listeners=".to_string());
+                }
+                overrides.extend(more.iter().map(|o| o.to_string()));
+                let refs: Vec<&str> = overrides.iter().map(String::as_str).collect();
+                BinaryBroker::spawn_in(netns.as_deref(), self.dirs[i].path(), 0, &refs)
+            }
+        }
     }
 
     /// Cuts node `id` off the network (its process runs on); panics unless started with
@@ -165,9 +239,10 @@ impl ThreeNodes {
         self.node(id).bootstrap.clone()
     }
 
-    /// Every running node's address, comma-separated (a client's bootstrap list).
+    /// Every running broker's address, comma-separated (a client's bootstrap list).
     pub(crate) fn bootstrap_all(&self) -> String {
         self.running()
+            .filter(|(id, _)| self.roles[(id - 1) as usize].is_broker())
             .map(|(_, n)| n.bootstrap.clone())
             .collect::<Vec<_>>()
             .join(",")

@@ -16,7 +16,7 @@ use weir::config::{BrokerConfig, RawConfig};
 
 /// A broker running in this process.
 pub struct TestBroker {
-    /// `127.0.0.1:PORT`.
+    /// `127.0.0.1:PORT` (a controller-only node: its CONTROLLER listener).
     pub bootstrap: String,
     /// The log directory.
     pub data_dir: PathBuf,
@@ -157,7 +157,7 @@ pub fn weir_bin() -> PathBuf {
 
 /// The `weir` binary as a child process.
 pub struct BinaryBroker {
-    /// `127.0.0.1:PORT`.
+    /// `127.0.0.1:PORT` (a controller-only node: its CONTROLLER listener).
     pub bootstrap: String,
     /// The admin HTTP API, `http://127.0.0.1:PORT` (an ephemeral port).
     #[allow(dead_code)] // until the admin tests land
@@ -208,15 +208,23 @@ impl BinaryBroker {
         let stdout = child.stdout.take().unwrap();
         let mut lines = BufReader::new(stdout).lines();
         let line = lines.next().expect("a line").expect("readable");
-        let bootstrap = line
-            .strip_prefix("weir listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_string();
-        let line = lines.next().expect("a line").expect("readable");
-        let admin_url = line
-            .strip_prefix("weir admin API on ")
-            .unwrap_or_else(|| panic!("unexpected second line {line:?}"))
-            .to_string();
+        // A controller-only node (process.roles=controller) has no Kafka and no admin
+        // listener: its CONTROLLER address stands in for `bootstrap`.
+        let (bootstrap, admin_url) =
+            if let Some(controller) = line.strip_prefix("weir controller listening on ") {
+                (controller.to_string(), String::new())
+            } else {
+                let bootstrap = line
+                    .strip_prefix("weir listening on ")
+                    .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+                    .to_string();
+                let line = lines.next().expect("a line").expect("readable");
+                let admin_url = line
+                    .strip_prefix("weir admin API on ")
+                    .unwrap_or_else(|| panic!("unexpected second line {line:?}"))
+                    .to_string();
+                (bootstrap, admin_url)
+            };
         // Keep draining stdout and stderr so the child never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
         let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));

@@ -15,6 +15,7 @@ mod cluster_connect;
 mod cluster_describe;
 mod cluster_fixture;
 mod cluster_placement;
+mod cluster_roles;
 mod cluster_scenarios;
 mod cluster_transforms;
 mod cluster_up;

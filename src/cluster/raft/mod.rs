@@ -16,6 +16,12 @@
 //! and on restart (the committed vote restores it as leader; else an election is
 //! triggered), so no change ever waits for an election timeout.
 //!
+//! Split roles (KIP-631): a controller-only node is a voter like any other; a
+//! broker-only node is not a voter but a learner (KIP-595's observer): it asks the
+//! leader to add it at its internal listener ([`join_as_learner`], `AddLearner`), then
+//! receives and applies the log as a voter does, and proposes through the leader. A
+//! learner is never removed (docs/cluster.md, "Broker-only and controller-only nodes").
+//!
 //! Upgrade: a data directory of the earlier file store (`topics/<name>.toml`,
 //! `producer_id`) is migrated into the log once, at the first start on this version, as
 //! one entry, with a log line; the old files are left as they were.
@@ -128,6 +134,10 @@ pub(crate) struct QuorumSettings {
     pub(crate) controller_listener: Option<std::net::TcpListener>,
     /// `controller.quorum.election.timeout.ms` ([`raft_timing`]).
     pub(crate) election_timeout_ms: u64,
+    /// A node that is not a voter (a broker-only node): the `HOST:PORT` of its
+    /// `controller_listener` (an internal one), where the leader replicates to it once it
+    /// asked to be a learner ([`join_as_learner`]). `None` on a voter.
+    pub(crate) learner_addr: Option<String>,
 }
 
 /// The Raft runtime and what runs on it; dropped (Raft shut down, files closed) when the
@@ -158,6 +168,9 @@ pub(crate) struct QuorumState {
     pub(crate) high_watermark: i64,
     /// Every voter, by id.
     pub(crate) voters: Vec<VoterState>,
+    /// Every learner (a broker-only node, KIP-595's observer), by id.
+    #[serde(default)]
+    pub(crate) observers: Vec<VoterState>,
 }
 
 /// One voter of [`QuorumState`].
@@ -188,31 +201,39 @@ fn quorum_state(
             .map_or(-1, |i| i + 1)
     };
     let replication = m.replication.as_ref();
-    let mut ids: std::collections::BTreeSet<u64> =
-        m.membership_config.membership().voter_ids().collect();
+    let membership = m.membership_config.membership();
+    let mut ids: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
     ids.extend(voters.keys().copied());
-    let voters = ids
-        .into_iter()
-        .filter_map(|id| {
-            let log_end_offset = if id == m.id {
-                end(m.last_log_index)
-            } else {
-                end(replication
-                    .and_then(|r| r.get(&id))
-                    .and_then(|matched| matched.as_ref().map(|l| l.index)))
-            };
-            Some(VoterState {
-                id: i32::try_from(id).ok()?,
-                log_end_offset,
-                addr: voters.get(&id).map(|n| n.addr.clone()).unwrap_or_default(),
-            })
+    let state = |id: u64| {
+        let log_end_offset = if id == m.id {
+            end(m.last_log_index)
+        } else {
+            end(replication
+                .and_then(|r| r.get(&id))
+                .and_then(|matched| matched.as_ref().map(|l| l.index)))
+        };
+        Some(VoterState {
+            id: i32::try_from(id).ok()?,
+            log_end_offset,
+            addr: voters
+                .get(&id)
+                .or_else(|| membership.get_node(&id))
+                .map(|n| n.addr.clone())
+                .unwrap_or_default(),
         })
+    };
+    let observers = membership
+        .learner_ids()
+        .filter(|id| !ids.contains(id))
+        .filter_map(state)
         .collect();
+    let voters = ids.iter().copied().filter_map(state).collect();
     Some(QuorumState {
         leader_id: i32::try_from(m.id).ok()?,
         leader_epoch: i32::try_from(m.current_term).unwrap_or(i32::MAX),
         high_watermark: end(m.last_applied.map(|l| l.index)),
         voters,
+        observers,
     })
 }
 
@@ -282,6 +303,12 @@ impl QuorumHandle {
         self.voters.len()
     }
 
+    /// Whether this node is a voter of the quorum (a controller); `false` on a
+    /// broker-only node, a learner.
+    pub(crate) fn is_voter(&self) -> bool {
+        self.voters.contains_key(&self.node_id)
+    }
+
     /// Whether this node is the active controller now.
     pub(crate) fn is_leader(&self) -> bool {
         let m = self.metrics.borrow();
@@ -323,16 +350,24 @@ impl QuorumHandle {
     /// by every broker's metadata readers. Blocks the calling thread (the RPCs run on the
     /// Raft runtime). A single node, or no other live broker: returns at once, no RPC.
     pub(crate) fn await_applied_everywhere(&self, index: u64, image: &super::MetadataImage) {
-        if self.voters.len() <= 1 {
-            return;
-        }
-        // Every broker is a voter today (combined nodes): its CONTROLLER listener is its
-        // voter address. A live broker that is not a voter is not waited for.
+        // A broker's Raft address: its CONTROLLER listener when it is a voter (combined
+        // mode), else the internal listener it joined the quorum as a learner at. A live
+        // broker with neither (not a learner yet) is not waited for.
+        let nodes = self.metrics.borrow().membership_config.nodes().fold(
+            BTreeMap::new(),
+            |mut nodes, (id, node)| {
+                nodes.insert(*id, node.addr.clone());
+                nodes
+            },
+        );
         let targets: Vec<(u64, String)> = image
             .live_brokers()
             .filter_map(|b| u64::try_from(b.broker_id).ok())
             .filter(|id| *id != self.node_id)
-            .filter_map(|id| Some((id, self.voters.get(&id)?.addr.clone())))
+            .filter_map(|id| {
+                let addr = self.voters.get(&id).map(|n| n.addr.clone());
+                Some((id, addr.or_else(|| nodes.get(&id).cloned())?))
+            })
             .collect();
         if targets.is_empty() {
             return;
@@ -457,6 +492,9 @@ pub(crate) struct RaftMetadataLog {
     voters: BTreeMap<u64, BasicNode>,
     /// Entries up to here are in what `replay` returned: dropped from the queue.
     replayed_through: u64,
+    /// A broker-only node: whether the leader made it a learner (set by
+    /// [`join_as_learner`]); `None` on a voter.
+    joined: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl std::fmt::Debug for RaftMetadataLog {
@@ -552,6 +590,13 @@ impl RaftMetadataLog {
             })
             .collect();
         let single_node = voters.len() == 1 && voters.contains_key(&node_id);
+        let is_voter = voters.contains_key(&node_id);
+        if !is_voter && settings.learner_addr.is_none() {
+            return Err(raft_error(
+                "start",
+                "a node that is not a voter needs a Raft address to be a learner at",
+            ));
+        }
         let incarnation_id = uuid::Uuid::new_v4();
         let me = Arc::new(network::Sender {
             node_id,
@@ -640,6 +685,21 @@ impl RaftMetadataLog {
         if let Some(runtime) = &rt.runtime {
             runtime.spawn(log_leader_changes(raft.clone(), shutdown_rx.clone()));
         }
+        let joined = match (&settings.learner_addr, &rt.runtime) {
+            (Some(addr), Some(runtime)) if !is_voter => {
+                let joined = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                runtime.spawn(join_as_learner(
+                    raft.clone(),
+                    me.clone(),
+                    voters.clone(),
+                    addr.clone(),
+                    joined.clone(),
+                    shutdown_rx.clone(),
+                ));
+                Some(joined)
+            }
+            _ => None,
+        };
         let Some(runtime_handle) = rt.runtime.as_ref().map(|r| r.handle().clone()) else {
             return Err(raft_error("start", "no runtime"));
         };
@@ -684,6 +744,7 @@ impl RaftMetadataLog {
             node_id,
             voters,
             replayed_through: 0,
+            joined,
         };
         if !pristine {
             // The membership is the log's (no membership change is served yet): a voter
@@ -696,7 +757,8 @@ impl RaftMetadataLog {
                 )));
             }
         }
-        if pristine {
+        // A learner never forms the quorum: the voters do, and the leader adds it.
+        if pristine && is_voter {
             let members = me.voters.clone();
             let init = me
                 .rt
@@ -830,6 +892,70 @@ impl RaftMetadataLog {
     }
 }
 
+/// How often a broker-only node asks again to be made a learner while no leader did.
+const JOIN_RETRY: Duration = Duration::from_millis(200);
+
+/// A broker-only node (not a voter) asks the quorum leader, over its CONTROLLER
+/// listener, to make it a learner replicated to at `addr` (`AddLearner`), every
+/// [`JOIN_RETRY`] until one does; then sets `joined`, logs, and ends. A learner is never
+/// removed (docs/cluster.md, "Broker-only and controller-only nodes"): a restart asks
+/// again and moves it to its new address if that changed. Ends on `shutdown`.
+async fn join_as_learner(
+    raft: Raft<TypeConfig>,
+    me: Arc<network::Sender>,
+    voters: BTreeMap<u64, BasicNode>,
+    addr: String,
+    joined: Arc<std::sync::atomic::AtomicBool>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut warned = false;
+    // After a failed attempt at the leader this node knows (it may be dead: a restarted
+    // learner hears of a new one only once it replicates here), ask the voters instead.
+    let mut ask_voters = false;
+    loop {
+        let known = raft.metrics().borrow().current_leader;
+        let mut leader = known
+            .filter(|_| !ask_voters)
+            .and_then(|l| voters.get(&l).cloned());
+        if leader.is_none() {
+            for node in voters.values() {
+                if let Ok(Some(l)) = network::leader_at(&node.addr, &me, LEADER_QUERY_TTL).await {
+                    leader = voters.get(&l).cloned();
+                    break;
+                }
+            }
+        }
+        let result = match &leader {
+            Some(node) => {
+                network::add_learner_at(&node.addr, &me, &addr, Duration::from_secs(5)).await
+            }
+            None => Err("no active controller known".to_string()),
+        };
+        match result {
+            Ok(()) => {
+                joined.store(true, std::sync::atomic::Ordering::SeqCst);
+                tracing::info!(
+                    "metadata quorum: this broker-only node is a learner at {addr}: the active controller replicates __cluster_metadata to it"
+                );
+                return;
+            }
+            Err(why) if !warned => {
+                warned = true;
+                ask_voters = !ask_voters;
+                tracing::warn!("metadata quorum: not a learner yet, asking again: {why}");
+            }
+            Err(why) => {
+                ask_voters = !ask_voters;
+                tracing::debug!("metadata quorum: not a learner yet: {why}")
+            }
+        }
+        tokio::select! {
+            _ = shutdown.changed() => return,
+            () = tokio::time::sleep(JOIN_RETRY) => {}
+        }
+    }
+}
+
 /// How long a node that knows no leader waits for each other voter to name one.
 const LEADER_QUERY_TTL: Duration = Duration::from_millis(500);
 
@@ -879,6 +1005,21 @@ impl MetadataLog for RaftMetadataLog {
 
     fn append(&mut self, records: &[MetadataRecord]) -> Result<Option<u64>, MetadataError> {
         let deadline = Instant::now() + Duration::from_millis(COMMIT_TIMEOUT_MS);
+        if let Some(joined) = &self.joined {
+            // A learner proposes only once the leader replicates to it at its current
+            // address: its registration must not come before (a connect refused at a
+            // previous incarnation's address would count against the new one), and it
+            // could never apply its own change otherwise.
+            while !joined.load(std::sync::atomic::Ordering::SeqCst) {
+                if Instant::now() >= deadline {
+                    return Err(raft_error(
+                        "commit",
+                        "timed out: not a learner of the quorum yet (no leader answered AddLearner)",
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
         let offset = self.propose(
             Proposal {
                 records: records.to_vec(),
@@ -955,6 +1096,7 @@ mod tests {
             }],
             controller_listener: None,
             election_timeout_ms: DEFAULT_ELECTION_TIMEOUT_MS,
+            learner_addr: None,
         }
     }
 

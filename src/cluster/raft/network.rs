@@ -16,7 +16,9 @@
 //! registration of a `node.id` another live broker holds is refused with
 //! DUPLICATE_BROKER_REGISTRATION (101) before it is appended
 //! (`brokers::duplicate_registration`). `Leader` tells a node that knows no leader who
-//! leads. A vote request is served only from the process listening at the named voter's
+//! leads. `AddLearner` makes a broker-only node (not a voter) a Raft learner at its
+//! internal listener, which this same [`serve`] answers on. A vote request is served only
+//! from the process listening at the named voter's
 //! address (`Identify`, [`voter_refusal`]): a second process with a voter's id elsewhere
 //! never votes (docs/cluster.md, DUPLICATE_BROKER_REGISTRATION).
 //!
@@ -76,8 +78,11 @@ pub(crate) struct Sender {
 }
 
 impl Sender {
-    /// Why a request from `from` is refused by a node that is `self`, if it is.
-    fn refusal(&self, from: &Sender) -> Option<String> {
+    /// Why a request from `from` is refused by a node that is `self`, if it is. A node that
+    /// is not a voter (a broker-only node, a Raft learner) is heard except for `raft`
+    /// requests (Vote, AppendEntries, InstallSnapshot): it proposes, heartbeats, asks to
+    /// be a learner and answers AwaitApplied like any broker, but never votes or leads.
+    fn refusal(&self, from: &Sender, raft: bool) -> Option<String> {
         if from.voters != self.voters {
             Some(format!(
                 "node {} has controller.quorum.voters {}, this node {}: every node must list the same voters",
@@ -88,10 +93,11 @@ impl Sender {
                 "node {} is of cluster {}, this node of {}",
                 from.node_id, from.cluster_id, self.cluster_id
             ))
-        } else if !self
-            .voters
-            .split(',')
-            .any(|v| v.split('@').next() == Some(from.node_id.to_string().as_str()))
+        } else if raft
+            && !self
+                .voters
+                .split(',')
+                .any(|v| v.split('@').next() == Some(from.node_id.to_string().as_str()))
         {
             Some(format!(
                 "node {} is not a voter ({})",
@@ -146,6 +152,14 @@ pub(crate) enum RaftRpc {
     /// Which process listens here: asked at a voter's address by a node that got a vote
     /// request in that voter's name ([`voter_refusal`]).
     Identify,
+    /// Make the sender, a broker-only node, a Raft learner replicated to at `addr` (its
+    /// internal Raft listener), so it receives `__cluster_metadata` as Kafka's brokers
+    /// fetch it as observers (KIP-595). Answered by the leader once the membership entry
+    /// is committed; a learner already there at `addr` is answered at once.
+    AddLearner {
+        /// The learner's Raft address, `HOST:PORT`.
+        addr: String,
+    },
 }
 
 /// The answer to a [`RaftRpc`], variant for variant.
@@ -183,6 +197,9 @@ pub(crate) enum RaftRpcReply {
     },
     /// To Leader: the leader this node knows, if any.
     Leader(Option<NodeId>),
+    /// To AddLearner: the sender is a learner at its address, or why not (this node is not
+    /// the leader, a membership change is under way, the sender is a voter).
+    LearnerAdded(Result<(), String>),
     /// To Identify: this process's node id and incarnation id.
     Identity {
         /// Its `node.id`.
@@ -401,6 +418,75 @@ pub(super) async fn leader_at(
     }
 }
 
+/// Asks the controller at `addr` (the leader) to make `from` a Raft learner at
+/// `learner_addr` (on a connection of its own, within `ttl`).
+///
+/// Errors: as text: unreachable, broken, timed out, refused, or not done there (not the
+/// leader, a membership change under way).
+pub(super) async fn add_learner_at(
+    addr: &str,
+    from: &Sender,
+    learner_addr: &str,
+    ttl: Duration,
+) -> Result<(), String> {
+    let mut conn = None;
+    let rpc = RaftRpc::AddLearner {
+        addr: learner_addr.to_string(),
+    };
+    match call(&mut conn, addr, from, &rpc, ttl).await {
+        Ok(RaftRpcReply::LearnerAdded(r)) => r,
+        Ok(RaftRpcReply::Refused(why)) => Err(format!("controller {addr} refused: {why}")),
+        Ok(other) => Err(format!("unexpected reply to AddLearner: {other:?}")),
+        Err(Ok(e)) | Err(Err(e)) => Err(format!("controller {addr}: {e}")),
+    }
+}
+
+/// On the leader: makes `node_id` a learner at `addr` (openraft's `add_learner`, not
+/// waiting for it to catch up), or moves a learner to a new `addr` (`SetNodes`); nothing
+/// when it is a learner at `addr` already. Returns once the membership entry is committed.
+///
+/// Errors: as text: `node_id` is a voter, this node does not lead, or openraft refused
+/// (e.g. another membership change is under way: the learner asks again).
+async fn add_learner(raft: &Raft<TypeConfig>, node_id: NodeId, addr: String) -> Result<(), String> {
+    if !leads(raft) {
+        return Err("not the active controller".to_string());
+    }
+    let (is_voter, current) = {
+        let m = raft.metrics();
+        let m = m.borrow();
+        let membership = m.membership_config.membership();
+        let is_voter = membership.voter_ids().any(|v| v == node_id);
+        (
+            is_voter,
+            membership.get_node(&node_id).map(|n| n.addr.clone()),
+        )
+    };
+    if is_voter {
+        return Err(format!("node {node_id} is a voter, not a learner"));
+    }
+    let node = BasicNode::new(addr.clone());
+    let result = match current {
+        Some(at) if at == addr => return Ok(()),
+        Some(_) => raft
+            .change_membership(
+                openraft::ChangeMembers::SetNodes(BTreeMap::from([(node_id, node)])),
+                true,
+            )
+            .await
+            .map(|_| ()),
+        None => raft.add_learner(node_id, node, false).await.map(|_| ()),
+    };
+    match result {
+        Ok(()) => {
+            tracing::info!(
+                "metadata quorum: node {node_id} is a learner at {addr} (a broker-only node)"
+            );
+            Ok(())
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// Sends a broker heartbeat to the controller at `addr` over `conn` (made when `None`,
 /// dropped on error).
 ///
@@ -520,9 +606,9 @@ where
 
 /// openraft's network factory: a [`PeerClient`] per peer it asks for, each sending as
 /// `me`, each telling `sessions` whether the peer's CONTROLLER listener takes connections
-/// (a refused connect is the evidence that fences a killed broker early: every broker is
-/// a voter, its voter id its broker id, and the active controller's Raft heartbeats reach
-/// every voter every 100 ms).
+/// (a refused connect is the evidence that fences a killed broker early: a broker's Raft
+/// node id is its broker id, at its CONTROLLER listener or, broker-only, its learner
+/// listener, and the active controller's Raft heartbeats reach every one every 100 ms).
 #[derive(Debug, Clone)]
 pub(super) struct Peers {
     pub(super) me: Arc<Sender>,
@@ -764,7 +850,11 @@ async fn serve_connection(mut stream: TcpStream, served: &Served) -> std::io::Re
                 Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
                 Err(e) => return Err(e),
             };
-        if let Some(why) = me.refusal(&from) {
+        let raft_rpc = matches!(
+            rpc,
+            RaftRpc::AppendEntries(_) | RaftRpc::Vote(_) | RaftRpc::InstallSnapshot(_)
+        );
+        if let Some(why) = me.refusal(&from, raft_rpc) {
             // Once per connection: a refused peer retries on it every heartbeat.
             if !std::mem::replace(&mut refusal_logged, true) {
                 let peer = stream
@@ -838,6 +928,9 @@ async fn serve_connection(mut stream: TcpStream, served: &Served) -> std::io::Re
                 RaftRpcReply::Applied(visible.wait_visible(index, wait).await)
             }
             RaftRpc::Leader => RaftRpcReply::Leader(raft.metrics().borrow().current_leader),
+            RaftRpc::AddLearner { addr } => {
+                RaftRpcReply::LearnerAdded(add_learner(raft, from.node_id, addr).await)
+            }
             RaftRpc::Identify => RaftRpcReply::Identity {
                 node_id: me.node_id,
                 incarnation_id: served.incarnation_id,
@@ -938,20 +1031,22 @@ mod tests {
     #[test]
     fn only_a_voter_of_the_same_quorum_is_heard() {
         let me = sender(1, VOTERS);
-        assert_eq!(me.refusal(&sender(2, VOTERS)), None);
-        assert_eq!(me.refusal(&sender(1, VOTERS)), None);
+        assert_eq!(me.refusal(&sender(2, VOTERS), true), None);
+        assert_eq!(me.refusal(&sender(1, VOTERS), true), None);
         let moved = VOTERS.replace("2@127.0.0.1:9095", "2@127.0.0.1:9999");
-        let why = me.refusal(&sender(2, &moved)).expect("other voters");
+        let why = me.refusal(&sender(2, &moved), false).expect("other voters");
         assert!(why.contains("controller.quorum.voters"), "{why}");
         let mut other = sender(2, VOTERS);
         other.cluster_id = "d".into();
-        let why = me.refusal(&other).expect("another cluster");
+        let why = me.refusal(&other, false).expect("another cluster");
         assert!(why.contains("cluster d"), "{why}");
-        let why = me.refusal(&sender(4, VOTERS)).expect("not a voter");
+        let why = me.refusal(&sender(4, VOTERS), true).expect("not a voter");
         assert!(why.contains("not a voter"), "{why}");
+        // A broker-only node (not a voter) proposes, heartbeats, asks to be a learner.
+        assert_eq!(me.refusal(&sender(4, VOTERS), false), None);
         // Node 12 is not node 1 or 2.
         assert!(sender(1, "1@h:1,2@h:2")
-            .refusal(&sender(12, "1@h:1,2@h:2"))
+            .refusal(&sender(12, "1@h:1,2@h:2"), true)
             .is_some());
     }
 }
