@@ -73,6 +73,10 @@ pub(super) enum TopicCommand {
     Alter(AlterArgs),
     /// Delete a topic.
     Delete(DeleteArgs),
+    /// Delete records below an offset (kafka-delete-records.sh): moves each partition's
+    /// log start offset; prints the new low watermark per partition.
+    #[command(name = "delete-records")]
+    DeleteRecords(DeleteRecordsArgs),
 }
 
 /// `weir topic create` options (as `kafka-topics.sh --create`).
@@ -160,6 +164,32 @@ pub(super) struct DeleteArgs {
     pub if_exists: bool,
 }
 
+/// `weir topic delete-records` options: `TOPIC --partition P --offset O`, or
+/// kafka-delete-records.sh's `--offset-json-file` (`{"partitions": [{"topic": "t",
+/// "partition": 0, "offset": 3}], "version": 1}`).
+#[derive(Debug, Args)]
+#[command(group(
+    clap::ArgGroup::new("what")
+        .required(true)
+        .args(["name", "offset_json_file"])
+))]
+pub(super) struct DeleteRecordsArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// Topic name (with `--partition` and `--offset`).
+    #[arg(requires_all = ["partition", "offset"])]
+    pub name: Option<String>,
+    /// Partition index.
+    #[arg(long)]
+    pub partition: Option<i32>,
+    /// Records below this offset are deleted; -1 means the high watermark (everything).
+    #[arg(long, allow_negative_numbers = true)]
+    pub offset: Option<i64>,
+    /// kafka-delete-records.sh's JSON file of topics, partitions and offsets.
+    #[arg(long = "offset-json-file", value_name = "FILE", conflicts_with_all = ["partition", "offset"])]
+    pub offset_json_file: Option<std::path::PathBuf>,
+}
+
 /// Runs a topic subcommand.
 ///
 /// Errors: the broker's error for the topic (Kafka's name and description), a connection
@@ -171,6 +201,7 @@ pub(super) fn run(cmd: TopicCommand) -> anyhow::Result<()> {
         TopicCommand::Describe(args) => describe(args),
         TopicCommand::Alter(args) => alter(args),
         TopicCommand::Delete(args) => delete(args),
+        TopicCommand::DeleteRecords(args) => delete_records(args),
     }
 }
 
@@ -429,6 +460,88 @@ fn delete(args: DeleteArgs) -> anyhow::Result<()> {
         .if_exists
         .then_some(ResponseError::UnknownTopicOrPartition);
     single_result(results, &args.name, tolerated).map(|_| ())
+}
+
+/// kafka-delete-records.sh's offset JSON.
+#[derive(Debug, serde::Deserialize)]
+struct OffsetJson {
+    partitions: Vec<OffsetJsonEntry>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct OffsetJsonEntry {
+    topic: String,
+    partition: i32,
+    offset: i64,
+}
+
+/// DeleteRecords through librdkafka's admin client, which sends each partition to its
+/// leader. Prints, as kafka-delete-records.sh, one line per partition:
+/// `partition: TOPIC-P\tlow_watermark: N` or `partition: TOPIC-P\terror: NAME: text`
+/// (DeleteRecords carries no error message; the text is Kafka's description of the
+/// code); fails when any partition failed.
+fn delete_records(args: DeleteRecordsArgs) -> anyhow::Result<()> {
+    let wanted: Vec<(String, i32, i64)> = match (&args.offset_json_file, &args.name) {
+        (Some(path), _) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("read {}", path.display()))?;
+            let json: OffsetJson = serde_json::from_str(&text)
+                .with_context(|| format!("parse the offset JSON in {}", path.display()))?;
+            json.partitions
+                .into_iter()
+                .map(|e| (e.topic, e.partition, e.offset))
+                .collect()
+        }
+        (None, Some(name)) => vec![(
+            name.clone(),
+            args.partition.context("--partition is required")?,
+            args.offset.context("--offset is required")?,
+        )],
+        (None, None) => anyhow::bail!("give TOPIC --partition P --offset O or --offset-json-file"),
+    };
+    if wanted.is_empty() {
+        anyhow::bail!("no partition to delete records from");
+    }
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for (topic, partition, offset) in &wanted {
+        let offset = match *offset {
+            -1 => rdkafka::Offset::End,
+            o if o >= 0 => rdkafka::Offset::Offset(o),
+            o => anyhow::bail!("offset {o} of {topic}-{partition}: must be -1 or at least 0"),
+        };
+        tpl.add_partition_offset(topic, *partition, offset)
+            .map_err(|e| anyhow::anyhow!("{topic}-{partition}: {}", KafkaErrorText(&e)))?;
+    }
+    let (admin, _metadata) = admin_client(&args.client)?;
+    let result = client::block_on(admin.delete_records(&tpl, &admin_options()))?
+        .map_err(|e| anyhow::anyhow!("delete records: {}", admin.inner().context().explain(&e)))?;
+    let mut out = String::new();
+    let mut failed = 0;
+    for (topic, partition, _) in &wanted {
+        let line = match result.find_partition(topic, *partition) {
+            None => {
+                failed += 1;
+                "error: the broker's response did not mention it".to_string()
+            }
+            Some(elem) => match (elem.error(), elem.offset()) {
+                (Ok(()), rdkafka::Offset::Offset(low)) => format!("low_watermark: {low}"),
+                (Ok(()), other) => format!("low_watermark: {other:?}"),
+                (Err(e), _) => {
+                    failed += 1;
+                    format!("error: {}", KafkaErrorText(&e))
+                }
+            },
+        };
+        out.push_str(&format!("partition: {topic}-{partition}\t{line}\n"));
+    }
+    write_stdout(&out)?;
+    if failed > 0 {
+        anyhow::bail!(
+            "delete records failed for {failed} of {} partitions",
+            wanted.len()
+        );
+    }
+    Ok(())
 }
 
 fn list(args: ListArgs) -> anyhow::Result<()> {

@@ -25,6 +25,7 @@ mod connect_rest;
 mod connect_sqlite;
 mod connect_state;
 mod crash;
+mod delete_records;
 mod duplicate_registration;
 mod fetch;
 mod follower_fetch;
