@@ -5,7 +5,10 @@
 //! code and drops the broker's `error_message`, which says what was wrong (the config key
 //! and value refused, the broker an assignment names); for AlterConfigs it reports
 //! success whatever the broker said. Metadata and DescribeConfigs go through librdkafka's
-//! admin client.
+//! admin client; `describe` also sends one Metadata v10+ directly for the topic ids,
+//! which librdkafka does not expose (`TopicId: -`, with a warning, when that fails).
+//! `delete-records` uses librdkafka's DeleteRecords, which routes each partition to its
+//! leader.
 //!
 //! Output follows `kafka-topics.sh`: `Created topic NAME.` on create, one name per line on
 //! list, the tab-separated describe layout; alter and delete print nothing on success.
@@ -580,6 +583,26 @@ fn describe(args: DescribeArgs) -> anyhow::Result<()> {
             )
         })?;
 
+    let names: Vec<&str> = topics.iter().map(|t| t.name()).collect();
+    // The broker that answered librdkafka's Metadata first: it is reachable (a bootstrap
+    // list may start with a node that is down or cut off).
+    let answered = metadata
+        .brokers()
+        .iter()
+        .find(|b| b.id() == metadata.orig_broker_id())
+        .map(|b| format!("{}:{}", b.host(), b.port()));
+    let candidates = match answered {
+        Some(addr) => format!("{addr},{}", args.client.bootstrap_server),
+        None => args.client.bootstrap_server.clone(),
+    };
+    let ids = match topic_ids(&candidates, &names) {
+        Ok(ids) => ids,
+        Err(e) => {
+            // The id is the one field librdkafka cannot give; the rest is still right.
+            eprintln!("weir: warning: no topic ids (TopicId: -): {e:#}");
+            BTreeMap::new()
+        }
+    };
     let mut out = String::new();
     for (i, topic) in topics.iter().enumerate() {
         // Results come in request order; look the name up anyway rather than trust it.
@@ -612,7 +635,8 @@ fn describe(args: DescribeArgs) -> anyhow::Result<()> {
             under_replicated: args.under_replicated,
             unavailable: args.unavailable,
         };
-        describe_topic(&mut out, topic, &set.join(","), filter);
+        let id = ids.get(topic.name()).map_or("-", String::as_str);
+        describe_topic(&mut out, topic, id, &set.join(","), filter);
     }
     write_stdout(&out)?;
     Ok(())
@@ -637,17 +661,59 @@ impl PartitionFilter {
     }
 }
 
-/// Appends `kafka-topics.sh --describe`'s layout for one topic to `out`.
-///
-/// librdkafka does not expose the topic ID from Metadata, hence `TopicId: -`.
-fn describe_topic(out: &mut String, topic: &MetadataTopic, configs: &str, filter: PartitionFilter) {
+/// The topic id of each of `names`, as kafka-topics.sh prints it (Kafka's
+/// `Uuid.toString`: URL-safe base64 of the 16 bytes, no padding), from a Metadata v10+
+/// request spoken directly (KIP-516: topic ids in Metadata from v10): librdkafka does
+/// not expose the id. A topic the broker answers with an error or the zero id is left
+/// out. `bootstrap` is tried in order. Errors: no broker answers, or it offers no
+/// Metadata v10+.
+fn topic_ids(bootstrap: &str, names: &[&str]) -> anyhow::Result<BTreeMap<String, String>> {
+    use base64::Engine as _;
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::MetadataRequest;
+    let (mut conn, versions) = Conn::bootstrap(bootstrap)?;
+    let v = version(&versions, ApiKey::Metadata, 12)?;
+    if v < 10 {
+        anyhow::bail!("the broker offers Metadata up to v{v}; topic ids need v10");
+    }
+    let request = MetadataRequest::default()
+        .with_allow_auto_topic_creation(false)
+        .with_topics(Some(
+            names
+                .iter()
+                .map(|n| MetadataRequestTopic::default().with_name(Some(topic_name(n))))
+                .collect(),
+        ));
+    let response = conn.call(&request, v).context("Metadata for topic ids")?;
+    Ok(response
+        .topics
+        .into_iter()
+        .filter(|t| t.error_code == 0 && !t.topic_id.is_nil())
+        .filter_map(|t| {
+            let name = t.name?.0.to_string();
+            let id = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(t.topic_id.as_bytes());
+            Some((name, id))
+        })
+        .collect())
+}
+
+/// Appends `kafka-topics.sh --describe`'s layout for one topic to `out`; `topic_id` is
+/// from [`topic_ids`], `-` when unknown.
+fn describe_topic(
+    out: &mut String,
+    topic: &MetadataTopic,
+    topic_id: &str,
+    configs: &str,
+    filter: PartitionFilter,
+) {
     let mut partitions: Vec<_> = topic.partitions().iter().collect();
     partitions.sort_unstable_by_key(|p| p.id());
     let replication_factor = partitions.first().map_or(0, |p| p.replicas().len());
     if !filter.any() {
         out.push_str(&format!(
-            "Topic: {}\tTopicId: -\tPartitionCount: {}\tReplicationFactor: {}\tConfigs: {}\n",
+            "Topic: {}\tTopicId: {}\tPartitionCount: {}\tReplicationFactor: {}\tConfigs: {}\n",
             topic.name(),
+            topic_id,
             partitions.len(),
             replication_factor,
             configs

@@ -63,6 +63,22 @@ fn fails(bootstrap: &str, args: &[&str], stdin: &[u8]) -> String {
     String::from_utf8(out.stderr).expect("utf-8 stderr")
 }
 
+/// The id of `topic` from a raw Metadata v12 request, in Kafka's printed form
+/// (`Uuid.toString`: URL-safe base64 without padding).
+fn metadata_topic_id(bootstrap: &str, topic: &str) -> String {
+    use base64::Engine as _;
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::{MetadataRequest, MetadataResponse, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let mut c = crate::harness::RawConn::connect(bootstrap);
+    let req = MetadataRequest::default().with_topics(Some(vec![MetadataRequestTopic::default()
+        .with_name(Some(TopicName(StrBytes::from_string(topic.to_string()))))]));
+    let resp: MetadataResponse = crate::harness::decode(c.request(&req, 12, 1).unwrap(), 12);
+    let id = resp.topics[0].topic_id;
+    assert!(!id.is_nil(), "{topic} has an id");
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id.as_bytes())
+}
+
 fn partition_line(topic: &str, partition: i32) -> String {
     format!("\tTopic: {topic}\tPartition: {partition}\tLeader: 1\tReplicas: 1\tIsr: 1\n")
 }
@@ -108,8 +124,14 @@ fn topic_create_list_describe_alter_delete() {
     assert_eq!(ok(b, &["topic", "list"], b""), "audit\norders\n");
 
     let described = ok(b, &["topic", "describe", "orders"], b"");
+    let orders_id = metadata_topic_id(b, "orders");
+    assert_eq!(
+        orders_id.len(),
+        22,
+        "Kafka's base64 form of 16 bytes: {orders_id}"
+    );
     let expected = format!(
-        "Topic: orders\tTopicId: -\tPartitionCount: 2\tReplicationFactor: 1\t\
+        "Topic: orders\tTopicId: {orders_id}\tPartitionCount: 2\tReplicationFactor: 1\t\
          Configs: cleanup.policy=compact,retention.ms=3600000\n{}{}",
         partition_line("orders", 0),
         partition_line("orders", 1)
@@ -120,7 +142,8 @@ fn topic_create_list_describe_alter_delete() {
     assert_eq!(
         audit,
         format!(
-            "Topic: audit\tTopicId: -\tPartitionCount: 1\tReplicationFactor: 1\tConfigs: \n{}",
+            "Topic: audit\tTopicId: {}\tPartitionCount: 1\tReplicationFactor: 1\tConfigs: \n{}",
+            metadata_topic_id(b, "audit"),
             partition_line("audit", 0)
         )
     );
@@ -131,7 +154,9 @@ fn topic_create_list_describe_alter_delete() {
     );
     let altered = ok(b, &["topic", "describe", "orders"], b"");
     assert!(
-        altered.starts_with("Topic: orders\tTopicId: -\tPartitionCount: 4\t"),
+        altered.starts_with(&format!(
+            "Topic: orders\tTopicId: {orders_id}\tPartitionCount: 4\t"
+        )),
         "{altered}"
     );
     for p in 0..4 {
@@ -253,10 +278,11 @@ fn topic_alter_adds_and_deletes_configs() {
     assert_eq!(ok(b, &both, b""), "");
     let described = ok(b, &["topic", "describe", "cfg"], b"");
     assert!(
-        described.starts_with(
-            "Topic: cfg\tTopicId: -\tPartitionCount: 3\tReplicationFactor: 1\t\
-             Configs: max.message.bytes=2000,retention.ms=1000\n"
-        ),
+        described.starts_with(&format!(
+            "Topic: cfg\tTopicId: {}\tPartitionCount: 3\tReplicationFactor: 1\t\
+             Configs: max.message.bytes=2000,retention.ms=1000\n",
+            metadata_topic_id(b, "cfg")
+        )),
         "{described}"
     );
 
