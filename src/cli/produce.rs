@@ -3,7 +3,8 @@
 //! Lines end at `\n` (a trailing `\r` is dropped too) and are sent as raw bytes; an empty
 //! line is an empty record. With `--key-separator SEP` the bytes before the first SEP are
 //! the key and the rest the value (Kafka's `parse.key=true` + `key.separator`); a line
-//! without SEP is an error, as in Kafka.
+//! without SEP is an error, as in Kafka. `--header KEY=VALUE` (repeatable) adds the same
+//! headers to every record.
 //!
 //! Stdin is streamed: one line buffer, reused; librdkafka's queue bounds what is in flight,
 //! and a full queue (`QUEUE_FULL`) is waited out by polling for deliveries. Every delivery
@@ -27,7 +28,7 @@ use clap::{Args, ValueEnum};
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::DeliveryResult;
+use rdkafka::message::{DeliveryResult, Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 
 use super::client::{self, CliContext, KafkaErrorText};
@@ -74,6 +75,21 @@ pub(super) struct ProduceArgs {
     /// Compression codec for record batches (Kafka's `compression.type`).
     #[arg(long, value_enum, default_value_t = Compression::None)]
     pub compression: Compression,
+    /// A header KEY=VALUE every record carries (the value's bytes as given; `KEY=` is an
+    /// empty value); repeatable, kept in order, duplicates allowed (as Kafka headers).
+    #[arg(long = "header", value_name = "KEY=VALUE", value_parser = parse_header)]
+    pub headers: Vec<(String, String)>,
+}
+
+/// `KEY=VALUE` at the first `=`. An empty key is refused: Kafka allows it, but it is
+/// almost certainly a typo on a command line.
+fn parse_header(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
+        _ => Err(format!(
+            "expected KEY=VALUE with a non-empty KEY, got '{s}'"
+        )),
+    }
 }
 
 /// Kafka's `acks`.
@@ -196,6 +212,16 @@ fn send_lines(
     if separator == Some(b"".as_slice()) {
         anyhow::bail!("--key-separator must not be empty");
     }
+    let headers = (!args.headers.is_empty()).then(|| {
+        args.headers
+            .iter()
+            .fold(OwnedHeaders::new(), |h, (key, value)| {
+                h.insert(Header {
+                    key,
+                    value: Some(value.as_bytes()),
+                })
+            })
+    });
     let mut line = Vec::with_capacity(4096);
     let mut line_number: usize = 0;
     loop {
@@ -233,6 +259,9 @@ fn send_lines(
             BaseRecord::with_opaque_to(&args.topic, line_number).payload(value);
         if let Some(key) = key {
             record = record.key(key);
+        }
+        if let Some(headers) = &headers {
+            record = record.headers(headers.clone());
         }
         if let Some(partition) = args.partition {
             record = record.partition(partition);

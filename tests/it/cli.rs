@@ -5,6 +5,9 @@
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
+use rdkafka::config::ClientConfig;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
 use crate::harness::{poll_for, wait_until, TestBroker};
 
 /// Longest any single CLI invocation may take before the test fails, in seconds.
@@ -413,6 +416,126 @@ fn produce_keyed_lines_and_consume_them_with_keys() {
     assert!(
         bad.contains("no key separator found on line number 1"),
         "{bad}"
+    );
+}
+
+#[test]
+fn produce_headers_and_consume_with_kafkas_print_properties() {
+    let broker = TestBroker::start();
+    let b = broker.bootstrap.as_str();
+    ok(b, &["topic", "create", "props", "-p", "2"], b"");
+    ok(
+        b,
+        &[
+            "produce",
+            "props",
+            "-p",
+            "1",
+            "--key-separator",
+            ":",
+            "--header",
+            "source=cli",
+            "--header",
+            "trace=",
+            "--header",
+            "source=again",
+        ],
+        b"k1:v1\nk2:v2\n",
+    );
+    let all = [
+        "--property",
+        "print.partition=true",
+        "--property",
+        "print.offset=true",
+        "--property",
+        "print.headers=true",
+        "--property",
+        "print.key=true",
+        "--property",
+        "key.separator=|",
+    ];
+    let mut args = vec!["consume", "props", "-p", "1", "--offset", "1", "-n", "1"];
+    args.extend_from_slice(&all);
+    assert_eq!(
+        ok(b, &args, b""),
+        "Partition:1|Offset:1|source:cli,trace:,source:again|k2|v2\n"
+    );
+
+    // print.timestamp with CreateTime stamps from a real client; --from-timestamp
+    // starts at the first record at or after it (ListOffsets by time).
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", b)
+        .create()
+        .unwrap();
+    for (i, ts) in [1_000_000_i64, 2_000_000, 3_000_000].iter().enumerate() {
+        let value = format!("t{i}");
+        p.send(
+            BaseRecord::<(), str>::to("props")
+                .partition(0)
+                .payload(&value)
+                .timestamp(*ts),
+        )
+        .map_err(|(e, _)| e)
+        .unwrap();
+    }
+    p.flush(std::time::Duration::from_secs(10)).unwrap();
+    let from = ok(
+        b,
+        &[
+            "consume",
+            "props",
+            "-p",
+            "0",
+            "--from-timestamp",
+            "1500000",
+            "-n",
+            "2",
+            "--property",
+            "print.timestamp=true",
+            "--property",
+            "print.offset=true",
+            "--property",
+            "print.headers=true",
+        ],
+        b"",
+    );
+    assert_eq!(
+        from,
+        "CreateTime:2000000\tOffset:1\tNO_HEADERS\tt1\nCreateTime:3000000\tOffset:2\tNO_HEADERS\tt2\n"
+    );
+    // Every partition, from a time after everything: nothing, until the idle timeout.
+    let none = ok(
+        b,
+        &[
+            "consume",
+            "props",
+            "--from-timestamp",
+            "9000000000000",
+            "--timeout-ms",
+            "1000",
+        ],
+        b"",
+    );
+    assert_eq!(none, "");
+    let bad = fails(
+        b,
+        &[
+            "consume",
+            "props",
+            "--property",
+            "print.colour=true",
+            "-n",
+            "1",
+        ],
+        b"",
+    );
+    assert!(bad.contains("print.colour"), "{bad}");
+    // A usage error: clap's exit code 2, nothing sent.
+    let bad = weir(b, &["produce", "props", "--header", "=x"], b"a\n");
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("non-empty KEY"),
+        "{bad:?}"
     );
 }
 
