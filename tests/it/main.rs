@@ -8,6 +8,7 @@ mod admin;
 mod architecture;
 mod bad_input;
 mod cli;
+mod cli_failures;
 mod clients;
 mod cluster;
 mod cluster_clients;
