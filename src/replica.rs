@@ -1145,6 +1145,10 @@ impl Partition {
     ///
     /// Errors: [`LogError`] (I/O).
     pub fn follow_leader_log_start(&self, leader_log_start_offset: i64) -> Result<bool, LogError> {
+        // Every Fetch response calls this; the write lock only when there is work.
+        if leader_log_start_offset <= self.log().log_start_offset() {
+            return Ok(false);
+        }
         let mut log = self.log_mut();
         if matches!(*self.role(), ReplicaRole::Leader { .. }) {
             return Ok(false);

@@ -461,6 +461,25 @@ fn produce_headers_and_consume_with_kafkas_print_properties() {
         "Partition:1|Offset:1|source:cli,trace:,source:again|k2|v2\n"
     );
 
+    // kafka-console-producer's parse.headers: per-line headers before the key.
+    ok(
+        b,
+        &[
+            "produce",
+            "props",
+            "-p",
+            "1",
+            "--property",
+            "parse.headers=true",
+            "--property",
+            "parse.key=true",
+        ],
+        b"h:1,g:x\tk3\tv3\n",
+    );
+    let mut args = vec!["consume", "props", "-p", "1", "--offset", "2", "-n", "1"];
+    args.extend_from_slice(&all);
+    assert_eq!(ok(b, &args, b""), "Partition:1|Offset:2|h:1,g:x|k3|v3\n");
+
     // print.timestamp with CreateTime stamps from a real client; --from-timestamp
     // starts at the first record at or after it (ListOffsets by time).
     let p: BaseProducer = ClientConfig::new()
