@@ -15,7 +15,8 @@ use kafka_protocol::messages::delete_records_request::{
 };
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{
-    BrokerId, DeleteRecordsRequest, DeleteRecordsResponse, FetchRequest, FetchResponse, TopicName,
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, DeleteRecordsRequest,
+    DeleteRecordsResponse, FetchRequest, FetchResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::admin::AdminOptions;
@@ -166,8 +167,17 @@ async fn delete_records_moves_the_log_start_durably() {
         Err(RDKafkaErrorCode::OffsetOutOfRange)
     );
 
-    // A raw request: unknown topic → 3; -1 → the high watermark.
+    // Advertised in ApiVersions at the versions handled.
     let mut c = RawConn::connect(&b.bootstrap);
+    let versions: ApiVersionsResponse =
+        decode(c.request(&ApiVersionsRequest::default(), 3, 6).unwrap(), 3);
+    let advertised = versions
+        .api_keys
+        .iter()
+        .find(|a| a.api_key == ApiKey::DeleteRecords as i16)
+        .map(|a| (a.min_version, a.max_version));
+    assert_eq!(advertised, Some((0, 2)));
+    // A raw request: unknown topic → 3; -1 → the high watermark.
     let req = DeleteRecordsRequest::default()
         .with_timeout_ms(1000)
         .with_topics(vec![
