@@ -1103,6 +1103,68 @@ impl Partition {
         Ok(true)
     }
 
+    /// DeleteRecords on the leader (protocol guide "DeleteRecords"; Kafka's
+    /// `Partition.deleteRecordsOnLeader`): moves the log start offset to `offset`, or to
+    /// the high watermark when `offset` is -1, deleting the segments wholly below it
+    /// ([`PartitionLog::increment_log_start_offset`]). Returns the log start offset after
+    /// the call (the response's `low_watermark`; unchanged when `offset` is below it).
+    /// Followers move theirs when their next Fetch response carries the new start
+    /// ([`Partition::follow_leader_log_start`]); the answer does not wait for them.
+    ///
+    /// Errors: `NotLeader` (6) on a follower; `OffsetOutOfRange` (1) when `offset` is
+    /// above the high watermark or negative other than -1; `Io` (56).
+    pub fn delete_records_on_leader(&self, offset: i64) -> Result<i64, LogError> {
+        let mut log = self.log_mut();
+        if !matches!(*self.role(), ReplicaRole::Leader { .. }) {
+            return Err(LogError::NotLeader);
+        }
+        let offsets = self.offsets_of(&log);
+        let target = if offset == -1 {
+            offsets.high_watermark
+        } else {
+            offset
+        };
+        if target < 0 {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                log_start_offset: offsets.log_start_offset,
+                log_end_offset: offsets.log_end_offset,
+            });
+        }
+        if log.increment_log_start_offset(target, offsets.high_watermark)? {
+            tracing::info!(topic = %self.topic, partition = self.index, log_start_offset = target, "DeleteRecords moved the log start offset");
+        }
+        Ok(log.log_start_offset())
+    }
+
+    /// A follower takes its leader's log start offset from a Fetch response (Kafka's
+    /// `ReplicaFetcherThread.processPartitionData` → `maybeIncrementLogStartOffset`),
+    /// capped at its own high watermark; so records deleted on the leader (DeleteRecords,
+    /// retention) stop being readable here too. Does nothing on a leader or when the
+    /// offset is not above this replica's start. Returns whether the start moved.
+    ///
+    /// Errors: [`LogError`] (I/O).
+    pub fn follow_leader_log_start(&self, leader_log_start_offset: i64) -> Result<bool, LogError> {
+        // Every Fetch response calls this; the write lock only when there is work.
+        if leader_log_start_offset <= self.log().log_start_offset() {
+            return Ok(false);
+        }
+        let mut log = self.log_mut();
+        if matches!(*self.role(), ReplicaRole::Leader { .. }) {
+            return Ok(false);
+        }
+        let hw = self.offsets_of(&log).high_watermark;
+        let target = leader_log_start_offset.min(hw);
+        if target <= log.log_start_offset() {
+            return Ok(false);
+        }
+        let moved = log.increment_log_start_offset(target, hw)?;
+        if moved {
+            tracing::info!(topic = %self.topic, partition = self.index, log_start_offset = target, "follower moved its log start offset to the leader's");
+        }
+        Ok(moved)
+    }
+
     /// The newest leader epoch in this replica's log, if any batch carries one.
     pub fn latest_epoch(&self) -> Option<i32> {
         self.log().latest_epoch()

@@ -504,7 +504,12 @@ async fn fetch_once(
                 .partition
                 .append_as_follower(batches, r.high_watermark, now_ms())
             {
-                Ok(()) => {}
+                Ok(()) => {
+                    if let Err(e) = f.partition.follow_leader_log_start(r.log_start_offset) {
+                        tracing::error!(topic, partition = r.partition_index, error = %e, "cannot move the log start offset to the leader's");
+                        backoff = true;
+                    }
+                }
                 Err(e @ LogError::UnexpectedAppendOffset { .. }) => {
                     tracing::warn!(topic, partition = r.partition_index, error = %e, "follower log out of step with the leader; truncating by epoch again");
                     set_truncated(set, &key, f.leader_epoch, false);

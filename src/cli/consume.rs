@@ -15,7 +15,10 @@
 //! consumer leaves the group. How partitions are obtained is isolated in [`Membership`].
 //!
 //! Output: the value, or with `--print-key` `key<SEP>value`; a null key or value prints as
-//! `null`; raw bytes, one record per line. Ends after `-n` records, after `--timeout-ms`
+//! `null`; raw bytes, one record per line. `--property print.timestamp=true` (and
+//! `print.partition`, `print.offset`, `print.headers`, `print.key`, `key.separator`, ...)
+//! add fields as kafka-console-consumer's `DefaultMessageFormatter` does ([`RecordFormat`]).
+//! `--from-timestamp MS` starts each partition at the first record at or after MS. Ends after `-n` records, after `--timeout-ms`
 //! without a record, at Ctrl-C/SIGTERM, or when stdout is closed (`| head`); then prints
 //! `Processed a total of N messages` on stderr, as Kafka does.
 //!
@@ -67,12 +70,21 @@ pub(super) struct ConsumeArgs {
     /// committed offsets, commit what was printed.
     #[arg(short = 'g', long, value_name = "GROUP", conflicts_with_all = ["offset", "partition"])]
     pub group: Option<String>,
+    /// Start at the first offset whose record timestamp is at or after MS (milliseconds
+    /// since the epoch), per partition (ListOffsets by timestamp); the end where none is.
+    #[arg(long = "from-timestamp", value_name = "MS", conflicts_with_all = ["from_beginning", "offset", "group"])]
+    pub from_timestamp: Option<i64>,
     /// Print the key before the value, separated by --key-separator.
     #[arg(long = "print-key")]
     pub print_key: bool,
     /// Separator between key and value with --print-key.
     #[arg(long = "key-separator", value_name = "SEP", default_value = "\t")]
     pub key_separator: String,
+    /// kafka-console-consumer's formatter properties: print.key, print.value,
+    /// print.partition, print.offset, print.timestamp, print.headers (true/false),
+    /// key.separator, line.separator, headers.separator, null.literal; repeatable.
+    #[arg(long = "property", value_name = "KEY=VALUE", value_parser = client::parse_key_value)]
+    pub properties: Vec<(String, String)>,
     /// Exit after this many records.
     #[arg(short = 'n', long = "max-messages", value_name = "MAX")]
     pub max_messages: Option<u64>,
@@ -90,14 +102,18 @@ pub(super) enum StartOffset {
     Latest,
     /// This offset (non-negative).
     At(i64),
+    /// The first offset whose timestamp is at or after this one (ms since the epoch).
+    Timestamp(i64),
 }
 
 impl StartOffset {
+    /// The offset to assign; a timestamp is looked up first (see `assign`), the value
+    /// here is what `offsets_for_times` takes.
     fn to_rdkafka(self) -> Offset {
         match self {
             StartOffset::Earliest => Offset::Beginning,
             StartOffset::Latest => Offset::End,
-            StartOffset::At(n) => Offset::Offset(n),
+            StartOffset::At(n) | StartOffset::Timestamp(n) => Offset::Offset(n),
         }
     }
 }
@@ -131,11 +147,94 @@ struct StopAfter {
     idle_timeout: Option<Duration>,
 }
 
-/// How each record is printed.
-#[derive(Debug)]
-struct RecordFormat<'a> {
+/// How each record is printed: Kafka's `DefaultMessageFormatter` (the properties of
+/// `kafka-console-consumer.sh --property`). Fields in Kafka's order, each followed by
+/// `key_separator` when another printed field follows, the last by `line_separator`:
+/// `CreateTime:TS` (or `LogAppendTime:TS`, `NO_TIMESTAMP`), `Partition:P`, `Offset:O`,
+/// headers (`k1:v1,k2:v2`, `NO_HEADERS` when none), key, value. An absent key, value or
+/// header value prints as `null_literal`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RecordFormat {
+    print_timestamp: bool,
+    print_partition: bool,
+    print_offset: bool,
+    print_headers: bool,
     print_key: bool,
-    key_separator: &'a [u8],
+    print_value: bool,
+    key_separator: Vec<u8>,
+    line_separator: Vec<u8>,
+    headers_separator: Vec<u8>,
+    null_literal: Vec<u8>,
+}
+
+impl RecordFormat {
+    /// The format of `--print-key`/`--key-separator` with the `--property` list applied
+    /// over it. Errors: an unknown property or a boolean that is not true/false.
+    fn from_args(
+        print_key: bool,
+        key_separator: &str,
+        properties: &[(String, String)],
+    ) -> anyhow::Result<RecordFormat> {
+        let mut format = RecordFormat {
+            print_timestamp: false,
+            print_partition: false,
+            print_offset: false,
+            print_headers: false,
+            print_key,
+            print_value: true,
+            key_separator: key_separator.as_bytes().to_vec(),
+            line_separator: b"\n".to_vec(),
+            headers_separator: b",".to_vec(),
+            null_literal: b"null".to_vec(),
+        };
+        for (key, value) in properties {
+            let flag = || -> anyhow::Result<bool> {
+                match value.to_ascii_lowercase().as_str() {
+                    "true" => Ok(true),
+                    "false" => Ok(false),
+                    _ => anyhow::bail!("--property {key}={value}: expected true or false"),
+                }
+            };
+            match key.as_str() {
+                "print.timestamp" => format.print_timestamp = flag()?,
+                "print.partition" => format.print_partition = flag()?,
+                "print.offset" => format.print_offset = flag()?,
+                "print.headers" => format.print_headers = flag()?,
+                "print.key" => format.print_key = flag()?,
+                "print.value" => format.print_value = flag()?,
+                "key.separator" => format.key_separator = unescape(value),
+                "line.separator" => format.line_separator = unescape(value),
+                "headers.separator" => format.headers_separator = unescape(value),
+                "null.literal" => format.null_literal = value.as_bytes().to_vec(),
+                _ => anyhow::bail!(
+                    "--property {key}: unknown (known: print.key, print.value, print.partition, \
+                     print.offset, print.timestamp, print.headers, key.separator, \
+                     line.separator, headers.separator, null.literal)"
+                ),
+            }
+        }
+        Ok(format)
+    }
+}
+
+/// `\t`, `\n` and `\r` written as two characters (as a shell passes them) become the
+/// control characters; anything else is taken as is.
+fn unescape(s: &str) -> Vec<u8> {
+    s.replace("\\t", "\t")
+        .replace("\\n", "\n")
+        .replace("\\r", "\r")
+        .into_bytes()
+}
+
+/// What of one record [`write_record`] prints.
+#[derive(Debug)]
+struct RecordView<'a> {
+    timestamp: rdkafka::Timestamp,
+    partition: i32,
+    offset: i64,
+    headers: Vec<(&'a str, Option<&'a [u8]>)>,
+    key: Option<&'a [u8]>,
+    value: Option<&'a [u8]>,
 }
 
 /// Runs `weir consume`.
@@ -144,10 +243,14 @@ struct RecordFormat<'a> {
 /// (`UNKNOWN_TOPIC_OR_PARTITION`); the broker cannot be reached for metadata; a fatal
 /// consumer error; stdout failing for a reason other than being closed.
 pub(super) fn run(args: ConsumeArgs) -> anyhow::Result<()> {
-    let start = match (args.from_beginning, args.offset) {
-        (true, _) => StartOffset::Earliest,
-        (false, Some(offset)) => offset,
-        (false, None) => StartOffset::Latest,
+    let start = match (args.from_beginning, args.offset, args.from_timestamp) {
+        (true, _, _) => StartOffset::Earliest,
+        (false, Some(offset), _) => offset,
+        (false, None, Some(ms)) if ms < 0 => {
+            anyhow::bail!("--from-timestamp {ms}: must be milliseconds since the epoch (>= 0)")
+        }
+        (false, None, Some(ms)) => StartOffset::Timestamp(ms),
+        (false, None, None) => StartOffset::Latest,
     };
     if matches!(start, StartOffset::At(_)) && args.partition.is_none() {
         anyhow::bail!("the partition is required when offset is specified (--partition)");
@@ -170,10 +273,7 @@ pub(super) fn run(args: ConsumeArgs) -> anyhow::Result<()> {
         max_messages: args.max_messages,
         idle_timeout: args.timeout_ms.map(Duration::from_millis),
     };
-    let format = RecordFormat {
-        print_key: args.print_key,
-        key_separator: args.key_separator.as_bytes(),
-    };
+    let format = RecordFormat::from_args(args.print_key, &args.key_separator, &args.properties)?;
     let stdout = std::io::stdout();
     let mut out = BufWriter::with_capacity(STDOUT_BUFFER_BYTES, stdout.lock());
     let result = print_records(
@@ -222,7 +322,7 @@ fn create_consumer(
     // With a group: where to start a partition the group has no committed offset for.
     let reset = match start {
         StartOffset::Earliest => "earliest",
-        StartOffset::Latest | StartOffset::At(_) => "latest",
+        StartOffset::Latest | StartOffset::At(_) | StartOffset::Timestamp(_) => "latest",
     };
     config
         .set("auto.offset.reset", reset)
@@ -268,6 +368,27 @@ fn assign(
             .add_partition_offset(topic, id, start.to_rdkafka())
             .map_err(|e| anyhow::anyhow!("partition {id}: {}", KafkaErrorText(&e)))?;
     }
+    if let StartOffset::Timestamp(ms) = start {
+        // ListOffsets by timestamp (KIP-79); a partition with no record that recent gets
+        // the end (librdkafka answers Offset::End), as kafka-console-consumer does.
+        assignment = consumer
+            .offsets_for_times(assignment, client::METADATA_TIMEOUT)
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "offsets of '{topic}' for timestamp {ms}: {}",
+                    consumer.context().explain(&e)
+                )
+            })?;
+        for elem in assignment.elements() {
+            if let Err(e) = elem.error() {
+                anyhow::bail!(
+                    "offset of {topic}-{} for timestamp {ms}: {}",
+                    elem.partition(),
+                    KafkaErrorText(&e)
+                );
+            }
+        }
+    }
     consumer
         .assign(&assignment)
         .map_err(|e| anyhow::anyhow!("assign '{topic}': {}", KafkaErrorText(&e)))
@@ -294,7 +415,7 @@ fn print_records(
     consumer: &BaseConsumer<CliContext>,
     membership: Membership<'_>,
     out: &mut impl Write,
-    format: &RecordFormat<'_>,
+    format: &RecordFormat,
     stop_after: StopAfter,
     stopped: &dyn Fn() -> bool,
 ) -> Result<u64, (u64, anyhow::Error)> {
@@ -326,7 +447,20 @@ fn print_records(
         match polled {
             None => {}
             Some(Ok(message)) => {
-                match write_record(out, format, message.key(), message.payload()) {
+                use rdkafka::message::Headers as _;
+                let headers = message
+                    .headers()
+                    .map(|h| h.iter().map(|x| (x.key, x.value)).collect())
+                    .unwrap_or_default();
+                let view = RecordView {
+                    timestamp: message.timestamp(),
+                    partition: message.partition(),
+                    offset: message.offset(),
+                    headers,
+                    key: message.key(),
+                    value: message.payload(),
+                };
+                match write_record(out, format, &view) {
                     Ok(()) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(printed),
                     Err(e) => return Err((printed, anyhow::Error::new(e).context("stdout"))),
@@ -387,19 +521,55 @@ fn is_fatal(error: &KafkaError) -> bool {
     }
 }
 
-/// Writes one record: `value` or `key<SEP>value`, `null` for an absent key or value.
+/// Writes one record as [`RecordFormat`] says (Kafka's `DefaultMessageFormatter.writeTo`).
 fn write_record(
     out: &mut impl Write,
-    format: &RecordFormat<'_>,
-    key: Option<&[u8]>,
-    value: Option<&[u8]>,
+    format: &RecordFormat,
+    record: &RecordView<'_>,
 ) -> std::io::Result<()> {
-    if format.print_key {
-        out.write_all(key.unwrap_or(b"null"))?;
-        out.write_all(format.key_separator)?;
+    let mut fields: Vec<Vec<u8>> = Vec::with_capacity(6);
+    if format.print_timestamp {
+        fields.push(match record.timestamp {
+            rdkafka::Timestamp::CreateTime(ms) => format!("CreateTime:{ms}").into_bytes(),
+            rdkafka::Timestamp::LogAppendTime(ms) => format!("LogAppendTime:{ms}").into_bytes(),
+            rdkafka::Timestamp::NotAvailable => b"NO_TIMESTAMP".to_vec(),
+        });
     }
-    out.write_all(value.unwrap_or(b"null"))?;
-    out.write_all(b"\n")
+    if format.print_partition {
+        fields.push(format!("Partition:{}", record.partition).into_bytes());
+    }
+    if format.print_offset {
+        fields.push(format!("Offset:{}", record.offset).into_bytes());
+    }
+    if format.print_headers {
+        if record.headers.is_empty() {
+            fields.push(b"NO_HEADERS".to_vec());
+        } else {
+            let mut text = Vec::new();
+            for (i, (key, value)) in record.headers.iter().enumerate() {
+                if i > 0 {
+                    text.extend_from_slice(&format.headers_separator);
+                }
+                text.extend_from_slice(key.as_bytes());
+                text.push(b':');
+                text.extend_from_slice(value.unwrap_or(&format.null_literal));
+            }
+            fields.push(text);
+        }
+    }
+    if format.print_key {
+        fields.push(record.key.unwrap_or(&format.null_literal).to_vec());
+    }
+    if format.print_value {
+        fields.push(record.value.unwrap_or(&format.null_literal).to_vec());
+    }
+    for (i, field) in fields.iter().enumerate() {
+        if i > 0 {
+            out.write_all(&format.key_separator)?;
+        }
+        out.write_all(field)?;
+    }
+    out.write_all(&format.line_separator)
 }
 
 #[cfg(test)]
@@ -415,22 +585,62 @@ mod tests {
         assert!(parse_start_offset("x").is_err());
     }
 
+    fn view<'a>(key: Option<&'a [u8]>, value: Option<&'a [u8]>) -> RecordView<'a> {
+        RecordView {
+            timestamp: rdkafka::Timestamp::CreateTime(1_700_000_000_000),
+            partition: 2,
+            offset: 41,
+            headers: Vec::new(),
+            key,
+            value,
+        }
+    }
+
     #[test]
     fn records_print_like_kafka() {
-        let format = RecordFormat {
-            print_key: true,
-            key_separator: b"\t",
-        };
+        let format = RecordFormat::from_args(true, "\t", &[]).unwrap();
         let mut out = Vec::new();
-        write_record(&mut out, &format, Some(b"k"), Some(b"v")).unwrap();
-        write_record(&mut out, &format, None, None).unwrap();
+        write_record(&mut out, &format, &view(Some(b"k"), Some(b"v"))).unwrap();
+        write_record(&mut out, &format, &view(None, None)).unwrap();
         assert_eq!(out, b"k\tv\nnull\tnull\n");
-        let plain = RecordFormat {
-            print_key: false,
-            key_separator: b"\t",
-        };
+        let plain = RecordFormat::from_args(false, "\t", &[]).unwrap();
         let mut out = Vec::new();
-        write_record(&mut out, &plain, Some(b"k"), Some(b"v")).unwrap();
+        write_record(&mut out, &plain, &view(Some(b"k"), Some(b"v"))).unwrap();
         assert_eq!(out, b"v\n");
+    }
+
+    #[test]
+    fn properties_print_every_field_in_kafkas_order() {
+        let props: Vec<(String, String)> = [
+            ("print.timestamp", "true"),
+            ("print.partition", "true"),
+            ("print.offset", "true"),
+            ("print.headers", "true"),
+            ("print.key", "true"),
+            ("key.separator", "|"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let format = RecordFormat::from_args(false, "\t", &props).unwrap();
+        let mut record = view(Some(b"k"), Some(b"v"));
+        let mut out = Vec::new();
+        write_record(&mut out, &format, &record).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "CreateTime:1700000000000|Partition:2|Offset:41|NO_HEADERS|k|v\n"
+        );
+        record.headers = vec![("a", Some(b"1".as_slice())), ("b", None)];
+        record.timestamp = rdkafka::Timestamp::LogAppendTime(5);
+        let mut out = Vec::new();
+        write_record(&mut out, &format, &record).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "LogAppendTime:5|Partition:2|Offset:41|a:1,b:null|k|v\n"
+        );
+        let bad = [("print.color".to_string(), "true".to_string())];
+        assert!(RecordFormat::from_args(false, "\t", &bad).is_err());
+        let bad = [("print.key".to_string(), "yes".to_string())];
+        assert!(RecordFormat::from_args(false, "\t", &bad).is_err());
     }
 }

@@ -3,7 +3,10 @@
 //! Lines end at `\n` (a trailing `\r` is dropped too) and are sent as raw bytes; an empty
 //! line is an empty record. With `--key-separator SEP` the bytes before the first SEP are
 //! the key and the rest the value (Kafka's `parse.key=true` + `key.separator`); a line
-//! without SEP is an error, as in Kafka.
+//! without SEP is an error, as in Kafka. `--header KEY=VALUE` (repeatable) adds the same
+//! headers to every record; `--property parse.headers=true` reads per-line headers
+//! first, as kafka-console-producer does (`k1:v1,k2:v2<TAB>key<TAB>value` with
+//! `parse.key=true`; the separators are properties, see [`LineFormat`]).
 //!
 //! Stdin is streamed: one line buffer, reused; librdkafka's queue bounds what is in flight,
 //! and a full queue (`QUEUE_FULL`) is waited out by polling for deliveries. Every delivery
@@ -27,7 +30,7 @@ use clap::{Args, ValueEnum};
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::DeliveryResult;
+use rdkafka::message::{DeliveryResult, Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 
 use super::client::{self, CliContext, KafkaErrorText};
@@ -74,6 +77,153 @@ pub(super) struct ProduceArgs {
     /// Compression codec for record batches (Kafka's `compression.type`).
     #[arg(long, value_enum, default_value_t = Compression::None)]
     pub compression: Compression,
+    /// A header KEY=VALUE every record carries (the value's bytes as given; `KEY=` is an
+    /// empty value); repeatable, kept in order, duplicates allowed (as Kafka headers).
+    #[arg(long = "header", value_name = "KEY=VALUE", value_parser = parse_header)]
+    pub headers: Vec<(String, String)>,
+    /// kafka-console-producer's line reader properties: parse.key (true/false),
+    /// key.separator (default tab), parse.headers (true/false: each line starts with
+    /// `k1:v1,k2:v2` then headers.delimiter), headers.delimiter (default tab),
+    /// headers.separator (default `,`), headers.key.separator (default `:`); repeatable.
+    #[arg(long = "property", value_name = "KEY=VALUE", value_parser = client::parse_key_value)]
+    pub properties: Vec<(String, String)>,
+}
+
+/// How a stdin line splits into headers, key and value (kafka-console-producer's
+/// `LineMessageReader`). Separators are never empty.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct LineFormat {
+    /// `Some(sep)`: the bytes before the first `sep` are the key.
+    key_separator: Option<Vec<u8>>,
+    /// `Some(..)`: the line starts with headers.
+    headers: Option<HeaderFormat>,
+}
+
+/// kafka-console-producer's `parse.headers` separators.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct HeaderFormat {
+    /// Ends the headers part of the line (`headers.delimiter`, default tab).
+    delimiter: Vec<u8>,
+    /// Between two headers (`headers.separator`, default `,`).
+    separator: Vec<u8>,
+    /// Between a header's key and value (`headers.key.separator`, default `:`).
+    key_separator: Vec<u8>,
+}
+
+impl LineFormat {
+    /// From `--key-separator` and the `--property` list. Errors: an unknown property, a
+    /// boolean that is not true/false, an empty separator.
+    fn from_args(
+        key_separator: Option<&str>,
+        properties: &[(String, String)],
+    ) -> anyhow::Result<LineFormat> {
+        let mut parse_key = key_separator.is_some();
+        let mut key_sep = key_separator.unwrap_or("\t").as_bytes().to_vec();
+        let mut parse_headers = false;
+        let mut headers = HeaderFormat {
+            delimiter: b"\t".to_vec(),
+            separator: b",".to_vec(),
+            key_separator: b":".to_vec(),
+        };
+        for (key, value) in properties {
+            let flag = || -> anyhow::Result<bool> {
+                match value.to_ascii_lowercase().as_str() {
+                    "true" => Ok(true),
+                    "false" => Ok(false),
+                    _ => anyhow::bail!("--property {key}={value}: expected true or false"),
+                }
+            };
+            let bytes = value.as_bytes().to_vec();
+            match key.as_str() {
+                "parse.key" => parse_key = flag()?,
+                "key.separator" => key_sep = bytes,
+                "parse.headers" => parse_headers = flag()?,
+                "headers.delimiter" => headers.delimiter = bytes,
+                "headers.separator" => headers.separator = bytes,
+                "headers.key.separator" => headers.key_separator = bytes,
+                _ => anyhow::bail!(
+                    "--property {key}: unknown (known: parse.key, key.separator, \
+                     parse.headers, headers.delimiter, headers.separator, headers.key.separator)"
+                ),
+            }
+        }
+        if key_sep.is_empty()
+            || headers.delimiter.is_empty()
+            || headers.separator.is_empty()
+            || headers.key_separator.is_empty()
+        {
+            anyhow::bail!("--key-separator and the separator properties must not be empty");
+        }
+        Ok(LineFormat {
+            key_separator: parse_key.then_some(key_sep),
+            headers: parse_headers.then_some(headers),
+        })
+    }
+}
+
+/// The headers, key and value of one line (`line_number` for the error text, which is
+/// kafka-console-producer's).
+type ParsedLine<'a> = (Vec<(&'a [u8], &'a [u8])>, Option<&'a [u8]>, &'a [u8]);
+
+fn parse_line<'a>(
+    format: &LineFormat,
+    line: &'a [u8],
+    line_number: usize,
+) -> anyhow::Result<ParsedLine<'a>> {
+    let text = || String::from_utf8_lossy(line).to_string();
+    let mut rest = line;
+    let mut headers = Vec::new();
+    if let Some(h) = &format.headers {
+        let Some(at) = find(rest, &h.delimiter) else {
+            anyhow::bail!(
+                "no headers delimiter found on line number {line_number}: '{}'",
+                text()
+            );
+        };
+        let part = &rest[..at];
+        rest = &rest[at + h.delimiter.len()..];
+        if !part.is_empty() {
+            let mut pairs = part;
+            loop {
+                let (pair, more) = match find(pairs, &h.separator) {
+                    Some(i) => (&pairs[..i], Some(&pairs[i + h.separator.len()..])),
+                    None => (pairs, None),
+                };
+                match find(pair, &h.key_separator) {
+                    Some(i) => headers.push((&pair[..i], &pair[i + h.key_separator.len()..])),
+                    None => anyhow::bail!(
+                        "no header key separator found in pair '{}' on line number {line_number}",
+                        String::from_utf8_lossy(pair)
+                    ),
+                }
+                match more {
+                    Some(m) => pairs = m,
+                    None => break,
+                }
+            }
+        }
+    }
+    match &format.key_separator {
+        None => Ok((headers, None, rest)),
+        Some(sep) => match find(rest, sep) {
+            Some(at) => Ok((headers, Some(&rest[..at]), &rest[at + sep.len()..])),
+            None => anyhow::bail!(
+                "no key separator found on line number {line_number}: '{}'",
+                text()
+            ),
+        },
+    }
+}
+
+/// `KEY=VALUE` at the first `=`. An empty key is refused: Kafka allows it, but it is
+/// almost certainly a typo on a command line.
+fn parse_header(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
+        _ => Err(format!(
+            "expected KEY=VALUE with a non-empty KEY, got '{s}'"
+        )),
+    }
 }
 
 /// Kafka's `acks`.
@@ -192,10 +342,15 @@ fn send_lines(
     mut chooser: Option<&mut PluginPartitioner>,
     input: &mut impl BufRead,
 ) -> anyhow::Result<u64> {
-    let separator = args.key_separator.as_deref().map(str::as_bytes);
-    if separator == Some(b"".as_slice()) {
+    if args.key_separator.as_deref() == Some("") {
         anyhow::bail!("--key-separator must not be empty");
     }
+    let format = LineFormat::from_args(args.key_separator.as_deref(), &args.properties)?;
+    let fixed: Vec<(&[u8], &[u8])> = args
+        .headers
+        .iter()
+        .map(|(k, v)| (k.as_bytes(), v.as_bytes()))
+        .collect();
     let mut line = Vec::with_capacity(4096);
     let mut line_number: usize = 0;
     loop {
@@ -219,20 +374,24 @@ fn send_lines(
         if line.len() > MAX_LINE_BYTES {
             anyhow::bail!("line {line_number} is longer than {MAX_LINE_BYTES} bytes");
         }
-        let (key, value) = match separator {
-            None => (None, line.as_slice()),
-            Some(sep) => match find(&line, sep) {
-                Some(at) => (Some(&line[..at]), &line[at + sep.len()..]),
-                None => anyhow::bail!(
-                    "no key separator found on line number {line_number}: '{}'",
-                    String::from_utf8_lossy(&line)
-                ),
-            },
-        };
+        let (parsed, key, value) = parse_line(&format, &line, line_number)?;
         let mut record: BaseRecord<'_, [u8], [u8], usize> =
             BaseRecord::with_opaque_to(&args.topic, line_number).payload(value);
         if let Some(key) = key {
             record = record.key(key);
+        }
+        if !fixed.is_empty() || !parsed.is_empty() {
+            let headers =
+                fixed
+                    .iter()
+                    .chain(parsed.iter())
+                    .fold(OwnedHeaders::new(), |h, (key, value)| {
+                        h.insert(Header {
+                            key: &String::from_utf8_lossy(key),
+                            value: Some(*value),
+                        })
+                    });
+            record = record.headers(headers);
         }
         if let Some(partition) = args.partition {
             record = record.partition(partition);
@@ -375,7 +534,36 @@ impl ProducerContext for DeliveryTally {
 
 #[cfg(test)]
 mod tests {
-    use super::find;
+    use super::{find, parse_line, LineFormat};
+
+    #[test]
+    fn lines_split_into_headers_key_and_value_as_kafka_reads_them() {
+        let props: Vec<(String, String)> = [("parse.headers", "true"), ("parse.key", "true")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let format = LineFormat::from_args(None, &props).unwrap();
+        let (headers, key, value) = parse_line(&format, b"a:1,b:\tk\tv\tw", 1).unwrap();
+        assert_eq!(headers, vec![(&b"a"[..], &b"1"[..]), (&b"b"[..], &b""[..])]);
+        assert_eq!((key, value), (Some(&b"k"[..]), &b"v\tw"[..]));
+        let (headers, key, _) = parse_line(&format, b"\tk\tv", 2).unwrap();
+        assert!(headers.is_empty() && key == Some(&b"k"[..]));
+        let e = parse_line(&format, b"no-delimiter", 3).unwrap_err();
+        assert!(e
+            .to_string()
+            .contains("no headers delimiter found on line number 3"));
+        let e = parse_line(&format, b"nokeysep\tk\tv", 4).unwrap_err();
+        assert!(e
+            .to_string()
+            .contains("no header key separator found in pair 'nokeysep'"));
+        let plain = LineFormat::from_args(None, &[]).unwrap();
+        assert_eq!(
+            parse_line(&plain, b"x\ty", 5).unwrap(),
+            (vec![], None, &b"x\ty"[..])
+        );
+        let bad = [("parse.colour".to_string(), "true".to_string())];
+        assert!(LineFormat::from_args(None, &bad).is_err());
+    }
 
     #[test]
     fn find_first_separator() {

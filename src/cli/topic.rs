@@ -5,7 +5,10 @@
 //! code and drops the broker's `error_message`, which says what was wrong (the config key
 //! and value refused, the broker an assignment names); for AlterConfigs it reports
 //! success whatever the broker said. Metadata and DescribeConfigs go through librdkafka's
-//! admin client.
+//! admin client; `describe` also sends one Metadata v10+ directly for the topic ids,
+//! which librdkafka does not expose (`TopicId: -`, with a warning, when that fails).
+//! `delete-records` uses librdkafka's DeleteRecords, which routes each partition to its
+//! leader.
 //!
 //! Output follows `kafka-topics.sh`: `Created topic NAME.` on create, one name per line on
 //! list, the tab-separated describe layout; alter and delete print nothing on success.
@@ -73,6 +76,10 @@ pub(super) enum TopicCommand {
     Alter(AlterArgs),
     /// Delete a topic.
     Delete(DeleteArgs),
+    /// Delete records below an offset (kafka-delete-records.sh): moves each partition's
+    /// log start offset; prints the new low watermark per partition.
+    #[command(name = "delete-records")]
+    DeleteRecords(DeleteRecordsArgs),
 }
 
 /// `weir topic create` options (as `kafka-topics.sh --create`).
@@ -160,6 +167,32 @@ pub(super) struct DeleteArgs {
     pub if_exists: bool,
 }
 
+/// `weir topic delete-records` options: `TOPIC --partition P --offset O`, or
+/// kafka-delete-records.sh's `--offset-json-file` (`{"partitions": [{"topic": "t",
+/// "partition": 0, "offset": 3}], "version": 1}`).
+#[derive(Debug, Args)]
+#[command(group(
+    clap::ArgGroup::new("what")
+        .required(true)
+        .args(["name", "offset_json_file"])
+))]
+pub(super) struct DeleteRecordsArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// Topic name (with `--partition` and `--offset`).
+    #[arg(requires_all = ["partition", "offset"])]
+    pub name: Option<String>,
+    /// Partition index.
+    #[arg(long)]
+    pub partition: Option<i32>,
+    /// Records below this offset are deleted; -1 means the high watermark (everything).
+    #[arg(long, allow_negative_numbers = true)]
+    pub offset: Option<i64>,
+    /// kafka-delete-records.sh's JSON file of topics, partitions and offsets.
+    #[arg(long = "offset-json-file", value_name = "FILE", conflicts_with_all = ["partition", "offset"])]
+    pub offset_json_file: Option<std::path::PathBuf>,
+}
+
 /// Runs a topic subcommand.
 ///
 /// Errors: the broker's error for the topic (Kafka's name and description), a connection
@@ -171,6 +204,7 @@ pub(super) fn run(cmd: TopicCommand) -> anyhow::Result<()> {
         TopicCommand::Describe(args) => describe(args),
         TopicCommand::Alter(args) => alter(args),
         TopicCommand::Delete(args) => delete(args),
+        TopicCommand::DeleteRecords(args) => delete_records(args),
     }
 }
 
@@ -431,6 +465,88 @@ fn delete(args: DeleteArgs) -> anyhow::Result<()> {
     single_result(results, &args.name, tolerated).map(|_| ())
 }
 
+/// kafka-delete-records.sh's offset JSON.
+#[derive(Debug, serde::Deserialize)]
+struct OffsetJson {
+    partitions: Vec<OffsetJsonEntry>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct OffsetJsonEntry {
+    topic: String,
+    partition: i32,
+    offset: i64,
+}
+
+/// DeleteRecords through librdkafka's admin client, which sends each partition to its
+/// leader. Prints, as kafka-delete-records.sh, one line per partition:
+/// `partition: TOPIC-P\tlow_watermark: N` or `partition: TOPIC-P\terror: NAME: text`
+/// (DeleteRecords carries no error message; the text is Kafka's description of the
+/// code); fails when any partition failed.
+fn delete_records(args: DeleteRecordsArgs) -> anyhow::Result<()> {
+    let wanted: Vec<(String, i32, i64)> = match (&args.offset_json_file, &args.name) {
+        (Some(path), _) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("read {}", path.display()))?;
+            let json: OffsetJson = serde_json::from_str(&text)
+                .with_context(|| format!("parse the offset JSON in {}", path.display()))?;
+            json.partitions
+                .into_iter()
+                .map(|e| (e.topic, e.partition, e.offset))
+                .collect()
+        }
+        (None, Some(name)) => vec![(
+            name.clone(),
+            args.partition.context("--partition is required")?,
+            args.offset.context("--offset is required")?,
+        )],
+        (None, None) => anyhow::bail!("give TOPIC --partition P --offset O or --offset-json-file"),
+    };
+    if wanted.is_empty() {
+        anyhow::bail!("no partition to delete records from");
+    }
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for (topic, partition, offset) in &wanted {
+        let offset = match *offset {
+            -1 => rdkafka::Offset::End,
+            o if o >= 0 => rdkafka::Offset::Offset(o),
+            o => anyhow::bail!("offset {o} of {topic}-{partition}: must be -1 or at least 0"),
+        };
+        tpl.add_partition_offset(topic, *partition, offset)
+            .map_err(|e| anyhow::anyhow!("{topic}-{partition}: {}", KafkaErrorText(&e)))?;
+    }
+    let (admin, _metadata) = admin_client(&args.client)?;
+    let result = client::block_on(admin.delete_records(&tpl, &admin_options()))?
+        .map_err(|e| anyhow::anyhow!("delete records: {}", admin.inner().context().explain(&e)))?;
+    let mut out = String::new();
+    let mut failed = 0;
+    for (topic, partition, _) in &wanted {
+        let line = match result.find_partition(topic, *partition) {
+            None => {
+                failed += 1;
+                "error: the broker's response did not mention it".to_string()
+            }
+            Some(elem) => match (elem.error(), elem.offset()) {
+                (Ok(()), rdkafka::Offset::Offset(low)) => format!("low_watermark: {low}"),
+                (Ok(()), other) => format!("low_watermark: {other:?}"),
+                (Err(e), _) => {
+                    failed += 1;
+                    format!("error: {}", KafkaErrorText(&e))
+                }
+            },
+        };
+        out.push_str(&format!("partition: {topic}-{partition}\t{line}\n"));
+    }
+    write_stdout(&out)?;
+    if failed > 0 {
+        anyhow::bail!(
+            "delete records failed for {failed} of {} partitions",
+            wanted.len()
+        );
+    }
+    Ok(())
+}
+
 fn list(args: ListArgs) -> anyhow::Result<()> {
     let (_admin, metadata) = admin_client(&args.client)?;
     let mut names: Vec<&str> = metadata.topics().iter().map(|t| t.name()).collect();
@@ -467,6 +583,26 @@ fn describe(args: DescribeArgs) -> anyhow::Result<()> {
             )
         })?;
 
+    let names: Vec<&str> = topics.iter().map(|t| t.name()).collect();
+    // The broker that answered librdkafka's Metadata first: it is reachable (a bootstrap
+    // list may start with a node that is down or cut off).
+    let answered = metadata
+        .brokers()
+        .iter()
+        .find(|b| b.id() == metadata.orig_broker_id())
+        .map(|b| format!("{}:{}", b.host(), b.port()));
+    let candidates = match answered {
+        Some(addr) => format!("{addr},{}", args.client.bootstrap_server),
+        None => args.client.bootstrap_server.clone(),
+    };
+    let ids = match topic_ids(&candidates, &names) {
+        Ok(ids) => ids,
+        Err(e) => {
+            // The id is the one field librdkafka cannot give; the rest is still right.
+            eprintln!("weir: warning: no topic ids (TopicId: -): {e:#}");
+            BTreeMap::new()
+        }
+    };
     let mut out = String::new();
     for (i, topic) in topics.iter().enumerate() {
         // Results come in request order; look the name up anyway rather than trust it.
@@ -499,7 +635,8 @@ fn describe(args: DescribeArgs) -> anyhow::Result<()> {
             under_replicated: args.under_replicated,
             unavailable: args.unavailable,
         };
-        describe_topic(&mut out, topic, &set.join(","), filter);
+        let id = ids.get(topic.name()).map_or("-", String::as_str);
+        describe_topic(&mut out, topic, id, &set.join(","), filter);
     }
     write_stdout(&out)?;
     Ok(())
@@ -524,17 +661,59 @@ impl PartitionFilter {
     }
 }
 
-/// Appends `kafka-topics.sh --describe`'s layout for one topic to `out`.
-///
-/// librdkafka does not expose the topic ID from Metadata, hence `TopicId: -`.
-fn describe_topic(out: &mut String, topic: &MetadataTopic, configs: &str, filter: PartitionFilter) {
+/// The topic id of each of `names`, as kafka-topics.sh prints it (Kafka's
+/// `Uuid.toString`: URL-safe base64 of the 16 bytes, no padding), from a Metadata v10+
+/// request spoken directly (KIP-516: topic ids in Metadata from v10): librdkafka does
+/// not expose the id. A topic the broker answers with an error or the zero id is left
+/// out. `bootstrap` is tried in order. Errors: no broker answers, or it offers no
+/// Metadata v10+.
+fn topic_ids(bootstrap: &str, names: &[&str]) -> anyhow::Result<BTreeMap<String, String>> {
+    use base64::Engine as _;
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::MetadataRequest;
+    let (mut conn, versions) = Conn::bootstrap(bootstrap)?;
+    let v = version(&versions, ApiKey::Metadata, 12)?;
+    if v < 10 {
+        anyhow::bail!("the broker offers Metadata up to v{v}; topic ids need v10");
+    }
+    let request = MetadataRequest::default()
+        .with_allow_auto_topic_creation(false)
+        .with_topics(Some(
+            names
+                .iter()
+                .map(|n| MetadataRequestTopic::default().with_name(Some(topic_name(n))))
+                .collect(),
+        ));
+    let response = conn.call(&request, v).context("Metadata for topic ids")?;
+    Ok(response
+        .topics
+        .into_iter()
+        .filter(|t| t.error_code == 0 && !t.topic_id.is_nil())
+        .filter_map(|t| {
+            let name = t.name?.0.to_string();
+            let id = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(t.topic_id.as_bytes());
+            Some((name, id))
+        })
+        .collect())
+}
+
+/// Appends `kafka-topics.sh --describe`'s layout for one topic to `out`; `topic_id` is
+/// from [`topic_ids`], `-` when unknown.
+fn describe_topic(
+    out: &mut String,
+    topic: &MetadataTopic,
+    topic_id: &str,
+    configs: &str,
+    filter: PartitionFilter,
+) {
     let mut partitions: Vec<_> = topic.partitions().iter().collect();
     partitions.sort_unstable_by_key(|p| p.id());
     let replication_factor = partitions.first().map_or(0, |p| p.replicas().len());
     if !filter.any() {
         out.push_str(&format!(
-            "Topic: {}\tTopicId: -\tPartitionCount: {}\tReplicationFactor: {}\tConfigs: {}\n",
+            "Topic: {}\tTopicId: {}\tPartitionCount: {}\tReplicationFactor: {}\tConfigs: {}\n",
             topic.name(),
+            topic_id,
             partitions.len(),
             replication_factor,
             configs

@@ -2,7 +2,8 @@
 //! 0.39) lacks: `cluster describe` (DescribeCluster, DescribeQuorum) and `partition
 //! reassign` (AlterPartitionReassignments, ListPartitionReassignments), and for those
 //! whose broker error message its admin client drops (`topic create`, `topic alter
-//! --partitions`, `topic delete`: CreateTopics, CreatePartitions, DeleteTopics). Every
+//! --partitions`, `topic delete`: CreateTopics, CreatePartitions, DeleteTopics), and for
+//! the topic ids `topic describe` prints (Metadata v10+). Every
 //! broker error is printed by [`error_text`]. A blocking
 //! connection sends one request and reads its response (kafka-protocol's codecs), every
 //! step bounded by [`IO_TIMEOUT`] and responses by [`MAX_RESPONSE_BYTES`].

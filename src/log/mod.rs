@@ -455,8 +455,20 @@ impl PartitionLog {
                 now_ms,
             )?),
         }
-        let log_start_offset = segments[0].base_offset;
-        let first_dirty_offset = compact::read_checkpoint(dir)?.unwrap_or(log_start_offset);
+        let log_end_offset = segments.last().map_or(0, |s| s.next_offset);
+        let log_start_offset = match read_log_start_checkpoint(dir) {
+            Some(checkpointed) if checkpointed > log_end_offset => {
+                // The checkpoint is fsynced; records below it that recovery lost are gone
+                // anyway. The log restarts at its end (see `truncate_to` for why no lower).
+                tracing::warn!(dir = %dir.display(), checkpointed, log_end_offset, "log start offset checkpoint is past the recovered log end; using the log end");
+                log_end_offset
+            }
+            Some(checkpointed) => checkpointed.max(segments[0].base_offset),
+            None => segments[0].base_offset,
+        };
+        let first_dirty_offset = compact::read_checkpoint(dir)?
+            .unwrap_or(log_start_offset)
+            .max(log_start_offset);
         let epochs = match LeaderEpochCache::load(dir)? {
             Some(epochs) => epochs,
             None if segments.iter().any(|s| s.size_bytes > 0) => {
@@ -483,6 +495,9 @@ impl PartitionLog {
         log.epochs.truncate_from_end(log_end_offset)?;
         log.epochs.truncate_from_start(log_start_offset)?;
         log.reload_tail_state(now_ms)?;
+        // A crash between the checkpoint write and the segment deletes of
+        // `increment_log_start_offset` leaves segments wholly below the start: delete them.
+        log.delete_segments_below_start()?;
         Ok(log)
     }
 
@@ -790,12 +805,14 @@ impl PartitionLog {
     /// record-exact for uncompressed CreateTime batches; for compressed or LogAppendTime
     /// batches it is the batch's base offset and maxTimestamp (the log never
     /// decompresses). `None` when no record is that recent. The special timestamps -1, -2
-    /// and -3 are the caller's (LEO, log start, [`PartitionLog::max_timestamp`]).
+    /// and -3 are the caller's (LEO, log start, [`PartitionLog::max_timestamp`]). An answer
+    /// below the log start offset is raised to it.
     pub fn offset_for_timestamp(&self, ts_ms: i64) -> Result<Option<(i64, i64)>, LogError> {
         for segment in &self.segments {
             if segment.max_timestamp_ms >= ts_ms && segment.size_bytes > 0 {
-                if let Some(found) = segment.find_by_timestamp(ts_ms)? {
-                    return Ok(Some(found));
+                if let Some((offset, timestamp_ms)) = segment.find_by_timestamp(ts_ms)? {
+                    // Records below a DeleteRecords start are gone even if still on disk.
+                    return Ok(Some((offset.max(self.log_start_offset), timestamp_ms)));
                 }
             }
         }
@@ -909,7 +926,8 @@ impl PartitionLog {
             self.roll(now_ms)?;
         }
         let removed: Vec<Segment> = self.segments.drain(..deletable).collect();
-        self.log_start_offset = self.segments[0].base_offset;
+        // A DeleteRecords start inside the (now) first segment stays.
+        self.log_start_offset = self.log_start_offset.max(self.segments[0].base_offset);
         for segment in removed {
             tracing::info!(
                 dir = %self.dir.display(),
@@ -999,6 +1017,7 @@ impl PartitionLog {
         let segment = Segment::create(&self.dir, offset, self.config.index_interval_bytes, now_ms)?;
         self.segments.push(segment);
         self.log_start_offset = offset;
+        remove_if_exists(&self.dir.join(LOG_START_OFFSET_CHECKPOINT_FILE))?;
         self.first_dirty_offset = offset;
         self.producers = ProducerStateManager::default();
         self.epochs.truncate_from_end(i64::MIN)?;
@@ -1029,6 +1048,7 @@ impl PartitionLog {
                 Segment::create(&self.dir, offset, self.config.index_interval_bytes, now_ms)?;
             self.segments.push(segment);
             self.log_start_offset = offset;
+            remove_if_exists(&self.dir.join(LOG_START_OFFSET_CHECKPOINT_FILE))?;
             self.producers = ProducerStateManager::default();
             self.epochs.truncate_from_end(offset)?;
             return Ok(());
@@ -1048,5 +1068,94 @@ impl PartitionLog {
         self.epochs.truncate_from_end(log_end_offset)?;
         self.reload_tail_state(now_ms)?;
         Ok(())
+    }
+
+    /// Moves the log start offset up to `new_start` (Kafka's
+    /// `UnifiedLog.maybeIncrementLogStartOffset`, for DeleteRecords on the leader and for a
+    /// follower following its leader's log start): records below it are no longer read
+    /// (a read below it is OFFSET_OUT_OF_RANGE, ListOffsets earliest answers it), segments
+    /// wholly below it are deleted, and the epoch cache and the cleaner's checkpoint follow.
+    /// The new start is made durable first, in `log-start-offset-checkpoint` in the
+    /// partition directory (Kafka keeps one such file per log dir; one per partition here,
+    /// like `cleaner-offset-checkpoint`), so a restart keeps it even when it is inside a
+    /// segment. `max_offset` is the highest start allowed: the high watermark on the
+    /// leader (the caller passes it; the log knows no high watermark).
+    ///
+    /// Returns whether the start moved (`new_start <= log_start_offset` changes nothing).
+    /// Errors: `OffsetOutOfRange` (1) when `new_start > max_offset` or `> LEO`; `Io` (56).
+    pub fn increment_log_start_offset(
+        &mut self,
+        new_start: i64,
+        max_offset: i64,
+    ) -> Result<bool, LogError> {
+        let log_end_offset = self.log_end_offset();
+        if new_start > max_offset || new_start > log_end_offset {
+            return Err(LogError::OffsetOutOfRange {
+                offset: new_start,
+                log_start_offset: self.log_start_offset,
+                log_end_offset,
+            });
+        }
+        if new_start <= self.log_start_offset {
+            return Ok(false);
+        }
+        checkpoint::write_atomically(
+            &self.dir,
+            LOG_START_OFFSET_CHECKPOINT_FILE,
+            &format!("{new_start}\n"),
+        )?;
+        self.log_start_offset = new_start;
+        self.first_dirty_offset = self.first_dirty_offset.max(new_start);
+        self.delete_segments_below_start()?;
+        Ok(true)
+    }
+
+    /// Deletes the closed segments whose records all lie below the log start offset (the
+    /// next segment starts at or before it), oldest first; the active segment stays. The
+    /// epoch cache is then truncated from the start.
+    fn delete_segments_below_start(&mut self) -> Result<(), LogError> {
+        let deletable = self
+            .segments
+            .windows(2)
+            .take_while(|pair| pair[1].base_offset <= self.log_start_offset)
+            .count();
+        if deletable > 0 {
+            let removed: Vec<Segment> = self.segments.drain(..deletable).collect();
+            for segment in removed {
+                tracing::info!(
+                    dir = %self.dir.display(),
+                    base_offset = segment.base_offset,
+                    log_start_offset = self.log_start_offset,
+                    "deleted segment below the log start offset"
+                );
+                segment.delete_files()?;
+            }
+        }
+        self.epochs.truncate_from_start(self.log_start_offset)
+    }
+}
+
+/// File in the partition directory holding the log start offset DeleteRecords (or a
+/// follower following its leader) set, as one decimal line (the role of Kafka's
+/// per-log-dir `log-start-offset-checkpoint`). Absent: the first segment's base offset.
+pub const LOG_START_OFFSET_CHECKPOINT_FILE: &str = "log-start-offset-checkpoint";
+
+/// The checkpointed log start offset of the partition in `dir`, if any. A malformed or
+/// unreadable file is logged and ignored (the start is then the first segment's base).
+fn read_log_start_checkpoint(dir: &Path) -> Option<i64> {
+    let path = dir.join(LOG_START_OFFSET_CHECKPOINT_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => match text.trim().parse::<i64>() {
+            Ok(offset) if offset >= 0 => Some(offset),
+            _ => {
+                tracing::warn!(file = %path.display(), "malformed log start offset checkpoint; ignored");
+                None
+            }
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            tracing::warn!(file = %path.display(), error = %e, "unreadable log start offset checkpoint; ignored");
+            None
+        }
     }
 }

@@ -385,6 +385,61 @@ fn retention_by_bytes_moves_log_start_and_keeps_active() {
 }
 
 #[test]
+fn increment_log_start_offset_deletes_below_and_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), small_config(1_000), NOW_MS).unwrap();
+    for i in 0..40 {
+        append(&mut log, batch(3, NOW_MS + i));
+    }
+    let (leo, before) = (log.log_end_offset(), log.segment_count());
+    // Above the given bound (the high watermark) or the LEO: OFFSET_OUT_OF_RANGE.
+    assert!(matches!(
+        log.increment_log_start_offset(leo - 5, leo - 10),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+    assert!(matches!(
+        log.increment_log_start_offset(leo + 1, i64::MAX),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+    // Inside a batch of a later segment.
+    let start = leo / 2 + 1;
+    assert!(log.increment_log_start_offset(start, leo).unwrap());
+    assert_eq!(log.log_start_offset(), start);
+    assert!(
+        log.segment_count() < before,
+        "segments wholly below deleted"
+    );
+    assert!(matches!(
+        log.read(start - 1, 10, i64::MAX),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+    let r = log.read(start, 10, i64::MAX).unwrap();
+    assert!(r.first_batch_base_offset.unwrap() <= start);
+    // Lower: no change.
+    assert!(!log.increment_log_start_offset(3, leo).unwrap());
+    assert_eq!(log.log_start_offset(), start);
+    // A time lookup never answers below the start.
+    assert!(log.offset_for_timestamp(0).unwrap().unwrap().0 >= start);
+    // Retention keeps a start inside the first segment.
+    assert_eq!(log.apply_retention(NOW_MS).unwrap(), 0);
+    assert_eq!(log.log_start_offset(), start);
+    let segments = log.segment_count();
+    drop(log);
+    let mut log = PartitionLog::open(dir.path(), small_config(1_000), NOW_MS).unwrap();
+    assert_eq!(log.log_start_offset(), start);
+    assert_eq!(log.segment_count(), segments);
+    // A follower truncated below its start restarts there, and forgets the checkpoint.
+    log.truncate_to(start - 2, NOW_MS).unwrap();
+    assert_eq!(log.log_start_offset(), start - 2);
+    drop(log);
+    let log = PartitionLog::open(dir.path(), small_config(1_000), NOW_MS).unwrap();
+    assert_eq!(
+        (log.log_start_offset(), log.log_end_offset()),
+        (start - 2, start - 2)
+    );
+}
+
+#[test]
 fn retention_by_time_then_all_expired_rolls_and_continues_from_leo() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = small_config(1_000);

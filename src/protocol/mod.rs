@@ -31,6 +31,7 @@ mod api_versions;
 mod create_partitions;
 mod create_topics;
 mod delete_groups;
+mod delete_records;
 mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
@@ -112,6 +113,7 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::ListPartitionReassignments, 0, 0),
     api(ApiKey::ElectLeaders, 0, 2),
     api(ApiKey::DescribeLogDirs, 1, 4),
+    api(ApiKey::DeleteRecords, 0, 2),
 ];
 
 /// The supported range of `key`, if it is implemented.
@@ -450,6 +452,9 @@ async fn dispatch(
         ),
         RequestKind::ElectLeaders(r) => {
             ResponseKind::ElectLeaders(elect_leaders::handle(ctx, r, version))
+        }
+        RequestKind::DeleteRecords(r) => {
+            ResponseKind::DeleteRecords(delete_records::handle(ctx, r, version))
         }
         // Not in SUPPORTED_APIS, so `handle_frame` closed the connection before decoding.
         other => {

@@ -5,6 +5,9 @@
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
+use rdkafka::config::ClientConfig;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
 use crate::harness::{poll_for, wait_until, TestBroker};
 
 /// Longest any single CLI invocation may take before the test fails, in seconds.
@@ -63,6 +66,22 @@ fn fails(bootstrap: &str, args: &[&str], stdin: &[u8]) -> String {
     String::from_utf8(out.stderr).expect("utf-8 stderr")
 }
 
+/// The id of `topic` from a raw Metadata v12 request, in Kafka's printed form
+/// (`Uuid.toString`: URL-safe base64 without padding).
+fn metadata_topic_id(bootstrap: &str, topic: &str) -> String {
+    use base64::Engine as _;
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::{MetadataRequest, MetadataResponse, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let mut c = crate::harness::RawConn::connect(bootstrap);
+    let req = MetadataRequest::default().with_topics(Some(vec![MetadataRequestTopic::default()
+        .with_name(Some(TopicName(StrBytes::from_string(topic.to_string()))))]));
+    let resp: MetadataResponse = crate::harness::decode(c.request(&req, 12, 1).unwrap(), 12);
+    let id = resp.topics[0].topic_id;
+    assert!(!id.is_nil(), "{topic} has an id");
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id.as_bytes())
+}
+
 fn partition_line(topic: &str, partition: i32) -> String {
     format!("\tTopic: {topic}\tPartition: {partition}\tLeader: 1\tReplicas: 1\tIsr: 1\n")
 }
@@ -108,8 +127,14 @@ fn topic_create_list_describe_alter_delete() {
     assert_eq!(ok(b, &["topic", "list"], b""), "audit\norders\n");
 
     let described = ok(b, &["topic", "describe", "orders"], b"");
+    let orders_id = metadata_topic_id(b, "orders");
+    assert_eq!(
+        orders_id.len(),
+        22,
+        "Kafka's base64 form of 16 bytes: {orders_id}"
+    );
     let expected = format!(
-        "Topic: orders\tTopicId: -\tPartitionCount: 2\tReplicationFactor: 1\t\
+        "Topic: orders\tTopicId: {orders_id}\tPartitionCount: 2\tReplicationFactor: 1\t\
          Configs: cleanup.policy=compact,retention.ms=3600000\n{}{}",
         partition_line("orders", 0),
         partition_line("orders", 1)
@@ -120,7 +145,8 @@ fn topic_create_list_describe_alter_delete() {
     assert_eq!(
         audit,
         format!(
-            "Topic: audit\tTopicId: -\tPartitionCount: 1\tReplicationFactor: 1\tConfigs: \n{}",
+            "Topic: audit\tTopicId: {}\tPartitionCount: 1\tReplicationFactor: 1\tConfigs: \n{}",
+            metadata_topic_id(b, "audit"),
             partition_line("audit", 0)
         )
     );
@@ -131,7 +157,9 @@ fn topic_create_list_describe_alter_delete() {
     );
     let altered = ok(b, &["topic", "describe", "orders"], b"");
     assert!(
-        altered.starts_with("Topic: orders\tTopicId: -\tPartitionCount: 4\t"),
+        altered.starts_with(&format!(
+            "Topic: orders\tTopicId: {orders_id}\tPartitionCount: 4\t"
+        )),
         "{altered}"
     );
     for p in 0..4 {
@@ -253,10 +281,11 @@ fn topic_alter_adds_and_deletes_configs() {
     assert_eq!(ok(b, &both, b""), "");
     let described = ok(b, &["topic", "describe", "cfg"], b"");
     assert!(
-        described.starts_with(
-            "Topic: cfg\tTopicId: -\tPartitionCount: 3\tReplicationFactor: 1\t\
-             Configs: max.message.bytes=2000,retention.ms=1000\n"
-        ),
+        described.starts_with(&format!(
+            "Topic: cfg\tTopicId: {}\tPartitionCount: 3\tReplicationFactor: 1\t\
+             Configs: max.message.bytes=2000,retention.ms=1000\n",
+            metadata_topic_id(b, "cfg")
+        )),
         "{described}"
     );
 
@@ -387,6 +416,145 @@ fn produce_keyed_lines_and_consume_them_with_keys() {
     assert!(
         bad.contains("no key separator found on line number 1"),
         "{bad}"
+    );
+}
+
+#[test]
+fn produce_headers_and_consume_with_kafkas_print_properties() {
+    let broker = TestBroker::start();
+    let b = broker.bootstrap.as_str();
+    ok(b, &["topic", "create", "props", "-p", "2"], b"");
+    ok(
+        b,
+        &[
+            "produce",
+            "props",
+            "-p",
+            "1",
+            "--key-separator",
+            ":",
+            "--header",
+            "source=cli",
+            "--header",
+            "trace=",
+            "--header",
+            "source=again",
+        ],
+        b"k1:v1\nk2:v2\n",
+    );
+    let all = [
+        "--property",
+        "print.partition=true",
+        "--property",
+        "print.offset=true",
+        "--property",
+        "print.headers=true",
+        "--property",
+        "print.key=true",
+        "--property",
+        "key.separator=|",
+    ];
+    let mut args = vec!["consume", "props", "-p", "1", "--offset", "1", "-n", "1"];
+    args.extend_from_slice(&all);
+    assert_eq!(
+        ok(b, &args, b""),
+        "Partition:1|Offset:1|source:cli,trace:,source:again|k2|v2\n"
+    );
+
+    // kafka-console-producer's parse.headers: per-line headers before the key.
+    ok(
+        b,
+        &[
+            "produce",
+            "props",
+            "-p",
+            "1",
+            "--property",
+            "parse.headers=true",
+            "--property",
+            "parse.key=true",
+        ],
+        b"h:1,g:x\tk3\tv3\n",
+    );
+    let mut args = vec!["consume", "props", "-p", "1", "--offset", "2", "-n", "1"];
+    args.extend_from_slice(&all);
+    assert_eq!(ok(b, &args, b""), "Partition:1|Offset:2|h:1,g:x|k3|v3\n");
+
+    // print.timestamp with CreateTime stamps from a real client; --from-timestamp
+    // starts at the first record at or after it (ListOffsets by time).
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", b)
+        .create()
+        .unwrap();
+    for (i, ts) in [1_000_000_i64, 2_000_000, 3_000_000].iter().enumerate() {
+        let value = format!("t{i}");
+        p.send(
+            BaseRecord::<(), str>::to("props")
+                .partition(0)
+                .payload(&value)
+                .timestamp(*ts),
+        )
+        .map_err(|(e, _)| e)
+        .unwrap();
+    }
+    p.flush(std::time::Duration::from_secs(10)).unwrap();
+    let from = ok(
+        b,
+        &[
+            "consume",
+            "props",
+            "-p",
+            "0",
+            "--from-timestamp",
+            "1500000",
+            "-n",
+            "2",
+            "--property",
+            "print.timestamp=true",
+            "--property",
+            "print.offset=true",
+            "--property",
+            "print.headers=true",
+        ],
+        b"",
+    );
+    assert_eq!(
+        from,
+        "CreateTime:2000000\tOffset:1\tNO_HEADERS\tt1\nCreateTime:3000000\tOffset:2\tNO_HEADERS\tt2\n"
+    );
+    // Every partition, from a time after everything: nothing, until the idle timeout.
+    let none = ok(
+        b,
+        &[
+            "consume",
+            "props",
+            "--from-timestamp",
+            "9000000000000",
+            "--timeout-ms",
+            "1000",
+        ],
+        b"",
+    );
+    assert_eq!(none, "");
+    let bad = fails(
+        b,
+        &[
+            "consume",
+            "props",
+            "--property",
+            "print.colour=true",
+            "-n",
+            "1",
+        ],
+        b"",
+    );
+    assert!(bad.contains("print.colour"), "{bad}");
+    // A usage error: clap's exit code 2, nothing sent.
+    let bad = weir(b, &["produce", "props", "--header", "=x"], b"a\n");
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("non-empty KEY"),
+        "{bad:?}"
     );
 }
 

@@ -34,7 +34,7 @@ pub(crate) struct Exposition {
 
 impl Exposition {
     /// The value of the series `name{labels}` (labels compared as a set), if present.
-    fn get(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    pub(crate) fn get(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         let want: BTreeMap<String, String> = labels
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
