@@ -218,6 +218,11 @@ pub(crate) struct PeerClients {
     metadata: Arc<Metadata>,
     config: Arc<BrokerConfig>,
     slots: Mutex<HashMap<i32, Slot>>,
+    /// The runtime the pooled connections live on (the broker's): every exchange runs
+    /// there, whichever runtime the caller is on. A transform runner has a runtime of
+    /// its own, which ends with it: a connection made on it would die with it, failing
+    /// later callers ("the Tokio context is being shut down").
+    home: Option<tokio::runtime::Handle>,
 }
 
 impl PeerClients {
@@ -227,6 +232,7 @@ impl PeerClients {
             metadata,
             config,
             slots: Mutex::new(HashMap::new()),
+            home: tokio::runtime::Handle::try_current().ok(),
         }
     }
 
@@ -246,50 +252,40 @@ impl PeerClients {
     /// Errors: NOT_LEADER_OR_FOLLOWER (6) when `broker_id` is not registered;
     /// NETWORK_EXCEPTION (13) when the connection or the exchange fails (the request may
     /// or may not have been applied; the connection is dropped).
-    pub(crate) async fn call<R: Request>(
+    pub(crate) async fn call<R>(
         &self,
         broker_id: i32,
         req: &R,
         version: i16,
         wait: Duration,
-    ) -> Result<R::Response, (ResponseError, String)> {
+    ) -> Result<R::Response, (ResponseError, String)>
+    where
+        R: Request + Clone + Send + Sync + 'static,
+        R::Response: Send + 'static,
+    {
         let Some(addr) = broker_address(&self.metadata, &self.config, broker_id) else {
             return Err((
                 ResponseError::NotLeaderOrFollower,
                 format!("broker {broker_id} is not registered"),
             ));
         };
-        let slot = self.slot(broker_id);
-        let mut conn = slot.lock().await;
-        let reusable = matches!(&*conn, Some((a, c)) if a == &addr && !c.closed_by_peer());
-        let c = match conn.as_mut() {
-            Some((_, c)) if reusable => c,
-            _ => {
-                *conn = None;
-                let c = PeerConn::connect(
-                    &addr,
-                    broker_client_id(self.config.node_id),
-                    MAX_PEER_RESPONSE_BYTES,
-                )
-                .await
-                .map_err(|e| {
-                    (
-                        ResponseError::NetworkException,
-                        format!("cannot connect to broker {broker_id} at {addr}: {e}"),
-                    )
-                })?;
-                &mut conn.insert((addr.clone(), c)).1
-            }
-        };
-        match c.call(req, version, wait).await {
-            Ok(r) => Ok(r),
-            Err(e) => {
-                *conn = None;
+        let exchange = exchange(
+            self.slot(broker_id),
+            broker_id,
+            addr,
+            broker_client_id(self.config.node_id),
+            req.clone(),
+            version,
+            wait,
+        );
+        match &self.home {
+            None => exchange.await,
+            Some(home) => home.spawn(exchange).await.unwrap_or_else(|e| {
                 Err((
                     ResponseError::NetworkException,
-                    format!("request to broker {broker_id} at {addr} failed: {e:#}"),
+                    format!("request to broker {broker_id} not completed: {e}"),
                 ))
-            }
+            }),
         }
     }
 
@@ -544,5 +540,45 @@ impl PeerClients {
         tokio::task::block_in_place(|| {
             handle.block_on(self.produce(leader, topic, partition, batch, FORWARD_TIMEOUT_MS))
         })
+    }
+}
+
+/// One exchange of [`PeerClients::call`] on `slot`'s connection to broker `broker_id` at
+/// `addr` (made, or made again, as needed; dropped when the exchange fails).
+async fn exchange<R: Request + Sync>(
+    slot: Slot,
+    broker_id: i32,
+    addr: String,
+    client_id: String,
+    req: R,
+    version: i16,
+    wait: Duration,
+) -> Result<R::Response, (ResponseError, String)> {
+    let mut conn = slot.lock().await;
+    let reusable = matches!(&*conn, Some((a, c)) if a == &addr && !c.closed_by_peer());
+    let c = match conn.as_mut() {
+        Some((_, c)) if reusable => c,
+        _ => {
+            *conn = None;
+            let c = PeerConn::connect(&addr, client_id, MAX_PEER_RESPONSE_BYTES)
+                .await
+                .map_err(|e| {
+                    (
+                        ResponseError::NetworkException,
+                        format!("cannot connect to broker {broker_id} at {addr}: {e}"),
+                    )
+                })?;
+            &mut conn.insert((addr.clone(), c)).1
+        }
+    };
+    match c.call(&req, version, wait).await {
+        Ok(r) => Ok(r),
+        Err(e) => {
+            *conn = None;
+            Err((
+                ResponseError::NetworkException,
+                format!("request to broker {broker_id} at {addr} failed: {e:#}"),
+            ))
+        }
     }
 }

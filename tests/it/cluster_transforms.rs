@@ -178,6 +178,13 @@ async fn an_async_transform_runs_on_the_connect_leader_and_moves_when_it_is_kill
 
     produce(&all, "copy-in", 4, 0..RECORDS, keyed_value).await;
     let read = read_keyed(&all, "copy-out", 4, RECORDS);
+    for id in 1..=3 {
+        for line in nodes.node(id).stderr_text().lines() {
+            if line.contains("transform") || line.contains("fenc") || line.contains("copier") {
+                eprintln!("node {id}: {line}");
+            }
+        }
+    }
     read.assert_exactly(&(0..RECORDS).collect());
 
     nodes.kill9(1);
