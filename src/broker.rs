@@ -207,10 +207,12 @@ async fn every_interval(
     }
 }
 
-/// Takes an exclusive advisory lock on `<log_dir>/.lock`.
+/// Takes an exclusive advisory lock on `<log_dir>/.lock` (Kafka's), held while the
+/// returned file is open.
 ///
-/// Errors: another process (another weir) holds it, or the file cannot be created.
-fn lock_log_dir(log_dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
+/// Errors: another process (another weir) holds it ("log.dirs D is in use by another weir
+/// process (D/.lock is locked)"), or the file cannot be created or locked.
+pub(crate) fn lock_log_dir(log_dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
     let path = log_dir.join(".lock");
     let file = std::fs::OpenOptions::new()
         .create(true)

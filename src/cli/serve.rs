@@ -43,7 +43,11 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<()> {
         std::fs::create_dir_all(&config.log_dir).map_err(|e| {
             anyhow::anyhow!("cannot create log.dirs {}: {e}", config.log_dir.display())
         })?;
-        probe_log_dir_lock(&config.log_dir)?;
+        // The lock `broker::run` takes for the broker's lifetime, taken and released
+        // here to fail early. Two processes starting in the same instant can both pass;
+        // the loser then fails in `broker::run`, with the same message, after its
+        // listening line.
+        drop(crate::broker::lock_log_dir(&config.log_dir)?);
         let listeners = crate::broker::bind(&config).await?;
         for l in &listeners.kafka {
             println!("weir listening on {}", l.local_addr()?);
@@ -65,35 +69,6 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<()> {
         });
         crate::broker::run(config, listeners, rx).await
     })
-}
-
-/// Fails when another process holds `<log_dir>/.lock` (the lock `broker::run` takes), so
-/// a second `weir serve` on a data dir in use says so before its "listening" line. The
-/// probe's own lock is released at once: `broker::run` takes the lock for the broker's
-/// lifetime. Two processes starting in the same instant can both pass the probe; the
-/// loser then fails in `broker::run`, with the same message, after its listening line.
-///
-/// Errors: the lock is held (naming the directory and the lock file), or the lock file
-/// cannot be created or locked.
-fn probe_log_dir_lock(log_dir: &std::path::Path) -> anyhow::Result<()> {
-    let path = log_dir.join(".lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", path.display()))?;
-    match file.try_lock() {
-        Ok(()) => Ok(()),
-        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
-            "log.dirs {} is in use by another weir process ({} is locked)",
-            log_dir.display(),
-            path.display()
-        ),
-        Err(std::fs::TryLockError::Error(e)) => {
-            anyhow::bail!("cannot lock {}: {e}", path.display())
-        }
-    }
 }
 
 /// Asks for SIGTERM when the parent process dies; fails if the parent is not `expected_pid`

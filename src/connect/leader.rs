@@ -13,7 +13,8 @@
 //! topics are forwarded to their leaders when another broker leads them
 //! (`InternalTopic::forwarding`, `Ingest`).
 //!
-//! [`run`] starts a [`ConnectRuntime`] when this broker becomes the connect leader and
+//! [`run`] starts a [`ConnectRuntime`] when this broker has been the connect leader for
+//! [`TAKEOVER_GRACE_MS`] (at once when it is the only broker) and
 //! stops it gracefully (sources store their offsets, sinks flush and commit) when it
 //! stops being it, then waits to lead again. A single node is always its own connect
 //! leader. The REST API of a broker that is not the connect leader forwards each request
@@ -42,6 +43,31 @@ pub(crate) const ADMIN_ENDPOINT: &str = "WEIR_ADMIN";
 
 /// How often the connect leader is looked at again.
 const LEADERSHIP_CHECK_INTERVAL: Duration = Duration::from_millis(200);
+
+/// How long (ms) a broker that became the connect leader waits before it runs connectors
+/// and async transforms, on a cluster of more than one broker: the broker that ran them
+/// stops them within a leadership check once its image shows the change, so the two do
+/// not run them at once when leadership moves while both are up (a broker fenced for a
+/// moment under load, a lower id registering on a fresh cluster, a controlled
+/// shutdown). A broker cut off keeps running until its writes fail: at least once.
+pub(crate) const TAKEOVER_GRACE_MS: u64 = 2_000;
+
+/// Whether this broker is the connect leader in `image` and has been for
+/// [`TAKEOVER_GRACE_MS`] (`since`: when it last became it, kept by the caller; reset when
+/// it is not). Alone in the cluster, at once.
+pub(crate) fn leads_after_grace(
+    image: &MetadataImage,
+    since: &mut Option<std::time::Instant>,
+) -> Option<bool> {
+    let leads = connect_leader(image)? == image.node_id();
+    if !leads {
+        *since = None;
+        return Some(false);
+    }
+    let alone = image.brokers().all(|b| b.broker_id == image.node_id());
+    let since = since.get_or_insert_with(std::time::Instant::now);
+    Some(alone || since.elapsed() >= Duration::from_millis(TAKEOVER_GRACE_MS))
+}
 
 /// Wait before starting again after a runtime that failed to start.
 const START_RETRY_BACKOFF: Duration = Duration::from_secs(1);
@@ -137,8 +163,11 @@ pub(crate) async fn run(
         let image = metadata.image();
         connect_leader(&image) == Some(image.node_id())
     };
+    let mut since = None;
+    let mut leads_after_grace =
+        || leads_after_grace(&metadata.image(), &mut since).unwrap_or(false);
     loop {
-        while !leads() {
+        while !leads_after_grace() {
             if stopped_within(&mut shutdown, LEADERSHIP_CHECK_INTERVAL).await {
                 return;
             }

@@ -12,8 +12,8 @@
 //!   since whichever broker leads a partition of its input applies it to produced
 //!   batches; an **async** deployment runs on exactly one broker, the connect leader
 //!   (`connect::leader`: the leader of `__connect_configs`-0), and moves with it,
-//!   resuming from its committed progress after [`TAKEOVER_GRACE_MS`]. The admin API's `/transforms` is forwarded to
-//!   that broker like `/connectors`.
+//!   resuming from its committed progress (after `connect::leader::TAKEOVER_GRACE_MS`).
+//!   The admin API's `/transforms` is forwarded to that broker like `/connectors`.
 //! - `transform.config.dir/*.toml`: the same specs as files, deployed at start and
 //!   re-applied when a file changes (removing the file deletes the deployment). They are
 //!   not copied to `__transforms/`: the file is their source of truth.
@@ -55,13 +55,6 @@ pub(super) const RELOAD_MAX_ATTEMPTS: usize = 20;
 /// How often (ms) a broker compares its deployments with the metadata's and with where
 /// async deployments run (see the module docs).
 pub(super) const RECONCILE_INTERVAL_MS: u64 = 250;
-/// How long (ms) a broker that became the connect leader waits before it starts async
-/// deployments, on a cluster of more than one broker: the broker that ran them stops
-/// them within a reconcile once its image shows the change, so the two do not transform
-/// the same records at once when leadership moves while both are up (a broker fenced
-/// for a moment under load, a controlled shutdown). A broker cut off keeps running
-/// until its writes fail: at least once, as everywhere in the runtime.
-pub(super) const TAKEOVER_GRACE_MS: u64 = 2_000;
 
 /// Why a deploy, replace or delete was refused.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -244,7 +237,7 @@ pub struct TransformManager {
     /// Metadata specs that do not parse, already logged (logged once each).
     unparsable: Mutex<BTreeSet<(String, Arc<str>)>>,
     /// Since when this broker has been the connect leader without a break (async
-    /// deployments start [`TAKEOVER_GRACE_MS`] after).
+    /// deployments start `connect::leader::TAKEOVER_GRACE_MS` after).
     leads_since: Mutex<Option<std::time::Instant>>,
     /// Whether `transform.config.dir` was applied once (at the first reconcile).
     config_dir_applied: std::sync::atomic::AtomicBool,
@@ -368,19 +361,9 @@ impl TransformManager {
     /// not stop and start again for a moment without a leader.
     fn leads_async(&self) -> bool {
         let image = self.ctx.metadata.image();
-        let leads = match crate::connect::leader::connect_leader(&image) {
-            Some(leader) => leader == image.node_id(),
-            None => return self.runs_async.load(Ordering::SeqCst),
-        };
         let mut since = self.leads_since.lock().unwrap_or_else(|e| e.into_inner());
-        if !leads {
-            *since = None;
-            return false;
-        }
-        // Alone in the cluster nobody else can be running them: no wait.
-        let alone = image.brokers().all(|b| b.broker_id == image.node_id());
-        let since = since.get_or_insert_with(std::time::Instant::now);
-        alone || since.elapsed() >= Duration::from_millis(TAKEOVER_GRACE_MS)
+        crate::connect::leader::leads_after_grace(&image, &mut since)
+            .unwrap_or_else(|| self.runs_async.load(Ordering::SeqCst))
     }
 
     /// Brings this broker's deployments in line with the metadata and with where async
