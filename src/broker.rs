@@ -207,6 +207,29 @@ async fn every_interval(
     }
 }
 
+/// Spawns on `tasks` what every controller runs and acts on only while its node leads
+/// the quorum (combined and controller-only nodes alike): fencing brokers whose session
+/// lapsed, with the elections that follow (`cluster::brokers::fence_loop`), and the
+/// preferred-leader rebalance (`cluster::brokers::rebalance_loop`).
+fn spawn_controller_duties(
+    tasks: &mut tokio::task::JoinSet<()>,
+    metadata: &Arc<Metadata>,
+    session: cluster::brokers::SessionSettings,
+    config: &BrokerConfig,
+    shutdown: &watch::Receiver<bool>,
+) {
+    tasks.spawn(cluster::brokers::fence_loop(
+        metadata.clone(),
+        session,
+        shutdown.clone(),
+    ));
+    tasks.spawn(cluster::brokers::rebalance_loop(
+        metadata.clone(),
+        rebalance_settings(config),
+        shutdown.clone(),
+    ));
+}
+
 /// Takes an exclusive advisory lock on `<log_dir>/.lock` (Kafka's), held while the
 /// returned file is open.
 ///
@@ -334,16 +357,7 @@ async fn run_controller(
         unclean_leader_election_enable: config.replication.unclean_leader_election_enable,
     };
     let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(cluster::brokers::fence_loop(
-        metadata.clone(),
-        session,
-        shutdown.clone(),
-    ));
-    tasks.spawn(cluster::brokers::rebalance_loop(
-        metadata.clone(),
-        rebalance_settings(&config),
-        shutdown.clone(),
-    ));
+    spawn_controller_duties(&mut tasks, &metadata, session, &config, &shutdown);
     while tasks.join_next().await.is_some() {}
     tracing::info!("controller stopped");
     Ok(())
@@ -564,16 +578,7 @@ pub async fn run_on(
             broker_epoch,
             shutdown.clone(),
         ));
-        tasks.spawn(cluster::brokers::fence_loop(
-            metadata.clone(),
-            session,
-            shutdown.clone(),
-        ));
-        tasks.spawn(cluster::brokers::rebalance_loop(
-            metadata.clone(),
-            rebalance_settings(&config),
-            shutdown.clone(),
-        ));
+        spawn_controller_duties(&mut tasks, &metadata, session, &config, &shutdown);
         tasks.spawn(crate::replication::run(
             metadata.clone(),
             replicas.clone(),

@@ -32,6 +32,18 @@ pub(super) const RDKAFKA_DEBUG_ENV: &str = "WEIR_RDKAFKA_DEBUG";
 /// How long a metadata request may take before the command gives up.
 pub(super) const METADATA_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// A boolean `--property KEY=VALUE` of the console tools (`print.key`, `parse.headers`,
+/// ...): `true` or `false`, any case, as Kafka's console tools read them.
+///
+/// Errors: any other value, naming the property.
+pub(super) fn bool_property(key: &str, value: &str) -> anyhow::Result<bool> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => anyhow::bail!("--property {key}={value}: expected true or false"),
+    }
+}
+
 /// The librdkafka configuration all CLI clients start from: bootstrap servers and
 /// `client.id`. Callers add what their client type needs.
 ///

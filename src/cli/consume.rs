@@ -188,13 +188,7 @@ impl RecordFormat {
             null_literal: b"null".to_vec(),
         };
         for (key, value) in properties {
-            let flag = || -> anyhow::Result<bool> {
-                match value.to_ascii_lowercase().as_str() {
-                    "true" => Ok(true),
-                    "false" => Ok(false),
-                    _ => anyhow::bail!("--property {key}={value}: expected true or false"),
-                }
-            };
+            let flag = || super::client::bool_property(key, value);
             match key.as_str() {
                 "print.timestamp" => format.print_timestamp = flag()?,
                 "print.partition" => format.print_partition = flag()?,

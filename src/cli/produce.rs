@@ -126,13 +126,7 @@ impl LineFormat {
             key_separator: b":".to_vec(),
         };
         for (key, value) in properties {
-            let flag = || -> anyhow::Result<bool> {
-                match value.to_ascii_lowercase().as_str() {
-                    "true" => Ok(true),
-                    "false" => Ok(false),
-                    _ => anyhow::bail!("--property {key}={value}: expected true or false"),
-                }
-            };
+            let flag = || super::client::bool_property(key, value);
             let bytes = value.as_bytes().to_vec();
             match key.as_str() {
                 "parse.key" => parse_key = flag()?,
