@@ -482,6 +482,12 @@ pub async fn run_on(
             .map_err(|e| anyhow::anyhow!(e))
             .context("cannot load consumer groups")?,
     );
+    let txn = crate::txn::TransactionCoordinator::new(
+        metadata.clone(),
+        replicas.clone(),
+        groups.clone(),
+        config.clone(),
+    );
     // This broker's own recorder (not the process' global one: see `metrics`).
     let metrics = Metrics::new(SUPPORTED_APIS.iter().map(|a| a.key));
     let plugins = Arc::new(
@@ -555,6 +561,7 @@ pub async fn run_on(
         metadata: metadata.clone(),
         replicas: replicas.clone(),
         groups: groups.clone(),
+        txn: txn.clone(),
         topics: topic_admin,
         advertised,
         inline,
@@ -621,6 +628,7 @@ pub async fn run_on(
         });
     }
     tasks.spawn(groups.run_timers(shutdown.clone()));
+    tasks.spawn(txn.run_timers(shutdown.clone()));
     // Hot reload; on shutdown it stops every transform runner (each finishes its chunk).
     tasks.spawn(transforms.run(shutdown.clone()));
     {

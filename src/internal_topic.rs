@@ -88,6 +88,19 @@ pub(crate) struct ReplayedRecord {
     pub key: Bytes,
     /// Its value; `None` is a tombstone.
     pub value: Option<Bytes>,
+    /// The producer of a transactional record, -1 for others.
+    pub producer_id: i64,
+}
+
+/// What [`InternalTopic::replay_one_transactional`] found in one partition.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct ReplayedPartition {
+    /// Non-transactional records in offset order, with each committed transaction's
+    /// records placed at its COMMIT marker (where they took effect). Records of aborted
+    /// transactions are left out.
+    pub records: Vec<ReplayedRecord>,
+    /// Records of transactions with no marker yet (their `producer_id` says whose).
+    pub pending: Vec<ReplayedRecord>,
 }
 
 /// One compacted topic the broker owns. Cheap to clone (shares its owners).
@@ -172,6 +185,15 @@ impl InternalTopic {
                 "fewer live brokers than the internal topic's replication factor: creating it with fewer replicas"
             );
         }
+        // A min.insync.replicas above the replicas the topic gets would refuse every
+        // acks=all write: capped like the replication factor.
+        if let Some(min_isr) = configs.get_mut("min.insync.replicas") {
+            let capped = min_isr
+                .parse::<i64>()
+                .unwrap_or(1)
+                .clamp(1, i64::from(replication_factor));
+            *min_isr = capped.to_string();
+        }
         let meta = self
             .metadata
             .ensure_topic(NewTopic {
@@ -204,6 +226,21 @@ impl InternalTopic {
         partition: i32,
         records: &[(Bytes, Option<Bytes>)],
     ) -> Result<(), InternalTopicError> {
+        self.append_as(partition, records, None)
+    }
+
+    /// As [`InternalTopic::append`], as one transactional batch of producer
+    /// `(producer_id, producer_epoch)` when `transactional` is set (a transactional offset
+    /// commit: its records count once the producer's COMMIT marker follows).
+    ///
+    /// Errors: as [`InternalTopic::append`]; the log's refusal of a fenced epoch
+    /// (INVALID_PRODUCER_EPOCH) as an append failure.
+    pub(crate) fn append_as(
+        &self,
+        partition: i32,
+        records: &[(Bytes, Option<Bytes>)],
+        transactional: Option<(i64, i16)>,
+    ) -> Result<(), InternalTopicError> {
         if records.is_empty() {
             return Ok(());
         }
@@ -228,7 +265,7 @@ impl InternalTopic {
                 )
             })
             .collect();
-        let batch = plain::encode(&encoded).map_err(fail)?;
+        let batch = plain::encode_with(&encoded, transactional).map_err(fail)?;
         if let Some(peers) = &self.peers {
             if !hosted.as_ref().is_some_and(|p| p.is_leader()) {
                 let Some(leader) = self.metadata.image().leader_of(self.name, partition) else {
@@ -267,7 +304,8 @@ impl InternalTopic {
             return Ok(out);
         };
         for index in 0..partitions {
-            self.replay_partition(index, &mut out)?;
+            let mut open = BTreeMap::new();
+            self.replay_partition(index, &mut out, &mut open)?;
         }
         Ok(out)
     }
@@ -277,9 +315,24 @@ impl InternalTopic {
     ///
     /// Errors: as [`InternalTopic::replay`].
     pub(crate) fn replay_one(&self, index: i32) -> Result<Vec<ReplayedRecord>, InternalTopicError> {
+        Ok(self.replay_one_transactional(index)?.records)
+    }
+
+    /// As [`InternalTopic::replay_one`], with the records of still-open transactions
+    /// apart (the group coordinator holds them until their marker).
+    ///
+    /// Errors: as [`InternalTopic::replay`].
+    pub(crate) fn replay_one_transactional(
+        &self,
+        index: i32,
+    ) -> Result<ReplayedPartition, InternalTopicError> {
         let mut out = Vec::new();
-        self.replay_partition(index, &mut out)?;
-        Ok(out)
+        let mut open: BTreeMap<i64, Vec<ReplayedRecord>> = BTreeMap::new();
+        self.replay_partition(index, &mut out, &mut open)?;
+        Ok(ReplayedPartition {
+            records: out,
+            pending: open.into_values().flatten().collect(),
+        })
     }
 
     /// Partition `index`, when hosted here.
@@ -295,10 +348,13 @@ impl InternalTopic {
         }
     }
 
+    /// Replays partition `index` into `out`; records of transactions still open at its
+    /// end are left in `open` by producer id.
     fn replay_partition(
         &self,
         index: i32,
         out: &mut Vec<ReplayedRecord>,
+        open: &mut BTreeMap<i64, Vec<ReplayedRecord>>,
     ) -> Result<(), InternalTopicError> {
         let Some(partition) = self.replicas.partition(self.name, index) else {
             return Ok(());
@@ -334,18 +390,38 @@ impl InternalTopic {
                 // The batch's span, not its last record: compaction may have removed
                 // the tail, and a control batch has no records decoded.
                 next = next.max(batch.base_offset + i64::from(batch.last_offset_delta) + 1);
+                if batch.is_control {
+                    // A marker: the producer's open records take effect (COMMIT, key
+                    // type 1) or are dropped (ABORT, 0).
+                    let commit = batch.control_type == Some(1);
+                    let records = open.remove(&batch.producer_id).unwrap_or_default();
+                    if commit {
+                        out.extend(records);
+                    }
+                    continue;
+                }
                 for r in batch.records {
                     let record_offset = batch.base_offset + i64::from(r.offset_delta);
-                    if record_offset < offset || batch.is_control {
+                    if record_offset < offset {
                         continue;
                     }
                     if let Some(key) = r.key {
-                        out.push(ReplayedRecord {
+                        let record = ReplayedRecord {
                             partition: index,
                             offset: record_offset,
                             key,
                             value: r.value,
-                        });
+                            producer_id: if batch.is_transactional {
+                                batch.producer_id
+                            } else {
+                                -1
+                            },
+                        };
+                        if batch.is_transactional {
+                            open.entry(batch.producer_id).or_default().push(record);
+                        } else {
+                            out.push(record);
+                        }
                     }
                 }
             }
@@ -454,6 +530,7 @@ mod tests {
                 offset: 0,
                 key: record[0].0.clone(),
                 value: record[0].1.clone(),
+                producer_id: -1,
             }]
         );
         // And it is there after a restart.

@@ -33,4 +33,5 @@ mod replication;
 mod server;
 mod topics;
 pub mod transform;
+pub mod txn;
 mod worker_io;

@@ -151,6 +151,14 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("offsets.retention.minutes", Int, Some("10080"), Some(1), "Committed offsets of a group are dropped this long after it became empty (minutes)."),
     key("offsets.retention.check.interval.ms", Long, Some("600000"), Some(1), "How often expired committed offsets are looked for (ms)."),
     key("offset.metadata.max.bytes", Int, Some("4096"), Some(0), "Longest metadata string of a committed offset (OFFSET_METADATA_TOO_LARGE above it)."),
+    key("transaction.state.log.num.partitions", Int, Some("50"), Some(1), "Partitions of __transaction_state (the transaction coordinators' log), fixed when it is first created."),
+    key("transaction.state.log.replication.factor", Int, Some("3"), Some(1), "Replication factor of __transaction_state (capped at the live broker count when it is created)."),
+    key("transaction.state.log.min.isr", Int, Some("2"), Some(1), "min.insync.replicas of __transaction_state (capped at its replication factor)."),
+    key("transaction.state.log.segment.bytes", Int, Some("104857600"), Some(14), "Segment size of __transaction_state (bytes)."),
+    key("transaction.max.timeout.ms", Int, Some("900000"), Some(1), "Largest transaction.timeout.ms a producer may ask for (INVALID_TRANSACTION_TIMEOUT above it)."),
+    key("transactional.id.expiration.ms", Int, Some("604800000"), Some(1), "A transactional id with no transaction for this long (ms) is forgotten by its coordinator."),
+    key("transaction.abort.timed.out.transaction.cleanup.interval.ms", Int, Some("10000"), Some(1), "How often the coordinators look for transactions open past their timeout, and abort them (ms)."),
+    key("transaction.remove.expired.transaction.cleanup.interval.ms", Int, Some("3600000"), Some(1), "How often the coordinators look for expired transactional ids (ms)."),
     key("admin.listeners", List, Some("http://127.0.0.1:8083"), None, "The admin HTTP listener (transforms, HTTP produce, Connect REST API), as http://HOST:PORT; empty turns it off; port 0 picks a free port."),
     key("admin.max.inflight.request.bytes", Long, Some("268435456"), Some(1), "Most request-body bytes all admin HTTP requests together may hold at once (each counts its Content-Length, capped at its route's body limit, or that limit when chunked). A request that does not fit now gets 503 with Retry-After; one larger than this whole bound gets 413."),
     key("plugin.cache.dir", KeyType::String, None, None, "Directory of compiled plugin components (<sha256>.cwasm); default <log.dirs>/__plugin_cache."),
@@ -677,6 +685,8 @@ pub struct BrokerConfig {
     pub replica_selector: ReplicaSelector,
     /// Consumer group coordinator settings (`group.*`, `offsets.*`).
     pub group: GroupSettings,
+    /// Transaction coordinator settings (`transaction.*`, `transactional.id.*`).
+    pub transaction: TransactionSettings,
     /// `admin.max.inflight.request.bytes`: request-body bytes all admin HTTP requests
     /// together may hold at once.
     pub admin_max_inflight_request_bytes: u64,
@@ -808,6 +818,28 @@ pub struct GroupSettings {
     pub offset_metadata_max_bytes: usize,
 }
 
+/// The transaction coordinator's settings, Kafka's names (`TransactionStateManagerConfig`,
+/// `TransactionLogConfig`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransactionSettings {
+    /// `transaction.state.log.num.partitions`.
+    pub state_log_num_partitions: i32,
+    /// `transaction.state.log.replication.factor` (capped at the live brokers at creation).
+    pub state_log_replication_factor: i16,
+    /// `transaction.state.log.min.isr`.
+    pub state_log_min_isr: i32,
+    /// `transaction.state.log.segment.bytes`.
+    pub state_log_segment_bytes: i64,
+    /// `transaction.max.timeout.ms`.
+    pub max_timeout_ms: i32,
+    /// `transactional.id.expiration.ms`.
+    pub id_expiration_ms: i64,
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`.
+    pub abort_timed_out_interval_ms: u64,
+    /// `transaction.remove.expired.transaction.cleanup.interval.ms`.
+    pub remove_expired_interval_ms: u64,
+}
+
 impl BrokerConfig {
     /// Every key at its default: a single node on 127.0.0.1:9092 with data under `./data`.
     pub fn defaults() -> BrokerConfig {
@@ -924,6 +956,21 @@ impl BrokerConfig {
                 offsets_retention_check_interval_ms: int("offsets.retention.check.interval.ms")?
                     as u64,
                 offset_metadata_max_bytes: int("offset.metadata.max.bytes")? as usize,
+            },
+            transaction: TransactionSettings {
+                state_log_num_partitions: int("transaction.state.log.num.partitions")? as i32,
+                state_log_replication_factor: int("transaction.state.log.replication.factor")?
+                    .min(i64::from(i16::MAX)) as i16,
+                state_log_min_isr: int("transaction.state.log.min.isr")? as i32,
+                state_log_segment_bytes: int("transaction.state.log.segment.bytes")?,
+                max_timeout_ms: int("transaction.max.timeout.ms")? as i32,
+                id_expiration_ms: int("transactional.id.expiration.ms")?,
+                abort_timed_out_interval_ms: int(
+                    "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+                )? as u64,
+                remove_expired_interval_ms: int(
+                    "transaction.remove.expired.transaction.cleanup.interval.ms",
+                )? as u64,
             },
             admin_listener: parse_admin_listener(&text("admin.listeners"))?,
             admin_max_inflight_request_bytes: int("admin.max.inflight.request.bytes")? as u64,

@@ -215,6 +215,25 @@ pub struct CommitRequest {
     pub offsets: Vec<OffsetToCommit>,
 }
 
+/// A TxnOffsetCommit request, decoded (v0–v3; KIP-98, KIP-447 adds the member fields).
+#[derive(Debug, Clone)]
+pub struct TxnCommitRequest {
+    /// `group.id`.
+    pub group_id: String,
+    /// The transactional producer.
+    pub producer_id: i64,
+    /// Its epoch.
+    pub producer_epoch: i16,
+    /// The member's generation (v3+); -1 when not given.
+    pub generation_id: i32,
+    /// Member id (v3+); "" when not given.
+    pub member_id: String,
+    /// `group.instance.id` (v3+).
+    pub group_instance_id: Option<String>,
+    /// The offsets.
+    pub offsets: Vec<OffsetToCommit>,
+}
+
 /// OffsetFetch's answer: per topic, per partition, the committed offset if any.
 pub(crate) type FetchedOffsets = Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>;
 
@@ -318,6 +337,9 @@ struct Group {
     initial_delay: Option<InitialDelay>,
     sync_deadline: Option<Instant>,
     offsets: BTreeMap<(String, i32), CommittedOffset>,
+    /// Offsets committed in open transactions, by producer id: logged, not yet visible
+    /// (TxnOffsetCommit; moved into `offsets` by the COMMIT marker, dropped by ABORT).
+    pending_txn: BTreeMap<i64, BTreeMap<(String, i32), CommittedOffset>>,
     /// Wall-clock time the group last became empty (offset expiry, KIP-211).
     empty_since_ms: Option<i64>,
 }
@@ -338,6 +360,7 @@ impl Group {
             initial_delay: None,
             sync_deadline: None,
             offsets: BTreeMap::new(),
+            pending_txn: BTreeMap::new(),
             empty_since_ms: Some(now_ms()),
         }
     }
@@ -349,6 +372,7 @@ impl Group {
         g.protocol_type = loaded.protocol_type.filter(|p| !p.is_empty());
         g.generation = loaded.generation_id;
         g.offsets = loaded.offsets;
+        g.pending_txn = loaded.pending;
         g
     }
 
@@ -1389,6 +1413,146 @@ impl GroupCoordinator {
             g.offsets.insert(key, c);
         }
         results
+    }
+
+    /// TxnOffsetCommit: logs the offsets as part of the producer's transaction (a
+    /// transactional batch in the group's `__consumer_offsets` partition, which the
+    /// transaction coordinator added to the transaction with AddOffsetsToTxn); they stay
+    /// pending, invisible to OffsetFetch, until [`GroupCoordinator::complete_txn`] sees
+    /// the marker. Member and generation are checked when given (KIP-447), as
+    /// OffsetCommit checks them.
+    ///
+    /// Errors per offset: UNKNOWN_TOPIC_OR_PARTITION (3), INVALID_GROUP_ID (24),
+    /// UNKNOWN_MEMBER_ID (25), ILLEGAL_GENERATION (22), FENCED_INSTANCE_ID (82),
+    /// OFFSET_METADATA_TOO_LARGE (12), COORDINATOR_NOT_AVAILABLE (15) when the offsets
+    /// topic cannot be written, INVALID_PRODUCER_EPOCH (47) when the log fences the
+    /// producer.
+    pub fn txn_commit(&self, req: &TxnCommitRequest) -> Vec<Option<ResponseError>> {
+        let known: Vec<bool> = req
+            .offsets
+            .iter()
+            .map(|o| {
+                self.metadata
+                    .topic(&o.topic)
+                    .is_some_and(|t| (0..t.partitions).contains(&o.partition))
+            })
+            .collect();
+        let all = |e: ResponseError| {
+            known
+                .iter()
+                .map(|k| {
+                    Some(if *k {
+                        e
+                    } else {
+                        ResponseError::UnknownTopicOrPartition
+                    })
+                })
+                .collect::<Vec<_>>()
+        };
+        if let Some(e) = check_group_id(&req.group_id, false) {
+            return all(e);
+        }
+        if let Err(e) = self.ensure_offsets_topic() {
+            return all(e);
+        }
+        let mut groups = self.lock();
+        let g = groups
+            .entry(req.group_id.clone())
+            .or_insert_with(|| Group::new(&req.group_id));
+        if g.state == GroupState::Dead {
+            return all(ResponseError::CoordinatorNotAvailable);
+        }
+        if let Some(instance) = &req.group_instance_id {
+            if g.static_members
+                .get(instance)
+                .is_some_and(|current| current != &req.member_id)
+            {
+                return all(ResponseError::FencedInstanceId);
+            }
+        }
+        if !req.member_id.is_empty() && !g.members.contains_key(&req.member_id) {
+            return all(ResponseError::UnknownMemberId);
+        }
+        if req.generation_id >= 0 && req.generation_id != g.generation {
+            return all(ResponseError::IllegalGeneration);
+        }
+        let now = now_ms();
+        let mut results = Vec::with_capacity(req.offsets.len());
+        let mut records = Vec::new();
+        let mut accepted = Vec::new();
+        for (o, known) in req.offsets.iter().zip(&known) {
+            let metadata = o.metadata.clone().unwrap_or_default();
+            if !known {
+                results.push(Some(ResponseError::UnknownTopicOrPartition));
+            } else if metadata.len()
+                > self
+                    .settings
+                    .offset_metadata_max_bytes
+                    .min(MAX_METADATA_BYTES)
+            {
+                results.push(Some(ResponseError::OffsetMetadataTooLarge));
+            } else {
+                let c = CommittedOffset {
+                    offset: o.offset,
+                    leader_epoch: o.leader_epoch,
+                    metadata,
+                    commit_timestamp_ms: now,
+                };
+                records.push(StoreRecord::offset(&g.id, &o.topic, o.partition, &c));
+                accepted.push((results.len(), (o.topic.clone(), o.partition), c));
+                results.push(None);
+            }
+        }
+        let stored =
+            self.store
+                .append_transactional(&g.id, &records, (req.producer_id, req.producer_epoch));
+        if let Err(e) = stored {
+            tracing::warn!(group = %g.id, producer_id = req.producer_id, error = %e, "transactional offset commit not stored");
+            let code = if e.to_string().contains("epoch") {
+                ResponseError::InvalidProducerEpoch
+            } else {
+                ResponseError::CoordinatorNotAvailable
+            };
+            for (i, _, _) in &accepted {
+                results[*i] = Some(code);
+            }
+            return results;
+        }
+        let pending = g.pending_txn.entry(req.producer_id).or_default();
+        for (_, key, c) in accepted {
+            pending.insert(key, c);
+        }
+        results
+    }
+
+    /// A transaction marker of `producer_id` was written to `__consumer_offsets`
+    /// partition `index`: the producer's pending offsets of the groups there become
+    /// committed (`commit`) or are dropped.
+    pub fn complete_txn(&self, index: i32, producer_id: i64, commit: bool) {
+        let Some((partitions, _, _)) = self.store.leadership_of("") else {
+            return;
+        };
+        let mut groups = self.lock();
+        for (id, g) in groups.iter_mut() {
+            if partition_for(id, partitions) != index {
+                continue;
+            }
+            if let Some(offsets) = g.pending_txn.remove(&producer_id) {
+                if commit {
+                    g.offsets.extend(offsets);
+                }
+            }
+        }
+    }
+
+    /// Whether `group_id` has offsets of `topic`-`partition` committed in a transaction
+    /// that has no marker yet (OffsetFetch v7+ with `require_stable` answers
+    /// UNSTABLE_OFFSET_COMMIT, 88, for it: KIP-447).
+    pub fn has_pending_txn_offset(&self, group_id: &str, topic: &str, partition: i32) -> bool {
+        let key = (topic.to_string(), partition);
+        self.lock()
+            .get(group_id)
+            .is_some_and(|g| g.pending_txn.values().any(|o| o.contains_key(&key)))
     }
 
     /// OffsetFetch: committed offsets of `topics` (each partition listed; `None` where

@@ -45,6 +45,9 @@ pub(crate) struct LoadedGroup {
     pub protocol_type: Option<String>,
     /// The last generation written.
     pub generation_id: i32,
+    /// Offsets committed in transactions with no marker yet, by producer id
+    /// (TxnOffsetCommit; they count once the COMMIT marker is written).
+    pub pending: BTreeMap<i64, BTreeMap<(String, i32), CommittedOffset>>,
 }
 
 /// A record to append: key bytes and value bytes (`None` is a tombstone).
@@ -358,13 +361,38 @@ impl OffsetStore {
             .append(partition_for(group_id, partitions), &pairs)
     }
 
+    /// As [`OffsetStore::append`], as one transactional batch of producer
+    /// `(producer_id, producer_epoch)` (TxnOffsetCommit).
+    ///
+    /// Errors: as [`OffsetStore::append`].
+    pub(crate) fn append_transactional(
+        &self,
+        group_id: &str,
+        records: &[StoreRecord],
+        producer: (i64, i16),
+    ) -> Result<(), InternalTopicError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let partitions = self.topic.ensure()?;
+        let pairs: Vec<(Bytes, Option<Bytes>)> = records
+            .iter()
+            .map(|r| (r.key.clone(), r.value.clone()))
+            .collect();
+        self.topic
+            .append_as(partition_for(group_id, partitions), &pairs, Some(producer))
+    }
+
     /// Replays every partition of `__consumer_offsets` (if it exists): the last record per
     /// key wins, tombstones remove. Records it cannot parse are skipped with a warning.
     ///
     /// Errors: a partition log that cannot be read (I/O), as a message.
     pub(crate) fn load(&self) -> Result<BTreeMap<String, LoadedGroup>, String> {
-        let records = self.topic.replay().map_err(|e| e.to_string())?;
-        Ok(groups_of(records))
+        let mut out = BTreeMap::new();
+        for index in 0..self.topic.partitions().unwrap_or(0) {
+            out.extend(self.load_partition(index)?);
+        }
+        Ok(out)
     }
 
     /// As [`OffsetStore::load`], for the groups of partition `index` alone (a
@@ -375,8 +403,29 @@ impl OffsetStore {
         &self,
         index: i32,
     ) -> Result<BTreeMap<String, LoadedGroup>, String> {
-        let records = self.topic.replay_one(index).map_err(|e| e.to_string())?;
-        Ok(groups_of(records))
+        let replayed = self
+            .topic
+            .replay_one_transactional(index)
+            .map_err(|e| e.to_string())?;
+        let mut groups = groups_of(replayed.records);
+        for record in replayed.pending {
+            if let Some(Decoded::Offset {
+                group,
+                topic,
+                partition,
+                value: Some(v),
+            }) = decode_record(&record.key, record.value.as_ref())
+            {
+                groups
+                    .entry(group)
+                    .or_default()
+                    .pending
+                    .entry(record.producer_id)
+                    .or_default()
+                    .insert((topic, partition), v);
+            }
+        }
+        Ok(groups)
     }
 
     /// Partition `index` of `__consumer_offsets`, when hosted here.

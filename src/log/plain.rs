@@ -1,15 +1,19 @@
 //! Record batches the broker writes itself — committed group offsets, connector offsets
 //! and status, records it routes (HTTP produce, transform outputs, dead letters): magic 2,
-//! uncompressed, CreateTime, no producer id (not idempotent), offsets 0..n-1 within the
+//! uncompressed, CreateTime, no producer id (not idempotent; transactional offset commits
+//! carry the producer's id and epoch), offsets 0..n-1 within the
 //! batch, headers in order with repeated keys kept (KIP-82). Encoded with the same
 //! `rewrite::BatchBuilder` as inline transforms, so the record layout has one writer
-//! (and one reader, `records`). Never does: compression, transactions, appending (the
+//! (and one reader, `records`). Never does: compression, control batches (markers), appending (the
 //! caller appends).
 
 use bytes::Bytes;
 
 use super::batch::{Compression, TimestampType, BATCH_HEADER_BYTES, MAGIC_V2};
 use super::rewrite::BatchBuilder;
+
+/// Attributes bit 4: the batch is part of a transaction.
+const TRANSACTIONAL_ATTRIBUTE: i16 = 0x10;
 
 /// One record for [`encode`] (see [`record`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +58,16 @@ pub fn record(
 /// Errors: no records, offset deltas not increasing from 0 or beyond `i32`, or a field
 /// too large for the format (the message says which).
 pub fn encode(records: &[Record]) -> Result<Bytes, String> {
+    encode_with(records, None)
+}
+
+/// As [`encode`], as a transactional batch of producer `(producer_id, producer_epoch)`
+/// when `transactional` is set (attributes bit 4, base sequence -1: Kafka writes a
+/// coordinator's transactional offset commits so, `TxnOffsetCommit`), otherwise with no
+/// producer id.
+///
+/// Errors: as [`encode`].
+pub fn encode_with(records: &[Record], transactional: Option<(i64, i16)>) -> Result<Bytes, String> {
     let fail = |e: String| format!("cannot encode a record batch: {e}");
     let last = records
         .last()
@@ -64,8 +78,12 @@ pub fn encode(records: &[Record]) -> Result<Bytes, String> {
     let mut header = [0u8; BATCH_HEADER_BYTES];
     header[16] = MAGIC_V2 as u8;
     header[23..27].copy_from_slice(&last_offset_delta.to_be_bytes());
-    header[43..51].copy_from_slice(&(-1i64).to_be_bytes()); // producerId
-    header[51..53].copy_from_slice(&(-1i16).to_be_bytes()); // producerEpoch
+    let (producer_id, producer_epoch) = transactional.unwrap_or((-1, -1));
+    if transactional.is_some() {
+        header[21..23].copy_from_slice(&TRANSACTIONAL_ATTRIBUTE.to_be_bytes());
+    }
+    header[43..51].copy_from_slice(&producer_id.to_be_bytes());
+    header[51..53].copy_from_slice(&producer_epoch.to_be_bytes());
     header[53..57].copy_from_slice(&(-1i32).to_be_bytes()); // baseSequence
     let mut builder = BatchBuilder::with_header(
         header,

@@ -671,6 +671,11 @@ pub struct StoredBatch {
     pub is_control: bool,
     /// Attributes bit 4: part of a transaction.
     pub is_transactional: bool,
+    /// The batch's producer id (-1: none).
+    pub producer_id: i64,
+    /// For a control batch, its marker's type (the control record key's second int16:
+    /// 0 ABORT, 1 COMMIT); `None` for data batches or an unreadable marker.
+    pub control_type: Option<i16>,
     /// The records, in order.
     pub records: Vec<DecodedRecord>,
 }
@@ -713,9 +718,20 @@ impl StoredBatches {
             last_offset_delta: header.last_offset_delta,
             is_control: header.is_control(),
             is_transactional: header.is_transactional(),
+            producer_id: header.producer_id,
+            control_type: None,
             records: Vec::new(),
         };
         if out.is_control {
+            // Markers are written uncompressed (Kafka's `EndTransactionMarker`); only the
+            // first record's key is looked at.
+            let section = batch.slice(BATCH_HEADER_BYTES..);
+            out.control_type = Records::new(&section, header.record_count.min(1))
+                .next()
+                .and_then(|r| r.ok())
+                .and_then(|view| view.to_decoded(&section, header.base_timestamp).key)
+                .filter(|k| k.len() >= 4)
+                .map(|k| i16::from_be_bytes([k[2], k[3]]));
             return Ok(out);
         }
         let section = batch.slice(BATCH_HEADER_BYTES..);

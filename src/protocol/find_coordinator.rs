@@ -7,12 +7,11 @@
 //! `__consumer_offsets`, as Kafka does. The group APIs answer NOT_COORDINATOR (16) on any
 //! other broker ([`check_coordinator`]).
 //!
-//! Errors returned per key: TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53) for a transactional
-//! id (key type 1) — transactions are not implemented, and this is the answer Kafka gives a
-//! client that may not use a transactional id, which clients treat as fatal (librdkafka's
-//! `init_transactions()` fails at once instead of retrying the coordinator query until its
-//! timeout); InitProducerId answers the same. INVALID_REQUEST (42) for any other key type;
-//! COORDINATOR_NOT_AVAILABLE (15) when the offsets topic cannot be created or the
+//! A transactional id's coordinator (key type 1) is the leader of its `__transaction_state`
+//! partition, found the same way; the first request creates that topic.
+//!
+//! Errors returned per key: INVALID_REQUEST (42) for any other key type;
+//! COORDINATOR_NOT_AVAILABLE (15) when the internal topic cannot be created or the
 //! partition has no live leader.
 
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
@@ -29,10 +28,18 @@ use crate::group::store::coordinator_in;
 ///
 /// Errors: COORDINATOR_NOT_AVAILABLE (15) when that leader is fenced or unknown.
 fn coordinator_of(ctx: &Context, group: &str) -> Result<(i32, String, i32), ResponseError> {
+    endpoint_of(ctx, coordinator_in(&ctx.metadata.image(), group))
+}
+
+/// The endpoint of coordinator `leader` (`None`: the internal topic does not exist yet,
+/// so this broker, which creates it).
+///
+/// Errors: COORDINATOR_NOT_AVAILABLE (15) when that broker is fenced or unknown.
+fn endpoint_of(ctx: &Context, leader: Option<i32>) -> Result<(i32, String, i32), ResponseError> {
     let image = ctx.metadata.image();
     let me = image.node_id();
     let this = || (me, ctx.advertised.host.clone(), ctx.advertised.port);
-    let Some(leader) = coordinator_in(&image, group) else {
+    let Some(leader) = leader else {
         return Ok(this());
     };
     if leader == me {
@@ -80,10 +87,16 @@ fn find(ctx: &Context, key: StrBytes, key_type: i8) -> Coordinator {
                 Err(e) => Some((e, "the group's coordinator is not available".to_string())),
             },
         },
-        KEY_TYPE_TRANSACTION => Some((
-            ResponseError::TransactionalIdAuthorizationFailed,
-            "transactions are not implemented by this broker".to_string(),
-        )),
+        KEY_TYPE_TRANSACTION => match ctx.txn.ensure_state_topic() {
+            Err(e) => Some((e, "the transaction state topic cannot be created".to_string())),
+            Ok(()) => match endpoint_of(ctx, ctx.txn.coordinator_of(&group)) {
+                Ok(c) => {
+                    found = Some(c);
+                    None
+                }
+                Err(e) => Some((e, "the transaction coordinator is not available".to_string())),
+            },
+        },
         _ => Some((
             ResponseError::InvalidRequest,
             format!("key type {key_type} is not supported: only consumer groups (0) have a coordinator here"),

@@ -25,6 +25,8 @@ use crate::server::{Outcome, RequestHandler};
 use crate::topics::Topics;
 use crate::transform::inline::InlineRegistry;
 
+mod add_offsets_to_txn;
+mod add_partitions_to_txn;
 mod alter_configs;
 mod alter_partition_reassignments;
 mod api_versions;
@@ -38,7 +40,9 @@ mod describe_configs;
 mod describe_groups;
 mod describe_log_dirs;
 mod describe_quorum;
+mod describe_transactions;
 mod elect_leaders;
+mod end_txn;
 mod fetch;
 mod find_coordinator;
 mod heartbeat;
@@ -50,6 +54,7 @@ pub(crate) mod legacy;
 mod list_groups;
 mod list_offsets;
 mod list_partition_reassignments;
+mod list_transactions;
 mod metadata;
 mod offset_commit;
 mod offset_delete;
@@ -58,6 +63,7 @@ mod offset_for_leader_epoch;
 pub mod produce;
 pub mod records;
 mod sync_group;
+mod txn_offset_commit;
 
 /// One implemented API: its key and the version range implemented and tested.
 #[derive(Debug, Clone, Copy)]
@@ -114,6 +120,12 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::ElectLeaders, 0, 2),
     api(ApiKey::DescribeLogDirs, 1, 4),
     api(ApiKey::DeleteRecords, 0, 2),
+    api(ApiKey::AddPartitionsToTxn, 0, 4),
+    api(ApiKey::AddOffsetsToTxn, 0, 3),
+    api(ApiKey::EndTxn, 0, 4),
+    api(ApiKey::TxnOffsetCommit, 0, 3),
+    api(ApiKey::DescribeTransactions, 0, 0),
+    api(ApiKey::ListTransactions, 0, 1),
 ];
 
 /// The supported range of `key`, if it is implemented.
@@ -143,6 +155,8 @@ pub struct Context {
     pub replicas: Arc<ReplicaManager>,
     /// Consumer groups and committed offsets.
     pub groups: Arc<GroupCoordinator>,
+    /// Transactional ids coordinated here (transactions, KIP-98).
+    pub txn: Arc<crate::txn::TransactionCoordinator>,
     /// Topic creation and config changes (CreateTopics, auto-creation, AlterConfigs).
     pub topics: Topics,
     /// What Metadata advertises for this broker.
@@ -195,6 +209,21 @@ pub(crate) fn replica_partition(
             Err(ResponseError::NotLeaderOrFollower)
         }
         None => Err(ResponseError::UnknownTopicOrPartition),
+    }
+}
+
+/// PRODUCER_FENCED (90, KIP-588) as versions of an API before `since` know it:
+/// INVALID_PRODUCER_EPOCH (47), as Kafka answers older clients.
+pub(crate) fn fenced_before(
+    error: kafka_protocol::ResponseError,
+    version: i16,
+    since: i16,
+) -> kafka_protocol::ResponseError {
+    use kafka_protocol::ResponseError;
+    if error == ResponseError::ProducerFenced && version < since {
+        ResponseError::InvalidProducerEpoch
+    } else {
+        error
     }
 }
 
@@ -402,7 +431,23 @@ async fn dispatch(
             incremental_alter_configs::handle(ctx, r, version),
         ),
         RequestKind::InitProducerId(r) => {
-            ResponseKind::InitProducerId(init_producer_id::handle(ctx, r, version))
+            ResponseKind::InitProducerId(init_producer_id::handle(ctx, r, version).await)
+        }
+        RequestKind::AddPartitionsToTxn(r) => {
+            ResponseKind::AddPartitionsToTxn(add_partitions_to_txn::handle(ctx, r, version).await)
+        }
+        RequestKind::AddOffsetsToTxn(r) => {
+            ResponseKind::AddOffsetsToTxn(add_offsets_to_txn::handle(ctx, r, version).await)
+        }
+        RequestKind::EndTxn(r) => ResponseKind::EndTxn(end_txn::handle(ctx, r, version).await),
+        RequestKind::TxnOffsetCommit(r) => {
+            ResponseKind::TxnOffsetCommit(txn_offset_commit::handle(ctx, r, version).await)
+        }
+        RequestKind::DescribeTransactions(r) => {
+            ResponseKind::DescribeTransactions(describe_transactions::handle(ctx, r, version))
+        }
+        RequestKind::ListTransactions(r) => {
+            ResponseKind::ListTransactions(list_transactions::handle(ctx, r, version))
         }
         RequestKind::FindCoordinator(r) => {
             ResponseKind::FindCoordinator(find_coordinator::handle(ctx, r, version))

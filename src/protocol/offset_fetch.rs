@@ -4,7 +4,8 @@
 //! it, KIP-896, 3.x serves it).
 //!
 //! A partition without a committed offset answers offset -1 and metadata "", as Kafka.
-//! `require_stable` (KIP-447) has nothing to wait for: there are no transactions.
+//! `require_stable` (v7+, KIP-447): a partition with offsets committed in a transaction
+//! that has no marker yet answers UNSTABLE_OFFSET_COMMIT (88); the client retries.
 //! NOT_COORDINATOR (16) first on a broker that does not coordinate the group
 //! (`find_coordinator.rs`), COORDINATOR_NOT_AVAILABLE (15) when its coordinator is fenced.
 
@@ -20,6 +21,16 @@ use crate::group::{CommittedOffset, FetchedOffsets};
 
 fn fetch(ctx: &Context, group: &str, topics: Option<Vec<(String, Vec<i32>)>>) -> FetchedOffsets {
     ctx.groups.fetch_offsets(group, topics.as_deref())
+}
+
+/// UNSTABLE_OFFSET_COMMIT's code when `require_stable` and `group` has a pending
+/// transactional offset of `topic`-`partition`, else 0.
+fn unstable(ctx: &Context, require_stable: bool, group: &str, topic: &str, partition: i32) -> i16 {
+    if require_stable && ctx.groups.has_pending_txn_offset(group, topic, partition) {
+        kafka_protocol::ResponseError::UnstableOffsetCommit.code()
+    } else {
+        0
+    }
 }
 
 fn parts(c: Option<CommittedOffset>) -> (i64, i32, StrBytes) {
@@ -52,24 +63,27 @@ pub(super) fn handle(
                         .map(|t| (t.name.0.to_string(), t.partition_indexes))
                         .collect()
                 });
-                let fetched = fetch(ctx, g.group_id.0.as_str(), topics);
+                let group = g.group_id.0.as_str();
+                let fetched = fetch(ctx, group, topics);
                 let topics = fetched
                     .into_iter()
                     .map(|(t, ps)| {
+                        let partitions = ps
+                            .into_iter()
+                            .map(|(p, c)| {
+                                let error = unstable(ctx, request.require_stable, group, &t, p);
+                                let (offset, epoch, metadata) = parts(c);
+                                OffsetFetchResponsePartitions::default()
+                                    .with_partition_index(p)
+                                    .with_committed_offset(offset)
+                                    .with_committed_leader_epoch(epoch)
+                                    .with_metadata(Some(metadata))
+                                    .with_error_code(error)
+                            })
+                            .collect();
                         OffsetFetchResponseTopics::default()
                             .with_name(TopicName(StrBytes::from_string(t)))
-                            .with_partitions(
-                                ps.into_iter()
-                                    .map(|(p, c)| {
-                                        let (offset, epoch, metadata) = parts(c);
-                                        OffsetFetchResponsePartitions::default()
-                                            .with_partition_index(p)
-                                            .with_committed_offset(offset)
-                                            .with_committed_leader_epoch(epoch)
-                                            .with_metadata(Some(metadata))
-                                    })
-                                    .collect(),
-                            )
+                            .with_partitions(partitions)
                     })
                     .collect();
                 OffsetFetchResponseGroup::default()
@@ -112,28 +126,32 @@ pub(super) fn handle(
             .map(|t| (t.name.0.to_string(), t.partition_indexes))
             .collect()
     });
-    let fetched = fetch(ctx, request.group_id.0.as_str(), topics);
+    let group = request.group_id.0.as_str();
+    let require_stable = version >= 7 && request.require_stable;
+    let fetched = fetch(ctx, group, topics);
     let topics = fetched
         .into_iter()
         .map(|(t, ps)| {
+            let partitions = ps
+                .into_iter()
+                .map(|(p, c)| {
+                    let error = unstable(ctx, require_stable, group, &t, p);
+                    let (offset, epoch, metadata) = parts(c);
+                    let out = OffsetFetchResponsePartition::default()
+                        .with_partition_index(p)
+                        .with_committed_offset(offset)
+                        .with_metadata(Some(metadata))
+                        .with_error_code(error);
+                    if version >= 5 {
+                        out.with_committed_leader_epoch(epoch)
+                    } else {
+                        out
+                    }
+                })
+                .collect();
             OffsetFetchResponseTopic::default()
                 .with_name(TopicName(StrBytes::from_string(t)))
-                .with_partitions(
-                    ps.into_iter()
-                        .map(|(p, c)| {
-                            let (offset, epoch, metadata) = parts(c);
-                            let out = OffsetFetchResponsePartition::default()
-                                .with_partition_index(p)
-                                .with_committed_offset(offset)
-                                .with_metadata(Some(metadata));
-                            if version >= 5 {
-                                out.with_committed_leader_epoch(epoch)
-                            } else {
-                                out
-                            }
-                        })
-                        .collect(),
-                )
+                .with_partitions(partitions)
         })
         .collect();
     OffsetFetchResponse::default().with_topics(topics)

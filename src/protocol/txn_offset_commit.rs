@@ -1,0 +1,79 @@
+//! TxnOffsetCommit (key 28), v0–v3. Protocol guide "TxnOffsetCommit"; KIP-98, KIP-447
+//! (v3: generation, member id and group.instance.id, checked as OffsetCommit checks them).
+//!
+//! Sent to the group's coordinator; the offsets are logged as part of the producer's
+//! transaction and become visible to OffsetFetch only with its COMMIT marker
+//! (`group::GroupCoordinator::txn_commit`, `complete_txn`). Answered once they are on
+//! every in-sync replica of the group's `__consumer_offsets` partition.
+//!
+//! Errors returned per partition: see `GroupCoordinator::txn_commit`; NOT_COORDINATOR
+//! (16) first on a broker that does not coordinate the group.
+
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::{TxnOffsetCommitRequest, TxnOffsetCommitResponse};
+
+use super::Context;
+use crate::group::{OffsetToCommit, TxnCommitRequest};
+
+/// Handles a TxnOffsetCommit request.
+pub(super) async fn handle(
+    ctx: &Context,
+    request: TxnOffsetCommitRequest,
+    _version: i16,
+) -> TxnOffsetCommitResponse {
+    let offsets = request
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(|p| OffsetToCommit {
+                topic: t.name.0.to_string(),
+                partition: p.partition_index,
+                offset: p.committed_offset,
+                leader_epoch: p.committed_leader_epoch,
+                metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+            })
+        })
+        .collect();
+    let req = TxnCommitRequest {
+        group_id: request.group_id.0.to_string(),
+        producer_id: request.producer_id.0,
+        producer_epoch: request.producer_epoch,
+        generation_id: request.generation_id,
+        member_id: request.member_id.to_string(),
+        group_instance_id: request.group_instance_id.as_ref().map(|s| s.to_string()),
+        offsets,
+    };
+    let mut errors = match super::find_coordinator::check_coordinator(ctx, &req.group_id) {
+        Ok(()) => ctx.groups.txn_commit(&req),
+        Err(e) => req.offsets.iter().map(|_| Some(e)).collect(),
+    };
+    if errors.iter().any(Option::is_none) {
+        if let Err(e) = ctx.groups.await_replicated(&req.group_id).await {
+            for ok in errors.iter_mut().filter(|e| e.is_none()) {
+                *ok = Some(e);
+            }
+        }
+    }
+    let mut errors = errors.into_iter();
+    let topics = request
+        .topics
+        .into_iter()
+        .map(|t| {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    TxnOffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(errors.next().flatten().map_or(0, |e| e.code()))
+                })
+                .collect();
+            TxnOffsetCommitResponseTopic::default()
+                .with_name(t.name)
+                .with_partitions(partitions)
+        })
+        .collect();
+    TxnOffsetCommitResponse::default().with_topics(topics)
+}

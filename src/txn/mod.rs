@@ -1,0 +1,826 @@
+//! The transaction coordinator: Kafka's transaction protocol (KIP-98; protocol guide
+//! "InitProducerId", "AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn"; KIP-360 epoch
+//! bumps; KIP-890 part 1's verify-only AddPartitionsToTxn).
+//!
+//! Owns: every transactional id this broker coordinates (the leader of its
+//! `__transaction_state` partition, [`store::partition_for`]): its producer id and epoch,
+//! state (Empty → Ongoing → PrepareCommit/PrepareAbort → CompleteCommit/CompleteAbort),
+//! partitions, timeout; the state changes, each logged to `__transaction_state` and
+//! replicated (acks=all) before it is answered; writing the transaction markers
+//! ([`marker`]) to every partition of a completing transaction, here or through
+//! WriteTxnMarkers to the partition's leader; aborting transactions open past their
+//! timeout and forgetting ids idle past `transactional.id.expiration.ms`
+//! ([`TransactionCoordinator::run_timers`]).
+//!
+//! Never does: write records of a transaction (producers do, to the partition leaders),
+//! compute a last stable offset (the partition's log does), or hold offsets committed in
+//! a transaction (the group coordinator does until the marker).
+//!
+//! Loading: a `__transaction_state` partition this broker has just started to lead is
+//! read whole before its ids are served (Kafka's `loadTransactionsForTxnTopicPartition`);
+//! a transaction found PrepareCommit/PrepareAbort there has its markers written again
+//! (they are idempotent for readers). The coordinator epoch in markers is the leader
+//! epoch of that partition, so a deposed coordinator's late markers are fenced
+//! (TRANSACTION_COORDINATOR_FENCED, 52).
+//!
+//! All state sits behind one `std` mutex, never held across `.await`.
+
+pub(crate) mod marker;
+pub(crate) mod store;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kafka_protocol::ResponseError;
+
+use crate::cluster::Metadata;
+use crate::config::TransactionSettings;
+use crate::replica::{now_ms, ReplicationWait};
+use marker::MarkerWriter;
+pub use store::TxnState;
+pub(crate) use store::TRANSACTION_STATE_TOPIC;
+use store::{partition_for, TxnRecord, TxnStore};
+
+/// Longest a state change waits for the in-sync replicas of its `__transaction_state`
+/// partition (as an offset commit, Kafka's `request.timeout.ms` for coordinator writes).
+const STATE_WRITE_TIMEOUT_MS: u64 = 5000;
+/// Longest EndTxn waits for its markers before answering (the outcome is decided and
+/// durable once PrepareCommit/PrepareAbort is logged; Kafka answers then, weir a little
+/// later when the markers are quick, so a commit is readable when it returns).
+const END_TXN_MARKER_WAIT_MS: u64 = 2000;
+/// Pause between two rounds of marker writes to partitions that refused them.
+const MARKER_RETRY_MS: u64 = 200;
+/// An epoch this close to `i16::MAX` gets a new producer id instead of a bump (Kafka's
+/// `isEpochExhausted`).
+const EPOCH_EXHAUSTED: i16 = i16::MAX - 1;
+
+/// One transactional id's state in memory: the logged record and what is in flight.
+#[derive(Debug, Clone)]
+struct TxnEntry {
+    record: TxnRecord,
+    /// The epoch before the last bump (KIP-360: a producer retrying InitProducerId with
+    /// it is answered with the current one), -1 when none.
+    last_epoch: i16,
+    /// A completion (markers, then Complete*) is running for the current state.
+    completing: bool,
+}
+
+/// A transaction as DescribeTransactions and ListTransactions report it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnDescription {
+    /// The transactional id.
+    pub transactional_id: String,
+    /// Its state.
+    pub state: TxnState,
+    /// Producer id and epoch.
+    pub producer_id: i64,
+    /// The producer epoch.
+    pub producer_epoch: i16,
+    /// `transaction.timeout.ms`.
+    pub timeout_ms: i32,
+    /// When the open transaction began (-1: none).
+    pub start_ms: i64,
+    /// Partitions of the open (or completing) transaction.
+    pub partitions: Vec<(String, i32)>,
+}
+
+/// The coordinator of the transactional ids whose `__transaction_state` partitions this
+/// broker leads.
+pub struct TransactionCoordinator {
+    txns: Mutex<HashMap<String, TxnEntry>>,
+    /// `__transaction_state` partition → the leader epoch it was loaded at. Locked before
+    /// `txns` when both are held.
+    loaded: Mutex<HashMap<i32, i32>>,
+    store: TxnStore,
+    metadata: Arc<Metadata>,
+    markers: MarkerWriter,
+    settings: TransactionSettings,
+    /// Wakes EndTxn requests waiting for a completion.
+    completed: tokio::sync::watch::Sender<u64>,
+    /// This coordinator, for the completions it spawns.
+    this: std::sync::Weak<TransactionCoordinator>,
+}
+
+impl std::fmt::Debug for TransactionCoordinator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TransactionCoordinator")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TransactionCoordinator {
+    /// A coordinator over the broker's owners; nothing is read until a partition of
+    /// `__transaction_state` is led here and used.
+    pub fn new(
+        metadata: Arc<Metadata>,
+        replicas: Arc<crate::replica::ReplicaManager>,
+        groups: Arc<crate::group::GroupCoordinator>,
+        config: Arc<crate::config::BrokerConfig>,
+    ) -> Arc<TransactionCoordinator> {
+        let settings = config.transaction;
+        let store = TxnStore::new(metadata.clone(), replicas.clone(), settings);
+        let markers = MarkerWriter::new(metadata.clone(), replicas, groups, config);
+        Arc::new_cyclic(|this| TransactionCoordinator {
+            txns: Mutex::new(HashMap::new()),
+            loaded: Mutex::new(HashMap::new()),
+            store,
+            metadata,
+            markers,
+            settings,
+            completed: tokio::sync::watch::channel(0).0,
+            this: this.clone(),
+        })
+    }
+
+    /// The marker writer, shared with the WriteTxnMarkers handler.
+    pub(crate) fn markers(&self) -> &MarkerWriter {
+        &self.markers
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, TxnEntry>> {
+        self.txns
+            .lock()
+            .expect("transaction coordinator lock poisoned")
+    }
+
+    /// Creates `__transaction_state` if needed (FindCoordinator for a transactional id
+    /// does this first, as Kafka).
+    ///
+    /// Errors: COORDINATOR_NOT_AVAILABLE (15) when it cannot be created.
+    pub fn ensure_state_topic(&self) -> Result<(), ResponseError> {
+        self.store.ensure_topic().map(|_| ()).map_err(|e| {
+            tracing::error!(error = %e, "transaction coordinator unavailable");
+            ResponseError::CoordinatorNotAvailable
+        })
+    }
+
+    /// The broker coordinating `transactional_id` in the current image: the leader of its
+    /// `__transaction_state` partition (-1: none), `None` while the topic does not exist.
+    pub fn coordinator_of(&self, transactional_id: &str) -> Option<i32> {
+        let image = self.metadata.image();
+        let topic = image.topic(TRANSACTION_STATE_TOPIC)?;
+        Some(
+            topic
+                .partition(partition_for(transactional_id, topic.partitions))
+                .map_or(-1, |p| p.leader),
+        )
+    }
+
+    /// Checks that this broker coordinates `transactional_id` and that its partition is
+    /// loaded for the current leadership.
+    ///
+    /// Errors: NOT_COORDINATOR (16) when another broker leads the partition (or the topic
+    /// does not exist yet: the client asks FindCoordinator, which creates it),
+    /// COORDINATOR_LOAD_IN_PROGRESS (14) when it cannot be loaded now.
+    fn coordinating(&self, transactional_id: &str) -> Result<(), ResponseError> {
+        let Some(partitions) = self.store.partitions() else {
+            return Err(ResponseError::NotCoordinator);
+        };
+        let partition = partition_for(transactional_id, partitions);
+        let Some(epoch) = self.store.leader_epoch_here(partition) else {
+            return Err(ResponseError::NotCoordinator);
+        };
+        if self.coordinator_of(transactional_id) != Some(self.metadata.node_id()) {
+            return Err(ResponseError::NotCoordinator);
+        }
+        self.ensure_loaded(partition, epoch)
+    }
+
+    /// Loads partition `index` (led here at `epoch`) unless it was loaded at that epoch:
+    /// its ids replace what memory held for them, and transactions found completing get
+    /// their markers written again.
+    fn ensure_loaded(&self, index: i32, epoch: i32) -> Result<(), ResponseError> {
+        let mut loaded = self.loaded.lock().expect("transaction loads lock poisoned");
+        if loaded.get(&index) == Some(&epoch) {
+            return Ok(());
+        }
+        let found = self.store.load_partition(index).map_err(|e| {
+            tracing::error!(partition = index, error = %e, "cannot load {TRANSACTION_STATE_TOPIC}");
+            ResponseError::CoordinatorLoadInProgress
+        })?;
+        let partitions = self.store.partitions().unwrap_or(1);
+        let mut resume = Vec::new();
+        {
+            let mut txns = self.lock();
+            txns.retain(|id, _| partition_for(id, partitions) != index);
+            for (id, record) in found {
+                if matches!(record.state, TxnState::Dead) {
+                    continue;
+                }
+                if matches!(
+                    record.state,
+                    TxnState::PrepareCommit | TxnState::PrepareAbort
+                ) {
+                    resume.push(id.clone());
+                }
+                txns.insert(
+                    id,
+                    TxnEntry {
+                        record,
+                        last_epoch: -1,
+                        completing: false,
+                    },
+                );
+            }
+        }
+        loaded.insert(index, epoch);
+        drop(loaded);
+        tracing::info!(
+            partition = index,
+            leader_epoch = epoch,
+            completing = resume.len(),
+            "leading {TRANSACTION_STATE_TOPIC} partition: its transactions are loaded"
+        );
+        for id in resume {
+            self.start_completion(&id);
+        }
+        Ok(())
+    }
+
+    /// Logs `record` for `id` and waits (at most [`STATE_WRITE_TIMEOUT_MS`]) until every
+    /// in-sync replica has it. Called with the state lock released.
+    ///
+    /// Errors: NOT_COORDINATOR (16) when this broker stopped leading the partition,
+    /// COORDINATOR_NOT_AVAILABLE (15) when the append fails or the replicas do not
+    /// acknowledge in time (Kafka's mapping of a failed transaction log append).
+    async fn write_state(&self, id: &str, record: Option<&TxnRecord>) -> Result<(), ResponseError> {
+        self.store.append(id, record).map_err(|e| {
+            tracing::warn!(transactional_id = id, error = %e, "cannot log a transaction state");
+            ResponseError::CoordinatorNotAvailable
+        })?;
+        let Some(partitions) = self.store.partitions() else {
+            return Err(ResponseError::NotCoordinator);
+        };
+        let Some(partition) = self.store.partition(partition_for(id, partitions)) else {
+            return Err(ResponseError::NotCoordinator);
+        };
+        let end = partition.offsets().log_end_offset;
+        match partition
+            .wait_for_high_watermark(end - 1, STATE_WRITE_TIMEOUT_MS)
+            .await
+        {
+            ReplicationWait::Replicated => Ok(()),
+            ReplicationWait::NotLeader => Err(ResponseError::NotCoordinator),
+            ReplicationWait::TimedOut | ReplicationWait::NotEnoughReplicasAfterAppend => {
+                Err(ResponseError::CoordinatorNotAvailable)
+            }
+        }
+    }
+
+    /// InitProducerId for a transactional id: a producer id and a bumped epoch (a new id
+    /// with epoch 0 the first time, or when the epoch is exhausted), fencing every older
+    /// producer of the same id. An open transaction is aborted first (its markers written
+    /// with the bumped epoch); while that completes the answer is CONCURRENT_TRANSACTIONS
+    /// (51) and the client retries. `expected` is KIP-360's (producer id, epoch) of a
+    /// producer recovering from an abortable error.
+    ///
+    /// Errors: INVALID_REQUEST (42) for an empty id, INVALID_TRANSACTION_TIMEOUT (50),
+    /// NOT_COORDINATOR (16), COORDINATOR_LOAD_IN_PROGRESS (14),
+    /// CONCURRENT_TRANSACTIONS (51), PRODUCER_FENCED (90) when `expected` is not the
+    /// current producer, COORDINATOR_NOT_AVAILABLE (15) when the state cannot be logged,
+    /// UNKNOWN_SERVER_ERROR (-1) when no producer id can be allocated.
+    pub async fn init_producer_id(
+        &self,
+        transactional_id: &str,
+        timeout_ms: i32,
+        expected: Option<(i64, i16)>,
+    ) -> Result<(i64, i16), ResponseError> {
+        if transactional_id.is_empty() || transactional_id.len() > i16::MAX as usize {
+            return Err(ResponseError::InvalidRequest);
+        }
+        if timeout_ms <= 0 || timeout_ms > self.settings.max_timeout_ms {
+            return Err(ResponseError::InvalidTransactionTimeout);
+        }
+        self.coordinating(transactional_id)?;
+        // An open transaction is aborted with a bumped epoch first.
+        let fenced = {
+            let mut txns = self.lock();
+            match txns.get_mut(transactional_id) {
+                Some(e) if e.completing => return Err(ResponseError::ConcurrentTransactions),
+                Some(e) => match e.record.state {
+                    TxnState::PrepareCommit | TxnState::PrepareAbort => {
+                        return Err(ResponseError::ConcurrentTransactions)
+                    }
+                    TxnState::Ongoing => {
+                        let mut record = e.record.clone();
+                        record.producer_epoch = bump(record.producer_epoch);
+                        record.state = TxnState::PrepareAbort;
+                        record.last_update_ms = now_ms();
+                        Some(record)
+                    }
+                    _ => None,
+                },
+                None => None,
+            }
+        };
+        if let Some(record) = fenced {
+            tracing::info!(
+                transactional_id,
+                producer_id = record.producer_id,
+                producer_epoch = record.producer_epoch,
+                "a new producer fences the open transaction: aborting it"
+            );
+            self.write_state(transactional_id, Some(&record)).await?;
+            {
+                let mut txns = self.lock();
+                if let Some(e) = txns.get_mut(transactional_id) {
+                    e.last_epoch = e.record.producer_epoch;
+                    e.record = record;
+                }
+            }
+            self.start_completion(transactional_id);
+            if !self
+                .wait_completed(transactional_id, END_TXN_MARKER_WAIT_MS)
+                .await
+            {
+                return Err(ResponseError::ConcurrentTransactions);
+            }
+        }
+        let now = now_ms();
+        let (record, last_epoch) = {
+            let txns = self.lock();
+            match txns.get(transactional_id) {
+                None => (None, -1),
+                Some(e) if e.completing => return Err(ResponseError::ConcurrentTransactions),
+                Some(e) => {
+                    if let Some((pid, epoch)) = expected {
+                        let current = (e.record.producer_id, e.record.producer_epoch);
+                        let retried = (e.record.producer_id, e.last_epoch);
+                        if (pid, epoch) != current && (pid, epoch) != retried {
+                            return Err(ResponseError::ProducerFenced);
+                        }
+                        if (pid, epoch) == retried && e.last_epoch >= 0 {
+                            // A retry of the bump it already got (KIP-360).
+                            return Ok(current);
+                        }
+                    }
+                    (Some(e.record.clone()), e.record.producer_epoch)
+                }
+            }
+        };
+        let new = match record {
+            Some(r) if r.producer_epoch < EPOCH_EXHAUSTED => TxnRecord {
+                producer_epoch: r.producer_epoch + 1,
+                timeout_ms,
+                state: TxnState::Empty,
+                partitions: BTreeSet::new(),
+                last_update_ms: now,
+                start_ms: -1,
+                ..r
+            },
+            _ => {
+                let producer_id = self.metadata.next_producer_id().map_err(|e| {
+                    tracing::error!(error = %e, "cannot allocate a producer id");
+                    ResponseError::UnknownServerError
+                })?;
+                TxnRecord {
+                    producer_id,
+                    producer_epoch: 0,
+                    timeout_ms,
+                    state: TxnState::Empty,
+                    partitions: BTreeSet::new(),
+                    last_update_ms: now,
+                    start_ms: -1,
+                }
+            }
+        };
+        self.write_state(transactional_id, Some(&new)).await?;
+        let answer = (new.producer_id, new.producer_epoch);
+        self.lock().insert(
+            transactional_id.to_string(),
+            TxnEntry {
+                record: new,
+                last_epoch,
+                completing: false,
+            },
+        );
+        Ok(answer)
+    }
+
+    /// The checks every call of a producer shares (Kafka's order): the id is known and
+    /// holds `producer_id`, the epoch is current, nothing is completing.
+    fn check_producer(
+        entry: Option<&TxnEntry>,
+        producer_id: i64,
+        producer_epoch: i16,
+    ) -> Result<&TxnEntry, ResponseError> {
+        let Some(e) = entry else {
+            return Err(ResponseError::InvalidProducerIdMapping);
+        };
+        if e.record.producer_id != producer_id {
+            return Err(ResponseError::InvalidProducerIdMapping);
+        }
+        if e.record.producer_epoch != producer_epoch {
+            return Err(ResponseError::ProducerFenced);
+        }
+        Ok(e)
+    }
+
+    /// AddPartitionsToTxn (and AddOffsetsToTxn, with the group's `__consumer_offsets`
+    /// partition): the transaction becomes Ongoing with `partitions` added, logged before
+    /// the answer. Adding partitions already in it writes nothing.
+    ///
+    /// Errors: NOT_COORDINATOR (16), COORDINATOR_LOAD_IN_PROGRESS (14),
+    /// INVALID_PRODUCER_ID_MAPPING (49), PRODUCER_FENCED (90), CONCURRENT_TRANSACTIONS
+    /// (51) while the previous transaction completes, COORDINATOR_NOT_AVAILABLE (15).
+    pub async fn add_partitions(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        partitions: &[(String, i32)],
+    ) -> Result<(), ResponseError> {
+        self.coordinating(transactional_id)?;
+        let record = {
+            let txns = self.lock();
+            let e = Self::check_producer(txns.get(transactional_id), producer_id, producer_epoch)?;
+            if e.completing
+                || matches!(
+                    e.record.state,
+                    TxnState::PrepareCommit | TxnState::PrepareAbort | TxnState::PrepareEpochFence
+                )
+            {
+                return Err(ResponseError::ConcurrentTransactions);
+            }
+            let ongoing = e.record.state == TxnState::Ongoing;
+            if ongoing && partitions.iter().all(|p| e.record.partitions.contains(p)) {
+                return Ok(());
+            }
+            let mut r = e.record.clone();
+            let now = now_ms();
+            if !ongoing {
+                r.partitions.clear();
+                r.start_ms = now;
+            }
+            r.state = TxnState::Ongoing;
+            r.partitions.extend(partitions.iter().cloned());
+            r.last_update_ms = now;
+            r
+        };
+        self.write_state(transactional_id, Some(&record)).await?;
+        let mut txns = self.lock();
+        if let Some(e) = txns.get_mut(transactional_id) {
+            if e.record.producer_epoch == record.producer_epoch {
+                e.record = record;
+            }
+        }
+        Ok(())
+    }
+
+    /// KIP-890 part 1's verification (AddPartitionsToTxn v4+ `verify_only`, and a
+    /// partition leader asking before it accepts a transactional write): whether each of
+    /// `partitions` is in the producer's open transaction. Nothing is written.
+    ///
+    /// Errors: as [`TransactionCoordinator::add_partitions`] for the whole request;
+    /// per partition INVALID_TXN_STATE (48) when it is not in the transaction.
+    pub fn verify_partitions(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        partitions: &[(String, i32)],
+    ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+        self.coordinating(transactional_id)?;
+        let txns = self.lock();
+        let e = Self::check_producer(txns.get(transactional_id), producer_id, producer_epoch)?;
+        Ok(partitions
+            .iter()
+            .map(|p| {
+                (e.record.state != TxnState::Ongoing || !e.record.partitions.contains(p))
+                    .then_some(ResponseError::InvalidTxnState)
+            })
+            .collect())
+    }
+
+    /// EndTxn: logs PrepareCommit (or PrepareAbort), then writes the markers and logs
+    /// CompleteCommit/CompleteAbort. Answers once the decision is logged and replicated
+    /// and the markers are written, or [`END_TXN_MARKER_WAIT_MS`] later while they are
+    /// still being written (the outcome is decided; a partition whose leader is away
+    /// gets its marker when it returns). A retry of a completed EndTxn succeeds.
+    ///
+    /// Errors: NOT_COORDINATOR (16), COORDINATOR_LOAD_IN_PROGRESS (14),
+    /// INVALID_PRODUCER_ID_MAPPING (49), PRODUCER_FENCED (90), INVALID_TXN_STATE (48)
+    /// (nothing open, or the other outcome already decided), CONCURRENT_TRANSACTIONS (51)
+    /// while the same outcome is still being completed, COORDINATOR_NOT_AVAILABLE (15).
+    pub async fn end_txn(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+    ) -> Result<(), ResponseError> {
+        self.coordinating(transactional_id)?;
+        let record = {
+            let txns = self.lock();
+            let e = Self::check_producer(txns.get(transactional_id), producer_id, producer_epoch)?;
+            match (e.record.state, commit) {
+                (TxnState::Ongoing, _) if !e.completing => {}
+                (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => {
+                    return Ok(())
+                }
+                (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
+                    return Err(ResponseError::ConcurrentTransactions)
+                }
+                _ => return Err(ResponseError::InvalidTxnState),
+            }
+            let mut r = e.record.clone();
+            r.state = if commit {
+                TxnState::PrepareCommit
+            } else {
+                TxnState::PrepareAbort
+            };
+            r.last_update_ms = now_ms();
+            r
+        };
+        self.write_state(transactional_id, Some(&record)).await?;
+        {
+            let mut txns = self.lock();
+            match txns.get_mut(transactional_id) {
+                Some(e) if e.record.producer_epoch == record.producer_epoch => e.record = record,
+                _ => return Err(ResponseError::ProducerFenced),
+            }
+        }
+        self.start_completion(transactional_id);
+        self.wait_completed(transactional_id, END_TXN_MARKER_WAIT_MS)
+            .await;
+        Ok(())
+    }
+
+    /// Waits until `id` is no longer completing, at most `timeout_ms`; whether it is done.
+    async fn wait_completed(&self, id: &str, timeout_ms: u64) -> bool {
+        let mut rx = self.completed.subscribe();
+        let done = |this: &Self| {
+            this.lock().get(id).is_none_or(|e| {
+                !e.completing
+                    && !matches!(
+                        e.record.state,
+                        TxnState::PrepareCommit | TxnState::PrepareAbort
+                    )
+            })
+        };
+        let wait = async {
+            loop {
+                if done(self) {
+                    return;
+                }
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_millis(timeout_ms), wait).await;
+        done(self)
+    }
+
+    /// Starts writing the markers of `id`'s PrepareCommit/PrepareAbort transaction (once:
+    /// a completion already running is left alone), on a task of its own.
+    fn start_completion(&self, id: &str) {
+        let job = {
+            let mut txns = self.lock();
+            let Some(e) = txns.get_mut(id) else { return };
+            if e.completing
+                || !matches!(
+                    e.record.state,
+                    TxnState::PrepareCommit | TxnState::PrepareAbort
+                )
+            {
+                return;
+            }
+            e.completing = true;
+            e.record.clone()
+        };
+        let Some(this) = self.this.upgrade() else {
+            return;
+        };
+        let id = id.to_string();
+        tokio::spawn(async move { this.complete(id, job).await });
+    }
+
+    /// Writes the markers of `record` (PrepareCommit/PrepareAbort) until every partition
+    /// has one (or is gone), then logs CompleteCommit/CompleteAbort. Stops when this broker
+    /// stops coordinating the id (the new coordinator resumes from the log).
+    async fn complete(self: Arc<Self>, id: String, record: TxnRecord) {
+        let commit = record.state == TxnState::PrepareCommit;
+        let mut left: Vec<(String, i32)> = record.partitions.iter().cloned().collect();
+        let mut rounds = 0u32;
+        loop {
+            let Some(coordinator_epoch) = self.coordinator_epoch(&id) else {
+                tracing::info!(transactional_id = %id, "no longer the coordinator: markers left to the new one");
+                self.finish_completion(&id, None);
+                return;
+            };
+            left = self
+                .markers
+                .write(
+                    record.producer_id,
+                    record.producer_epoch,
+                    commit,
+                    coordinator_epoch,
+                    left,
+                )
+                .await;
+            if left.is_empty() {
+                break;
+            }
+            rounds += 1;
+            if rounds % 25 == 1 {
+                tracing::warn!(transactional_id = %id, partitions = ?left, "transaction markers not written yet; retrying");
+            }
+            tokio::time::sleep(Duration::from_millis(MARKER_RETRY_MS)).await;
+        }
+        let done = TxnRecord {
+            state: if commit {
+                TxnState::CompleteCommit
+            } else {
+                TxnState::CompleteAbort
+            },
+            partitions: BTreeSet::new(),
+            last_update_ms: now_ms(),
+            start_ms: -1,
+            ..record.clone()
+        };
+        // The outcome is in every partition now: a failed write of Complete* only means a
+        // later coordinator writes the markers again.
+        let logged = self.write_state(&id, Some(&done)).await;
+        if let Err(e) = logged {
+            tracing::warn!(transactional_id = %id, error = ?e, "cannot log the transaction's completion");
+        }
+        self.finish_completion(&id, Some((record.producer_epoch, done)));
+    }
+
+    fn finish_completion(&self, id: &str, done: Option<(i16, TxnRecord)>) {
+        {
+            let mut txns = self.lock();
+            if let Some(e) = txns.get_mut(id) {
+                e.completing = false;
+                if let Some((epoch, record)) = done {
+                    if e.record.producer_epoch == epoch {
+                        e.record = record;
+                    }
+                }
+            }
+        }
+        self.completed.send_modify(|n| *n += 1);
+    }
+
+    /// The coordinator epoch for `id`'s markers (the leader epoch of its partition here),
+    /// `None` when this broker no longer leads it.
+    fn coordinator_epoch(&self, id: &str) -> Option<i32> {
+        let partitions = self.store.partitions()?;
+        self.store.leader_epoch_here(partition_for(id, partitions))
+    }
+
+    /// Describes `transactional_id` (DescribeTransactions).
+    ///
+    /// Errors: NOT_COORDINATOR (16), COORDINATOR_LOAD_IN_PROGRESS (14),
+    /// TRANSACTIONAL_ID_NOT_FOUND (105).
+    pub fn describe(&self, transactional_id: &str) -> Result<TxnDescription, ResponseError> {
+        self.coordinating(transactional_id)?;
+        let txns = self.lock();
+        let e = txns
+            .get(transactional_id)
+            .ok_or(ResponseError::TransactionalIdNotFound)?;
+        Ok(describe(transactional_id, e))
+    }
+
+    /// Every transaction this broker coordinates (ListTransactions), after loading every
+    /// partition it leads.
+    pub fn list(&self) -> Vec<TxnDescription> {
+        self.load_led_partitions();
+        let txns = self.lock();
+        let mut out: Vec<TxnDescription> = txns.iter().map(|(id, e)| describe(id, e)).collect();
+        out.sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));
+        out
+    }
+
+    fn load_led_partitions(&self) {
+        let Some(partitions) = self.store.partitions() else {
+            return;
+        };
+        for index in 0..partitions {
+            if let Some(epoch) = self.store.leader_epoch_here(index) {
+                let _ = self.ensure_loaded(index, epoch);
+            }
+        }
+    }
+
+    /// One pass of the timers: loads newly led partitions (resuming their completions),
+    /// aborts transactions open past their timeout (fencing the producer with an epoch
+    /// bump, as Kafka's `abortTimedOutTransactions`), and, when `expire` is set, forgets
+    /// ids idle past `transactional.id.expiration.ms` (a tombstone).
+    async fn tick(&self, expire: bool) {
+        self.load_led_partitions();
+        let now = now_ms();
+        let (timed_out, expired) = {
+            let txns = self.lock();
+            let timed_out: Vec<(String, TxnRecord)> = txns
+                .iter()
+                .filter(|(_, e)| {
+                    !e.completing
+                        && e.record.state == TxnState::Ongoing
+                        && e.record.start_ms + i64::from(e.record.timeout_ms) < now
+                })
+                .map(|(id, e)| (id.clone(), e.record.clone()))
+                .collect();
+            let expired: Vec<String> = if expire {
+                txns.iter()
+                    .filter(|(_, e)| {
+                        !e.completing
+                            && matches!(
+                                e.record.state,
+                                TxnState::Empty
+                                    | TxnState::CompleteCommit
+                                    | TxnState::CompleteAbort
+                            )
+                            && e.record.last_update_ms + self.settings.id_expiration_ms < now
+                    })
+                    .map(|(id, _)| id.clone())
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            (timed_out, expired)
+        };
+        for (id, record) in timed_out {
+            let fenced = TxnRecord {
+                producer_epoch: bump(record.producer_epoch),
+                state: TxnState::PrepareAbort,
+                last_update_ms: now,
+                ..record.clone()
+            };
+            tracing::info!(
+                transactional_id = %id,
+                producer_id = record.producer_id,
+                timeout_ms = record.timeout_ms,
+                "transaction open past its timeout: aborting it"
+            );
+            if self.write_state(&id, Some(&fenced)).await.is_err() {
+                continue;
+            }
+            {
+                let mut txns = self.lock();
+                match txns.get_mut(&id) {
+                    Some(e) if e.record.producer_epoch == record.producer_epoch => {
+                        e.last_epoch = e.record.producer_epoch;
+                        e.record = fenced;
+                    }
+                    _ => continue,
+                }
+            }
+            self.start_completion(&id);
+        }
+        for id in expired {
+            if self.write_state(&id, None).await.is_ok() {
+                self.lock().remove(&id);
+                tracing::info!(transactional_id = %id, "transactional id expired");
+            }
+        }
+    }
+
+    /// The coordinator's timers until `shutdown`: every
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms` a [`tick`] (loads,
+    /// timeouts), and expiry every
+    /// `transaction.remove.expired.transaction.cleanup.interval.ms`.
+    ///
+    /// [`tick`]: TransactionCoordinator::tick
+    pub async fn run_timers(self: Arc<Self>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+        let every = Duration::from_millis(self.settings.abort_timed_out_interval_ms.max(10));
+        let expire_every = self.settings.remove_expired_interval_ms.max(10);
+        let mut last_expiry = now_ms();
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = shutdown.changed() => return,
+            }
+            let now = now_ms();
+            let expire = now - last_expiry >= expire_every as i64;
+            if expire {
+                last_expiry = now;
+            }
+            self.tick(expire).await;
+        }
+    }
+}
+
+/// `epoch + 1`, kept below `i16::MAX` (an exhausted epoch gets a new producer id at the
+/// next InitProducerId).
+fn bump(epoch: i16) -> i16 {
+    epoch.saturating_add(1).min(i16::MAX - 1)
+}
+
+fn describe(id: &str, e: &TxnEntry) -> TxnDescription {
+    TxnDescription {
+        transactional_id: id.to_string(),
+        state: e.record.state,
+        producer_id: e.record.producer_id,
+        producer_epoch: e.record.producer_epoch,
+        timeout_ms: e.record.timeout_ms,
+        start_ms: e.record.start_ms,
+        partitions: e.record.partitions.iter().cloned().collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

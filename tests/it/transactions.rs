@@ -1,0 +1,185 @@
+//! Kafka transactions (KIP-98) with real clients against one broker: confluent-kafka,
+//! kafka-python and kafkajs transactional producers (commit visible to read_committed,
+//! abort not, read_uncommitted sees both), zombie fencing, the coordinator's timeout
+//! abort, a consume-transform-produce loop whose client is killed with SIGKILL at random
+//! points, and transactions across a broker restart. The scripts are
+//! `tests/compat/transactions.py` and `tests/compat/transactions.js`.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Duration;
+
+use rdkafka::producer::FutureRecord;
+
+use crate::harness::{repo_root, TestBroker};
+use crate::rdkafka_client::{create_topic, producer};
+
+/// Broker settings that keep the waits of these tests short.
+const FAST: &[&str] = &[
+    "transaction.state.log.num.partitions=5",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms=500",
+    "group.initial.rebalance.delay.ms=0",
+    "offsets.topic.num.partitions=5",
+];
+
+/// Runs `cmd args` from the repository root (at most 180 s); (success, stdout+stderr).
+fn script(cmd: &str, args: &[&str]) -> (bool, String) {
+    let out = Command::new("timeout")
+        .arg("180")
+        .arg(cmd)
+        .args(args)
+        .current_dir(repo_root())
+        .output()
+        .expect("spawn script");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+fn python(args: &[&str]) -> (bool, String) {
+    let mut all = vec!["tests/compat/transactions.py"];
+    all.extend_from_slice(args);
+    script("python3", &all)
+}
+
+/// The values of `topic` as a read_committed consumer (confluent-kafka) reads them.
+fn read_committed(bootstrap: &str, topic: &str) -> Vec<String> {
+    let (ok, text) = python(&["read", bootstrap, topic, "read_committed"]);
+    assert!(ok, "read failed: {text}");
+    let values = text.split("values:\n").nth(1).unwrap_or_default();
+    values.lines().map(str::to_string).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_transactional_producers_commit_and_abort() {
+    let b = TestBroker::start_with(FAST);
+    for client in ["confluent-kafka", "kafka-python"] {
+        let topic = format!("txn-{client}");
+        create_topic(&b.bootstrap, &topic, 3, &[]).await;
+        let (ok, text) = python(&["commit-abort", &b.bootstrap, &topic, client]);
+        assert!(
+            ok && text.contains(&format!("commit-abort ok {client} committed=20 all=30")),
+            "{client}: {text}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafkajs_transactional_producer_commits_and_aborts() {
+    let b = TestBroker::start_with(FAST);
+    create_topic(&b.bootstrap, "txn-js", 2, &[]).await;
+    let (ok, text) = script(
+        "node",
+        &["tests/compat/transactions.js", &b.bootstrap, "txn-js"],
+    );
+    assert!(
+        ok && text.contains("kafkajs transactions ok committed=20 all=30"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_producer_with_the_same_transactional_id_is_fenced() {
+    let b = TestBroker::start_with(FAST);
+    create_topic(&b.bootstrap, "txn-fence", 2, &[]).await;
+    let (ok, text) = python(&["fence", &b.bootstrap, "txn-fence"]);
+    assert!(ok && text.contains("fence ok committed=5"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_transaction_is_aborted_at_its_timeout() {
+    let b = TestBroker::start_with(FAST);
+    create_topic(&b.bootstrap, "txn-timeout", 1, &[]).await;
+    let (ok, text) = python(&["timeout", &b.bootstrap, "txn-timeout"]);
+    assert!(ok && text.contains("timeout ok"), "{text}");
+}
+
+/// Consume-transform-produce with `send_offsets_to_transaction`: the client kills itself
+/// with SIGKILL at a random point in four runs, then a fifth run finishes. Every input
+/// record is in the output exactly once for read_committed, and the group's committed
+/// offsets are at the end of the input.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consume_transform_produce_is_exactly_once_across_client_kills() {
+    let b = TestBroker::start_with(FAST);
+    create_topic(&b.bootstrap, "ctp-in", 3, &[]).await;
+    create_topic(&b.bootstrap, "ctp-out", 3, &[]).await;
+    let p = producer(&b.bootstrap, &[("acks", "all")]);
+    const N: usize = 600;
+    for i in 0..N {
+        let v = format!("v{i}");
+        p.send(
+            FutureRecord::to("ctp-in").key(&v).payload(&v),
+            Duration::from_secs(10),
+        )
+        .await
+        .expect("input record");
+    }
+    let mut kills = 0;
+    for _ in 0..4 {
+        let (ok, text) = python(&["ctp", &b.bootstrap, "ctp-in", "ctp-out", "ctp-group", "1"]);
+        if text.contains("ctp done") {
+            assert!(ok, "{text}");
+            break;
+        }
+        assert!(!ok, "a dying run ended cleanly without finishing: {text}");
+        kills += 1;
+    }
+    let (ok, text) = python(&["ctp", &b.bootstrap, "ctp-in", "ctp-out", "ctp-group", "0"]);
+    assert!(ok && text.contains("ctp done"), "{text}");
+    let out = read_committed(&b.bootstrap, "ctp-out");
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for v in &out {
+        *counts.entry(v.clone()).or_default() += 1;
+    }
+    let duplicated: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
+    let missing: Vec<String> = (0..N)
+        .map(|i| format!("out-v{i}"))
+        .filter(|v| !counts.contains_key(v))
+        .collect();
+    assert!(
+        duplicated.is_empty() && missing.is_empty() && out.len() == N,
+        "after {kills} client kills: {} records read, duplicated {:?}, missing {:?}",
+        out.len(),
+        &duplicated[..duplicated.len().min(10)],
+        &missing[..missing.len().min(10)]
+    );
+}
+
+/// A committed transaction survives a restart of the broker, and the coordinator's
+/// state does too: the same transactional id initialises again (a new epoch) and its
+/// next transaction commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_and_their_coordinator_survive_a_broker_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = TestBroker::start_in(dir.path(), FAST);
+    create_topic(&b.bootstrap, "txn-restart", 2, &[]).await;
+    let (ok, text) = python(&[
+        "commit-abort",
+        &b.bootstrap,
+        "txn-restart",
+        "confluent-kafka",
+    ]);
+    assert!(ok && text.contains("committed=20"), "{text}");
+    b.stop();
+    let b = TestBroker::start_in(dir.path(), FAST);
+    let committed = read_committed(&b.bootstrap, "txn-restart");
+    assert_eq!(committed.len(), 20, "{committed:?}");
+    assert!(
+        committed.iter().all(|v| !v.contains("-a-")),
+        "{committed:?}"
+    );
+    // The same id again: the coordinator loads its state and bumps the epoch.
+    let (ok, text) = python(&[
+        "commit-abort",
+        &b.bootstrap,
+        "txn-restart",
+        "confluent-kafka",
+        "r2",
+    ]);
+    assert!(ok && text.contains("committed=20"), "{text}");
+    let committed = read_committed(&b.bootstrap, "txn-restart");
+    assert_eq!(committed.len(), 40, "{committed:?}");
+}
