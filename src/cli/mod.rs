@@ -28,6 +28,7 @@ mod partition;
 mod produce;
 mod serve;
 mod topic;
+mod transaction;
 mod transform;
 mod wire;
 
@@ -77,6 +78,9 @@ enum Command {
     /// (kafka-log-dirs.sh).
     #[command(subcommand)]
     LogDirs(log_dirs::LogDirsCommand),
+    /// List and describe transactions (kafka-transactions.sh).
+    #[command(subcommand)]
+    Transaction(transaction::TransactionCommand),
 }
 
 /// `weir serve` options.
@@ -118,6 +122,7 @@ pub fn run() -> ExitCode {
         Command::Connector(cmd) => connector::run(cmd),
         Command::Cluster(cmd) => cluster::run(cmd),
         Command::LogDirs(cmd) => log_dirs::run(cmd),
+        Command::Transaction(cmd) => transaction::run(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
