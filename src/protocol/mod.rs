@@ -58,6 +58,7 @@ mod offset_for_leader_epoch;
 pub mod produce;
 pub mod records;
 mod sync_group;
+mod write_txn_markers;
 
 /// One implemented API: its key and the version range implemented and tested.
 #[derive(Debug, Clone, Copy)]
@@ -114,6 +115,7 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::ElectLeaders, 0, 2),
     api(ApiKey::DescribeLogDirs, 1, 4),
     api(ApiKey::DeleteRecords, 0, 2),
+    api(ApiKey::WriteTxnMarkers, 0, 1),
 ];
 
 /// The supported range of `key`, if it is implemented.
@@ -455,6 +457,9 @@ async fn dispatch(
         }
         RequestKind::DeleteRecords(r) => {
             ResponseKind::DeleteRecords(delete_records::handle(ctx, r, version))
+        }
+        RequestKind::WriteTxnMarkers(r) => {
+            ResponseKind::WriteTxnMarkers(write_txn_markers::handle(ctx, r, version).await)
         }
         // Not in SUPPORTED_APIS, so `handle_frame` closed the connection before decoding.
         other => {
