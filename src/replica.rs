@@ -13,6 +13,18 @@
 //! On a single node the ISR is this broker alone, so the high watermark is the log end
 //! offset after every append.
 //!
+//! Transactions (KIP-98): the leader writes transaction markers
+//! ([`Partition::append_txn_marker`], [`ReplicaManager::write_txn_marker`] for
+//! WriteTxnMarkers and the transaction coordinator); every replica computes its last
+//! stable offset (LSO) in [`PartitionOffsets`] as `min(high watermark, first unstable
+//! offset)`, never below the log start offset, where the first unstable offset is the
+//! start of the earliest transaction that is open or whose marker the high watermark has
+//! not passed (`PartitionLog::first_unstable_offset`). So the LSO moves forward only when
+//! the high watermark does or a new transaction cannot lower it: parked read_committed
+//! fetches wait on the high watermark watch like the others. Reads with
+//! [`FetchIsolation::ReadCommitted`] stop at the LSO and return the aborted transactions
+//! of the range read.
+//!
 //! Never does: decode requests or decide leadership (the role is set from the metadata).
 
 use std::collections::{BTreeMap, HashMap};
@@ -31,9 +43,9 @@ use crate::config::{BrokerConfig, TOPIC_KEYS};
 use crate::log::checkpoint::{self, HighWatermarks};
 use crate::log::topic_id::Claim;
 use crate::log::{
-    AppendInfo, AppendOptions, CleanerThrottle, CleanupPolicy, CompactionPlan, CompactionStats,
-    Compression, EpochEndOffset, LogConfig, LogError, PartitionLog, PreparedCompaction,
-    ValidatedBatch,
+    AbortedTxn, AppendInfo, AppendOptions, CleanerThrottle, CleanupPolicy, CompactionPlan,
+    CompactionStats, Compression, EpochEndOffset, LogConfig, LogError, PartitionLog,
+    PreparedCompaction, ProducerSummary, TxnMarker, ValidatedBatch,
 };
 use crate::purgatory::Purgatory;
 
@@ -202,13 +214,18 @@ fn resolve(
     (log, settings)
 }
 
-/// A partition's offsets: log start, high watermark, log end (the three a Fetch and a
-/// ListOffsets response carry). Invariant: `log_start_offset <= high_watermark <=
-/// log_end_offset`.
+/// A partition's offsets: log start, last stable offset, high watermark, log end (what a
+/// Fetch and a ListOffsets response carry). Invariant: `log_start_offset <=
+/// last_stable_offset <= high_watermark <= log_end_offset`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PartitionOffsets {
     /// First offset still in the log (earliest, ListOffsets -2).
     pub log_start_offset: i64,
+    /// The last stable offset (KIP-98): `min(high_watermark, first offset of the earliest
+    /// transaction not yet decided and replicated)`, at least `log_start_offset`.
+    /// read_committed consumers never read at or past it (their latest, ListOffsets -1
+    /// with isolation_level 1); equal to the high watermark when no transaction is open.
+    pub last_stable_offset: i64,
     /// The high watermark: the offset below which every record is on every in-sync
     /// replica. Consumers never read at or past it (latest, ListOffsets -1).
     pub high_watermark: i64,
@@ -224,6 +241,9 @@ pub enum FetchIsolation {
     LogEnd,
     /// Up to the high watermark: consumers (read_uncommitted), sinks, transforms.
     HighWatermark,
+    /// Up to the last stable offset, with the aborted transactions of the range read:
+    /// read_committed consumers (Fetch `isolation_level` 1, KIP-98).
+    ReadCommitted,
 }
 
 /// What one read returns: the stored batches and the offsets they were read against.
@@ -233,6 +253,19 @@ pub struct PartitionRead {
     pub offsets: PartitionOffsets,
     /// Whole stored batches from the one containing the fetch offset, as on disk.
     pub bytes: Bytes,
+    /// [`FetchIsolation::ReadCommitted`] only: the aborted transactions whose range
+    /// overlaps `[fetch offset, last offset in bytes]` (Fetch v4+ `aborted_transactions`;
+    /// empty when no bytes were read); `None` for the other isolations.
+    pub aborted_transactions: Option<Vec<AbortedTxn>>,
+}
+
+/// The offset a read with `isolation` stops before.
+fn isolation_bound(offsets: &PartitionOffsets, isolation: FetchIsolation) -> i64 {
+    match isolation {
+        FetchIsolation::LogEnd => offsets.log_end_offset,
+        FetchIsolation::HighWatermark => offsets.high_watermark,
+        FetchIsolation::ReadCommitted => offsets.last_stable_offset,
+    }
 }
 
 /// What the leader knows of one follower (Kafka's `Replica` state on the leader).
@@ -729,9 +762,16 @@ impl Partition {
     fn offsets_of(&self, log: &PartitionLog) -> PartitionOffsets {
         let log_start_offset = log.log_start_offset();
         let log_end_offset = log.log_end_offset();
+        let high_watermark =
+            (*self.high_watermark.borrow()).clamp(log_start_offset, log_end_offset);
+        let last_stable_offset = log
+            .first_unstable_offset(high_watermark)
+            .map_or(high_watermark, |first| first.min(high_watermark))
+            .max(log_start_offset);
         PartitionOffsets {
             log_start_offset,
-            high_watermark: (*self.high_watermark.borrow()).clamp(log_start_offset, log_end_offset),
+            last_stable_offset,
+            high_watermark,
             log_end_offset,
         }
     }
@@ -967,7 +1007,11 @@ impl Partition {
             log.read(fetch_offset, max_bytes, offsets.log_end_offset)?
                 .bytes
         };
-        Ok(PartitionRead { offsets, bytes })
+        Ok(PartitionRead {
+            offsets,
+            bytes,
+            aborted_transactions: None,
+        })
     }
 
     /// The leader's ISR check (Kafka's `Partition.maybeShrinkIsr`): the in-sync
@@ -1034,6 +1078,8 @@ impl Partition {
         self.leader_high_watermark
             .store(leader_high_watermark, Ordering::SeqCst);
         self.set_follower_high_watermark(&log, leader_high_watermark);
+        let hw = *self.high_watermark.borrow();
+        log.prune_replicated_txns(hw);
         result
     }
 
@@ -1178,7 +1224,9 @@ impl Partition {
 
     /// Whole stored batches from the one containing `fetch_offset`, up to `max_bytes`
     /// (the first batch whole even when larger: KIP-74), bounded by `isolation` (the high
-    /// watermark for consumers). `fetch_offset` equal to the bound gives no bytes.
+    /// watermark for consumers, the last stable offset for read_committed ones, which
+    /// also get the aborted transactions overlapping what was read, Kafka's
+    /// `collectAbortedTxns`). `fetch_offset` equal to the bound gives no bytes.
     ///
     /// Errors: [`LogError::OffsetOutOfRange`] (OFFSET_OUT_OF_RANGE, 1) below the log
     /// start or above the log end; [`LogError::Io`] / [`LogError::Corrupt`]
@@ -1191,37 +1239,102 @@ impl Partition {
     ) -> Result<PartitionRead, LogError> {
         let log = self.log();
         let offsets = self.offsets_of(&log);
-        let bound = match isolation {
-            FetchIsolation::LogEnd => offsets.log_end_offset,
-            FetchIsolation::HighWatermark => offsets.high_watermark,
-        };
+        let bound = isolation_bound(&offsets, isolation);
         let read = log.read(fetch_offset, max_bytes, bound)?;
+        let aborted_transactions = match isolation {
+            FetchIsolation::ReadCommitted => Some(match crate::log::last_offset_in(&read.bytes) {
+                Some(last) => log.collect_aborted_txns(fetch_offset, last)?,
+                None => Vec::new(),
+            }),
+            FetchIsolation::LogEnd | FetchIsolation::HighWatermark => None,
+        };
         Ok(PartitionRead {
             offsets,
             bytes: read.bytes,
+            aborted_transactions,
         })
     }
 
     /// ListOffsets by timestamp (KIP-79): the first record whose timestamp is at or
-    /// after `ts_ms`, as `(offset, timestamp_ms)`, below the high watermark.
+    /// after `ts_ms`, as `(offset, timestamp_ms)`, below the bound of `isolation` (the
+    /// high watermark; the last stable offset for ListOffsets `isolation_level` 1).
     ///
     /// Errors: [`LogError`] from the index or a batch read (KAFKA_STORAGE_ERROR, 56).
-    pub fn offset_for_timestamp(&self, ts_ms: i64) -> Result<Option<(i64, i64)>, LogError> {
+    pub fn offset_for_timestamp(
+        &self,
+        ts_ms: i64,
+        isolation: FetchIsolation,
+    ) -> Result<Option<(i64, i64)>, LogError> {
         let log = self.log();
-        let hw = self.offsets_of(&log).high_watermark;
+        let bound = isolation_bound(&self.offsets_of(&log), isolation);
         Ok(log
             .offset_for_timestamp(ts_ms)?
-            .filter(|(offset, _)| *offset < hw))
+            .filter(|(offset, _)| *offset < bound))
     }
 
     /// ListOffsets -3 (KIP-734): the record with the largest timestamp, as
-    /// `(offset, timestamp_ms)`, if it is below the high watermark.
+    /// `(offset, timestamp_ms)`, if it is below the bound of `isolation` (as
+    /// [`Partition::offset_for_timestamp`]).
     ///
     /// Errors: [`LogError`] from a batch read (KAFKA_STORAGE_ERROR, 56).
-    pub fn max_timestamp(&self) -> Result<Option<(i64, i64)>, LogError> {
+    pub fn max_timestamp(&self, isolation: FetchIsolation) -> Result<Option<(i64, i64)>, LogError> {
         let log = self.log();
-        let hw = self.offsets_of(&log).high_watermark;
-        Ok(log.max_timestamp()?.filter(|(offset, _)| *offset < hw))
+        let bound = isolation_bound(&self.offsets_of(&log), isolation);
+        Ok(log.max_timestamp()?.filter(|(offset, _)| *offset < bound))
+    }
+
+    /// Appends a transaction marker as the partition's leader (KIP-98; what a
+    /// WriteTxnMarkers request does per partition): one control batch ending
+    /// `producer_id`'s transaction, COMMIT when `commit` else ABORT, carrying
+    /// `coordinator_epoch`, stamped with the leader epoch and timestamped `now_ms` (wall
+    /// clock, ms). Ends the producer's ongoing transaction here; an ABORT adds an entry to
+    /// the aborted transaction index. Advances the high watermark as far as the ISR allows
+    /// and wakes what waits on it, like [`Partition::append_as_leader`]; the caller waits
+    /// for replication with [`Partition::wait_for_high_watermark`] (markers are written
+    /// with acks=all). A marker for a producer with no transaction open here is written
+    /// all the same (Kafka does; it is harmless).
+    ///
+    /// Errors: [`LogError::NotLeader`] (6) on a follower; [`LogError::InvalidProducerEpoch`]
+    /// (47) when `producer_epoch` is below the producer's known epoch;
+    /// [`LogError::TransactionCoordinatorFenced`] (52) when `coordinator_epoch` is below
+    /// the last one seen for the producer; I/O (56). Nothing is written on error.
+    pub fn append_txn_marker(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+        coordinator_epoch: i32,
+        now_ms: i64,
+    ) -> Result<AppendInfo, LogError> {
+        let mut log = self.log_mut();
+        let leader_epoch = match &*self.role() {
+            ReplicaRole::Leader { leader_epoch, .. } => *leader_epoch,
+            ReplicaRole::Follower { .. } => return Err(LogError::NotLeader),
+        };
+        let options = AppendOptions {
+            log_append_time_ms: None,
+            leader_epoch,
+        };
+        let marker = TxnMarker {
+            commit,
+            coordinator_epoch,
+        };
+        let result = log.append_txn_marker(producer_id, producer_epoch, marker, options, now_ms);
+        self.update_high_watermark(&log);
+        let hw = *self.high_watermark.borrow();
+        log.prune_replicated_txns(hw);
+        result
+    }
+
+    /// Whether `producer_id` has a transaction open on this partition (a transactional
+    /// batch appended and no marker after it): KIP-890's check at produce.
+    pub fn has_ongoing_txn(&self, producer_id: i64) -> bool {
+        self.log().has_ongoing_txn(producer_id)
+    }
+
+    /// The producers this replica's log knows (DescribeProducers, KIP-664), by id.
+    pub fn producer_summaries(&self) -> Vec<ProducerSummary> {
+        self.log().producer_summaries()
     }
 
     /// Appends validated batches in order as the partition's leader, stamping the leader
@@ -1266,6 +1379,8 @@ impl Partition {
             }
         }
         self.update_high_watermark(&log);
+        let hw = *self.high_watermark.borrow();
+        log.prune_replicated_txns(hw);
         drop(log);
         result?;
         // `split_batches` never yields an empty list for non-empty input, and the produce
@@ -1394,6 +1509,19 @@ pub struct ReplicaManager {
     /// file).
     checkpoint_write: Mutex<()>,
 }
+
+/// A marker appended by [`ReplicaManager::append_txn_marker`], not yet known replicated.
+#[derive(Debug, Clone)]
+pub struct AppendedMarker {
+    /// The partition it went to.
+    pub partition: Arc<Partition>,
+    /// The marker's offset.
+    pub offset: i64,
+}
+
+/// How long [`ReplicaManager::write_txn_marker`] waits for a marker to be replicated
+/// (the brief's 5 s; Kafka uses `request.timeout.ms`).
+pub const TXN_MARKER_TIMEOUT_MS: u64 = 5_000;
 
 /// Most ISR changes waiting for the replication task; a leader whose change does not fit
 /// asks again at its next check.
@@ -1738,6 +1866,109 @@ impl ReplicaManager {
         batches: Vec<ValidatedBatch>,
     ) -> Result<AppendInfo, LogError> {
         partition.append_as_leader(batches, now_ms())
+    }
+
+    /// Writes one transaction marker to `topic`-`partition` and waits for it to be
+    /// replicated (WriteTxnMarkers per partition, KIP-98; for the transaction coordinator
+    /// too, on partitions this broker leads): [`ReplicaManager::append_txn_marker`], then
+    /// [`ReplicaManager::wait_txn_marker`] for at most [`TXN_MARKER_TIMEOUT_MS`] (Kafka
+    /// appends markers with `acks=-1`).
+    ///
+    /// Errors: those of the two steps (Kafka codes, as WriteTxnMarkers answers per
+    /// partition).
+    pub async fn write_txn_marker(
+        &self,
+        topic: &str,
+        partition: i32,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+        coordinator_epoch: i32,
+    ) -> Result<(), kafka_protocol::ResponseError> {
+        let appended = self.append_txn_marker(
+            topic,
+            partition,
+            producer_id,
+            producer_epoch,
+            commit,
+            coordinator_epoch,
+        )?;
+        self.wait_txn_marker(topic, &appended, TXN_MARKER_TIMEOUT_MS)
+            .await
+    }
+
+    /// The append half of [`ReplicaManager::write_txn_marker`]: the partition must be
+    /// hosted and led here and its ISR at least `min.insync.replicas`; then
+    /// [`Partition::append_txn_marker`] with the wall clock as timestamp. Returns what
+    /// [`ReplicaManager::wait_txn_marker`] waits on (so a caller writing many markers
+    /// appends them all, then waits on them under one deadline).
+    ///
+    /// Errors: UNKNOWN_TOPIC_OR_PARTITION (3) when not hosted; NOT_LEADER_OR_FOLLOWER (6)
+    /// when not led here; NOT_ENOUGH_REPLICAS (19) when the ISR is too small (nothing
+    /// written); INVALID_PRODUCER_EPOCH (47); TRANSACTION_COORDINATOR_FENCED (52);
+    /// KAFKA_STORAGE_ERROR (56).
+    pub fn append_txn_marker(
+        &self,
+        topic: &str,
+        partition: i32,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+        coordinator_epoch: i32,
+    ) -> Result<AppendedMarker, kafka_protocol::ResponseError> {
+        use kafka_protocol::ResponseError;
+        let Some(p) = self.partition(topic, partition) else {
+            return Err(ResponseError::UnknownTopicOrPartition);
+        };
+        if !p.is_leader() {
+            return Err(ResponseError::NotLeaderOrFollower);
+        }
+        if p.isr_len() < p.settings().min_insync_replicas {
+            return Err(ResponseError::NotEnoughReplicas);
+        }
+        let info = p
+            .append_txn_marker(
+                producer_id,
+                producer_epoch,
+                commit,
+                coordinator_epoch,
+                now_ms(),
+            )
+            .map_err(|e| {
+                if matches!(e, LogError::Io { .. } | LogError::Corrupt { .. }) {
+                    tracing::error!(%topic, partition, error = %e, "transaction marker append failed");
+                }
+                e.kafka_error()
+            })?;
+        Ok(AppendedMarker {
+            partition: p,
+            offset: info.last_offset,
+        })
+    }
+
+    /// The wait half of [`ReplicaManager::write_txn_marker`]: until the high watermark
+    /// passes the marker, at most `timeout_ms`.
+    ///
+    /// Errors: NOT_ENOUGH_REPLICAS_AFTER_APPEND (20), NOT_LEADER_OR_FOLLOWER (6),
+    /// REQUEST_TIMED_OUT (7), as [`ReplicationWait::refusal`] maps them.
+    pub async fn wait_txn_marker(
+        &self,
+        topic: &str,
+        appended: &AppendedMarker,
+        timeout_ms: u64,
+    ) -> Result<(), kafka_protocol::ResponseError> {
+        match appended
+            .partition
+            .wait_for_high_watermark(appended.offset, timeout_ms)
+            .await
+            .refusal()
+        {
+            None => Ok(()),
+            Some((error, why)) => {
+                tracing::warn!(%topic, partition = appended.partition.index, offset = appended.offset, %why, "transaction marker not replicated");
+                Err(error)
+            }
+        }
     }
 
     /// Forgets, on every hosted partition, the idempotent producers idle for
@@ -2342,6 +2573,7 @@ mod tests {
             p.offsets(),
             PartitionOffsets {
                 log_start_offset: 0,
+                last_stable_offset: 0,
                 high_watermark: 0,
                 log_end_offset: 0
             }
@@ -2393,7 +2625,12 @@ mod tests {
             .unwrap()
             .bytes
             .is_empty());
-        assert_eq!(p.max_timestamp().unwrap().map(|(o, _)| o < 3), Some(true));
+        assert_eq!(
+            p.max_timestamp(FetchIsolation::HighWatermark)
+                .unwrap()
+                .map(|(o, _)| o < 3),
+            Some(true)
+        );
     }
 
     /// A restarted leader's high watermark starts at its checkpointed one (capped at the

@@ -223,6 +223,24 @@ pub(crate) fn validate_stored(bytes: Bytes, position: usize) -> Result<Validated
     Ok(batch)
 }
 
+/// The last offset of the last whole batch in `bytes` (concatenated stored batches, as a
+/// read returns them), walking the headers only; `None` when `bytes` holds no whole batch.
+/// A length that runs past the end stops the walk (what came before counts).
+pub fn last_offset_in(bytes: &[u8]) -> Option<i64> {
+    let mut position = 0usize;
+    let mut last = None;
+    while bytes.len() - position >= BATCH_HEADER_BYTES {
+        let header = BatchHeader::parse(&bytes[position..position + BATCH_HEADER_BYTES]);
+        let total = header.total_bytes();
+        if total < BATCH_HEADER_BYTES as i64 || total as u64 > (bytes.len() - position) as u64 {
+            break;
+        }
+        last = Some(header.last_offset());
+        position += total as usize;
+    }
+    last
+}
+
 /// Splits a produce request's `records` field (zero or more concatenated v2 batches) into
 /// validated batches, each a zero-copy slice of `bytes`.
 ///

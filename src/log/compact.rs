@@ -32,7 +32,18 @@
 //!   maxTimestamp is more than `delete.retention.ms` old, then it is removed too;
 //! - a closed segment holding a record newer than `min.compaction.lag.ms` is not cleaned,
 //!   nor any segment after it (KIP-58: a record stays readable uncompacted that long);
-//! - control batches are kept as they are (weir refuses them on produce; none are expected).
+//! - control batches (transaction markers) are kept as they are, always. Kafka removes a
+//!   marker once the data of its transaction is gone and `delete.retention.ms` has
+//!   passed; keeping it longer is safe (a read_committed consumer only needs markers of
+//!   data it can still read, and a marker without data is skipped by every client), it
+//!   only costs its ~80 bytes per transaction and partition;
+//! - records of an aborted transaction (a transactional batch inside the range of an
+//!   entry of the aborted transaction indexes for its producer) are removed and never
+//!   enter the offset map, so they never shadow a committed record of the same key;
+//! - records of a transaction not yet decided (at or after its producer's ongoing
+//!   transaction's first offset) never enter the offset map either, and nothing at or
+//!   after the first offset of the earliest ongoing transaction is cleaned: the cleanable
+//!   segments end before it (Kafka cleans only up to the first unstable offset).
 //!
 //! Batches keep their offsets: a batch that loses some records is rewritten with the same
 //! baseOffset, lastOffsetDelta, baseTimestamp, producer id/epoch and baseSequence and the
@@ -263,16 +274,61 @@ fn corrupt(path: &Path, position: u64, reason: String) -> LogError {
     }
 }
 
-/// Adds every keyed record of `segment` to `map`; every batch read goes through `throttle`.
+/// What the cleaner knows of transactions when planning: per producer, the first offset
+/// of its ongoing transaction and the ranges of its aborted ones.
+#[derive(Debug, Default)]
+struct TxnView {
+    ongoing: HashMap<i64, i64>,
+    aborted: HashMap<i64, Vec<(i64, i64)>>,
+}
+
+/// Where a batch stands with respect to transactions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TxnStatus {
+    /// Not transactional, or of a committed transaction: an ordinary batch.
+    Committed,
+    /// Of an aborted transaction: its records go.
+    Aborted,
+    /// Of a transaction still open: kept, and out of the offset map.
+    Undecided,
+}
+
+impl TxnView {
+    fn status(&self, header: &BatchHeader) -> TxnStatus {
+        if !header.is_transactional() || header.is_control() {
+            return TxnStatus::Committed;
+        }
+        let offset = header.base_offset;
+        if self
+            .aborted
+            .get(&header.producer_id)
+            .is_some_and(|ranges| ranges.iter().any(|(f, l)| *f <= offset && offset <= *l))
+        {
+            return TxnStatus::Aborted;
+        }
+        if self
+            .ongoing
+            .get(&header.producer_id)
+            .is_some_and(|first| offset >= *first)
+        {
+            return TxnStatus::Undecided;
+        }
+        TxnStatus::Committed
+    }
+}
+
+/// Adds every keyed record of `segment` to `map` (not those of aborted or undecided
+/// transactions); every batch read goes through `throttle`.
 fn add_to_map(
     segment: &SegmentSnapshot,
+    txns: &TxnView,
     map: &mut OffsetMap,
     throttle: &mut CleanerThrottle,
 ) -> Result<(), LogError> {
     segment.for_each_batch(|position, bytes| {
         throttle.observe(bytes.len());
         let header = BatchHeader::parse(bytes);
-        if header.is_control() {
+        if header.is_control() || txns.status(&header) != TxnStatus::Committed {
             return Ok(());
         }
         let fail = |reason: String| corrupt(segment.log_path(), position, reason);
@@ -304,12 +360,19 @@ enum SegmentOutcome {
 /// The keep rule of the module doc, for one record at `offset` in a batch with `header`.
 struct Rules<'a> {
     map: &'a OffsetMap,
+    txns: &'a TxnView,
     now_ms: i64,
     delete_retention_ms: i64,
 }
 
 impl Rules<'_> {
     fn keep(&self, header: &BatchHeader, offset: i64, record: &RecordView<'_>) -> bool {
+        match self.txns.status(header) {
+            TxnStatus::Aborted => return false,
+            // Not reached: cleanable segments end before any open transaction.
+            TxnStatus::Undecided => return true,
+            TxnStatus::Committed => {}
+        }
         let Some(key) = record.key else {
             return false;
         };
@@ -484,6 +547,8 @@ pub struct CompactionPlan {
     /// `segments[..cleanable]` are cleaned (at least one when due).
     cleanable: usize,
     stats: CompactionStats,
+    /// Transactions when planned.
+    txns: TxnView,
 }
 
 impl CompactionPlan {
@@ -519,10 +584,11 @@ impl CompactionPlan {
         let plan = &prepared.plan;
         let mut map = OffsetMap::default();
         for segment in &plan.segments {
-            add_to_map(segment, &mut map, throttle)?;
+            add_to_map(segment, &plan.txns, &mut map, throttle)?;
         }
         let rules = Rules {
             map: &map,
+            txns: &plan.txns,
             now_ms: plan.now_ms,
             delete_retention_ms: plan.delete_retention_ms,
         };
@@ -669,7 +735,8 @@ impl PartitionLog {
     /// `min.compaction.lag.ms`.
     ///
     /// Due when `cleanup.policy` has `compact` and, over the cleanable closed segments
-    /// (all closed ones up to the first with a record newer than `min.compaction.lag.ms`),
+    /// (all closed ones up to the first with a record newer than `min.compaction.lag.ms`
+    /// or reaching the first offset of an ongoing transaction),
     /// the bytes at or above the cleaner checkpoint are at least
     /// `min.cleanable.dirty.ratio` of the total. Then every cleanable segment is rewritten
     /// against an offset map of the whole log (active segment included) and swapped in, and
@@ -702,16 +769,23 @@ impl PartitionLog {
                 first_dirty_offset: self.first_dirty_offset,
                 ..CompactionStats::default()
             },
+            txns: TxnView::default(),
         };
         if !self.config.cleanup_policy.compact {
             return plan;
         }
+        let ongoing = self.ongoing_txns();
+        // Kafka cleans only below the first unstable offset.
+        let first_unstable = ongoing.values().copied().min().unwrap_or(i64::MAX);
         let lag_ms = self.config.min_compaction_lag_ms;
         let closed = self.segments.len() - 1;
         let mut end = 0;
         while end < closed {
             let newest_ms = self.segments[end].max_timestamp_ms;
             if lag_ms > 0 && newest_ms >= 0 && now_ms.saturating_sub(newest_ms) < lag_ms {
+                break;
+            }
+            if self.segments[end].next_offset > first_unstable {
                 break;
             }
             end += 1;
@@ -730,6 +804,21 @@ impl PartitionLog {
         if plan.stats.dirty_ratio < self.config.min_cleanable_dirty_ratio {
             return plan;
         }
+        let aborted = match self.all_aborted_txns() {
+            Ok(aborted) => aborted,
+            Err(e) => {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "cannot read the aborted transaction indexes; compaction skipped");
+                return plan;
+            }
+        };
+        for entry in aborted {
+            plan.txns
+                .aborted
+                .entry(entry.producer_id)
+                .or_default()
+                .push((entry.first_offset, entry.last_offset));
+        }
+        plan.txns.ongoing = ongoing;
         plan.stats.bytes_before = total;
         plan.segments = self.segments.iter().map(Segment::snapshot).collect();
         plan.cleanable = end;

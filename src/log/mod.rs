@@ -5,7 +5,10 @@
 //! cache (`leader-epoch-checkpoint`, `epoch.rs`; KIP-101/KIP-279); offset assignment,
 //! the log start offset and log end offset (LEO), rolling, retention (time/size, only when
 //! `cleanup.policy` has `delete`), compaction (`compact.rs`, when it has `compact`),
-//! truncation, recovery after kill -9, idempotent producer state, the follower's append of
+//! truncation, recovery after kill -9, idempotent producer state, transaction state
+//! (KIP-98: ongoing transactions per producer, markers, the first unstable offset the last
+//! stable offset comes from, the per-segment aborted transaction index `.txnindex`,
+//! `txn.rs`), the follower's append of
 //! batches copied from the leader (`append_as_follower`, offsets and epochs kept), and
 //! fsync when `flush_messages` / `flush_ms` ask for it. Never does: networking, request/response
 //! types, decompression outside the cleaner, leadership decisions (the high watermark is passed in as `max_offset`), or locking
@@ -38,6 +41,7 @@ pub mod records;
 pub mod rewrite;
 mod segment;
 pub mod topic_id;
+mod txn;
 
 #[cfg(test)]
 mod tests;
@@ -47,14 +51,16 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 
 pub use batch::{
-    split_batches, split_fetched, stored_record_count, validate, BatchError, Compression,
-    TimestampType, ValidatedBatch,
+    last_offset_in, split_batches, split_fetched, stored_record_count, validate, BatchError,
+    Compression, TimestampType, ValidatedBatch,
 };
 pub use compact::{CleanerThrottle, CompactionPlan, CompactionStats, PreparedCompaction};
 pub use epoch::EpochEndOffset;
 use epoch::LeaderEpochCache;
-use producer::{ProducerStateManager, SequenceCheck};
+pub use producer::ProducerSummary;
+use producer::{CompletedTxn, ProducerStateManager, SequenceCheck};
 use segment::{file_path, io_error, remove_if_exists, Segment};
+pub use txn::{AbortedTxn, TxnMarker};
 
 /// `cleanup.policy` (Kafka's `TopicConfig.CLEANUP_POLICY_CONFIG`): a list of `delete`
 /// and/or `compact`. Both may be set; neither means the log only grows.
@@ -256,6 +262,27 @@ pub enum LogError {
         /// baseOffset of the batch.
         got: i64,
     },
+    /// A non-transactional batch from a producer with a transaction open on this
+    /// partition (Kafka's `ProducerAppendInfo`: "Expected transactional write").
+    /// Kafka `INVALID_TXN_STATE` (48).
+    #[error("producer {producer_id} has a transaction open; a non-transactional batch is refused")]
+    InvalidTxnState {
+        /// producerId of the batch.
+        producer_id: i64,
+    },
+    /// A transaction marker from a coordinator epoch older than the last one seen for the
+    /// producer (a zombie coordinator, KIP-98). Kafka `TRANSACTION_COORDINATOR_FENCED` (52).
+    #[error(
+        "producer {producer_id}: coordinator epoch {coordinator_epoch} is older than {current_coordinator_epoch}"
+    )]
+    TransactionCoordinatorFenced {
+        /// The producer the marker is for.
+        producer_id: i64,
+        /// The marker's coordinator epoch.
+        coordinator_epoch: i32,
+        /// The last one the log saw for this producer.
+        current_coordinator_epoch: i32,
+    },
     /// An append as leader to a partition this broker follows: the caller's leadership
     /// check raced a leader change. Kafka `NOT_LEADER_OR_FOLLOWER` (6). Raised by the
     /// partition's owner (`replica.rs`), which holds the role; the log itself never does.
@@ -288,6 +315,8 @@ impl LogError {
     ///   `kafka.common.UnexpectedAppendOffsetException` is a plain `RuntimeException`,
     ///   which `Errors.forException` answers with -1). The mapping exists so this function stays total.
     /// - `NotLeader` → `NOT_LEADER_OR_FOLLOWER` (6): the client refreshes Metadata.
+    /// - `InvalidTxnState` → `INVALID_TXN_STATE` (48), `TransactionCoordinatorFenced` →
+    ///   `TRANSACTION_COORDINATOR_FENCED` (52), as Kafka's `ProducerStateManager` raises them.
     pub fn kafka_error(&self) -> kafka_protocol::ResponseError {
         use kafka_protocol::ResponseError;
         match self {
@@ -298,6 +327,10 @@ impl LogError {
             LogError::InvalidConfig { .. } => ResponseError::InvalidConfig,
             LogError::UnexpectedAppendOffset { .. } => ResponseError::UnknownServerError,
             LogError::NotLeader => ResponseError::NotLeaderOrFollower,
+            LogError::InvalidTxnState { .. } => ResponseError::InvalidTxnState,
+            LogError::TransactionCoordinatorFenced { .. } => {
+                ResponseError::TransactionCoordinatorFenced
+            }
         }
     }
 }
@@ -410,7 +443,9 @@ impl PartitionLog {
             }
             match extension {
                 "log" => bases.push(base),
-                "index" | "timeindex" | "snapshot" => others.push((base, entry.path())),
+                "index" | "timeindex" | "txnindex" | "snapshot" => {
+                    others.push((base, entry.path()))
+                }
                 // Temp files, and the cleaner's files of a compaction that never swapped
                 // in (the original segment is still whole; see `compact.rs`).
                 _ if extension.ends_with(".tmp")
@@ -505,15 +540,36 @@ impl PartitionLog {
     /// batches, which count as appended at `now_ms` (the log does not keep append times;
     /// see `producer.rs` on expiry). The same pass over the headers adds to the epoch cache any epoch newer than
     /// its latest entry (one whose checkpoint write failed), as Kafka's segment recovery
-    /// does.
+    /// does, and rebuilds the active segment's aborted transaction index from its ABORT
+    /// markers (recovery: an entry whose marker a crash lost goes, one a crash kept from
+    /// being written comes). An ABORT marker whose transaction start the replay does not
+    /// know, or knows only from this segment (a lost snapshot), keeps the earlier first
+    /// offset the old index gave it, else the replayed one, else its own offset (Kafka's
+    /// default).
     fn reload_tail_state(&mut self, now_ms: i64) -> Result<(), LogError> {
         let active = self.active();
         let path = file_path(&self.dir, active.base_offset, "snapshot");
         let mut producers = ProducerStateManager::read_snapshot(&path, now_ms)?.unwrap_or_default();
         let mut newer_epochs: Vec<(i32, i64)> = Vec::new();
         let mut latest = self.epochs.latest_epoch().unwrap_or(-1);
-        active.for_each_header(|header| {
-            producers.update(header, now_ms);
+        let previous: Vec<AbortedTxn> = active.aborted_txns()?.to_vec();
+        let mut aborted = Vec::new();
+        active.for_each_header_and_marker(|header, marker| {
+            if let Some(entry) = apply_to_producers(&mut producers, header, marker, now_ms) {
+                // The entry written at append time knew the whole transaction; a replay
+                // without the snapshot only knows its part in this segment.
+                let written = previous
+                    .iter()
+                    .find(|e| {
+                        e.producer_id == entry.producer_id && e.last_offset == entry.last_offset
+                    })
+                    .map(|e| e.first_offset);
+                let first_offset = match (entry.first_offset, written) {
+                    (Some(replayed), Some(written)) => Some(replayed.min(written)),
+                    (replayed, written) => replayed.or(written),
+                };
+                aborted.push(aborted_entry(&producers, entry, first_offset));
+            }
             if header.partition_leader_epoch > latest {
                 latest = header.partition_leader_epoch;
                 newer_epochs.push((latest, header.base_offset));
@@ -522,6 +578,10 @@ impl PartitionLog {
         self.producers = producers;
         for (epoch, start_offset) in newer_epochs {
             self.epochs.assign(epoch, start_offset)?;
+        }
+        let count = aborted.len();
+        if self.active_mut().set_aborted_txns(aborted)? {
+            tracing::info!(dir = %self.dir.display(), entries = count, "rebuilt the active segment's aborted transaction index");
         }
         Ok(())
     }
@@ -570,8 +630,10 @@ impl PartitionLog {
     /// fsync only when the flush settings say so). `now_ms` is the wall clock.
     ///
     /// A retry of one of the producer's last 5 batches returns the original offsets with
-    /// `duplicate: true` and writes nothing. Errors: `InvalidProducerEpoch` (47),
-    /// `OutOfOrderSequence` (45), `Io` (56; the partial write is undone).
+    /// `duplicate: true` and writes nothing. A transactional batch opens its producer's
+    /// transaction when none is open. Errors: `InvalidProducerEpoch` (47),
+    /// `OutOfOrderSequence` (45), `InvalidTxnState` (48: a non-transactional batch while the
+    /// producer has a transaction open), `Io` (56; the partial write is undone).
     pub fn append(
         &mut self,
         batch: ValidatedBatch,
@@ -579,6 +641,10 @@ impl PartitionLog {
         now_ms: i64,
     ) -> Result<AppendInfo, LogError> {
         let mut batch = batch;
+        if batch.producer_id() >= 0 {
+            self.producers
+                .check_txn_state(batch.producer_id(), batch.is_transactional())?;
+        }
         if batch.producer_id() >= 0 && batch.base_sequence() >= 0 {
             let check = self.producers.check(
                 batch.producer_id(),
@@ -661,7 +727,9 @@ impl PartitionLog {
 
     /// The write shared by both appends, for a batch whose header is final: roll if due,
     /// note its leader epoch (before the bytes, so a crash leaves no batch whose epoch the
-    /// cache lacks), write, update producer state, flush if the settings say so.
+    /// cache lacks), write, update producer state (an ABORT marker also adds an entry to
+    /// the active segment's aborted transaction index, after the bytes: recovery rebuilds
+    /// it if a crash comes between), flush if the settings say so.
     fn write_batch(&mut self, batch: &ValidatedBatch, now_ms: i64) -> Result<(), LogError> {
         if self.should_roll(batch, now_ms) {
             self.roll(now_ms)?;
@@ -673,7 +741,11 @@ impl PartitionLog {
         self.scratch = scratch;
         appended?;
         let header = batch::BatchHeader::parse(batch.header());
-        self.producers.update(&header, now_ms);
+        let marker = txn::parse_marker(&header, batch.records());
+        if let Some(completed) = apply_to_producers(&mut self.producers, &header, marker, now_ms) {
+            let entry = aborted_entry(&self.producers, completed, completed.first_offset);
+            self.active_mut().append_aborted_txn(entry)?;
+        }
         self.unflushed_messages += batch.record_count().max(0) as u64;
         let due_by_count = self
             .config
@@ -683,6 +755,111 @@ impl PartitionLog {
             self.flush_at(now_ms)?;
         }
         Ok(())
+    }
+
+    /// Appends a transaction marker as the partition's leader (KIP-98; Kafka's
+    /// `UnifiedLog.appendAsLeader` with a control batch from `WriteTxnMarkers`): one
+    /// control batch, attributes transactional + control, baseSequence -1, one
+    /// `EndTransactionMarker` record (COMMIT when `commit`, else ABORT, with
+    /// `coordinator_epoch`) timestamped `now_ms` (CreateTime), stamped with
+    /// `options.leader_epoch`. It ends `producer_id`'s ongoing transaction; an ABORT adds
+    /// an entry to the active segment's aborted transaction index. A marker for a producer
+    /// with no transaction open here is written all the same (Kafka does; it ends
+    /// nothing, and an ABORT's index entry covers only the marker).
+    ///
+    /// Errors: `InvalidProducerEpoch` (47) when `producer_epoch` is below the producer's
+    /// known epoch; `TransactionCoordinatorFenced` (52) when `coordinator_epoch` is below
+    /// the last one seen for the producer; `Io` (56). Nothing is written on error.
+    pub fn append_txn_marker(
+        &mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+        marker: TxnMarker,
+        options: AppendOptions,
+        now_ms: i64,
+    ) -> Result<AppendInfo, LogError> {
+        self.producers
+            .check_marker(producer_id, producer_epoch, marker.coordinator_epoch)?;
+        let mut batch = txn::encode_marker(producer_id, producer_epoch, marker, now_ms);
+        let base_offset = self.log_end_offset();
+        batch.set_base_offset(base_offset);
+        batch.set_partition_leader_epoch(options.leader_epoch);
+        self.write_batch(&batch, now_ms)?;
+        Ok(AppendInfo {
+            base_offset,
+            last_offset: base_offset,
+            log_append_time_ms: -1,
+            log_start_offset: self.log_start_offset,
+            duplicate: false,
+        })
+    }
+
+    /// Whether `producer_id` has a transaction open in this log (a transactional batch
+    /// and no marker after it).
+    pub fn has_ongoing_txn(&self, producer_id: i64) -> bool {
+        self.producers.has_ongoing_txn(producer_id)
+    }
+
+    /// The first offset a read_committed consumer may not read yet, given the high
+    /// watermark (Kafka's `firstUnstableOffset`): the first offset of the earliest
+    /// transaction that is open, or whose marker is at or above `high_watermark` (not yet
+    /// replicated). `None` when none is. The owner takes the last stable offset as
+    /// `min(high_watermark, this)`, at least the log start offset.
+    pub fn first_unstable_offset(&self, high_watermark: i64) -> Option<i64> {
+        self.producers.first_unstable_offset(high_watermark)
+    }
+
+    /// Forgets the completed transactions whose marker is below `high_watermark` (they
+    /// are stable for good). Call after the high watermark moves; only bounds memory.
+    pub fn prune_replicated_txns(&mut self, high_watermark: i64) {
+        self.producers.prune_replicated(high_watermark);
+    }
+
+    /// The producers this log knows, by id (DescribeProducers, KIP-664).
+    pub fn producer_summaries(&self) -> Vec<ProducerSummary> {
+        self.producers.summaries()
+    }
+
+    /// The aborted transactions a read_committed consumer needs to read
+    /// `[fetch_offset, upper_bound_offset]` (Kafka's `collectAbortedTransactions`): every
+    /// entry of the aborted transaction indexes, from the segment holding `fetch_offset`
+    /// to the last one (a transaction may span segments, and its marker, which holds the
+    /// entry, may lie past the read), whose range overlaps it: `last_offset >=
+    /// fetch_offset` and `first_offset <= upper_bound_offset`. Ordered by marker offset.
+    ///
+    /// Errors: `Io` (reading a closed segment's `.txnindex`).
+    pub fn collect_aborted_txns(
+        &self,
+        fetch_offset: i64,
+        upper_bound_offset: i64,
+    ) -> Result<Vec<AbortedTxn>, LogError> {
+        let first = self
+            .segments
+            .partition_point(|s| s.base_offset <= fetch_offset)
+            .saturating_sub(1);
+        let mut out = Vec::new();
+        for segment in &self.segments[first..] {
+            out.extend(
+                segment.aborted_txns()?.iter().filter(|e| {
+                    e.last_offset >= fetch_offset && e.first_offset <= upper_bound_offset
+                }),
+            );
+        }
+        Ok(out)
+    }
+
+    /// Per producer with a transaction open, its first offset (for the cleaner).
+    fn ongoing_txns(&self) -> std::collections::HashMap<i64, i64> {
+        self.producers.ongoing_txns()
+    }
+
+    /// Every aborted transaction of every segment's index (for the cleaner).
+    fn all_aborted_txns(&self) -> Result<Vec<AbortedTxn>, LogError> {
+        let mut out = Vec::new();
+        for segment in &self.segments {
+            out.extend_from_slice(segment.aborted_txns()?);
+        }
+        Ok(out)
     }
 
     /// The newest leader epoch that wrote to this log, from the epoch cache (`None` for a
@@ -1157,5 +1334,47 @@ fn read_log_start_checkpoint(dir: &Path) -> Option<i64> {
             tracing::warn!(file = %path.display(), error = %e, "unreadable log start offset checkpoint; ignored");
             None
         }
+    }
+}
+
+/// Applies one stored batch to producer state (the one path for leader and follower
+/// appends and the replay at open): a control batch holding a marker completes its
+/// producer's transaction, any other batch is recorded as data. Returns the completed
+/// transaction when the marker was an ABORT (it needs an aborted index entry).
+fn apply_to_producers(
+    producers: &mut ProducerStateManager,
+    header: &batch::BatchHeader,
+    marker: Option<TxnMarker>,
+    now_ms: i64,
+) -> Option<CompletedTxn> {
+    match marker {
+        Some(m) => {
+            let completed = producers.complete_txn(header, m.commit, m.coordinator_epoch, now_ms);
+            completed.aborted.then_some(completed)
+        }
+        // A control batch without a known marker changes nothing (`update` skips batches
+        // without a sequence, as control batches are).
+        None => {
+            producers.update(header, now_ms);
+            None
+        }
+    }
+}
+
+/// The aborted index entry of `completed` (an ABORT), with `first_offset` (its marker's
+/// own offset when unknown, Kafka's default) and, as last stable offset, the first offset
+/// of the earliest transaction still open after it, else the marker's offset + 1
+/// (Kafka's `ProducerStateManager.lastStableOffset(completedTxn)`).
+fn aborted_entry(
+    producers: &ProducerStateManager,
+    completed: CompletedTxn,
+    first_offset: Option<i64>,
+) -> AbortedTxn {
+    let still_open = producers.ongoing_txns().into_values().min();
+    AbortedTxn {
+        producer_id: completed.producer_id,
+        first_offset: first_offset.unwrap_or(completed.last_offset),
+        last_offset: completed.last_offset,
+        last_stable_offset: still_open.unwrap_or(completed.last_offset + 1),
     }
 }

@@ -2,9 +2,24 @@
 //!
 //! Owns: per producer id, the current epoch and the metadata of its last
 //! [`MAX_BATCHES_PER_PRODUCER`] batches; the sequence/epoch checks a produce must pass
-//! (KIP-98, with KIP-360's acceptance of unknown producers); the `.snapshot` file format.
-//! Never does: transactions (ongoing transactions, markers, LSO), file I/O beyond reading
-//! and writing one snapshot file, or assign offsets.
+//! (KIP-98, with KIP-360's acceptance of unknown producers); the `.snapshot` file format;
+//! per producer the first offset of its ongoing transaction (`current_txn_first_offset`,
+//! set by its first transactional batch when none is open, cleared by its marker) and the
+//! last coordinator epoch seen in its markers; the transactions completed by a marker the
+//! high watermark has not yet passed; and from those the first unstable offset the last
+//! stable offset is computed from (Kafka's `ProducerStateManager.firstUnstableOffset`).
+//! Never does: write markers or the aborted transaction index (the log does), file I/O
+//! beyond reading and writing one snapshot file, or assign offsets.
+//!
+//! Transactions: leader and follower appends update this state from the same batch
+//! headers (a follower sees the leader's transactional and control batches), and so does
+//! the replay of the active segment at open. A transaction stays unstable until the high
+//! watermark passes its marker (Kafka's `unreplicatedTxns`), so a read_committed consumer
+//! never reads past a transaction whose outcome a leader change could still lose. A
+//! producer with an ongoing transaction never expires. The completed-but-unreplicated
+//! list is not in the snapshot: after a restart only the active segment's markers are
+//! replayed into it (a marker of an earlier segment above the checkpointed high
+//! watermark counts as stable: it was replicated or it was on a single node).
 //!
 //! Durability: on every segment roll the log writes `<new_base_offset:020>.snapshot` (the
 //! state as of that offset); on open it loads the snapshot named after the active segment
@@ -21,10 +36,12 @@
 //! not say when a batch was appended, and an early expiry is the harmful mistake (a
 //! duplicate), a late one only keeps a few bytes for one more expiration period.
 //!
-//! Snapshot format: `WPS2` stores `last_append_ms` (broker clock). `WPS1` snapshots
-//! (before issue 15) stored the largest batch timestamp in that field; they are still
-//! read, and their entries take the load time as their last append, for the reason
-//! above.
+//! Snapshot format: `WPS3` stores `last_append_ms` (broker clock) and, after each
+//! producer's batches, `current_txn_first_offset i64` (-1: none) and
+//! `coordinator_epoch i32` (-1: no marker seen). `WPS2` (before transactions) lacks the
+//! last two: still read, with no transaction open. `WPS1` snapshots (before issue 15)
+//! stored the largest batch timestamp in the time field; they are still read, and their
+//! entries take the load time as their last append, for the reason above.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
@@ -36,8 +53,10 @@ use super::LogError;
 /// Kafka keeps the metadata of the last 5 batches per producer, so a producer with
 /// `max.in.flight.requests.per.connection <= 5` can retry any of them.
 pub(super) const MAX_BATCHES_PER_PRODUCER: usize = 5;
+/// Snapshots written since transactions: `WPS2` plus the transaction fields.
+const SNAPSHOT_MAGIC: &[u8; 4] = b"WPS3";
 /// Snapshots written since issue 15: the time field is the broker's clock.
-const SNAPSHOT_MAGIC: &[u8; 4] = b"WPS2";
+const SNAPSHOT_MAGIC_V2: &[u8; 4] = b"WPS2";
 /// Snapshots from before: the time field is a batch timestamp (ignored; see the module
 /// doc).
 const SNAPSHOT_MAGIC_V1: &[u8; 4] = b"WPS1";
@@ -58,6 +77,52 @@ struct ProducerEntry {
     batches: VecDeque<BatchMetadata>,
     /// The broker's wall clock (ms since the epoch) at this producer's last append.
     last_append_ms: i64,
+    /// Offset of the first batch of its ongoing transaction; `None` when none is open.
+    current_txn_first_offset: Option<i64>,
+    /// The coordinator epoch of the last marker seen for it (-1: none).
+    coordinator_epoch: i32,
+}
+
+impl ProducerEntry {
+    fn new(epoch: i16, now_ms: i64) -> ProducerEntry {
+        ProducerEntry {
+            epoch,
+            batches: VecDeque::with_capacity(MAX_BATCHES_PER_PRODUCER),
+            last_append_ms: now_ms,
+            current_txn_first_offset: None,
+            coordinator_epoch: -1,
+        }
+    }
+}
+
+/// A transaction a marker ended (Kafka's `CompletedTxn`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CompletedTxn {
+    pub producer_id: i64,
+    /// Its first offset; `None` when no transaction of the producer was known to be open
+    /// (a marker with nothing to end, or state lost with a snapshot).
+    pub first_offset: Option<i64>,
+    /// The marker's offset.
+    pub last_offset: i64,
+    /// Whether it was aborted.
+    pub aborted: bool,
+}
+
+/// One producer as DescribeProducers reports it (KIP-664).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerSummary {
+    /// The producer id.
+    pub producer_id: i64,
+    /// Its current epoch.
+    pub producer_epoch: i16,
+    /// The last sequence of its last batch (-1: none kept).
+    pub last_sequence: i32,
+    /// maxTimestamp of its last batch (-1: none kept).
+    pub last_timestamp_ms: i64,
+    /// The coordinator epoch of its last marker (-1: none).
+    pub coordinator_epoch: i32,
+    /// First offset of its ongoing transaction (-1: none).
+    pub current_txn_start_offset: i64,
 }
 
 /// Outcome of checking a batch from an idempotent producer.
@@ -90,6 +155,9 @@ fn next_sequence(sequence: i32) -> i32 {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) struct ProducerStateManager {
     producers: HashMap<i64, ProducerEntry>,
+    /// Transactions a marker completed, as `(first_offset, marker_offset)`, kept until
+    /// the high watermark passes the marker ([`ProducerStateManager::prune_replicated`]).
+    unreplicated: Vec<(i64, i64)>,
 }
 
 impl ProducerStateManager {
@@ -170,14 +238,13 @@ impl ProducerStateManager {
         let entry = self
             .producers
             .entry(header.producer_id)
-            .or_insert_with(|| ProducerEntry {
-                epoch: header.producer_epoch,
-                batches: VecDeque::with_capacity(MAX_BATCHES_PER_PRODUCER),
-                last_append_ms: now_ms,
-            });
+            .or_insert_with(|| ProducerEntry::new(header.producer_epoch, now_ms));
         if header.producer_epoch != entry.epoch {
             entry.epoch = header.producer_epoch;
             entry.batches.clear();
+        }
+        if header.is_transactional() && entry.current_txn_first_offset.is_none() {
+            entry.current_txn_first_offset = Some(header.base_offset);
         }
         if entry.batches.len() == MAX_BATCHES_PER_PRODUCER {
             entry.batches.pop_front();
@@ -187,13 +254,162 @@ impl ProducerStateManager {
         entry.last_append_ms = entry.last_append_ms.max(now_ms);
     }
 
+    /// Checks a data batch of `producer_id` against its transaction state (Kafka's
+    /// `ProducerAppendInfo.appendDataBatch`): a non-transactional batch while the
+    /// producer has a transaction open is `InvalidTxnState` (48).
+    pub(super) fn check_txn_state(
+        &self,
+        producer_id: i64,
+        transactional: bool,
+    ) -> Result<(), LogError> {
+        match self.producers.get(&producer_id) {
+            Some(entry) if !transactional && entry.current_txn_first_offset.is_some() => {
+                Err(LogError::InvalidTxnState { producer_id })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Checks a marker the leader is about to write (Kafka's
+    /// `ProducerAppendInfo.checkProducerEpoch` and `appendEndTxnMarker`): a producer epoch
+    /// below the known one is `InvalidProducerEpoch` (47); a coordinator epoch below the
+    /// last one seen for the producer is `TransactionCoordinatorFenced` (52). An unknown
+    /// producer passes.
+    pub(super) fn check_marker(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+    ) -> Result<(), LogError> {
+        let Some(entry) = self.producers.get(&producer_id) else {
+            return Ok(());
+        };
+        if producer_epoch < entry.epoch {
+            return Err(LogError::InvalidProducerEpoch {
+                producer_id,
+                producer_epoch,
+                current_epoch: entry.epoch,
+            });
+        }
+        if coordinator_epoch < entry.coordinator_epoch {
+            return Err(LogError::TransactionCoordinatorFenced {
+                producer_id,
+                coordinator_epoch,
+                current_coordinator_epoch: entry.coordinator_epoch,
+            });
+        }
+        Ok(())
+    }
+
+    /// Records a marker (a control batch with `header`, saying `commit` with
+    /// `coordinator_epoch`) appended at `now_ms`: ends the producer's ongoing transaction
+    /// and remembers the coordinator epoch; a newer producer epoch in the marker becomes
+    /// the producer's (its sequences restart). Returns the completed transaction.
+    pub(super) fn complete_txn(
+        &mut self,
+        header: &BatchHeader,
+        commit: bool,
+        coordinator_epoch: i32,
+        now_ms: i64,
+    ) -> CompletedTxn {
+        let entry = self
+            .producers
+            .entry(header.producer_id)
+            .or_insert_with(|| ProducerEntry::new(header.producer_epoch, now_ms));
+        if header.producer_epoch > entry.epoch {
+            entry.epoch = header.producer_epoch;
+            entry.batches.clear();
+        }
+        entry.coordinator_epoch = coordinator_epoch;
+        entry.last_append_ms = entry.last_append_ms.max(now_ms);
+        let first_offset = entry.current_txn_first_offset.take();
+        let marker_offset = header.base_offset;
+        if let Some(first) = first_offset {
+            self.unreplicated.push((first, marker_offset));
+        }
+        CompletedTxn {
+            producer_id: header.producer_id,
+            first_offset,
+            last_offset: marker_offset,
+            aborted: !commit,
+        }
+    }
+
+    /// Whether `producer_id` has a transaction open on this partition.
+    pub(super) fn has_ongoing_txn(&self, producer_id: i64) -> bool {
+        self.producers
+            .get(&producer_id)
+            .is_some_and(|e| e.current_txn_first_offset.is_some())
+    }
+
+    /// The first offset of the earliest transaction that is not yet stable when the high
+    /// watermark is `high_watermark`: ongoing ones, and completed ones whose marker is at
+    /// or above it. `None` when every transaction is stable.
+    pub(super) fn first_unstable_offset(&self, high_watermark: i64) -> Option<i64> {
+        let ongoing = self
+            .producers
+            .values()
+            .filter_map(|e| e.current_txn_first_offset);
+        let unreplicated = self
+            .unreplicated
+            .iter()
+            .filter(|(_, marker)| *marker >= high_watermark)
+            .map(|(first, _)| *first);
+        ongoing.chain(unreplicated).min()
+    }
+
+    /// The first offset of the earliest ongoing transaction (markers not counted), and of
+    /// every ongoing transaction by producer: what the log cleaner must not clean past.
+    pub(super) fn ongoing_txns(&self) -> HashMap<i64, i64> {
+        self.producers
+            .iter()
+            .filter_map(|(id, e)| e.current_txn_first_offset.map(|f| (*id, f)))
+            .collect()
+    }
+
+    /// The first offset of `producer_id`'s ongoing transaction, if one is open.
+    #[cfg(test)]
+    pub(super) fn txn_first_offset(&self, producer_id: i64) -> Option<i64> {
+        self.producers
+            .get(&producer_id)
+            .and_then(|e| e.current_txn_first_offset)
+    }
+
+    /// Forgets the completed transactions whose marker is below `high_watermark`.
+    pub(super) fn prune_replicated(&mut self, high_watermark: i64) {
+        self.unreplicated
+            .retain(|(_, marker)| *marker >= high_watermark);
+    }
+
+    /// Every known producer, by id.
+    pub(super) fn summaries(&self) -> Vec<ProducerSummary> {
+        let mut out: Vec<ProducerSummary> = self
+            .producers
+            .iter()
+            .map(|(id, e)| ProducerSummary {
+                producer_id: *id,
+                producer_epoch: e.epoch,
+                last_sequence: e.batches.back().map_or(-1, |b| b.last_sequence),
+                last_timestamp_ms: e.batches.back().map_or(-1, |b| b.timestamp_ms),
+                coordinator_epoch: e.coordinator_epoch,
+                current_txn_start_offset: e.current_txn_first_offset.unwrap_or(-1),
+            })
+            .collect();
+        out.sort_unstable_by_key(|s| s.producer_id);
+        out
+    }
+
     /// Forgets producers whose last append (broker clock) is `expiration_ms` or more
     /// before `now_ms` (Kafka's `ProducerStateManager.removeExpiredProducers` with
-    /// `producer.id.expiration.ms`); bounds the map. Returns how many were forgotten.
+    /// `producer.id.expiration.ms`); bounds the map. A producer with a transaction open
+    /// stays (Kafka's rule: its transaction must end first). Returns how many were
+    /// forgotten.
     pub(super) fn expire(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
         let before = self.producers.len();
-        self.producers
-            .retain(|_, e| now_ms.saturating_sub(e.last_append_ms) < expiration_ms);
+        self.producers.retain(|_, e| {
+            e.current_txn_first_offset.is_some()
+                || now_ms.saturating_sub(e.last_append_ms) < expiration_ms
+        });
         before - self.producers.len()
     }
 
@@ -223,6 +439,8 @@ impl ProducerStateManager {
                 out.extend_from_slice(&b.last_offset.to_be_bytes());
                 out.extend_from_slice(&b.timestamp_ms.to_be_bytes());
             }
+            out.extend_from_slice(&e.current_txn_first_offset.unwrap_or(-1).to_be_bytes());
+            out.extend_from_slice(&e.coordinator_epoch.to_be_bytes());
         }
         let crc = crc32c::crc32c(&out);
         out.extend_from_slice(&crc.to_be_bytes());
@@ -258,10 +476,18 @@ fn decode_snapshot(raw: &[u8], now_ms: i64) -> Option<ProducerStateManager> {
     if crc32c::crc32c(body).to_be_bytes() != crc {
         return None;
     }
-    let (mut cursor, time_is_append_time) = match body.strip_prefix(SNAPSHOT_MAGIC.as_slice()) {
-        Some(rest) => (rest, true),
-        None => (body.strip_prefix(SNAPSHOT_MAGIC_V1.as_slice())?, false),
-    };
+    let (mut cursor, time_is_append_time, has_txn_fields) =
+        if let Some(rest) = body.strip_prefix(SNAPSHOT_MAGIC.as_slice()) {
+            (rest, true, true)
+        } else if let Some(rest) = body.strip_prefix(SNAPSHOT_MAGIC_V2.as_slice()) {
+            (rest, true, false)
+        } else {
+            (
+                body.strip_prefix(SNAPSHOT_MAGIC_V1.as_slice())?,
+                false,
+                false,
+            )
+        };
     let count = u32::from_be_bytes(take::<4>(&mut cursor)?);
     let mut state = ProducerStateManager::default();
     for _ in 0..count {
@@ -287,12 +513,21 @@ fn decode_snapshot(raw: &[u8], now_ms: i64) -> Option<ProducerStateManager> {
                 timestamp_ms: i64::from_be_bytes(take::<8>(&mut cursor)?),
             });
         }
+        let (current_txn_first_offset, coordinator_epoch) = if has_txn_fields {
+            let first = i64::from_be_bytes(take::<8>(&mut cursor)?);
+            let coordinator_epoch = i32::from_be_bytes(take::<4>(&mut cursor)?);
+            ((first >= 0).then_some(first), coordinator_epoch)
+        } else {
+            (None, -1)
+        };
         state.producers.insert(
             id,
             ProducerEntry {
                 epoch,
                 batches,
                 last_append_ms,
+                current_txn_first_offset,
+                coordinator_epoch,
             },
         );
     }
@@ -417,12 +652,7 @@ mod tests {
         let mut state = ProducerStateManager::default();
         state.update(&header(7, 2, 0, 0, 3), 10);
         state.write_snapshot(&path).unwrap();
-        let mut raw = std::fs::read(&path).unwrap();
-        let body_len = raw.len() - 4;
-        raw[..4].copy_from_slice(SNAPSHOT_MAGIC_V1);
-        let crc = crc32c::crc32c(&raw[..body_len]).to_be_bytes();
-        raw[body_len..].copy_from_slice(&crc);
-        std::fs::write(&path, raw).unwrap();
+        rewrite_as_pre_txn(&path, SNAPSHOT_MAGIC_V1);
         let load_ms = 5_000_000;
         let mut loaded = ProducerStateManager::read_snapshot(&path, load_ms)
             .unwrap()
@@ -433,5 +663,106 @@ mod tests {
         ));
         assert_eq!(loaded.expire(load_ms + 999, 1_000), 0);
         assert_eq!(loaded.expire(load_ms + 1_000, 1_000), 1);
+    }
+
+    /// Rewrites a one-producer `WPS3` snapshot at `path` in the pre-transaction layout
+    /// (no transaction fields) with `magic`.
+    fn rewrite_as_pre_txn(path: &Path, magic: &[u8; 4]) {
+        let raw = std::fs::read(path).unwrap();
+        let body_len = raw.len() - 4;
+        let mut old = raw[..body_len - 12].to_vec();
+        old[..4].copy_from_slice(magic);
+        let crc = crc32c::crc32c(&old).to_be_bytes();
+        old.extend_from_slice(&crc);
+        std::fs::write(path, old).unwrap();
+    }
+
+    fn txn_header(pid: i64, epoch: i16, seq: i32, base: i64, count: i32) -> BatchHeader {
+        let mut h = header(pid, epoch, seq, base, count);
+        h.attributes = 0x10;
+        h
+    }
+
+    fn marker_header(pid: i64, epoch: i16, offset: i64) -> BatchHeader {
+        let mut h = header(pid, epoch, -1, offset, 1);
+        h.attributes = 0x30;
+        h
+    }
+
+    /// The first transactional batch opens the transaction at its offset; later ones keep
+    /// it; the marker ends it and keeps it unstable until the high watermark passes it.
+    #[test]
+    fn transactions_open_at_the_first_batch_and_end_at_the_marker() {
+        let mut state = ProducerStateManager::default();
+        state.update(&txn_header(1, 0, 0, 10, 2), 0);
+        state.update(&txn_header(1, 0, 2, 12, 2), 0);
+        state.update(&txn_header(2, 0, 0, 14, 1), 0);
+        assert!(state.has_ongoing_txn(1) && state.has_ongoing_txn(2));
+        assert_eq!(state.first_unstable_offset(100), Some(10));
+        assert!(matches!(
+            state.check_txn_state(1, false),
+            Err(LogError::InvalidTxnState { producer_id: 1 })
+        ));
+        let done = state.complete_txn(&marker_header(1, 0, 15), false, 4, 0);
+        assert_eq!(
+            done,
+            CompletedTxn {
+                producer_id: 1,
+                first_offset: Some(10),
+                last_offset: 15,
+                aborted: true
+            }
+        );
+        assert!(!state.has_ongoing_txn(1));
+        // Producer 2 is still open; producer 1's marker is not yet below the HW.
+        assert_eq!(state.first_unstable_offset(15), Some(10));
+        assert_eq!(state.first_unstable_offset(16), Some(14));
+        state.complete_txn(&marker_header(2, 0, 16), true, 4, 0);
+        assert_eq!(state.first_unstable_offset(17), None);
+        state.prune_replicated(17);
+        assert!(state.unreplicated.is_empty());
+        // Fencing: an older coordinator epoch, an older producer epoch.
+        assert!(matches!(
+            state.check_marker(1, 0, 3),
+            Err(LogError::TransactionCoordinatorFenced { .. })
+        ));
+        state.update(&txn_header(1, 1, 0, 17, 1), 0);
+        assert!(matches!(
+            state.check_marker(1, 0, 4),
+            Err(LogError::InvalidProducerEpoch { .. })
+        ));
+        assert!(state.check_marker(1, 1, 4).is_ok());
+        // An open transaction keeps its producer from expiring.
+        assert_eq!(state.expire(i64::MAX, 1), 1);
+        assert!(state.has_ongoing_txn(1));
+    }
+
+    /// `WPS3` keeps the open transaction and the coordinator epoch; `WPS2` (before
+    /// transactions) still loads, with none open.
+    #[test]
+    fn snapshots_keep_transactions_and_old_ones_still_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("00000000000000000005.snapshot");
+        let mut state = ProducerStateManager::default();
+        state.update(&txn_header(3, 1, 0, 2, 2), 50);
+        state.complete_txn(&marker_header(3, 1, 4), true, 9, 50);
+        state.update(&txn_header(3, 1, 2, 5, 1), 60);
+        state.write_snapshot(&path).unwrap();
+        let loaded = ProducerStateManager::read_snapshot(&path, 0)
+            .unwrap()
+            .unwrap();
+        assert_eq!(loaded.txn_first_offset(3), Some(5));
+        assert_eq!(loaded.summaries()[0].coordinator_epoch, 9);
+        assert!(loaded.check_marker(3, 1, 8).is_err());
+        rewrite_as_pre_txn(&path, SNAPSHOT_MAGIC_V2);
+        let old = ProducerStateManager::read_snapshot(&path, 0)
+            .unwrap()
+            .unwrap();
+        assert!(!old.has_ongoing_txn(3));
+        assert!(matches!(old.check(3, 1, 3, 0), Ok(SequenceCheck::Append)));
+        assert!(matches!(
+            old.check(3, 1, 2, 0),
+            Ok(SequenceCheck::Duplicate(_))
+        ));
     }
 }

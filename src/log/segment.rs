@@ -1,8 +1,12 @@
-//! One log segment: `<base_offset:020>.log` with its `.index` and `.timeindex`.
+//! One log segment: `<base_offset:020>.log` with its `.index`, `.timeindex` and, when it
+//! holds an ABORT marker, `.txnindex` (the aborted transaction index, format in `txn.rs`).
 //!
 //! Owns: appending validated batches to the file (page cache, no fsync here), keeping the
 //! sparse indexes up to date (one code path for append and recovery scans), positional
 //! reads, scanning and truncating a torn tail, and rebuilding missing or corrupt indexes.
+//! The aborted transaction index is loaded on first use (closed segments) and appended to
+//! or replaced by the partition log, which decides its entries; it is deleted and fsynced
+//! with the segment.
 //! Never does: assign offsets, decide when to roll or delete (the partition log does),
 //! producer state, or anything about requests.
 
@@ -19,6 +23,7 @@ use super::batch::{
     self, BatchHeader, ValidatedBatch, ATTRIBUTES_AT, BATCH_HEADER_BYTES, MAGIC_V2,
 };
 use super::index::{self, Indexes, OffsetEntry, TimeEntry, OFFSET_ENTRY_BYTES, TIME_ENTRY_BYTES};
+use super::txn::{self, AbortedTxn, TxnMarker};
 use super::LogError;
 
 /// Bytes read at a time when scanning a segment sequentially and checking CRCs.
@@ -86,6 +91,8 @@ pub(crate) struct Segment {
     indexes: OnceLock<Indexes>,
     writers: Option<Writers>,
     index_interval_bytes: u64,
+    /// The aborted transaction index, loaded on first use (`<base>.txnindex`).
+    aborted_txns: OnceLock<Vec<AbortedTxn>>,
 }
 
 /// A batch found by a scan: its position and header, and the bytes when they were read.
@@ -211,6 +218,7 @@ impl Segment {
             .map_err(io_error("create", &log_path))?;
         // A stale file of the same name (a crash mid-delete) holds nothing we keep.
         log.set_len(0).map_err(io_error("truncate", &log_path))?;
+        remove_if_exists(&file_path(dir, base_offset, "txnindex"))?;
         let mut segment = Segment {
             id: next_segment_id(),
             base_offset,
@@ -226,6 +234,7 @@ impl Segment {
             indexes: OnceLock::new(),
             writers: None,
             index_interval_bytes: u64::from(index_interval_bytes),
+            aborted_txns: OnceLock::new(),
         };
         segment.write_index_files(&Indexes::default())?;
         segment.install_indexes(Indexes::default(), 0)?;
@@ -324,6 +333,7 @@ impl Segment {
             indexes: OnceLock::new(),
             writers: None,
             index_interval_bytes: u64::from(index_interval_bytes),
+            aborted_txns: OnceLock::new(),
         })
     }
 
@@ -743,6 +753,10 @@ impl Segment {
             w.time_index
                 .sync_data()
                 .map_err(io_error("fsync", &self.time_index_path()))?;
+            let txn_path = self.txn_index_path();
+            if let Ok(file) = File::open(&txn_path) {
+                file.sync_data().map_err(io_error("fsync", &txn_path))?;
+            }
         }
         Ok(())
     }
@@ -806,6 +820,7 @@ impl Segment {
             indexes: OnceLock::new(),
             writers: None,
             index_interval_bytes: self.index_interval_bytes,
+            aborted_txns: OnceLock::new(),
         };
         let mut indexes = Indexes::default();
         let mut bytes_since = 0;
@@ -1038,12 +1053,66 @@ impl Segment {
 
     /// Calls `f` with every batch header from byte 0 (producer state rebuild).
     pub(super) fn for_each_header(&self, mut f: impl FnMut(&BatchHeader)) -> Result<(), LogError> {
+        self.for_each_header_and_marker(|header, _| f(header))
+    }
+
+    /// [`Segment::for_each_header`], also giving, for a control batch, the transaction
+    /// marker it holds (its records are read; control batches are tiny).
+    pub(super) fn for_each_header_and_marker(
+        &self,
+        mut f: impl FnMut(&BatchHeader, Option<TxnMarker>),
+    ) -> Result<(), LogError> {
         let mut scanner = Scanner::new(&self.log, &self.log_path, 0, self.size_bytes);
         scanner.chunk_bytes = HEADER_SCAN_CHUNK_BYTES;
         while let Step::Batch(s) = scanner.next(false)? {
-            f(&s.header);
+            let marker = if s.header.is_control() {
+                let bytes = scanner.load(s.position, s.header.total_bytes() as usize)?;
+                txn::parse_marker(&s.header, &bytes[BATCH_HEADER_BYTES..])
+            } else {
+                None
+            };
+            f(&s.header, marker);
         }
         Ok(())
+    }
+
+    fn txn_index_path(&self) -> PathBuf {
+        file_path(&self.dir, self.base_offset, "txnindex")
+    }
+
+    /// The aborted transactions whose ABORT marker is in this segment, oldest first
+    /// (read from `<base>.txnindex` on first use; none when it does not exist).
+    /// Errors: `Io`.
+    pub(super) fn aborted_txns(&self) -> Result<&[AbortedTxn], LogError> {
+        if let Some(entries) = self.aborted_txns.get() {
+            return Ok(entries);
+        }
+        let entries = txn::read_index(&self.txn_index_path())?.unwrap_or_default();
+        // Another reader may have loaded it meanwhile: same contents either way.
+        let _ = self.aborted_txns.set(entries);
+        Ok(self.aborted_txns.get().map_or(&[], |e| e.as_slice()))
+    }
+
+    /// Appends an entry to this segment's aborted transaction index (file and memory).
+    /// Errors: `Io`.
+    pub(super) fn append_aborted_txn(&mut self, entry: AbortedTxn) -> Result<(), LogError> {
+        self.aborted_txns()?;
+        txn::append_entry(&self.txn_index_path(), &entry)?;
+        if let Some(entries) = self.aborted_txns.get_mut() {
+            entries.push(entry);
+        }
+        Ok(())
+    }
+
+    /// Replaces this segment's aborted transaction index with `entries` when they differ
+    /// from what it holds (recovery's rebuild). Returns whether it changed. Errors: `Io`.
+    pub(super) fn set_aborted_txns(&mut self, entries: Vec<AbortedTxn>) -> Result<bool, LogError> {
+        if self.aborted_txns()? == entries.as_slice() {
+            return Ok(false);
+        }
+        txn::write_index(&self.txn_index_path(), &entries)?;
+        self.aborted_txns = OnceLock::from(entries);
+        Ok(true)
     }
 
     /// Truncates the segment so its last batch ends before `offset` (a batch containing
@@ -1079,12 +1148,12 @@ impl Segment {
     }
 
     /// Deletes the segment's files: the `.log` first (the segment is gone once it is), then
-    /// the indexes and producer snapshot. Orphans left by a crash are removed on open.
+    /// the indexes (the aborted transaction index too) and producer snapshot. Orphans left by a crash are removed on open.
     pub(super) fn delete_files(self) -> Result<(), LogError> {
         let dir = self.dir.clone();
         let base = self.base_offset;
         drop(self);
-        for extension in ["log", "index", "timeindex", "snapshot"] {
+        for extension in ["log", "index", "timeindex", "txnindex", "snapshot"] {
             remove_if_exists(&file_path(&dir, base, extension))?;
         }
         Ok(())

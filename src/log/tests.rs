@@ -2060,3 +2060,331 @@ fn truncating_at_the_end_drops_an_epoch_assigned_without_records() {
     log.append_as_follower(copy, NOW_MS).unwrap();
     assert_eq!(log.end_offset_for_epoch(5), end(5, 17));
 }
+
+// ---------------------------------------------------------------------------------------
+// Transactions (KIP-98): ongoing transactions, markers, the aborted transaction index,
+// read_committed's aborted list, compaction with transactions.
+
+/// A transactional batch of `producer_id` (epoch 0) from sequence `sequence`, one record
+/// per `(key, value)`.
+fn txn_batch(producer_id: i64, sequence: i32, records: &[(&str, &str)]) -> ValidatedBatch {
+    let records: Vec<Record> = records
+        .iter()
+        .enumerate()
+        .map(|(i, (k, v))| Record {
+            transactional: true,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id,
+            producer_epoch: 0,
+            timestamp_type: RecordTimestampType::Creation,
+            offset: i as i64,
+            sequence: sequence + i as i32,
+            timestamp: NOW_MS,
+            key: Some(Bytes::copy_from_slice(k.as_bytes())),
+            value: Some(Bytes::copy_from_slice(v.as_bytes())),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = bytes::BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        records.iter(),
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Codec::None,
+        },
+    )
+    .unwrap();
+    let batch = validate(buf.freeze()).expect("encoded batch is valid");
+    assert!(batch.is_transactional());
+    batch
+}
+
+fn marker(log: &mut PartitionLog, producer_id: i64, commit: bool) -> i64 {
+    let info = log
+        .append_txn_marker(
+            producer_id,
+            0,
+            TxnMarker {
+                commit,
+                coordinator_epoch: 1,
+            },
+            opts(),
+            NOW_MS,
+        )
+        .expect("marker");
+    assert_eq!(info.base_offset, info.last_offset);
+    info.base_offset
+}
+
+fn aborted(producer_id: i64, first: i64, last: i64, lso: i64) -> AbortedTxn {
+    AbortedTxn {
+        producer_id,
+        first_offset: first,
+        last_offset: last,
+        last_stable_offset: lso,
+    }
+}
+
+/// Every record from the log start as a consumer decodes it: (offset, key, control).
+fn consume_all(log: &PartitionLog) -> Vec<(i64, Option<String>, bool)> {
+    let mut bytes = Bytes::from(read_all(log));
+    RecordBatchDecoder::decode_all(&mut bytes)
+        .expect("decodes")
+        .into_iter()
+        .flat_map(|set| set.records)
+        .map(|r| (r.offset, text(&r.key), r.control))
+        .collect()
+}
+
+/// Two producers open transactions: the first unstable offset is the earlier start; a
+/// marker ends one, which stays unstable until the high watermark passes the marker; an
+/// ABORT indexes the aborted range with the LSO after it; a non-transactional batch of a
+/// producer inside a transaction is INVALID_TXN_STATE; fencing by producer and
+/// coordinator epoch.
+#[test]
+fn markers_end_transactions_and_index_the_aborted_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), small_config(1 << 20), NOW_MS).unwrap();
+    append(&mut log, batch(2, NOW_MS)); // 0..1 plain
+    append(&mut log, txn_batch(7, 0, &[("a", "1"), ("b", "1")])); // 2..3
+    append(&mut log, txn_batch(8, 0, &[("c", "1")])); // 4
+    append(&mut log, txn_batch(7, 2, &[("d", "1")])); // 5
+    assert!(log.has_ongoing_txn(7) && log.has_ongoing_txn(8));
+    assert_eq!(log.first_unstable_offset(6), Some(2));
+    let plain_retry = BatchSpec::new(1, NOW_MS).idempotent(7, 0, 3).build();
+    assert!(matches!(
+        log.append(plain_retry, opts(), NOW_MS),
+        Err(LogError::InvalidTxnState { producer_id: 7 })
+    ));
+
+    let abort_at = marker(&mut log, 7, false); // 6
+    assert_eq!(abort_at, 6);
+    assert!(!log.has_ongoing_txn(7));
+    // Not replicated yet (HW 6): producer 7's transaction still holds the LSO at 2.
+    assert_eq!(log.first_unstable_offset(6), Some(2));
+    assert_eq!(log.first_unstable_offset(7), Some(4));
+    assert_eq!(
+        log.collect_aborted_txns(0, 100).unwrap(),
+        vec![aborted(7, 2, 6, 4)]
+    );
+    let commit_at = marker(&mut log, 8, true); // 7
+    assert_eq!(log.first_unstable_offset(8), None);
+    assert_eq!(log.collect_aborted_txns(0, 100).unwrap().len(), 1);
+    // Only ranges overlapping the read count.
+    assert!(log.collect_aborted_txns(7, 100).unwrap().is_empty());
+    assert!(log.collect_aborted_txns(0, 1).unwrap().is_empty());
+    assert_eq!(log.collect_aborted_txns(6, 6).unwrap().len(), 1);
+
+    // Fencing: an older coordinator epoch (52), an older producer epoch (47).
+    let fenced = log.append_txn_marker(
+        8,
+        0,
+        TxnMarker {
+            commit: true,
+            coordinator_epoch: 0,
+        },
+        opts(),
+        NOW_MS,
+    );
+    assert!(matches!(
+        fenced,
+        Err(LogError::TransactionCoordinatorFenced { .. })
+    ));
+    assert_eq!(
+        fenced.unwrap_err().kafka_error(),
+        kafka_protocol::ResponseError::TransactionCoordinatorFenced
+    );
+    append(
+        &mut log,
+        BatchSpec::new(1, NOW_MS).idempotent(8, 2, 0).build(),
+    );
+    let stale = log.append_txn_marker(
+        8,
+        1,
+        TxnMarker {
+            commit: false,
+            coordinator_epoch: 5,
+        },
+        opts(),
+        NOW_MS,
+    );
+    assert!(matches!(stale, Err(LogError::InvalidProducerEpoch { .. })));
+    assert_eq!(log.log_end_offset(), commit_at + 2);
+    // The markers are control batches a consumer decodes as such.
+    let control: Vec<i64> = consume_all(&log)
+        .into_iter()
+        .filter(|r| r.2)
+        .map(|r| r.0)
+        .collect();
+    assert_eq!(control, vec![6, 7]);
+}
+
+/// The aborted transaction index is `<base>.txnindex` in Kafka's 34-byte format; it and
+/// the open transactions survive a reopen, and recovery rebuilds them when the active
+/// segment's `.txnindex` and producer snapshot are gone (or the index is stale).
+#[test]
+fn the_aborted_index_and_open_transactions_survive_reopen_and_are_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(1 << 20);
+    let mut log = PartitionLog::open(dir.path(), config.clone(), NOW_MS).unwrap();
+    append(&mut log, txn_batch(1, 0, &[("a", "1")])); // 0
+    append(&mut log, txn_batch(2, 0, &[("b", "1")])); // 1
+    marker(&mut log, 1, false); // 2
+    append(&mut log, txn_batch(3, 0, &[("c", "1")])); // 3
+    marker(&mut log, 2, false); // 4
+    let expected = vec![aborted(1, 0, 2, 1), aborted(2, 1, 4, 3)];
+    assert_eq!(log.collect_aborted_txns(0, 10).unwrap(), expected);
+    let index = dir.path().join("00000000000000000000.txnindex");
+    let raw = std::fs::read(&index).unwrap();
+    assert_eq!(raw.len(), 2 * 34);
+    // version 0, producer 1, first 0, last 2, LSO 1
+    assert_eq!(&raw[..2], &[0, 0]);
+    assert_eq!(&raw[2..10], &1i64.to_be_bytes());
+    assert_eq!(&raw[18..26], &2i64.to_be_bytes());
+    assert_eq!(&raw[26..34], &1i64.to_be_bytes());
+    log.flush().unwrap();
+    drop(log);
+
+    let log = PartitionLog::open(dir.path(), config.clone(), NOW_MS).unwrap();
+    assert_eq!(log.collect_aborted_txns(0, 10).unwrap(), expected);
+    assert!(log.has_ongoing_txn(3) && !log.has_ongoing_txn(1));
+    assert_eq!(log.first_unstable_offset(i64::MAX), Some(3));
+    drop(log);
+
+    // Recovery: no index at all, then a stale one with an entry past the end.
+    std::fs::remove_file(&index).unwrap();
+    let log = PartitionLog::open(dir.path(), config.clone(), NOW_MS).unwrap();
+    assert_eq!(log.collect_aborted_txns(0, 10).unwrap(), expected);
+    drop(log);
+    let mut stale = expected.clone();
+    stale.push(aborted(9, 7, 99, 100));
+    std::fs::write(&index, txn::encode_entries(&stale)).unwrap();
+    let log = PartitionLog::open(dir.path(), config, NOW_MS).unwrap();
+    assert_eq!(log.collect_aborted_txns(0, 200).unwrap(), expected);
+    assert_eq!(std::fs::read(&index).unwrap().len(), 2 * 34);
+}
+
+/// Open transactions and aborted entries are carried across a roll by the snapshot, so
+/// a reopen that replays only the active segment still knows them; a transaction
+/// spanning segments is in the aborted list of a read starting in the first one.
+#[test]
+fn a_transaction_spanning_segments_is_collected_and_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(300);
+    let mut log = PartitionLog::open(dir.path(), config.clone(), NOW_MS).unwrap();
+    append(&mut log, txn_batch(5, 0, &[("k", "first")])); // 0
+    let mut sequence = 1;
+    while log.segment_count() < 3 {
+        append(&mut log, batch(1, NOW_MS));
+        append(&mut log, txn_batch(5, sequence, &[("k", "more")]));
+        sequence += 1;
+    }
+    drop(log);
+    // The transaction opened in the first segment is known from the snapshot.
+    let mut log = PartitionLog::open(dir.path(), config.clone(), NOW_MS).unwrap();
+    assert_eq!(log.first_unstable_offset(i64::MAX), Some(0));
+    let abort_at = marker(&mut log, 5, false);
+    let entry = aborted(5, 0, abort_at, abort_at + 1);
+    // A read from the first segment, up to anything past 0, needs it.
+    assert_eq!(log.collect_aborted_txns(0, 1).unwrap(), vec![entry]);
+    assert_eq!(log.collect_aborted_txns(2, abort_at).unwrap(), vec![entry]);
+    assert!(log
+        .collect_aborted_txns(abort_at + 1, abort_at + 5)
+        .unwrap()
+        .is_empty());
+    let marker_segment = log.segments.last().unwrap().base_offset;
+    assert!(marker_segment > 0);
+    drop(log);
+    // Rebuilt after losing the active segment's snapshot: the old index gave the start.
+    std::fs::remove_file(dir.path().join(format!("{marker_segment:020}.snapshot"))).unwrap();
+    let log = PartitionLog::open(dir.path(), config, NOW_MS).unwrap();
+    assert_eq!(log.collect_aborted_txns(0, 1).unwrap(), vec![entry]);
+}
+
+/// Truncation removes the aborted entries at or above the new end, and reopens the
+/// transaction the removed marker had ended.
+#[test]
+fn truncation_drops_aborted_entries_at_or_above_the_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), small_config(1 << 20), NOW_MS).unwrap();
+    append(&mut log, txn_batch(1, 0, &[("a", "1")])); // 0
+    marker(&mut log, 1, false); // 1
+    append(&mut log, txn_batch(2, 0, &[("b", "1")])); // 2
+    marker(&mut log, 2, false); // 3
+    assert_eq!(log.collect_aborted_txns(0, 10).unwrap().len(), 2);
+    log.truncate_to(3, NOW_MS).unwrap();
+    assert_eq!(
+        log.collect_aborted_txns(0, 10).unwrap(),
+        vec![aborted(1, 0, 1, 2)]
+    );
+    assert!(log.has_ongoing_txn(2));
+    assert_eq!(log.first_unstable_offset(i64::MAX), Some(2));
+    log.truncate_to(0, NOW_MS).unwrap();
+    assert!(log.collect_aborted_txns(0, 10).unwrap().is_empty());
+    assert!(!dir.path().join("00000000000000000000.txnindex").exists());
+}
+
+/// Retention deletes a segment's `.txnindex` with it.
+#[test]
+fn retention_deletes_the_aborted_index_with_its_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = small_config(200);
+    config.retention_bytes = 0;
+    let mut log = PartitionLog::open(dir.path(), config, NOW_MS).unwrap();
+    append(&mut log, txn_batch(1, 0, &[("a", "1")]));
+    marker(&mut log, 1, false);
+    append(&mut log, batch(3, NOW_MS));
+    append(&mut log, batch(3, NOW_MS));
+    let index = dir.path().join("00000000000000000000.txnindex");
+    assert!(index.exists());
+    assert!(log.apply_retention(NOW_MS).unwrap() > 0);
+    assert!(!index.exists());
+    assert!(log
+        .collect_aborted_txns(log.log_start_offset(), i64::MAX)
+        .unwrap()
+        .is_empty());
+}
+
+/// Compaction drops an aborted transaction's records (they never shadow the committed
+/// value of their key), keeps committed ones and every marker, and does not clean at or
+/// past the first offset of a transaction still open.
+#[test]
+fn compaction_removes_aborted_records_and_keeps_committed_ones_and_markers() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), compact_config(250), NOW_MS).unwrap();
+    append(
+        &mut log,
+        keyed_batch(&[(Some("k"), Some("committed"))], NOW_MS, Codec::None),
+    ); // 0
+    append(
+        &mut log,
+        txn_batch(1, 0, &[("k", "aborted"), ("x", "aborted")]),
+    ); // 1..2
+    marker(&mut log, 1, false); // 3
+    append(&mut log, txn_batch(2, 0, &[("y", "in-commit")])); // 4
+    marker(&mut log, 2, true); // 5
+    append(&mut log, txn_batch(3, 0, &[("y", "open")])); // 6: still open
+    for i in 0..6 {
+        append(
+            &mut log,
+            keyed_batch(&[(Some("filler"), Some("v"))], NOW_MS + i, Codec::None),
+        );
+    }
+    assert!(log.segment_count() > 3);
+    let stats = log.compact(NOW_MS).unwrap();
+    assert!(stats.cleaned, "{stats:?}");
+    // Cleaned only below the open transaction.
+    assert!(stats.first_dirty_offset <= 6, "{stats:?}");
+    let seen = consume_all(&log);
+    let offsets: Vec<i64> = seen.iter().map(|r| r.0).collect();
+    assert!(offsets.contains(&0), "the committed k stays: {seen:?}");
+    assert!(!offsets.contains(&1) && !offsets.contains(&2), "{seen:?}");
+    assert!(offsets.contains(&3) && offsets.contains(&5), "markers stay");
+    assert!(offsets.contains(&4), "a committed record stays");
+    assert!(offsets.contains(&6), "the open transaction is not touched");
+    let still_open = log.first_unstable_offset(i64::MAX);
+    assert_eq!(still_open, Some(6));
+}

@@ -4,7 +4,19 @@
 //!
 //! Reads whole stored batches from each partition, up to `partition_max_bytes` per
 //! partition and `max_bytes` per response; the first batch of the response is returned
-//! whole even if larger, and never past the high watermark. If fewer than `min_bytes` are
+//! whole even if larger, and never past the high watermark.
+//!
+//! Transactions (KIP-98): with `isolation_level` 1 (read_committed) a consumer reads only
+//! below the last stable offset and gets `aborted_transactions`: the (producer id, first
+//! offset) of every aborted transaction overlapping the records returned, which the client
+//! uses to drop their records (`Partition::read` with `FetchIsolation::ReadCommitted`).
+//! Every response reports the real `last_stable_offset` (the high watermark when no
+//! transaction is open). read_uncommitted (0) reads to the high watermark with an empty
+//! `aborted_transactions`, as before. A parked read_committed fetch waits on the high
+//! watermark like the others: the last stable offset only moves forward when the high
+//! watermark does (a marker counts once replicated; see `replica.rs`).
+//!
+//! If fewer than `min_bytes` are
 //! ready, the request parks in the purgatory on the high watermarks of the partitions it
 //! reads until one advances or `max_wait_ms` passes, then reads again. An empty partition gets a
 //! zero-length record set, never null (older librdkafka fails on null).
@@ -37,8 +49,10 @@
 //! UNKNOWN_TOPIC_ID (100).
 
 use bytes::Bytes;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::messages::fetch_response::{
+    AbortedTransaction, FetchableTopicResponse, PartitionData,
+};
+use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ProducerId, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use tokio::sync::watch;
@@ -86,6 +100,12 @@ fn read_once(
         && !client_rack.is_empty();
     let mut image: Option<std::sync::Arc<MetadataImage>> = None;
     let now_ms = crate::replica::now_ms();
+    // isolation_level (v4+): 1 is READ_COMMITTED.
+    let isolation = if request.isolation_level == 1 {
+        FetchIsolation::ReadCommitted
+    } else {
+        FetchIsolation::HighWatermark
+    };
     // The request's max_bytes, capped by the broker's fetch.max.bytes (a request listing one
     // big partition many times must not make the broker build a response of any size).
     let mut remaining = (request.max_bytes.max(0) as usize).min(ctx.config.fetch_max_bytes);
@@ -142,7 +162,7 @@ fn read_once(
                         PartitionData::default()
                             .with_partition_index(p.partition)
                             .with_high_watermark(offsets.high_watermark)
-                            .with_last_stable_offset(offsets.high_watermark)
+                            .with_last_stable_offset(offsets.last_stable_offset)
                             .with_log_start_offset(offsets.log_start_offset)
                             .with_preferred_read_replica(BrokerId(preferred))
                             .with_records(Some(Bytes::new())),
@@ -176,7 +196,7 @@ fn read_once(
                 Ok(None)
             } else {
                 partition
-                    .read(p.fetch_offset, limit.max(1), FetchIsolation::HighWatermark)
+                    .read(p.fetch_offset, limit.max(1), isolation)
                     .map(Some)
                     .map_err(ReplicaError::from)
             };
@@ -187,15 +207,29 @@ fn read_once(
             let data = PartitionData::default()
                 .with_partition_index(p.partition)
                 .with_high_watermark(offsets.high_watermark)
-                .with_last_stable_offset(offsets.high_watermark)
+                .with_last_stable_offset(offsets.last_stable_offset)
                 .with_log_start_offset(offsets.log_start_offset);
             match read {
                 Ok(Some(r)) => {
                     let mut bytes = r.bytes;
+                    let mut aborted = r.aborted_transactions;
                     // KIP-74: only the response's first batch may exceed the limits.
                     if !first && bytes.len() > limit {
                         bytes = Bytes::new();
+                        aborted = aborted.map(|_| Vec::new());
                     }
+                    let data = match aborted {
+                        Some(list) => data.with_aborted_transactions(Some(
+                            list.iter()
+                                .map(|t| {
+                                    AbortedTransaction::default()
+                                        .with_producer_id(ProducerId(t.producer_id))
+                                        .with_first_offset(t.first_offset)
+                                })
+                                .collect(),
+                        )),
+                        None => data,
+                    };
                     if replica_id < 0 && !is_leader {
                         ctx.metrics
                             .fetched_from_follower(&meta.name, stored_record_count(&bytes));

@@ -4,7 +4,9 @@
 //! `timestamp` -1 answers the high watermark (latest), -2 the log start offset (earliest),
 //! -3 the offset and timestamp of the record with the largest timestamp, -4 the log start;
 //! a timestamp ≥ 0 answers the first offset whose timestamp is at or after it, through the
-//! time index, across segments; none → offset -1, timestamp -1.
+//! time index, across segments; none → offset -1, timestamp -1. With `isolation_level` 1
+//! (read_committed, v2+, KIP-98) latest is the last stable offset and -3 and timestamp
+//! answers must lie below it, as Kafka's `fetchOffsetForTimestamp` bounds them.
 //!
 //! Errors returned per partition: UNKNOWN_TOPIC_OR_PARTITION (3), NOT_LEADER_OR_FOLLOWER
 //! (6) when another broker leads the partition, KAFKA_STORAGE_ERROR (56),
@@ -15,6 +17,8 @@ use kafka_protocol::messages::list_offsets_response::{
 };
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 use kafka_protocol::ResponseError;
+
+use crate::replica::FetchIsolation;
 
 use super::Context;
 
@@ -33,6 +37,12 @@ pub(super) fn handle(
     request: ListOffsetsRequest,
     version: i16,
 ) -> ListOffsetsResponse {
+    // isolation_level exists from v2; 1 is READ_COMMITTED.
+    let isolation = if version >= 2 && request.isolation_level == 1 {
+        FetchIsolation::ReadCommitted
+    } else {
+        FetchIsolation::HighWatermark
+    };
     let topics = request
         .topics
         .into_iter()
@@ -52,15 +62,22 @@ pub(super) fn handle(
                         Err(e) => return out.with_error_code(e.code()),
                     };
                     let found = match p.timestamp {
-                        LATEST_TIMESTAMP => Ok(Some((partition.offsets().high_watermark, -1))),
+                        LATEST_TIMESTAMP => {
+                            let offsets = partition.offsets();
+                            let latest = match isolation {
+                                FetchIsolation::ReadCommitted => offsets.last_stable_offset,
+                                _ => offsets.high_watermark,
+                            };
+                            Ok(Some((latest, -1)))
+                        }
                         EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP => {
                             Ok(Some((partition.offsets().log_start_offset, -1)))
                         }
-                        MAX_TIMESTAMP => partition.max_timestamp().map_err(|e| {
+                        MAX_TIMESTAMP => partition.max_timestamp(isolation).map_err(|e| {
                             tracing::error!(topic = %name, partition = p.partition_index, error = %e, "max timestamp lookup failed");
                             e.kafka_error()
                         }),
-                        ts if ts >= 0 => partition.offset_for_timestamp(ts).map_err(|e| {
+                        ts if ts >= 0 => partition.offset_for_timestamp(ts, isolation).map_err(|e| {
                             tracing::error!(topic = %name, partition = p.partition_index, error = %e, "time index lookup failed");
                             e.kafka_error()
                         }),

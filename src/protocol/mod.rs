@@ -64,6 +64,7 @@ pub mod produce;
 pub mod records;
 mod sync_group;
 mod txn_offset_commit;
+mod write_txn_markers;
 
 /// One implemented API: its key and the version range implemented and tested.
 #[derive(Debug, Clone, Copy)]
@@ -123,6 +124,7 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::AddPartitionsToTxn, 0, 4),
     api(ApiKey::AddOffsetsToTxn, 0, 3),
     api(ApiKey::EndTxn, 0, 4),
+    api(ApiKey::WriteTxnMarkers, 0, 1),
     api(ApiKey::TxnOffsetCommit, 0, 3),
     api(ApiKey::DescribeTransactions, 0, 0),
     api(ApiKey::ListTransactions, 0, 1),
@@ -500,6 +502,9 @@ async fn dispatch(
         }
         RequestKind::DeleteRecords(r) => {
             ResponseKind::DeleteRecords(delete_records::handle(ctx, r, version))
+        }
+        RequestKind::WriteTxnMarkers(r) => {
+            ResponseKind::WriteTxnMarkers(write_txn_markers::handle(ctx, r, version).await)
         }
         // Not in SUPPORTED_APIS, so `handle_frame` closed the connection before decoding.
         other => {

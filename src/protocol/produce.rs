@@ -118,6 +118,7 @@ pub async fn handle(
         tokio::time::Instant::now()
             + std::time::Duration::from_millis(request.timeout_ms.clamp(0, MAX_TIMEOUT_MS) as u64)
     });
+    let transactional_id = request.transactional_id.as_ref().map(|t| t.0.to_string());
     let mut responses = Vec::with_capacity(request.topic_data.len());
     for topic in request.topic_data {
         let name = topic.name.0.as_str().to_string();
@@ -135,6 +136,7 @@ pub async fn handle(
                         data,
                         version,
                         acks_all_deadline,
+                        transactional_id.as_deref(),
                     )
                     .await
                 }
@@ -183,12 +185,20 @@ async fn produce_partition(
     data: PartitionProduceData,
     version: i16,
     acks_all_deadline: Option<tokio::time::Instant>,
+    transactional_id: Option<&str>,
 ) -> PartitionProduceResponse {
     let index = data.index;
     let valid = match validate(ctx, topic, data, version) {
         Ok(v) => v,
         Err(refused) => return refused,
     };
+    if let Err(e) = verify_transaction(ctx, transactional_id, &topic.name, index, &valid).await {
+        return partition_error(
+            index,
+            e,
+            Some("the partition is not in the producer's transaction (KIP-890)".into()),
+        );
+    }
     if acks_all_deadline.is_some() {
         let (isr, min_isr) = (
             valid.partition.isr_len(),
@@ -237,6 +247,41 @@ async fn produce_partition(
         }
     }
     respond(&topic.name, index, appended)
+}
+
+/// KIP-890 part 1: the first transactional batch of a producer on a partition is
+/// accepted only when the producer's coordinator says the partition is in its open
+/// transaction (`txn::TransactionCoordinator::verify_write`); later batches of the same
+/// transaction (the partition's log has it open) need no question.
+///
+/// Errors: INVALID_REQUEST (42) for transactional batches without a transactional id (as
+/// Kafka), those of `verify_write` (INVALID_TXN_STATE 48, PRODUCER_FENCED 90,
+/// NOT_ENOUGH_REPLICAS 19).
+async fn verify_transaction(
+    ctx: &Context,
+    transactional_id: Option<&str>,
+    topic: &str,
+    index: i32,
+    valid: &Validated,
+) -> Result<(), ResponseError> {
+    let Some(first) = valid.batches.iter().find(|b| b.is_transactional()) else {
+        return Ok(());
+    };
+    if valid.partition.has_ongoing_txn(first.producer_id()) {
+        return Ok(());
+    }
+    let Some(id) = transactional_id else {
+        return Err(ResponseError::InvalidRequest);
+    };
+    ctx.txn
+        .verify_write(
+            id,
+            first.producer_id(),
+            first.producer_epoch(),
+            topic,
+            index,
+        )
+        .await
 }
 
 /// A partition's batches that passed `validate`, and the settings the later steps use

@@ -9,8 +9,10 @@
 //! `log::codec`'s). Never does: change the batch (it is stored exactly as sent), keep the
 //! decompressed bytes, or allocate per record.
 //!
-//! Checks, in order: no control batch and no transactional batch (weir has no
-//! transactions); the body decompresses within [`RecordLimits::max_decompressed_bytes`];
+//! Checks, in order: no control batch (only a leader writes markers: Kafka's
+//! `LogValidator` refuses a client's with INVALID_RECORD, "Clients are not allowed to
+//! write control records"); a transactional batch (KIP-98) must carry a producer id and a
+//! base sequence (Kafka: INVALID_RECORD otherwise); the body decompresses within [`RecordLimits::max_decompressed_bytes`];
 //! then the walk: per record, each length fits in the bytes left, each field ends inside
 //! the record, the record's length equals what its fields take, and here offsetDelta is
 //! the record's index (Kafka requires consecutive deltas in v2 client batches); the record
@@ -21,8 +23,8 @@
 //!
 //! Error mapping, as Kafka: bytes that do not parse (lengths, varints, truncation,
 //! decompression, the cap) → CORRUPT_MESSAGE (2); well-formed bytes with wrong contents
-//! (offset deltas, record count, trailing records, control/transactional, a null key on a
-//! compacted topic) →
+//! (offset deltas, record count, trailing records, a control batch, a transactional batch
+//! without a producer id, a null key on a compacted topic) →
 //! INVALID_RECORD (87). Messages name the record index (0-based).
 
 use kafka_protocol::ResponseError;
@@ -131,17 +133,18 @@ impl RecordError {
 pub fn validate_records(batch: &ValidatedBatch, limits: RecordLimits) -> Result<(), RecordError> {
     if batch.is_control() {
         return Err(RecordError::invalid(
-            "control batches (attributes bit 5) are not accepted from clients: weir does not \
-             support transactions or control batches"
+            "clients are not allowed to write control records (attributes bit 5): \
+             transaction markers are written by the partition leader"
                 .into(),
         ));
     }
-    if batch.is_transactional() {
-        return Err(RecordError::invalid(
-            "transactional batches (attributes bit 4) are not supported: weir does not \
-             support transactions or control batches"
-                .into(),
-        ));
+    if batch.is_transactional() && (batch.producer_id() < 0 || batch.base_sequence() < 0) {
+        return Err(RecordError::invalid(format!(
+            "a transactional batch needs a producer id and a base sequence (got producer id \
+             {}, base sequence {})",
+            batch.producer_id(),
+            batch.base_sequence()
+        )));
     }
     let count = batch.record_count();
     let last_offset_delta = batch.last_offset_delta();
@@ -576,16 +579,32 @@ mod tests {
         assert_eq!(code(check(cut)), 2);
     }
 
+    /// KIP-98: a client's control batch is INVALID_RECORD (Kafka's `LogValidator`); a
+    /// transactional batch is accepted when it has a producer id and a sequence, refused
+    /// (87) without.
     #[test]
-    fn control_and_transactional_batches_are_refused() {
-        for bit in [0x20u8, 0x10] {
-            let mut b = encoded(1, 10, Codec::None);
-            b[ATTRIBUTES_AT + 1] |= bit;
-            fix_crc(&mut b);
-            let r = check(b);
-            assert_eq!(code(r.clone()), 87);
-            assert!(message(r).contains("not support transactions or control batches"));
-        }
+    fn control_batches_are_refused_and_transactional_ones_accepted() {
+        let mut control = encoded(1, 10, Codec::None);
+        control[ATTRIBUTES_AT + 1] |= 0x20;
+        fix_crc(&mut control);
+        let r = check(control);
+        assert_eq!(code(r.clone()), 87);
+        assert!(message(r).contains("not allowed to write control records"));
+
+        let mut anonymous = encoded(1, 10, Codec::None);
+        anonymous[ATTRIBUTES_AT + 1] |= 0x10;
+        fix_crc(&mut anonymous);
+        let r = check(anonymous);
+        assert_eq!(code(r.clone()), 87);
+        assert!(message(r).contains("needs a producer id"));
+
+        let mut txn = encoded(3, 10, Codec::None);
+        txn[ATTRIBUTES_AT + 1] |= 0x10;
+        txn[43..51].copy_from_slice(&7i64.to_be_bytes());
+        txn[51..53].copy_from_slice(&0i16.to_be_bytes());
+        txn[53..57].copy_from_slice(&0i32.to_be_bytes());
+        fix_crc(&mut txn);
+        assert_eq!(code(check(txn)), 0);
     }
 
     #[test]

@@ -25,11 +25,7 @@ use crate::cluster::Metadata;
 use crate::config::BrokerConfig;
 use crate::group::{GroupCoordinator, OFFSETS_TOPIC};
 use crate::peer::PeerClients;
-use crate::replica::{now_ms, ReplicaManager};
-
-/// Longest a marker waits for the in-sync replicas of its partition (Kafka appends
-/// markers with acks=-1).
-pub(crate) const MARKER_REPLICATION_TIMEOUT_MS: u64 = 5000;
+use crate::replica::ReplicaManager;
 
 /// Writes markers, here or at the partitions' leaders.
 #[derive(Debug)]
@@ -119,6 +115,62 @@ impl MarkerWriter {
         left
     }
 
+    /// AddPartitionsToTxn v4 with `verify_only` for one partition, at `coordinator`
+    /// (KIP-890 part 1: a partition leader asks before it accepts a transactional write).
+    ///
+    /// Errors: the coordinator's answer for the transaction or the partition
+    /// (INVALID_TXN_STATE 48 when it is not in the transaction), NETWORK_EXCEPTION (13)
+    /// when it cannot be asked.
+    pub(crate) async fn verify_remote(
+        &self,
+        coordinator: i32,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        topic: &str,
+        partition: i32,
+    ) -> Result<(), ResponseError> {
+        use kafka_protocol::messages::add_partitions_to_txn_request::{
+            AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
+        };
+        use kafka_protocol::messages::{AddPartitionsToTxnRequest, TransactionalId};
+        let request = AddPartitionsToTxnRequest::default().with_transactions(vec![
+            AddPartitionsToTxnTransaction::default()
+                .with_transactional_id(TransactionalId(StrBytes::from_string(
+                    transactional_id.to_string(),
+                )))
+                .with_producer_id(ProducerId(producer_id))
+                .with_producer_epoch(producer_epoch)
+                .with_verify_only(true)
+                .with_topics(vec![AddPartitionsToTxnTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                    .with_partitions(vec![partition])]),
+        ]);
+        let wait = Duration::from_millis(crate::replica::TXN_MARKER_TIMEOUT_MS);
+        let response = self
+            .peers
+            .call(coordinator, &request, 4, wait)
+            .await
+            .map_err(|(e, _)| e)?;
+        if response.error_code != 0 {
+            return Err(ResponseError::try_from_code(response.error_code)
+                .unwrap_or(ResponseError::UnknownServerError));
+        }
+        let code = response
+            .results_by_transaction
+            .iter()
+            .flat_map(|t| t.topic_results.iter())
+            .flat_map(|t| t.results_by_partition.iter())
+            .map(|p| p.partition_error_code)
+            .find(|c| *c != 0);
+        match code {
+            None => Ok(()),
+            Some(c) => {
+                Err(ResponseError::try_from_code(c).unwrap_or(ResponseError::UnknownServerError))
+            }
+        }
+    }
+
     /// One WriteTxnMarkers request to `leader`; returns the partitions it did not mark.
     async fn write_remote(
         &self,
@@ -149,7 +201,7 @@ impl MarkerWriter {
                         })
                         .collect(),
                 )]);
-        let wait = Duration::from_millis(MARKER_REPLICATION_TIMEOUT_MS);
+        let wait = Duration::from_millis(crate::replica::TXN_MARKER_TIMEOUT_MS);
         let response = match self.peers.call(leader, &request, 1, wait).await {
             Ok(r) => r,
             Err((e, message)) => {
@@ -183,7 +235,7 @@ impl MarkerWriter {
     /// Errors: UNKNOWN_TOPIC_OR_PARTITION (3), NOT_LEADER_OR_FOLLOWER (6), the log's
     /// refusal (INVALID_PRODUCER_EPOCH 47, TRANSACTION_COORDINATOR_FENCED 52,
     /// KAFKA_STORAGE_ERROR 56), NOT_ENOUGH_REPLICAS (19) / REQUEST_TIMED_OUT (7) when the
-    /// replicas do not take it in [`MARKER_REPLICATION_TIMEOUT_MS`].
+    /// replicas do not take it in `replica::TXN_MARKER_TIMEOUT_MS`.
     pub(crate) async fn write_here(
         &self,
         topic: &str,
@@ -193,58 +245,19 @@ impl MarkerWriter {
         commit: bool,
         coordinator_epoch: i32,
     ) -> Result<(), ResponseError> {
-        let partition = match self.replicas.partition(topic, index) {
-            Some(p) if p.is_leader() => p,
-            Some(_) => return Err(ResponseError::NotLeaderOrFollower),
-            None if self.metadata.image().partition(topic, index).is_some() => {
-                return Err(ResponseError::NotLeaderOrFollower)
-            }
-            None => return Err(ResponseError::UnknownTopicOrPartition),
-        };
-        let info = partition
-            .append_txn_marker(
+        self.replicas
+            .write_txn_marker(
+                topic,
+                index,
                 producer_id,
                 producer_epoch,
                 commit,
                 coordinator_epoch,
-                now_ms(),
             )
-            .map_err(|e| e.kafka_error())?;
-        if let Some((error, _)) = partition
-            .wait_for_high_watermark(info.last_offset, MARKER_REPLICATION_TIMEOUT_MS)
-            .await
-            .refusal()
-        {
-            return Err(error);
-        }
+            .await?;
         if topic == OFFSETS_TOPIC {
             self.groups.complete_txn(index, producer_id, commit);
         }
         Ok(())
-    }
-}
-
-// TEMPORARY until the partition layer lands (branch h-txlog): removed at its merge.
-trait PendingMarkerAppend {
-    fn append_txn_marker(
-        &self,
-        producer_id: i64,
-        producer_epoch: i16,
-        commit: bool,
-        coordinator_epoch: i32,
-        now_ms: i64,
-    ) -> Result<crate::log::AppendInfo, crate::log::LogError>;
-}
-
-impl PendingMarkerAppend for crate::replica::Partition {
-    fn append_txn_marker(
-        &self,
-        _producer_id: i64,
-        _producer_epoch: i16,
-        _commit: bool,
-        _coordinator_epoch: i32,
-        _now_ms: i64,
-    ) -> Result<crate::log::AppendInfo, crate::log::LogError> {
-        Err(crate::log::LogError::NotLeader)
     }
 }

@@ -134,11 +134,6 @@ impl TransactionCoordinator {
         })
     }
 
-    /// The marker writer, shared with the WriteTxnMarkers handler.
-    pub(crate) fn markers(&self) -> &MarkerWriter {
-        &self.markers
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, TxnEntry>> {
         self.txns
             .lock()
@@ -492,6 +487,58 @@ impl TransactionCoordinator {
                     .then_some(ResponseError::InvalidTxnState)
             })
             .collect())
+    }
+
+    /// KIP-890 part 1, at a partition leader: before it accepts the first transactional
+    /// batch of producer `(producer_id, producer_epoch)` on `topic`-`partition`, it asks
+    /// the id's coordinator whether the partition was added to the producer's open
+    /// transaction ([`TransactionCoordinator::verify_partitions`] here, or
+    /// AddPartitionsToTxn v4 `verify_only` at another broker). A late write of an
+    /// aborted transaction, or one that skipped AddPartitionsToTxn, is so refused.
+    ///
+    /// Errors: INVALID_TXN_STATE (48) when the partition is not in the transaction,
+    /// PRODUCER_FENCED (90) / INVALID_PRODUCER_ID_MAPPING (49) from the coordinator,
+    /// NOT_ENOUGH_REPLICAS (19, retriable, as Kafka maps a coordinator it cannot reach)
+    /// when no coordinator answers.
+    pub async fn verify_write(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        topic: &str,
+        partition: i32,
+    ) -> Result<(), ResponseError> {
+        let me = self.metadata.node_id();
+        let wanted = [(topic.to_string(), partition)];
+        let unreachable = |e: ResponseError| match e {
+            ResponseError::NotCoordinator
+            | ResponseError::CoordinatorNotAvailable
+            | ResponseError::CoordinatorLoadInProgress
+            | ResponseError::NetworkException
+            | ResponseError::NotLeaderOrFollower => ResponseError::NotEnoughReplicas,
+            other => other,
+        };
+        match self.coordinator_of(transactional_id) {
+            Some(c) if c == me => {
+                let per = self
+                    .verify_partitions(transactional_id, producer_id, producer_epoch, &wanted)
+                    .map_err(unreachable)?;
+                per.into_iter().flatten().next().map_or(Ok(()), Err)
+            }
+            Some(c) if c >= 0 => self
+                .markers
+                .verify_remote(
+                    c,
+                    transactional_id,
+                    producer_id,
+                    producer_epoch,
+                    topic,
+                    partition,
+                )
+                .await
+                .map_err(unreachable),
+            _ => Err(ResponseError::NotEnoughReplicas),
+        }
     }
 
     /// EndTxn: logs PrepareCommit (or PrepareAbort), then writes the markers and logs
