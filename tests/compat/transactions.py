@@ -171,33 +171,52 @@ def ctp(boot, src, dst, group, die):
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
         "isolation.level": "read_committed",
+        # A killed run's member leaves the group at its session timeout: keep it short.
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 500,
     })
     c.subscribe([src])
     p = confluent_producer(boot, f"tx-ctp-{group}", **{"transaction.timeout.ms": 10000})
     md = c.list_topics(src, timeout=10)
     total_parts = len(md.topics[src].partitions)
-    die_at = time.time() + random.uniform(0.5, 4.0) if die else None
+    # A dying run dies at a random point once it has records: between transactions,
+    # after producing inside one, or after sending its offsets, before the commit.
+    die_at = None
+    committed_txns = 0
+
+    def maybe_die(where):
+        if die_at is not None and time.time() > die_at:
+            print(f"dying {where} after {committed_txns} transactions", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+
     idle_since = time.time()
     while True:
-        if die_at and time.time() > die_at:
-            os.kill(os.getpid(), signal.SIGKILL)
+        maybe_die("between transactions")
         msgs = c.consume(num_messages=random.randint(1, 50), timeout=0.5)
         msgs = [m for m in msgs if not m.error()]
         if not msgs:
-            # Done when every assigned partition's position is at its end.
+            # Done when the group's committed offset of every partition is at its end
+            # (position() knows nothing before this run's first record).
             assignment = c.assignment()
             if len(assignment) == total_parts:
-                positions = c.position(assignment)
+                try:
+                    committed = c.committed(assignment, timeout=5)
+                except KafkaException:
+                    continue
                 at_end = all(
-                    tp.offset >= c.get_watermark_offsets(tp, timeout=5)[1] for tp in positions
+                    tp.offset >= c.get_watermark_offsets(tp, timeout=5)[1] for tp in committed
                 )
                 if at_end and time.time() - idle_since > 2:
                     break
             continue
+        if die and die_at is None:
+            die_at = time.time() + random.uniform(0.0, 1.0)
         idle_since = time.time()
         p.begin_transaction()
         for m in msgs:
             p.produce(dst, key=m.key(), value=b"out-" + m.value())
+        p.flush(30)
+        maybe_die("inside a transaction")
         offsets = {}
         for m in msgs:
             offsets[(m.topic(), m.partition())] = m.offset() + 1
@@ -206,7 +225,9 @@ def ctp(boot, src, dst, group, die):
             c.consumer_group_metadata(),
             30,
         )
+        maybe_die("before the commit")
         p.commit_transaction(30)
+        committed_txns += 1
     c.close()
     print("ctp done")
 
