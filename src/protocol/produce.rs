@@ -255,7 +255,7 @@ async fn produce_partition(
 /// transaction (the partition's log has it open) need no question.
 ///
 /// Errors: INVALID_REQUEST (42) for transactional batches without a transactional id (as
-/// Kafka), those of `verify_write` (INVALID_TXN_STATE 48, PRODUCER_FENCED 90,
+/// Kafka), those of `verify_write` (INVALID_TXN_STATE 48, INVALID_PRODUCER_EPOCH 47,
 /// NOT_ENOUGH_REPLICAS 19).
 async fn verify_transaction(
     ctx: &Context,

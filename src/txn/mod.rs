@@ -497,7 +497,8 @@ impl TransactionCoordinator {
     /// aborted transaction, or one that skipped AddPartitionsToTxn, is so refused.
     ///
     /// Errors: INVALID_TXN_STATE (48) when the partition is not in the transaction,
-    /// PRODUCER_FENCED (90) / INVALID_PRODUCER_ID_MAPPING (49) from the coordinator,
+    /// INVALID_PRODUCER_EPOCH (47) for a fenced producer (the coordinator's
+    /// PRODUCER_FENCED, as a partition answers it), INVALID_PRODUCER_ID_MAPPING (49),
     /// NOT_ENOUGH_REPLICAS (19, retriable, as Kafka maps a coordinator it cannot reach)
     /// when no coordinator answers.
     pub async fn verify_write(
@@ -516,6 +517,9 @@ impl TransactionCoordinator {
             | ResponseError::CoordinatorLoadInProgress
             | ResponseError::NetworkException
             | ResponseError::NotLeaderOrFollower => ResponseError::NotEnoughReplicas,
+            // What a partition answers a fenced epoch (the log's own check): clients
+            // treat 47 in a Produce as fenced and fatal, 90 as abortable.
+            ResponseError::ProducerFenced => ResponseError::InvalidProducerEpoch,
             other => other,
         };
         match self.coordinator_of(transactional_id) {
