@@ -53,4 +53,5 @@ mod replication_hw_checkpoint;
 mod replication_restart;
 mod rest_produce;
 mod retention;
+mod transactions_log;
 mod transforms;
