@@ -404,6 +404,7 @@ fn default_request(key: ApiKey) -> Option<RequestKind> {
         ApiKey::ElectLeaders => RequestKind::ElectLeaders(ElectLeadersRequest::default()),
         ApiKey::DescribeLogDirs => RequestKind::DescribeLogDirs(DescribeLogDirsRequest::default()),
         ApiKey::DeleteRecords => RequestKind::DeleteRecords(DeleteRecordsRequest::default()),
+        ApiKey::WriteTxnMarkers => RequestKind::WriteTxnMarkers(WriteTxnMarkersRequest::default()),
         _ => return None,
     })
 }

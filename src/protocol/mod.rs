@@ -115,7 +115,7 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::ElectLeaders, 0, 2),
     api(ApiKey::DescribeLogDirs, 1, 4),
     api(ApiKey::DeleteRecords, 0, 2),
-    api(ApiKey::WriteTxnMarkers, 0, 1),
+    api(ApiKey::WriteTxnMarkers, 1, 1),
 ];
 
 /// The supported range of `key`, if it is implemented.

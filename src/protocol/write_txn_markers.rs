@@ -1,5 +1,6 @@
-//! WriteTxnMarkers (key 27), v0–v1 (v1 flexible). Protocol guide "WriteTxnMarkers";
-//! KIP-98. Sent by a transaction coordinator to the leaders of a transaction's
+//! WriteTxnMarkers (key 27), v1 (flexible). Protocol guide "WriteTxnMarkers"; KIP-98.
+//! v0 is not offered: the kafka-protocol crate has no codec for it (Kafka 4.0 removed it,
+//! KIP-896), and every coordinator since Kafka 2.4 sends v1. Sent by a transaction coordinator to the leaders of a transaction's
 //! partitions to end it: each marker names a producer id and epoch, COMMIT or ABORT
 //! (`transaction_result` true is COMMIT), the coordinator epoch and the partitions.
 //!
