@@ -29,6 +29,10 @@ use crate::replica::{AppendedMarker, TXN_MARKER_TIMEOUT_MS};
 
 use super::Context;
 
+/// One partition after the append step: its index, and what to wait on or the error
+/// code already known.
+type PartitionStep = (i32, Result<AppendedMarker, i16>);
+
 /// Handles a WriteTxnMarkers request.
 pub(super) async fn handle(
     ctx: &Context,
@@ -36,7 +40,7 @@ pub(super) async fn handle(
     _version: i16,
 ) -> WriteTxnMarkersResponse {
     // Step 1: append every marker, keeping what each partition answered or must wait on.
-    let mut appended: Vec<Vec<Vec<(i32, Result<AppendedMarker, i16>)>>> = Vec::new();
+    let mut appended: Vec<Vec<Vec<PartitionStep>>> = Vec::new();
     for marker in &request.markers {
         let mut topics = Vec::with_capacity(marker.topics.len());
         for topic in &marker.topics {
