@@ -8,7 +8,8 @@
 //! another producer's committed records, and one spans a segment roll: a raw Fetch of the
 //! first segment carries it in `aborted_transactions`. Fencing answers
 //! INVALID_PRODUCER_EPOCH and TRANSACTION_COORDINATOR_FENCED; a client's control batch is
-//! INVALID_RECORD.
+//! INVALID_RECORD. confluent-kafka and kafka-python read_committed consumers
+//! (tests/compat/read_committed.py) read the same committed records.
 //!
 //! Every wait is bounded; a sleep only proves that nothing more arrives.
 
@@ -35,7 +36,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::harness::{decode, RawConn, TestBroker};
+use crate::harness::{decode, repo_root, RawConn, TestBroker};
 use crate::rdkafka_client::create_topic;
 
 fn topic_name(name: &str) -> TopicName {
@@ -186,6 +187,37 @@ fn consume(bootstrap: &str, topic: &str, isolation_level: &str, expected: usize)
     }
 }
 
+/// The values a Python `client` with `isolation` reads (tests/compat/read_committed.py).
+fn consume_python(
+    bootstrap: &str,
+    topic: &str,
+    isolation: &str,
+    expected: usize,
+    client: &str,
+) -> String {
+    let out = std::process::Command::new("timeout")
+        .arg("60")
+        .arg("python3")
+        .args([
+            "tests/compat/read_committed.py",
+            bootstrap,
+            topic,
+            isolation,
+            &expected.to_string(),
+            client,
+        ])
+        .current_dir(repo_root())
+        .output()
+        .expect("spawn python3");
+    let stdout = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(
+        out.status.success(),
+        "{client}: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_committed_consumers_see_committed_records_up_to_the_last_stable_offset() {
     let b = TestBroker::start();
@@ -231,6 +263,12 @@ async fn read_committed_consumers_see_committed_records_up_to_the_last_stable_of
             consume(&bootstrap, TOPIC, "read_committed", 2),
             ["a1", "a2"]
         );
+        for client in ["confluent-kafka", "kafka-python"] {
+            assert_eq!(
+                consume_python(&bootstrap, TOPIC, "read_committed", 2, client),
+                format!("{client} values a1,a2")
+            );
+        }
         assert_eq!(
             consume(&bootstrap, TOPIC, "read_uncommitted", 6),
             ["a1", "b1", "a2", "b2", "c1", "p1"]
