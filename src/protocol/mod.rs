@@ -37,6 +37,7 @@ mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
 mod describe_log_dirs;
+mod describe_producers;
 mod describe_quorum;
 mod elect_leaders;
 mod fetch;
@@ -116,6 +117,7 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::DescribeLogDirs, 1, 4),
     api(ApiKey::DeleteRecords, 0, 2),
     api(ApiKey::WriteTxnMarkers, 1, 1),
+    api(ApiKey::DescribeProducers, 0, 0),
 ];
 
 /// The supported range of `key`, if it is implemented.
@@ -457,6 +459,9 @@ async fn dispatch(
         }
         RequestKind::DeleteRecords(r) => {
             ResponseKind::DeleteRecords(delete_records::handle(ctx, r, version))
+        }
+        RequestKind::DescribeProducers(r) => {
+            ResponseKind::DescribeProducers(describe_producers::handle(ctx, r, version))
         }
         RequestKind::WriteTxnMarkers(r) => {
             ResponseKind::WriteTxnMarkers(write_txn_markers::handle(ctx, r, version).await)

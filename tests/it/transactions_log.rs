@@ -9,13 +9,15 @@
 //! first segment carries it in `aborted_transactions`. Fencing answers
 //! INVALID_PRODUCER_EPOCH and TRANSACTION_COORDINATOR_FENCED; a client's control batch is
 //! INVALID_RECORD. confluent-kafka and kafka-python read_committed consumers
-//! (tests/compat/read_committed.py) read the same committed records.
+//! (tests/compat/read_committed.py) read the same committed records. DescribeProducers
+//! (KIP-664) lists the producers with their open transaction.
 //!
 //! Every wait is bounded; a sleep only proves that nothing more arrives.
 
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::describe_producers_request::TopicRequest;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
@@ -23,9 +25,10 @@ use kafka_protocol::messages::write_txn_markers_request::{
     WritableTxnMarker, WritableTxnMarkerTopic,
 };
 use kafka_protocol::messages::{
-    BrokerId, FetchRequest, FetchResponse, InitProducerIdRequest, InitProducerIdResponse,
-    ListOffsetsRequest, ListOffsetsResponse, ProduceRequest, ProduceResponse, ProducerId,
-    TopicName, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+    BrokerId, DescribeProducersRequest, DescribeProducersResponse, FetchRequest, FetchResponse,
+    InitProducerIdRequest, InitProducerIdResponse, ListOffsetsRequest, ListOffsetsResponse,
+    ProduceRequest, ProduceResponse, ProducerId, TopicName, WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
@@ -146,6 +149,29 @@ fn latest(conn: &mut RawConn, topic: &str, isolation_level: i8) -> i64 {
     p.offset
 }
 
+/// DescribeProducers v0 of partition 0: per producer id, (epoch, last sequence,
+/// coordinator epoch, current transaction start offset), by id.
+fn describe_producers(conn: &mut RawConn, topic: &str) -> Vec<(i64, i32, i32, i32, i64)> {
+    let request = DescribeProducersRequest::default().with_topics(vec![TopicRequest::default()
+        .with_name(topic_name(topic))
+        .with_partition_indexes(vec![0])]);
+    let r: DescribeProducersResponse = decode(conn.request(&request, 0, 7).unwrap(), 0);
+    let p = &r.topics[0].partitions[0];
+    assert_eq!(p.error_code, 0);
+    p.active_producers
+        .iter()
+        .map(|s| {
+            (
+                s.producer_id.0,
+                s.producer_epoch,
+                s.last_sequence,
+                s.coordinator_epoch,
+                s.current_txn_start_offset,
+            )
+        })
+        .collect()
+}
+
 /// The values a librdkafka consumer with `isolation_level` reads from the beginning of
 /// partition 0 until it has `expected` of them, then for 2 s more (to prove that nothing
 /// else comes: the one sleep-like wait here).
@@ -257,6 +283,15 @@ async fn read_committed_consumers_see_committed_records_up_to_the_last_stable_of
             (0, 7)
         );
         assert_eq!(latest(&mut conn, TOPIC, 1), 6, "the LSO: C's first offset");
+        // KIP-664: A and B ended by markers of coordinator epoch 0, C open since 6.
+        assert_eq!(
+            describe_producers(&mut conn, TOPIC),
+            [
+                (a.0, i32::from(a.1), 1, 0, -1),
+                (bp.0, i32::from(bp.1), 1, 0, -1),
+                (c.0, i32::from(c.1), 0, -1, 6)
+            ]
+        );
         assert_eq!(latest(&mut conn, TOPIC, 0), 8, "the high watermark");
 
         assert_eq!(
