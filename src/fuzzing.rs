@@ -405,6 +405,9 @@ fn default_request(key: ApiKey) -> Option<RequestKind> {
         ApiKey::DescribeLogDirs => RequestKind::DescribeLogDirs(DescribeLogDirsRequest::default()),
         ApiKey::DeleteRecords => RequestKind::DeleteRecords(DeleteRecordsRequest::default()),
         ApiKey::WriteTxnMarkers => RequestKind::WriteTxnMarkers(WriteTxnMarkersRequest::default()),
+        ApiKey::DescribeProducers => {
+            RequestKind::DescribeProducers(DescribeProducersRequest::default())
+        }
         _ => return None,
     })
 }
