@@ -404,6 +404,22 @@ fn default_request(key: ApiKey) -> Option<RequestKind> {
         ApiKey::ElectLeaders => RequestKind::ElectLeaders(ElectLeadersRequest::default()),
         ApiKey::DescribeLogDirs => RequestKind::DescribeLogDirs(DescribeLogDirsRequest::default()),
         ApiKey::DeleteRecords => RequestKind::DeleteRecords(DeleteRecordsRequest::default()),
+        ApiKey::WriteTxnMarkers => RequestKind::WriteTxnMarkers(WriteTxnMarkersRequest::default()),
+        ApiKey::DescribeProducers => {
+            RequestKind::DescribeProducers(DescribeProducersRequest::default())
+        }
+        ApiKey::AddPartitionsToTxn => {
+            RequestKind::AddPartitionsToTxn(AddPartitionsToTxnRequest::default())
+        }
+        ApiKey::AddOffsetsToTxn => RequestKind::AddOffsetsToTxn(AddOffsetsToTxnRequest::default()),
+        ApiKey::EndTxn => RequestKind::EndTxn(EndTxnRequest::default()),
+        ApiKey::TxnOffsetCommit => RequestKind::TxnOffsetCommit(TxnOffsetCommitRequest::default()),
+        ApiKey::DescribeTransactions => {
+            RequestKind::DescribeTransactions(DescribeTransactionsRequest::default())
+        }
+        ApiKey::ListTransactions => {
+            RequestKind::ListTransactions(ListTransactionsRequest::default())
+        }
         _ => return None,
     })
 }

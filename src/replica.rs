@@ -2737,6 +2737,119 @@ mod tests {
         assert_eq!(p.high_watermark(), 6);
     }
 
+    /// KIP-98 on a leader with a lagging follower: the last stable offset stays at an
+    /// open transaction's start, and after its marker until the high watermark passes the
+    /// marker; read_committed reads stop there and report the aborted transaction; a
+    /// follower copying the leader's batches computes the same last stable offset and may
+    /// not write markers.
+    #[test]
+    fn the_last_stable_offset_waits_for_open_transactions_and_replicated_markers() {
+        use crate::log::batch::testing::BatchSpec;
+        let dir = tempfile::tempdir().unwrap();
+        let log = PartitionLog::open(dir.path(), LogConfig::default(), 0).unwrap();
+        let (_, settings) = resolve(&BrokerConfig::defaults(), &BTreeMap::new());
+        let state = PartitionState {
+            replicas: vec![1, 2],
+            isr: vec![1, 2],
+            leader: 1,
+            leader_epoch: 0,
+            partition_epoch: 0,
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
+        };
+        let p = Partition::new_replica("t".into(), 0, 1, &state, settings, log, None, None);
+        let txn = |pid: i64, seq: i32, count: usize| {
+            let mut spec = BatchSpec::new(count, 1_000).idempotent(pid, 0, seq);
+            spec.attributes = 0x10;
+            spec.build()
+        };
+        let fetch = |offset: i64| {
+            p.read_for_follower(2, 0, offset, 1 << 20, 0).unwrap();
+        };
+        p.append_as_leader(vec![txn(7, 0, 2)], 0).unwrap(); // 0..1
+        p.append_as_leader(vec![crate::log::batch::testing::batch(1, 1_000)], 0)
+            .unwrap(); // 2
+        assert!(p.has_ongoing_txn(7) && !p.has_ongoing_txn(8));
+        fetch(3);
+        let offsets = p.offsets();
+        assert_eq!((offsets.high_watermark, offsets.last_stable_offset), (3, 0));
+        let read = p.read(0, 1 << 20, FetchIsolation::ReadCommitted).unwrap();
+        assert!(read.bytes.is_empty());
+        assert_eq!(read.aborted_transactions, Some(Vec::new()));
+        assert_eq!(
+            p.read(0, 1 << 20, FetchIsolation::HighWatermark)
+                .unwrap()
+                .aborted_transactions,
+            None
+        );
+
+        // The ABORT marker at 3: the LSO waits until the follower has it.
+        let info = p.append_txn_marker(7, 0, false, 0, 0).unwrap();
+        assert_eq!(info.last_offset, 3);
+        assert!(!p.has_ongoing_txn(7));
+        assert_eq!(p.offsets().last_stable_offset, 0);
+        fetch(4);
+        let offsets = p.offsets();
+        assert_eq!((offsets.high_watermark, offsets.last_stable_offset), (4, 4));
+        let read = p.read(0, 1 << 20, FetchIsolation::ReadCommitted).unwrap();
+        assert_eq!(crate::log::last_offset_in(&read.bytes), Some(3));
+        let aborted = read.aborted_transactions.unwrap();
+        assert_eq!(
+            aborted
+                .iter()
+                .map(|t| (t.producer_id, t.first_offset, t.last_offset))
+                .collect::<Vec<_>>(),
+            vec![(7, 0, 3)]
+        );
+        // A read past the aborted range does not get it.
+        let later = p.read(4, 1 << 20, FetchIsolation::ReadCommitted).unwrap();
+        assert_eq!(later.aborted_transactions, Some(Vec::new()));
+        // Two open transactions: the LSO is the earlier start until both end.
+        p.append_as_leader(vec![txn(8, 0, 1)], 0).unwrap(); // 4
+        p.append_as_leader(vec![txn(9, 0, 1)], 0).unwrap(); // 5
+        fetch(6);
+        assert_eq!(p.offsets().last_stable_offset, 4);
+        p.append_txn_marker(8, 0, true, 0, 0).unwrap(); // 6
+        fetch(7);
+        assert_eq!(p.offsets().last_stable_offset, 5);
+        // Fencing on the leader: a coordinator epoch older than producer 8's last marker.
+        assert!(matches!(
+            p.append_txn_marker(8, 0, true, -1, 0),
+            Err(LogError::TransactionCoordinatorFenced { .. })
+        ));
+
+        // A follower copying these batches knows the same transactions.
+        let copied = p.read(0, 1 << 20, FetchIsolation::LogEnd).unwrap().bytes;
+        let follower_dir = tempfile::tempdir().unwrap();
+        let follower_log =
+            PartitionLog::open(follower_dir.path(), LogConfig::default(), 0).unwrap();
+        let follower_state = PartitionState {
+            leader: 2,
+            ..state.clone()
+        };
+        let f = Partition::new_replica(
+            "t".into(),
+            0,
+            1,
+            &follower_state,
+            settings,
+            follower_log,
+            None,
+            None,
+        );
+        f.append_as_follower(crate::log::split_fetched(copied).unwrap(), 7, 0)
+            .unwrap();
+        let offsets = f.offsets();
+        assert_eq!((offsets.high_watermark, offsets.last_stable_offset), (7, 5));
+        assert!(f.has_ongoing_txn(9));
+        assert!(matches!(
+            f.append_txn_marker(9, 0, true, 0, 0),
+            Err(LogError::NotLeader)
+        ));
+        let read = f.read(0, 1 << 20, FetchIsolation::ReadCommitted).unwrap();
+        assert_eq!(read.aborted_transactions.unwrap().len(), 1);
+    }
+
     fn candidate(
         broker_id: i32,
         log_end_offset: i64,

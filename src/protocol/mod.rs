@@ -39,6 +39,7 @@ mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
 mod describe_log_dirs;
+mod describe_producers;
 mod describe_quorum;
 mod describe_transactions;
 mod elect_leaders;
@@ -124,8 +125,10 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::AddPartitionsToTxn, 0, 4),
     api(ApiKey::AddOffsetsToTxn, 0, 3),
     api(ApiKey::EndTxn, 0, 4),
-    api(ApiKey::WriteTxnMarkers, 0, 1),
+    // v0 has no codec in the crate (Kafka 4.0 dropped it); brokers send v1.
+    api(ApiKey::WriteTxnMarkers, 1, 1),
     api(ApiKey::TxnOffsetCommit, 0, 3),
+    api(ApiKey::DescribeProducers, 0, 0),
     api(ApiKey::DescribeTransactions, 0, 0),
     api(ApiKey::ListTransactions, 0, 1),
 ];
@@ -502,6 +505,9 @@ async fn dispatch(
         }
         RequestKind::DeleteRecords(r) => {
             ResponseKind::DeleteRecords(delete_records::handle(ctx, r, version))
+        }
+        RequestKind::DescribeProducers(r) => {
+            ResponseKind::DescribeProducers(describe_producers::handle(ctx, r, version))
         }
         RequestKind::WriteTxnMarkers(r) => {
             ResponseKind::WriteTxnMarkers(write_txn_markers::handle(ctx, r, version).await)

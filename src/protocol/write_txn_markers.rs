@@ -1,5 +1,6 @@
-//! WriteTxnMarkers (key 27), v0–v1 (v1 flexible). Protocol guide "WriteTxnMarkers";
-//! KIP-98. Sent by a transaction coordinator to the leaders of a transaction's
+//! WriteTxnMarkers (key 27), v1 (flexible). Protocol guide "WriteTxnMarkers"; KIP-98.
+//! v0 is not offered: the kafka-protocol crate has no codec for it (Kafka 4.0 removed it,
+//! KIP-896), and every coordinator since Kafka 2.4 sends v1. Sent by a transaction coordinator to the leaders of a transaction's
 //! partitions to end it: each marker names a producer id and epoch, COMMIT or ABORT
 //! (`transaction_result` true is COMMIT), the coordinator epoch and the partitions.
 //!
@@ -28,6 +29,10 @@ use crate::replica::{AppendedMarker, TXN_MARKER_TIMEOUT_MS};
 
 use super::Context;
 
+/// One partition after the append step: its index, and what to wait on or the error
+/// code already known.
+type PartitionStep = (i32, Result<AppendedMarker, i16>);
+
 /// Handles a WriteTxnMarkers request.
 pub(super) async fn handle(
     ctx: &Context,
@@ -35,7 +40,7 @@ pub(super) async fn handle(
     _version: i16,
 ) -> WriteTxnMarkersResponse {
     // Step 1: append every marker, keeping what each partition answered or must wait on.
-    let mut appended: Vec<Vec<Vec<(i32, Result<AppendedMarker, i16>)>>> = Vec::new();
+    let mut appended: Vec<Vec<Vec<PartitionStep>>> = Vec::new();
     for marker in &request.markers {
         let mut topics = Vec::with_capacity(marker.topics.len());
         for topic in &marker.topics {

@@ -54,4 +54,5 @@ mod replication_restart;
 mod rest_produce;
 mod retention;
 mod transactions;
+mod transactions_log;
 mod transforms;
