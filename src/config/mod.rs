@@ -2,8 +2,11 @@
 //!
 //! Owns: the list of every broker key weir understands (name, type, default, one line of
 //! doc, validator), turning a TOML file plus `KEY=VALUE` overrides into a typed
-//! [`BrokerConfig`], and the per-topic keys ([`TOPIC_KEYS`]) with the broker key each one
-//! falls back to, so DescribeConfigs can report a value and its source.
+//! [`BrokerConfig`], and the per-topic keys ([`TOPIC_KEYS`], every Kafka 4.1 `TopicConfig`
+//! key) with the broker key each one falls back to, so DescribeConfigs can report a value
+//! and its source. `dynamic.rs`: which broker keys may change at run time
+//! ([`DYNAMIC_BROKER_KEYS`], KIP-226) and the layer walk (dynamic per-broker > dynamic
+//! cluster default > static > default) over the values the metadata image holds.
 //!
 //! Never does: I/O beyond reading the one file it is given. Key names are Apache Kafka's
 //! (`log.dirs`, `log.segment.bytes`, ...), so a Kafka user's habits carry over; TOML dotted
