@@ -22,7 +22,8 @@ use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
 };
 use kafka_protocol::messages::{
-    ApiKey, DescribeConfigsRequest, IncrementalAlterConfigsRequest, MetadataRequest,
+    ApiKey, ApiVersionsResponse, DescribeConfigsRequest, IncrementalAlterConfigsRequest,
+    MetadataRequest,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -120,22 +121,15 @@ pub(super) fn run(cmd: ConfigCommand) -> anyhow::Result<()> {
     }
 }
 
-/// A connection to the broker the resource belongs to: broker N itself (found in
-/// Metadata), or the first bootstrap broker for the default.
-fn connect(client: &ClientArgs, entity: &Entity) -> anyhow::Result<(Conn, Vec<(i16, i16, i16)>)> {
+/// A connection to the broker the resource belongs to, with the versions it offers:
+/// broker N itself (found in Metadata), or the first bootstrap broker for the default.
+fn connect(client: &ClientArgs, entity: &Entity) -> anyhow::Result<(Conn, ApiVersionsResponse)> {
     let (mut conn, versions) = Conn::bootstrap(&client.bootstrap_server)?;
-    let ranges = |v: &kafka_protocol::messages::ApiVersionsResponse| {
-        v.api_keys
-            .iter()
-            .map(|a| (a.api_key, a.min_version, a.max_version))
-            .collect::<Vec<_>>()
-    };
     let Some(id) = entity.broker else {
         conn.set_read_timeout(REQUEST_TIMEOUT)?;
-        return Ok((conn, ranges(&versions)));
+        return Ok((conn, versions));
     };
-    let v =
-        version_of(&versions, ApiKey::Metadata, 4).context("the broker does not offer Metadata")?;
+    let v = version(&versions, ApiKey::Metadata, 4)?;
     let metadata = conn.call(&MetadataRequest::default().with_topics(Some(Vec::new())), v)?;
     let broker = metadata
         .brokers
@@ -145,22 +139,18 @@ fn connect(client: &ClientArgs, entity: &Entity) -> anyhow::Result<(Conn, Vec<(i
     let (mut conn, versions) = Conn::open(&format!("{}:{}", broker.host.as_str(), broker.port))
         .with_context(|| format!("broker {id}"))?;
     conn.set_read_timeout(REQUEST_TIMEOUT)?;
-    Ok((conn, ranges(&versions)))
+    Ok((conn, versions))
 }
 
 /// The highest version of `key` both speak, at most `ours`.
-fn version(ranges: &[(i16, i16, i16)], key: ApiKey, ours: i16) -> anyhow::Result<i16> {
-    ranges
-        .iter()
-        .find(|(k, _, _)| *k == key as i16)
-        .filter(|(_, min, _)| *min <= ours)
-        .map(|(_, _, max)| (*max).min(ours))
+fn version(versions: &ApiVersionsResponse, key: ApiKey, ours: i16) -> anyhow::Result<i16> {
+    version_of(versions, key, ours)
         .with_context(|| format!("the broker does not offer {key:?} (key {})", key as i16))
 }
 
 fn alter(args: AlterArgs) -> anyhow::Result<()> {
-    let (mut conn, ranges) = connect(&args.client, &args.entity)?;
-    let v = version(&ranges, ApiKey::IncrementalAlterConfigs, 1)?;
+    let (mut conn, versions) = connect(&args.client, &args.entity)?;
+    let v = version(&versions, ApiKey::IncrementalAlterConfigs, 1)?;
     let set = args.add_config.iter().map(|(k, value)| {
         AlterableConfig::default()
             .with_name(StrBytes::from_string(k.clone()))
@@ -196,8 +186,8 @@ fn alter(args: AlterArgs) -> anyhow::Result<()> {
 }
 
 fn describe(args: DescribeArgs) -> anyhow::Result<()> {
-    let (mut conn, ranges) = connect(&args.client, &args.entity)?;
-    let v = version(&ranges, ApiKey::DescribeConfigs, 4)?;
+    let (mut conn, versions) = connect(&args.client, &args.entity)?;
+    let v = version(&versions, ApiKey::DescribeConfigs, 4)?;
     let request =
         DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
             .with_resource_type(BROKER_RESOURCE_TYPE)
