@@ -6,17 +6,21 @@
 //! reported with their sources and kept across a restart; DescribeConfigs documentation
 //! and synonyms (raw v4).
 
+use std::collections::BTreeMap;
 use std::process::Command;
 
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::{
     alter_configs_request, incremental_alter_configs_request, AlterConfigsRequest,
     AlterConfigsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
-    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
-use crate::harness::{decode, repo_root, weir_bin, RawConn, TestBroker};
+use crate::cluster_fixture::ThreeNodes;
+use crate::cluster_placement::create_raw;
+use crate::harness::{decode, poll_for, repo_root, weir_bin, RawConn, TestBroker};
 
 /// Runs `tests/compat/dynamic_configs.py` for `phase`; panics with its output unless it
 /// printed `PHASE ok`.
@@ -226,4 +230,100 @@ fn describe_configs_reports_documentation_and_synonyms_in_kafkas_order() {
     assert!(describe(&mut c, 4, "", 2).configs.is_empty());
     // Another broker's id: INVALID_REQUEST.
     assert_eq!(describe(&mut c, 4, "9", 3).error_code, 42);
+}
+
+/// A raw DescribeConfigs v4 of one resource on `bootstrap`: (error code, name → (value,
+/// source)).
+fn describe_on(bootstrap: &str, rtype: i8, name: &str) -> (i16, BTreeMap<String, (String, i8)>) {
+    let req =
+        DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+            .with_resource_type(rtype)
+            .with_resource_name(StrBytes::from_string(name.to_string()))
+            .with_configuration_keys(None)]);
+    let mut c = RawConn::connect(bootstrap);
+    let r: DescribeConfigsResponse = decode(c.request(&req, 4, 1).unwrap(), 4);
+    let r = &r.results[0];
+    let configs = r
+        .configs
+        .iter()
+        .map(|e| {
+            let value = e.value.as_ref().map(|v| v.to_string()).unwrap_or_default();
+            (e.name.to_string(), (value, e.config_source))
+        })
+        .collect();
+    (r.error_code, configs)
+}
+
+/// On a cluster the dynamic configs are metadata-log records: a cluster default set
+/// through broker 1 is what broker 3 applies to its topics, a per-broker value set for
+/// broker 2 (the CLI routes it there) is broker 2's alone, and a restarted node still has
+/// both.
+#[test]
+fn a_cluster_default_set_through_one_broker_applies_on_every_broker() {
+    let mut nodes = ThreeNodes::start(&[]);
+    let (b1, b2, b3) = (nodes.bootstrap(1), nodes.bootstrap(2), nodes.bootstrap(3));
+    let (ok, out, err) = weir_config(
+        &b1,
+        &[
+            "alter",
+            "--broker-default",
+            "--add-config",
+            "log.retention.ms=4321",
+        ],
+    );
+    assert!(ok, "{out}{err}");
+    let (ok, out, err) = weir_config(
+        &b1,
+        &[
+            "alter",
+            "--broker",
+            "2",
+            "--add-config",
+            "message.max.bytes=3000",
+        ],
+    );
+    assert!(ok, "{out}{err}");
+    let topic = CreatableTopic::default()
+        .with_name(TopicName(StrBytes::from_static_str("spread")))
+        .with_num_partitions(3)
+        .with_replication_factor(3);
+    assert_eq!(create_raw(&b1, topic).0, 0);
+    let retention_on = |bootstrap: &str| {
+        let (code, configs) = describe_on(bootstrap, 2, "spread");
+        (code == 0)
+            .then(|| configs.get("retention.ms").cloned())
+            .flatten()
+    };
+    let want = Some(("4321".to_string(), 3));
+    poll_for("broker 3 applies the cluster default", 20, || {
+        let seen = retention_on(&b3);
+        if seen == want {
+            Ok(())
+        } else {
+            Err(format!("{seen:?}"))
+        }
+    });
+    let max_on = |bootstrap: &str, id: &str| {
+        describe_on(bootstrap, 4, id)
+            .1
+            .get("message.max.bytes")
+            .cloned()
+    };
+    assert_eq!(max_on(&b2, "2"), Some(("3000".to_string(), 2)));
+    assert_eq!(max_on(&b3, "3"), Some(("1048588".to_string(), 5)));
+    nodes.kill9(3);
+    nodes.restart(3);
+    let b3 = nodes.bootstrap(3);
+    poll_for("restarted broker 3 still applies it", 30, || {
+        let seen = std::panic::catch_unwind(|| retention_on(&b3)).unwrap_or(None);
+        if seen == want {
+            Ok(())
+        } else {
+            Err(format!("{seen:?}"))
+        }
+    });
+    assert_eq!(
+        describe_on(&b3, 4, "").1.get("log.retention.ms").cloned(),
+        Some(("4321".to_string(), 3))
+    );
 }
