@@ -101,7 +101,7 @@ pub const DYNAMIC_BROKER_KEYS: &[DynamicKeySpec] = &[
     dk("log.segment.delete.delay.ms", ClusterWide, false),
     dk("log.cleaner.min.cleanable.ratio", ClusterWide, true),
     dk("log.cleanup.policy", ClusterWide, true),
-    dk("unclean.leader.election.enable", ClusterWide, false),
+    dk("unclean.leader.election.enable", ClusterWide, true),
     dk("min.insync.replicas", ClusterWide, true),
     dk("compression.type", ClusterWide, true),
     dk("compression.gzip.level", ClusterWide, false),
