@@ -231,3 +231,40 @@ pub(super) fn handle(
         .collect();
     IncrementalAlterConfigsResponse::default().with_responses(responses)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::protocol::StrBytes;
+
+    fn change(name: &str, op: i8, value: Option<&str>) -> AlterableConfig {
+        AlterableConfig::default()
+            .with_name(StrBytes::from_string(name.to_string()))
+            .with_config_operation(op)
+            .with_value(value.map(|v| StrBytes::from_string(v.to_string())))
+    }
+
+    #[test]
+    fn broker_lists_start_from_the_default_and_may_be_emptied() {
+        let none = BTreeMap::new();
+        let appended =
+            apply_to_broker(&none, &[change("log.cleanup.policy", 2, Some("compact"))]).unwrap();
+        assert_eq!(appended["log.cleanup.policy"], "delete,compact");
+        let emptied = apply_to_broker(
+            &appended,
+            &[change("log.cleanup.policy", 3, Some("delete,compact"))],
+        )
+        .unwrap();
+        assert_eq!(emptied["log.cleanup.policy"], "");
+        let deleted = apply_to_broker(&emptied, &[change("log.cleanup.policy", 1, None)]).unwrap();
+        assert!(deleted.is_empty());
+        let e = apply_to_broker(&none, &[change("no.such.key", 0, Some("1"))]).unwrap_err();
+        assert_eq!(e.error, ResponseError::InvalidRequest);
+        let e = apply_to_broker(&none, &[change("log.retention.ms", 2, Some("1"))]).unwrap_err();
+        assert_eq!(
+            e.error,
+            ResponseError::InvalidConfig,
+            "APPEND on a non-list key"
+        );
+    }
+}
