@@ -7,7 +7,8 @@
 //! get [`Partition::offsets`], [`Partition::read`] bounded by a [`FetchIsolation`] and
 //! [`Partition::append_as_leader`], never the log. Also: opening every log at start-up,
 //! creating, reconfiguring and deleting partition logs as metadata deltas say (it is a
-//! `MetadataListener`; topic existence is the metadata's alone), the retention task.
+//! `MetadataListener`; topic existence is the metadata's alone; a change of the dynamic
+//! broker configs re-resolves every topic's effective config), the retention task.
 //! A high watermark advance is published on the partition's own watch channel, which
 //! parked fetches and acks=all produces wait on (keyed per partition, see `purgatory`).
 //! On a single node the ISR is this broker alone, so the high watermark is the log end

@@ -2,8 +2,9 @@
 //!
 //! Owns: [`MetadataImage`] — an immutable snapshot of the cluster metadata (topics by name
 //! and by id with per-partition replicas, leader, leader epoch and ISR; the producer ids
-//! reserved; the registered brokers with their epochs and fencing; the cluster id and
-//! this node's id) — and [`MetadataRecord`], the closed set
+//! reserved; the registered brokers with their epochs and fencing; the dynamic broker
+//! configs by resource, KIP-226; the cluster id and this node's id) — and
+//! [`MetadataRecord`], the closed set
 //! of changes, applied to an image as one [`MetadataDelta`]. Both are plain values:
 //! applying a delta reads no clock and touches no file, so it is tested with plain values
 //! and replayed the same way at start-up (Kafka's `MetadataImage`, `MetadataDelta` and
