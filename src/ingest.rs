@@ -199,7 +199,8 @@ impl Ingest {
         meta: &TopicMeta,
         records: impl IntoIterator<Item = &'a Record>,
     ) -> Option<(usize, IngestError)> {
-        let settings = produce_settings(&self.topics.config, &meta.configs);
+        let image = self.topics.metadata.image();
+        let settings = produce_settings(&self.topics.config, image.dynamic_layers(), &meta.configs);
         records.into_iter().enumerate().find_map(|(i, r)| {
             refusal(&settings, r).map(|(error, message)| {
                 (
@@ -342,7 +343,10 @@ impl Ingest {
     async fn topic_partitioner(&self, meta: &TopicMeta) -> TopicPartitioner {
         let mut path = String::new();
         let mut config = String::new();
-        for (key, value, _) in effective_topic_configs(&self.topics.config, &meta.configs) {
+        let image = self.topics.metadata.image();
+        for (key, value, _) in
+            effective_topic_configs(&self.topics.config, image.dynamic_layers(), &meta.configs)
+        {
             match key {
                 "partitioner" => path = value.unwrap_or_default(),
                 "partitioner.config" => config = value.unwrap_or_default(),
@@ -459,7 +463,11 @@ impl Ingest {
         };
         let settings = match &target {
             Target::Here(partition) => partition.settings(),
-            Target::Leader(_) => produce_settings(&self.topics.config, &meta.configs),
+            Target::Leader(_) => produce_settings(
+                &self.topics.config,
+                self.topics.metadata.image().dynamic_layers(),
+                &meta.configs,
+            ),
         };
         // Each record's outcome, by position in `indexes`; `None` until decided.
         let mut results: Vec<Option<RecordResult>> = indexes.iter().map(|_| None).collect();

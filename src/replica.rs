@@ -7,7 +7,8 @@
 //! get [`Partition::offsets`], [`Partition::read`] bounded by a [`FetchIsolation`] and
 //! [`Partition::append_as_leader`], never the log. Also: opening every log at start-up,
 //! creating, reconfiguring and deleting partition logs as metadata deltas say (it is a
-//! `MetadataListener`; topic existence is the metadata's alone), the retention task.
+//! `MetadataListener`; topic existence is the metadata's alone; a change of the dynamic
+//! broker configs re-resolves every topic's effective config), the retention task.
 //! A high watermark advance is published on the partition's own watch channel, which
 //! parked fetches and acks=all produces wait on (keyed per partition, see `purgatory`).
 //! On a single node the ISR is this broker alone, so the high watermark is the log end
@@ -39,7 +40,7 @@ use crate::cluster::{
     ListenerError, Metadata, MetadataDelta, MetadataListener, MetadataRecord, PartitionState,
     TopicMeta,
 };
-use crate::config::{BrokerConfig, TOPIC_KEYS};
+use crate::config::{BrokerConfig, DynamicLayers, TOPIC_KEYS};
 use crate::log::checkpoint::{self, HighWatermarks};
 use crate::log::topic_id::Claim;
 use crate::log::{
@@ -49,32 +50,15 @@ use crate::log::{
 };
 use crate::purgatory::Purgatory;
 
-/// Where a topic-level config value came from (DescribeConfigs `config_source`, KIP-226).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConfigSource {
-    /// Set on the topic (DYNAMIC_TOPIC_CONFIG, 1).
-    Topic,
-    /// Set in the broker's file or overrides (STATIC_BROKER_CONFIG, 4).
-    StaticBroker,
-    /// Built-in default (DEFAULT_CONFIG, 5).
-    Default,
-}
+pub use crate::config::ConfigSource;
 
-impl ConfigSource {
-    /// The DescribeConfigs v1+ `config_source` code.
-    pub fn code(self) -> i8 {
-        match self {
-            ConfigSource::Topic => 1,
-            ConfigSource::StaticBroker => 4,
-            ConfigSource::Default => 5,
-        }
-    }
-}
-
-/// The effective value of every topic-level key for a topic: override, else broker value.
-/// Returns `(key, value or None for null, source)` in [`TOPIC_KEYS`] order.
+/// The effective value of every topic-level key for a topic: its override, else the
+/// broker's value through the dynamic layers (per-broker, cluster default) and the static
+/// config ([`BrokerConfig::topic_default_in`]). Returns `(key, value or None for null,
+/// source)` in [`TOPIC_KEYS`] order.
 pub fn effective_topic_configs(
     broker: &BrokerConfig,
+    layers: DynamicLayers<'_>,
     overrides: &BTreeMap<String, String>,
 ) -> Vec<(&'static str, Option<String>, ConfigSource)> {
     TOPIC_KEYS
@@ -83,12 +67,7 @@ pub fn effective_topic_configs(
             if let Some(v) = overrides.get(spec.name) {
                 return (spec.name, Some(v.clone()), ConfigSource::Topic);
             }
-            let (v, set) = broker.topic_default(spec);
-            let source = if set {
-                ConfigSource::StaticBroker
-            } else {
-                ConfigSource::Default
-            };
+            let (v, source) = broker.topic_default_in(layers, spec);
             (spec.name, v, source)
         })
         .collect()
@@ -118,13 +97,15 @@ pub struct ProduceSettings {
 /// partition is chosen (`Ingest::refusal`).
 pub fn produce_settings(
     broker: &BrokerConfig,
+    layers: DynamicLayers<'_>,
     overrides: &BTreeMap<String, String>,
 ) -> ProduceSettings {
-    resolve(broker, overrides).1
+    resolve(broker, layers, overrides).1
 }
 
 fn resolve(
     broker: &BrokerConfig,
+    layers: DynamicLayers<'_>,
     overrides: &BTreeMap<String, String>,
 ) -> (LogConfig, ProduceSettings) {
     let mut log = LogConfig::default();
@@ -135,7 +116,7 @@ fn resolve(
         compression: None,
         min_insync_replicas: 1,
     };
-    for (key, value, _) in effective_topic_configs(broker, overrides) {
+    for (key, value, _) in effective_topic_configs(broker, layers, overrides) {
         let int = value.as_deref().and_then(|v| v.parse::<i64>().ok());
         match key {
             "retention.ms" => log.retention_ms = int.unwrap_or(-1),
@@ -1567,6 +1548,7 @@ fn topic_changes(delta: &MetadataDelta) -> Result<Vec<TopicChange<'_>>, Listener
     let me = after.node_id();
     let mut seen = std::collections::HashSet::new();
     let mut out = Vec::new();
+    let mut dynamic_configs_changed = false;
     for record in delta.records() {
         let id = match record {
             MetadataRecord::TopicCreated(t) => t.id,
@@ -1581,6 +1563,10 @@ fn topic_changes(delta: &MetadataDelta) -> Result<Vec<TopicChange<'_>>, Listener
             | MetadataRecord::BrokerShuttingDown { .. }
             | MetadataRecord::TransformDeployed { .. }
             | MetadataRecord::TransformDeleted { .. } => continue,
+            MetadataRecord::BrokerConfigsChanged { .. } => {
+                dynamic_configs_changed = true;
+                continue;
+            }
         };
         if !seen.insert(id) {
             continue;
@@ -1624,6 +1610,15 @@ fn topic_changes(delta: &MetadataDelta) -> Result<Vec<TopicChange<'_>>, Listener
             }),
             // Created and deleted within the delta: nothing to do here.
             (None, None) => {}
+        }
+    }
+    if dynamic_configs_changed && before.dynamic_layers_differ(after) {
+        // A broker default changed: every topic without an override of its own may have a
+        // new effective config (the topics this delta opens resolve with it already).
+        for t in after.topics() {
+            if !seen.contains(&t.id) {
+                out.push(TopicChange::Reconfigure(t));
+            }
         }
     }
     Ok(out)
@@ -1680,12 +1675,13 @@ impl ReplicaManager {
     /// the partitions it opened stay open: the caller undoes (see [`Self::undo_open`]).
     fn open_partitions(
         &self,
+        layers: DynamicLayers<'_>,
         meta: &TopicMeta,
         from: i32,
         created: &mut Vec<PathBuf>,
     ) -> Result<(), LogError> {
         for index in from..meta.partitions {
-            self.open_partition(meta, index, created)?;
+            self.open_partition(layers, meta, index, created)?;
         }
         Ok(())
     }
@@ -1694,6 +1690,7 @@ impl ReplicaManager {
     /// its replicas, as [`Self::open_partitions`] does for a range.
     fn open_partition(
         &self,
+        layers: DynamicLayers<'_>,
         meta: &TopicMeta,
         index: i32,
         created: &mut Vec<PathBuf>,
@@ -1704,7 +1701,7 @@ impl ReplicaManager {
         else {
             return Ok(());
         };
-        let (log_config, settings) = resolve(&self.broker, &meta.configs);
+        let (log_config, settings) = resolve(&self.broker, layers, &meta.configs);
         let dir = partition_dir(&self.log_dir, &meta.name, index);
         if !dir.exists() {
             // Pushed before opening: a log that fails half way leaves its directory.
@@ -1818,8 +1815,12 @@ impl ReplicaManager {
     ///
     /// Errors: the first [`LogError::InvalidConfig`] (validated configs never produce one;
     /// the partitions before it are already reconfigured).
-    fn reconfigure_topic(&self, meta: &TopicMeta) -> Result<(), LogError> {
-        let (log_config, settings) = resolve(&self.broker, &meta.configs);
+    fn reconfigure_topic(
+        &self,
+        layers: DynamicLayers<'_>,
+        meta: &TopicMeta,
+    ) -> Result<(), LogError> {
+        let (log_config, settings) = resolve(&self.broker, layers, &meta.configs);
         let parts: Vec<Arc<Partition>> = self
             .read()
             .values()
@@ -2172,15 +2173,18 @@ impl Partition {
 impl MetadataListener for ReplicaManager {
     fn prepare(&self, delta: &MetadataDelta) -> Result<(), ListenerError> {
         let changes = topic_changes(delta)?;
+        let layers = delta.after().dynamic_layers();
         let mut created = Vec::new();
         for change in &changes {
             let (meta, opened) = match change {
-                TopicChange::Open { meta, from } => {
-                    (meta, self.open_partitions(meta, *from, &mut created))
-                }
-                TopicChange::Join { meta, index } => {
-                    (meta, self.open_partition(meta, *index, &mut created))
-                }
+                TopicChange::Open { meta, from } => (
+                    meta,
+                    self.open_partitions(layers, meta, *from, &mut created),
+                ),
+                TopicChange::Join { meta, index } => (
+                    meta,
+                    self.open_partition(layers, meta, *index, &mut created),
+                ),
                 TopicChange::Leadership { .. }
                 | TopicChange::Leave { .. }
                 | TopicChange::Reconfigure(_)
@@ -2226,10 +2230,16 @@ impl MetadataListener for ReplicaManager {
                     }
                     continue;
                 }
-                TopicChange::Reconfigure(meta) => self.reconfigure_topic(meta).map_err(|e| {
-                    // Validated configs always resolve to a valid log config: our bug.
-                    ListenerError::new(format!("cannot apply the configs of {}", meta.name), e)
-                }),
+                TopicChange::Reconfigure(meta) => {
+                    self.reconfigure_topic(delta.after().dynamic_layers(), meta)
+                        .map_err(|e| {
+                            // Validated configs always resolve to a valid log config: our bug.
+                            ListenerError::new(
+                                format!("cannot apply the configs of {}", meta.name),
+                                e,
+                            )
+                        })
+                }
                 TopicChange::Close { name, partitions } => {
                     self.delete_topic(name, partitions).map_err(|e| {
                         ListenerError::new(format!("cannot delete the partitions of {name}"), e)
@@ -2557,7 +2567,11 @@ mod tests {
     async fn reads_stop_at_the_high_watermark_and_appends_advance_it() {
         let dir = tempfile::tempdir().unwrap();
         let log = PartitionLog::open(dir.path(), LogConfig::default(), 0).unwrap();
-        let (_, settings) = resolve(&BrokerConfig::defaults(), &BTreeMap::new());
+        let (_, settings) = resolve(
+            &BrokerConfig::defaults(),
+            DynamicLayers::default(),
+            &BTreeMap::new(),
+        );
         let p = Partition::new_replica(
             "t".into(),
             0,
@@ -2641,7 +2655,11 @@ mod tests {
     #[test]
     fn a_restarted_replica_starts_at_its_checkpointed_high_watermark() {
         let dir = tempfile::tempdir().unwrap();
-        let (_, settings) = resolve(&BrokerConfig::defaults(), &BTreeMap::new());
+        let (_, settings) = resolve(
+            &BrokerConfig::defaults(),
+            DynamicLayers::default(),
+            &BTreeMap::new(),
+        );
         let state = PartitionState {
             replicas: vec![1, 2, 3],
             isr: vec![1, 2, 3],
@@ -2696,7 +2714,11 @@ mod tests {
     fn a_joining_follower_holds_the_high_watermark_until_its_change_is_answered() {
         let dir = tempfile::tempdir().unwrap();
         let log = PartitionLog::open(dir.path(), LogConfig::default(), 0).unwrap();
-        let (_, settings) = resolve(&BrokerConfig::defaults(), &BTreeMap::new());
+        let (_, settings) = resolve(
+            &BrokerConfig::defaults(),
+            DynamicLayers::default(),
+            &BTreeMap::new(),
+        );
         let (tx, mut changes) = mpsc::channel(4);
         let state = PartitionState {
             replicas: vec![1, 2, 3],
@@ -2747,7 +2769,11 @@ mod tests {
         use crate::log::batch::testing::BatchSpec;
         let dir = tempfile::tempdir().unwrap();
         let log = PartitionLog::open(dir.path(), LogConfig::default(), 0).unwrap();
-        let (_, settings) = resolve(&BrokerConfig::defaults(), &BTreeMap::new());
+        let (_, settings) = resolve(
+            &BrokerConfig::defaults(),
+            DynamicLayers::default(),
+            &BTreeMap::new(),
+        );
         let state = PartitionState {
             replicas: vec![1, 2],
             isr: vec![1, 2],
@@ -2908,7 +2934,11 @@ mod tests {
     fn only_in_sync_followers_are_read_replica_candidates() {
         let dir = tempfile::tempdir().unwrap();
         let log = PartitionLog::open(dir.path(), LogConfig::default(), 0).unwrap();
-        let (_, settings) = resolve(&BrokerConfig::defaults(), &BTreeMap::new());
+        let (_, settings) = resolve(
+            &BrokerConfig::defaults(),
+            DynamicLayers::default(),
+            &BTreeMap::new(),
+        );
         let state = PartitionState {
             replicas: vec![1, 2, 3],
             isr: vec![1, 2, 3],
@@ -2959,7 +2989,11 @@ mod tests {
                 .unwrap();
             }
         }
-        let (_, settings) = resolve(&BrokerConfig::defaults(), &BTreeMap::new());
+        let (_, settings) = resolve(
+            &BrokerConfig::defaults(),
+            DynamicLayers::default(),
+            &BTreeMap::new(),
+        );
         let state = PartitionState {
             replicas: vec![1, 2],
             isr: vec![1, 2],
@@ -2992,7 +3026,7 @@ mod tests {
     #[test]
     fn resolve_reads_the_cleaner_keys() {
         let broker = BrokerConfig::defaults();
-        let (log, settings) = resolve(&broker, &BTreeMap::new());
+        let (log, settings) = resolve(&broker, DynamicLayers::default(), &BTreeMap::new());
         assert_eq!(log.cleanup_policy, CleanupPolicy::DELETE);
         assert_eq!(log.min_cleanable_dirty_ratio, 0.5);
         assert_eq!(log.delete_retention_ms, 86_400_000);
@@ -3007,11 +3041,47 @@ mod tests {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-        let (log, settings) = resolve(&broker, &overrides);
+        let (log, settings) = resolve(&broker, DynamicLayers::default(), &overrides);
         assert!(log.cleanup_policy.compact && log.cleanup_policy.delete);
         assert_eq!(log.min_cleanable_dirty_ratio, 0.01);
         assert_eq!(log.delete_retention_ms, 1000);
         assert_eq!(log.min_compaction_lag_ms, 2000);
         assert!(settings.require_keys);
+    }
+
+    #[test]
+    fn resolve_follows_the_dynamic_layers_below_a_topic_override() {
+        let map = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let broker = BrokerConfig::load(None, &["log.retention.ms=9000".to_string()]).unwrap();
+        let default = map(&[
+            ("log.retention.ms", "5000"),
+            ("message.max.bytes", "2000"),
+            ("log.cleanup.policy", "compact"),
+        ]);
+        let own = map(&[("message.max.bytes", "1000")]);
+        let layers = DynamicLayers {
+            per_broker: Some(&own),
+            cluster_default: Some(&default),
+        };
+        let (log, settings) = resolve(&broker, layers, &BTreeMap::new());
+        assert_eq!(log.retention_ms, 5000, "dynamic default over static");
+        assert_eq!(settings.max_message_bytes, 1000, "per broker over default");
+        assert!(log.cleanup_policy.compact && !log.cleanup_policy.delete);
+        let (log, settings) = resolve(
+            &broker,
+            layers,
+            &map(&[("retention.ms", "7"), ("cleanup.policy", "")]),
+        );
+        assert_eq!(log.retention_ms, 7, "topic override over everything");
+        assert_eq!(settings.max_message_bytes, 1000);
+        // Kafka 4.1: an empty cleanup.policy is neither delete nor compact.
+        assert!(!log.cleanup_policy.compact && !log.cleanup_policy.delete);
+        let (log, _) = resolve(&broker, DynamicLayers::default(), &BTreeMap::new());
+        assert_eq!(log.retention_ms, 9000, "static without dynamic layers");
     }
 }

@@ -19,6 +19,7 @@ use clap::{Args, Parser, Subcommand};
 mod admin_http;
 mod client;
 mod cluster;
+mod config;
 mod connector;
 mod consume;
 mod elect_leaders;
@@ -74,6 +75,10 @@ enum Command {
     /// describe a cluster (`cluster describe`: brokers and the controller quorum).
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
+    /// Change and describe dynamic broker configs (kafka-configs.sh --entity-type brokers,
+    /// --entity-name N / --entity-default).
+    #[command(subcommand)]
+    Config(config::ConfigCommand),
     /// Describe each broker's log directories: partition sizes and offset lag, as JSON
     /// (kafka-log-dirs.sh).
     #[command(subcommand)]
@@ -123,6 +128,7 @@ pub fn run() -> ExitCode {
         Command::Cluster(cmd) => cluster::run(cmd),
         Command::LogDirs(cmd) => log_dirs::run(cmd),
         Command::Transaction(cmd) => transaction::run(cmd),
+        Command::Config(cmd) => config::run(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -44,7 +44,9 @@ pub(crate) fn unclean_allowed(topic: &TopicMeta, broker_default: bool) -> bool {
 
 /// The `PartitionChanged` records that make every partition of `image` led by an active
 /// ISR member when one exists (else, where [`unclean_allowed`] with `unclean_default`,
-/// by an active replica outside the ISR), with inactive brokers out of the ISR. Empty
+/// by an active replica outside the ISR; the image's dynamic cluster default of
+/// `unclean.leader.election.enable` replaces `unclean_default`), with inactive brokers
+/// out of the ISR. Empty
 /// when nothing needs to change, or when no broker is registered (a store with no
 /// registrations: a single node that predates them).
 pub(crate) fn leadership_changes(
@@ -55,6 +57,12 @@ pub(crate) fn leadership_changes(
         return Vec::new();
     }
     let active = |id: i32| image.broker(id).is_some_and(|b| b.is_active());
+    // The dynamic cluster default (KIP-226) overrides the static value, as Kafka's
+    // controller resolves a topic config (a per-broker value is not the controller's).
+    let unclean_default = image
+        .broker_configs("")
+        .and_then(|c| c.get("unclean.leader.election.enable"))
+        .map_or(unclean_default, |v| v == "true");
     let mut out = Vec::new();
     for topic in image.topics() {
         let unclean = unclean_allowed(topic, unclean_default);
@@ -707,6 +715,37 @@ mod tests {
             &[("unclean.leader.election.enable", "false")],
         );
         assert!(leadership_changes(&topic_off, true).is_empty());
+    }
+
+    #[test]
+    fn the_dynamic_cluster_default_overrides_the_static_unclean_default() {
+        use crate::cluster::image::MetadataDelta;
+        let offline = || vec![state(&[1, 2, 3], &[1], -1)];
+        let default = |value: &str| MetadataRecord::BrokerConfigsChanged {
+            resource: String::new(),
+            configs: [(
+                "unclean.leader.election.enable".to_string(),
+                value.to_string(),
+            )]
+            .into(),
+        };
+        let with = |image: &std::sync::Arc<MetadataImage>, record| {
+            MetadataDelta::apply(image.clone(), vec![record])
+                .unwrap()
+                .after()
+                .clone()
+        };
+        let off = image_of(offline(), &[1], &[]);
+        let on = with(&off, default("true"));
+        assert_eq!(new_state(&leadership_changes(&on, false)[0]).leader, 2);
+        assert!(leadership_changes(&with(&off, default("false")), true).is_empty());
+        // A topic override still wins over the dynamic default.
+        let topic_off = image_of(
+            offline(),
+            &[1],
+            &[("unclean.leader.election.enable", "false")],
+        );
+        assert!(leadership_changes(&with(&topic_off, default("true")), false).is_empty());
     }
 
     #[test]

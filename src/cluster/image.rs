@@ -2,8 +2,9 @@
 //!
 //! Owns: [`MetadataImage`] — an immutable snapshot of the cluster metadata (topics by name
 //! and by id with per-partition replicas, leader, leader epoch and ISR; the producer ids
-//! reserved; the registered brokers with their epochs and fencing; the cluster id and
-//! this node's id) — and [`MetadataRecord`], the closed set
+//! reserved; the registered brokers with their epochs and fencing; the dynamic broker
+//! configs by resource, KIP-226; the cluster id and this node's id) — and
+//! [`MetadataRecord`], the closed set
 //! of changes, applied to an image as one [`MetadataDelta`]. Both are plain values:
 //! applying a delta reads no clock and touches no file, so it is tested with plain values
 //! and replayed the same way at start-up (Kafka's `MetadataImage`, `MetadataDelta` and
@@ -18,6 +19,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
+
+use crate::config::DynamicLayers;
 
 /// One partition's replica assignment and leadership (Kafka's `PartitionRegistration`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -377,6 +380,16 @@ pub enum MetadataRecord {
         /// The deployment's name.
         name: String,
     },
+    /// The dynamic configs of a broker resource replaced as a whole (Kafka: `ConfigRecord`s
+    /// of resource type BROKER, KIP-226): `resource` "" is the cluster default every broker
+    /// applies, "<node id>" one broker's own; an empty map removes them. Keys and values
+    /// were checked by the caller (`config::check_dynamic_change`).
+    BrokerConfigsChanged {
+        /// "" or a node id in decimal.
+        resource: String,
+        /// The new dynamic configs, Kafka names.
+        configs: BTreeMap<String, String>,
+    },
 }
 
 /// A record that does not apply to the image it is applied to. From a caller's records
@@ -397,6 +410,9 @@ pub struct MetadataImage {
     brokers: BTreeMap<i32, BrokerRegistration>,
     /// Transform deployments made through the admin API: name → spec JSON.
     transforms: BTreeMap<String, Arc<str>>,
+    /// Dynamic broker configs (KIP-226) by resource: "" the cluster default, "<id>" one
+    /// broker; never an empty map.
+    broker_configs: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 impl MetadataImage {
@@ -410,6 +426,29 @@ impl MetadataImage {
             producer_ids_reserved_until: 0,
             brokers: BTreeMap::new(),
             transforms: BTreeMap::new(),
+            broker_configs: BTreeMap::new(),
+        }
+    }
+
+    /// The dynamic configs set on broker resource `resource` ("" the cluster default,
+    /// "<id>" one broker); `None` when none is.
+    pub fn broker_configs(&self, resource: &str) -> Option<&BTreeMap<String, String>> {
+        self.broker_configs.get(resource)
+    }
+
+    /// Whether this node's dynamic config layers differ between this image and `other`.
+    pub fn dynamic_layers_differ(&self, other: &MetadataImage) -> bool {
+        let me = self.node_id.to_string();
+        self.broker_configs.get("") != other.broker_configs.get("")
+            || self.broker_configs.get(&me) != other.broker_configs.get(&me)
+    }
+
+    /// The dynamic config layers this node applies: its own resource and the cluster
+    /// default (the precedence is `config::DynamicLayers`'s).
+    pub fn dynamic_layers(&self) -> DynamicLayers<'_> {
+        DynamicLayers {
+            per_broker: self.broker_configs.get(&self.node_id.to_string()),
+            cluster_default: self.broker_configs.get(""),
         }
     }
 
@@ -558,6 +597,12 @@ impl MetadataImage {
                 spec: spec.to_string(),
             });
         }
+        for (resource, configs) in &self.broker_configs {
+            out.push(MetadataRecord::BrokerConfigsChanged {
+                resource: resource.clone(),
+                configs: configs.clone(),
+            });
+        }
         out
     }
 
@@ -640,6 +685,22 @@ impl MetadataImage {
                 out.push(MetadataRecord::TransformDeployed {
                     name: name.clone(),
                     spec: spec.to_string(),
+                });
+            }
+        }
+        for resource in self.broker_configs.keys() {
+            if !after.broker_configs.contains_key(resource) {
+                out.push(MetadataRecord::BrokerConfigsChanged {
+                    resource: resource.clone(),
+                    configs: BTreeMap::new(),
+                });
+            }
+        }
+        for (resource, configs) in &after.broker_configs {
+            if self.broker_configs.get(resource) != Some(configs) {
+                out.push(MetadataRecord::BrokerConfigsChanged {
+                    resource: resource.clone(),
+                    configs: configs.clone(),
                 });
             }
         }
@@ -850,6 +911,19 @@ impl MetadataImage {
                     return Err(ImageError(format!("no transform deployment named {name}")));
                 }
             }
+            MetadataRecord::BrokerConfigsChanged { resource, configs } => {
+                if !resource.is_empty() && resource.parse::<u32>().is_err() {
+                    return Err(ImageError(format!(
+                        "broker config resource {resource:?} is neither \"\" nor a node id"
+                    )));
+                }
+                if configs.is_empty() {
+                    self.broker_configs.remove(resource);
+                } else {
+                    self.broker_configs
+                        .insert(resource.clone(), configs.clone());
+                }
+            }
         }
         Ok(())
     }
@@ -969,6 +1043,36 @@ mod tests {
         assert!(three.topic("orders").is_none());
         assert!(three.topic_by_id(id).is_none());
         assert_eq!(three.topic_count(), 0);
+    }
+
+    #[test]
+    fn broker_configs_are_layers_replayed_and_diffed() {
+        let empty = Arc::new(MetadataImage::empty("c", 7));
+        let set = |resource: &str, pairs: &[(&str, &str)]| MetadataRecord::BrokerConfigsChanged {
+            resource: resource.to_string(),
+            configs: pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        let one = apply(
+            &empty,
+            vec![
+                set("", &[("log.retention.ms", "5")]),
+                set("7", &[("message.max.bytes", "9")]),
+                set("8", &[("message.max.bytes", "10")]),
+            ],
+        );
+        let layers = one.dynamic_layers();
+        assert_eq!(layers.cluster_default.unwrap()["log.retention.ms"], "5");
+        assert_eq!(layers.per_broker.unwrap()["message.max.bytes"], "9");
+        assert!(one.dynamic_layers_differ(&empty));
+        let replayed = apply(&empty, one.to_records());
+        assert_eq!(replayed, one);
+        let two = apply(&one, vec![set("7", &[])]);
+        assert!(two.broker_configs("7").is_none());
+        assert_eq!(apply(&one, one.changes_to(&two)), two);
+        assert!(MetadataDelta::apply(one.clone(), vec![set("x", &[("a", "b")])]).is_err());
     }
 
     #[test]

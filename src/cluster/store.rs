@@ -284,9 +284,10 @@ impl MetadataLog for FileMetadataLog {
                     ))
                 }
                 MetadataRecord::TransformDeployed { .. }
-                | MetadataRecord::TransformDeleted { .. } => {
+                | MetadataRecord::TransformDeleted { .. }
+                | MetadataRecord::BrokerConfigsChanged { .. } => {
                     return Err(MetadataError::Unsupported(
-                        "the single-node metadata file store holds no transform deployments"
+                        "the single-node metadata file store holds no transform deployments nor dynamic broker configs"
                             .to_string(),
                     ))
                 }

@@ -2,19 +2,27 @@
 //!
 //! Owns: the list of every broker key weir understands (name, type, default, one line of
 //! doc, validator), turning a TOML file plus `KEY=VALUE` overrides into a typed
-//! [`BrokerConfig`], and the per-topic keys ([`TOPIC_KEYS`]) with the broker key each one
-//! falls back to, so DescribeConfigs can report a value and its source.
+//! [`BrokerConfig`], and the per-topic keys ([`TOPIC_KEYS`], every Kafka 4.1 `TopicConfig`
+//! key) with the broker key each one falls back to, so DescribeConfigs can report a value
+//! and its source. `dynamic.rs`: which broker keys may change at run time
+//! ([`DYNAMIC_BROKER_KEYS`], KIP-226) and the layer walk (dynamic per-broker > dynamic
+//! cluster default > static > default) over the values the metadata image holds.
 //!
 //! Never does: I/O beyond reading the one file it is given. Key names are Apache Kafka's
 //! (`log.dirs`, `log.segment.bytes`, ...), so a Kafka user's habits carry over; TOML dotted
 //! keys (`log.dirs = "x"`) and quoted keys (`"log.dirs" = "x"`) are the same key.
 
 mod cluster;
+mod dynamic;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub use cluster::{parse_voters, ClusterSettings, ProcessRoles, QuorumVoter};
+pub use dynamic::{
+    broker_synonyms, check_dynamic_change, dynamic_key, ConfigSource, DynamicConfigError,
+    DynamicKeySpec, DynamicLayers, DynamicScope, Synonym, DYNAMIC_BROKER_KEYS,
+};
 
 /// The type of a configuration value, as Kafka's `ConfigDef.Type` names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,6 +174,32 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("plugin.call.timeout.ms", Long, Some("1000"), Some(1), "Deadline of one plugin call (ms); a call past it fails and its instance is replaced."),
     key("partitioner.file", KeyType::String, Some(""), None, "Partitioner component (.wasm path on the broker host) for records the broker routes itself (HTTP produce, transform outputs) on topics that set no `partitioner`; empty: Kafka's default (murmur2 of the key; keyless records spread)."),
     key("partitioner.config", KeyType::String, Some(""), None, "Config passed to that partitioner's open: comma-separated key=value pairs (e.g. field=user_id); values cannot contain commas."),
+    key("log.roll.jitter.ms", Long, None, Some(0), "Most random jitter subtracted from a segment's roll time (ms); overrides log.roll.jitter.hours. Stored and reported only: weir rolls without jitter."),
+    key("log.roll.jitter.hours", Int, Some("0"), Some(0), "As log.roll.jitter.ms, in hours. Stored and reported only."),
+    key("log.cleaner.max.compaction.lag.ms", Long, Some("9223372036854775807"), Some(1), "Longest a record may stay uncompacted (ms; KIP-354). Stored and reported only: weir compacts by min.cleanable.dirty.ratio alone."),
+    key("log.segment.delete.delay.ms", Long, Some("60000"), Some(0), "How long a deleted segment's file waits before removal (ms). Stored and reported only: weir removes segment files at once."),
+    key("compression.gzip.level", Int, Some("-1"), None, "gzip level (-1 or 1..9; KIP-390) for batches the broker re-encodes. Stored and reported only: weir uses the codec's default level."),
+    key("compression.lz4.level", Int, Some("9"), None, "lz4 level (1..17; KIP-390). Stored and reported only."),
+    key("compression.zstd.level", Int, Some("3"), None, "zstd level (-131072..22; KIP-390). Stored and reported only."),
+    key("log.preallocate", Boolean, Some("false"), None, "Preallocate segment files. Stored and reported only: weir never preallocates."),
+    key("log.message.timestamp.before.max.ms", Long, Some("9223372036854775807"), Some(0), "Largest allowed age of a record's CreateTime behind the broker's clock (ms; KIP-937). Stored and reported only: weir accepts any timestamp."),
+    key("log.message.timestamp.after.max.ms", Long, Some("3600000"), Some(0), "Largest allowed lead of a record's CreateTime ahead of the broker's clock (ms; KIP-937, 1 hour since Kafka 4.0). Stored and reported only: weir accepts any timestamp."),
+    key("log.local.retention.ms", Long, Some("-2"), Some(-2), "Tiered storage: local retention (ms; -2: retention.ms; KIP-405). Stored and reported only: weir has no tiered storage."),
+    key("log.local.retention.bytes", Long, Some("-2"), Some(-2), "Tiered storage: local retention (bytes; -2: retention.bytes; KIP-405). Stored and reported only."),
+    key("log.cleaner.threads", Int, Some("1"), Some(0), "Log cleaner threads. Stored and reported only: weir's cleaner runs in the retention task."),
+    key("log.cleaner.dedupe.buffer.size", Long, Some("134217728"), None, "Memory of the cleaner's key map (bytes). Stored and reported only."),
+    key("log.cleaner.io.buffer.size", Int, Some("524288"), Some(0), "Cleaner I/O buffer (bytes). Stored and reported only."),
+    key("log.cleaner.io.buffer.load.factor", Double, Some("0.9"), None, "Load factor of the cleaner's key map. Stored and reported only."),
+    key("log.cleaner.backoff.ms", Long, Some("15000"), Some(0), "How long the cleaner sleeps when nothing needs cleaning (ms). Stored and reported only: weir compacts on log.retention.check.interval.ms."),
+    key("num.io.threads", Int, Some("8"), Some(1), "Request handler threads. Stored and reported only: weir runs requests on its tokio runtime."),
+    key("num.network.threads", Int, Some("3"), Some(1), "Network threads. Stored and reported only: weir runs sockets on its tokio runtime."),
+    key("num.replica.fetchers", Int, Some("1"), Some(1), "Fetcher threads per source broker. Stored and reported only: weir fetches with one task per leader."),
+    key("num.recovery.threads.per.data.dir", Int, Some("2"), Some(1), "Threads recovering logs at start-up. Stored and reported only."),
+    key("background.threads", Int, Some("10"), Some(1), "Background task threads. Stored and reported only."),
+    key("max.connections.per.ip", Int, Some("2147483647"), Some(0), "Most connections from one IP address. Stored and reported only: weir limits only the total (max.connections)."),
+    key("max.connections.per.ip.overrides", KeyType::String, Some(""), None, "Per-IP or per-host overrides of max.connections.per.ip (host:count,...). Stored and reported only."),
+    key("max.connection.creation.rate", Int, Some("2147483647"), Some(0), "Most new connections per second. Stored and reported only."),
+    key("listener.security.protocol.map", KeyType::String, Some("SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT"), None, "Listener name to security protocol (NAME:PROTOCOL,...). Stored and reported only: every weir listener is PLAINTEXT."),
     key("transform.config.dir", KeyType::String, None, None, "Directory of transform deployment TOML files (*.toml), loaded at start and watched; unset: none."),
     key("connect.config.dir", KeyType::String, None, None, "Directory of connector config TOML files (*.toml, Kafka Connect keys), started with the broker and watched (a new, changed or removed file creates, updates or deletes its connector); unset: only connectors created through the REST API."),
     key("connect.plugin.path", KeyType::String, Some("connectors/target/wasm32-wasip2/release"), None, "Directory holding the built-in connector components (file_source.wasm, file_sink.wasm); relative to the working directory."),
@@ -178,136 +212,81 @@ pub const BROKER_KEYS: &[KeySpec] = &[
 pub struct TopicKeySpec {
     /// Topic-level name, e.g. `retention.ms`.
     pub name: &'static str,
-    /// The broker key whose value is the default, e.g. `log.retention.ms`.
-    pub broker_key: &'static str,
+    /// The broker key whose value is the default, e.g. `log.retention.ms` (Kafka's
+    /// `ServerTopicConfigSynonyms`); `None` for the keys without one.
+    pub broker_key: Option<&'static str>,
     /// Value type.
     pub key_type: KeyType,
-    /// One line of documentation.
+    /// Default (as text) of a key without a broker synonym; `None` otherwise (the broker
+    /// key's default applies).
+    pub default: Option<&'static str>,
+    /// Smallest accepted value of a numeric key (Kafka's `ConfigDef.Range.atLeast`).
+    pub min: Option<i64>,
+    /// One line of documentation; a key weir does not act on says so.
     pub doc: &'static str,
 }
 
-/// Topic-level keys accepted by CreateTopics and reported by DescribeConfigs.
+#[allow(clippy::too_many_arguments)]
+const fn tk(
+    name: &'static str,
+    broker_key: Option<&'static str>,
+    key_type: KeyType,
+    default: Option<&'static str>,
+    min: Option<i64>,
+    doc: &'static str,
+) -> TopicKeySpec {
+    TopicKeySpec {
+        name,
+        broker_key,
+        key_type,
+        default,
+        min,
+        doc,
+    }
+}
+
+/// Every topic-level key of Kafka 4.1 (`TopicConfig`), plus weir's `partitioner` keys and
+/// the deprecated `message.format.version` (accepted as Kafka 3.x accepted it). Accepted
+/// by CreateTopics, AlterConfigs and IncrementalAlterConfigs, validated as Kafka's
+/// `LogConfig` validates them, reported by DescribeConfigs. Keys weir does not act on are
+/// stored and reported, and their doc says so.
 pub const TOPIC_KEYS: &[TopicKeySpec] = &[
-    TopicKeySpec {
-        name: "cleanup.policy",
-        broker_key: "log.cleanup.policy",
-        key_type: List,
-        doc: "delete, compact, or both (comma-separated).",
-    },
-    TopicKeySpec {
-        name: "min.cleanable.dirty.ratio",
-        broker_key: "log.cleaner.min.cleanable.ratio",
-        key_type: Double,
-        doc: "Dirty fraction of closed bytes that triggers compaction (0..1).",
-    },
-    TopicKeySpec {
-        name: "delete.retention.ms",
-        broker_key: "log.cleaner.delete.retention.ms",
-        key_type: Long,
-        doc: "How long tombstones survive compaction (ms).",
-    },
-    TopicKeySpec {
-        name: "min.compaction.lag.ms",
-        broker_key: "log.cleaner.min.compaction.lag.ms",
-        key_type: Long,
-        doc: "Records newer than this are not compacted (ms; KIP-58).",
-    },
-    TopicKeySpec {
-        name: "retention.ms",
-        broker_key: "log.retention.ms",
-        key_type: Long,
-        doc: "Delete segments older than this (ms); -1 forever.",
-    },
-    TopicKeySpec {
-        name: "retention.bytes",
-        broker_key: "log.retention.bytes",
-        key_type: Long,
-        doc: "Largest partition size before old segments go; -1 no limit.",
-    },
-    TopicKeySpec {
-        name: "segment.bytes",
-        broker_key: "log.segment.bytes",
-        key_type: Int,
-        doc: "Segment size (bytes).",
-    },
-    TopicKeySpec {
-        name: "segment.ms",
-        broker_key: "log.roll.ms",
-        key_type: Long,
-        doc: "Segment age before a roll (ms).",
-    },
-    TopicKeySpec {
-        name: "segment.index.bytes",
-        broker_key: "log.index.size.max.bytes",
-        key_type: Int,
-        doc: "Largest offset index (bytes).",
-    },
-    TopicKeySpec {
-        name: "index.interval.bytes",
-        broker_key: "log.index.interval.bytes",
-        key_type: Int,
-        doc: "Bytes between offset-index entries.",
-    },
-    TopicKeySpec {
-        name: "max.message.bytes",
-        broker_key: "message.max.bytes",
-        key_type: Int,
-        doc: "Largest record batch (bytes).",
-    },
-    TopicKeySpec {
-        name: "message.timestamp.type",
-        broker_key: "log.message.timestamp.type",
-        key_type: KeyType::String,
-        doc: "CreateTime or LogAppendTime.",
-    },
-    TopicKeySpec {
-        name: "min.insync.replicas",
-        broker_key: "min.insync.replicas",
-        key_type: Int,
-        doc: "Replicas needed for acks=all.",
-    },
-    TopicKeySpec {
-        name: "unclean.leader.election.enable",
-        broker_key: "unclean.leader.election.enable",
-        key_type: Boolean,
-        doc: "Elect a live replica outside the ISR when no ISR member is alive (may lose acknowledged records).",
-    },
-    TopicKeySpec {
-        name: "flush.messages",
-        broker_key: "log.flush.interval.messages",
-        key_type: Long,
-        doc: "fsync after this many records.",
-    },
-    TopicKeySpec {
-        name: "flush.ms",
-        broker_key: "log.flush.interval.ms",
-        key_type: Long,
-        doc: "fsync after this long (ms).",
-    },
-    TopicKeySpec {
-        name: "compression.type",
-        broker_key: "compression.type",
-        key_type: KeyType::String,
-        doc: "producer (batches as sent); a codec is applied only to batches an inline transform re-encodes.",
-    },
-    TopicKeySpec {
-        name: "partitioner",
-        broker_key: "partitioner.file",
-        key_type: KeyType::String,
-        doc: "Partitioner component (.wasm path on the broker host) for records the broker routes itself; empty: murmur2.",
-    },
-    TopicKeySpec {
-        name: "partitioner.config",
-        broker_key: "partitioner.config",
-        key_type: KeyType::String,
-        doc: "Comma-separated key=value pairs passed to the partitioner's open.",
-    },
-    TopicKeySpec {
-        name: "message.format.version",
-        broker_key: "log.message.format.version",
-        key_type: KeyType::String,
-        doc: "Deprecated, ignored (Kafka 3.x ignores it too); stored and reported only.",
-    },
+    tk("cleanup.policy", Some("log.cleanup.policy"), List, None, None, "delete, compact, both (comma-separated), or empty: neither, every record is kept (Kafka 4.1)."),
+    tk("compression.type", Some("compression.type"), KeyType::String, None, None, "producer (batches as sent); a codec is applied only to batches an inline transform re-encodes."),
+    tk("compression.gzip.level", Some("compression.gzip.level"), Int, None, None, "gzip level (-1 or 1..9; KIP-390). Stored and reported only."),
+    tk("compression.lz4.level", Some("compression.lz4.level"), Int, None, None, "lz4 level (1..17; KIP-390). Stored and reported only."),
+    tk("compression.zstd.level", Some("compression.zstd.level"), Int, None, None, "zstd level (-131072..22; KIP-390). Stored and reported only."),
+    tk("delete.retention.ms", Some("log.cleaner.delete.retention.ms"), Long, None, Some(0), "How long tombstones survive compaction (ms)."),
+    tk("file.delete.delay.ms", Some("log.segment.delete.delay.ms"), Long, None, Some(0), "Delay before a deleted segment's file is removed (ms). Stored and reported only: weir removes it at once."),
+    tk("flush.messages", Some("log.flush.interval.messages"), Long, None, Some(1), "fsync after this many records."),
+    tk("flush.ms", Some("log.flush.interval.ms"), Long, None, Some(0), "fsync after this long (ms)."),
+    tk("follower.replication.throttled.replicas", None, List, Some(""), None, "Replicas throttled on the follower side (partition:broker,... or *). Stored and reported only: weir does not throttle replication."),
+    tk("index.interval.bytes", Some("log.index.interval.bytes"), Int, None, Some(0), "Bytes between offset-index entries."),
+    tk("leader.replication.throttled.replicas", None, List, Some(""), None, "Replicas throttled on the leader side (partition:broker,... or *). Stored and reported only: weir does not throttle replication."),
+    tk("local.retention.bytes", Some("log.local.retention.bytes"), Long, None, Some(-2), "Tiered storage local retention (bytes; -2: retention.bytes). Stored and reported only: weir has no tiered storage."),
+    tk("local.retention.ms", Some("log.local.retention.ms"), Long, None, Some(-2), "Tiered storage local retention (ms; -2: retention.ms). Stored and reported only."),
+    tk("max.compaction.lag.ms", Some("log.cleaner.max.compaction.lag.ms"), Long, None, Some(1), "Longest a record stays uncompacted (ms; KIP-354). Stored and reported only."),
+    tk("max.message.bytes", Some("message.max.bytes"), Int, None, Some(0), "Largest record batch (bytes)."),
+    tk("message.format.version", Some("log.message.format.version"), KeyType::String, None, None, "Deprecated, ignored (Kafka 3.x ignores it too); stored and reported only."),
+    tk("message.timestamp.after.max.ms", Some("log.message.timestamp.after.max.ms"), Long, None, Some(0), "Largest lead of a CreateTime over the broker's clock (ms; KIP-937). Stored and reported only: weir accepts any timestamp."),
+    tk("message.timestamp.before.max.ms", Some("log.message.timestamp.before.max.ms"), Long, None, Some(0), "Largest age of a CreateTime behind the broker's clock (ms; KIP-937). Stored and reported only."),
+    tk("message.timestamp.type", Some("log.message.timestamp.type"), KeyType::String, None, None, "CreateTime or LogAppendTime."),
+    tk("min.cleanable.dirty.ratio", Some("log.cleaner.min.cleanable.ratio"), Double, None, None, "Dirty fraction of closed bytes that triggers compaction (0..1)."),
+    tk("min.compaction.lag.ms", Some("log.cleaner.min.compaction.lag.ms"), Long, None, Some(0), "Records newer than this are not compacted (ms; KIP-58)."),
+    tk("min.insync.replicas", Some("min.insync.replicas"), Int, None, Some(1), "Replicas needed for acks=all."),
+    tk("preallocate", Some("log.preallocate"), Boolean, None, None, "Preallocate segment files. Stored and reported only."),
+    tk("remote.log.copy.disable", None, Boolean, Some("false"), None, "Tiered storage: stop copying segments to remote storage (KIP-950). Stored and reported only."),
+    tk("remote.log.delete.on.disable", None, Boolean, Some("false"), None, "Tiered storage: delete remote segments when disabling it (KIP-950). Stored and reported only."),
+    tk("remote.storage.enable", None, Boolean, Some("false"), None, "Tiered storage (KIP-405); weir has none, so true is refused as Kafka refuses it on a broker without remote.log.storage.system.enable."),
+    tk("retention.bytes", Some("log.retention.bytes"), Long, None, Some(-1), "Largest partition size before old segments go; -1 no limit."),
+    tk("retention.ms", Some("log.retention.ms"), Long, None, Some(-1), "Delete segments older than this (ms); -1 forever."),
+    tk("segment.bytes", Some("log.segment.bytes"), Int, None, Some(14), "Segment size (bytes)."),
+    tk("segment.index.bytes", Some("log.index.size.max.bytes"), Int, None, Some(4), "Largest offset index (bytes)."),
+    tk("segment.jitter.ms", Some("log.roll.jitter.ms"), Long, None, Some(0), "Random jitter subtracted from segment.ms (ms). Stored and reported only."),
+    tk("segment.ms", Some("log.roll.ms"), Long, None, Some(1), "Segment age before a roll (ms)."),
+    tk("unclean.leader.election.enable", Some("unclean.leader.election.enable"), Boolean, None, None, "Elect a live replica outside the ISR when no ISR member is alive (may lose acknowledged records)."),
+    tk("partitioner", Some("partitioner.file"), KeyType::String, None, None, "Partitioner component (.wasm path on the broker host) for records the broker routes itself; empty: murmur2."),
+    tk("partitioner.config", Some("partitioner.config"), KeyType::String, None, None, "Comma-separated key=value pairs passed to the partitioner's open."),
 ];
 
 /// A configuration error: names the key and says what is wrong.
@@ -588,11 +567,37 @@ pub fn check_value(
         "log.cleaner.io.max.bytes.per.second" if !value.parse::<f64>().is_ok_and(|x| x > 0.0) => {
             return Err(bad(format!("`{value}` is not a positive number")));
         }
+        // Kafka 4.1 accepts an empty list: neither delete nor compact, keep everything.
         "log.cleanup.policy" | "cleanup.policy" => {
-            for p in value.split(',') {
-                if !matches!(p.trim(), "delete" | "compact") {
+            for p in list_items(value) {
+                if !matches!(p, "delete" | "compact") {
                     return Err(bad(format!("`{p}` is not delete or compact")));
                 }
+            }
+        }
+        "compression.gzip.level" | "compression.lz4.level" | "compression.zstd.level" => {
+            let n: i64 = value.parse().unwrap_or(i64::MIN);
+            let ok = match key {
+                "compression.gzip.level" => n == -1 || (1..=9).contains(&n),
+                "compression.lz4.level" => (1..=17).contains(&n),
+                _ => (-131_072..=22).contains(&n),
+            };
+            if !ok {
+                return Err(bad(format!(
+                    "`{value}` is outside the codec's levels (gzip -1 or 1..9, lz4 1..17, zstd -131072..22)"
+                )));
+            }
+        }
+        "leader.replication.throttled.replicas" | "follower.replication.throttled.replicas" => {
+            let pair = |p: &str| {
+                p.split_once(':').is_some_and(|(a, b)| {
+                    a.trim().parse::<u32>().is_ok() && b.trim().parse::<u32>().is_ok()
+                })
+            };
+            if value.trim() != "*" && !list_items(value).all(pair) {
+                return Err(bad(format!(
+                    "`{value}` must be the literal '*' or a list of replicas in the following format: [partitionId]:[brokerId],[partitionId]:[brokerId],..."
+                )));
             }
         }
         "partitioner.config" => {
@@ -1009,44 +1014,15 @@ impl BrokerConfig {
         BrokerConfig::from_raw(raw)
     }
 
-    /// The broker-level default of a topic key, with Kafka's fallbacks for the keys with
-    /// several spellings (`log.retention.ms` > `.minutes` > `.hours`, `log.roll.ms` >
-    /// `.hours`). Returns the value as text (`None`: null) and whether it was set
-    /// explicitly (DescribeConfigs source STATIC_BROKER_CONFIG vs DEFAULT_CONFIG).
+    /// The broker-level default of a topic key from the static config alone (no dynamic
+    /// layer), with Kafka's fallbacks for the keys with several spellings
+    /// (`log.retention.ms` > `.minutes` > `.hours`, `log.roll.ms` > `.hours`). Returns
+    /// the value as text (`None`: null) and whether it was set explicitly (source
+    /// STATIC_BROKER_CONFIG vs DEFAULT_CONFIG). See [`Self::topic_default_in`] for the
+    /// dynamic layers.
     pub fn topic_default(&self, topic_key: &TopicKeySpec) -> (Option<String>, bool) {
-        let raw = &self.raw;
-        match topic_key.broker_key {
-            "log.retention.ms" => {
-                if let Some(v) = raw.get("log.retention.ms") {
-                    return (Some(v.to_string()), true);
-                }
-                if let Some(v) = raw.get("log.retention.minutes") {
-                    let m: i64 = v.parse().unwrap_or(-1);
-                    return (Some(if m < 0 { -1 } else { m * 60_000 }.to_string()), true);
-                }
-                let set = raw.get("log.retention.hours").is_some();
-                let h: i64 = raw
-                    .value("log.retention.hours")
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(168);
-                (
-                    Some(if h < 0 { -1 } else { h * 3_600_000 }.to_string()),
-                    set,
-                )
-            }
-            "log.roll.ms" => {
-                if let Some(v) = raw.get("log.roll.ms") {
-                    return (Some(v.to_string()), true);
-                }
-                let set = raw.get("log.roll.hours").is_some();
-                let h: i64 = raw
-                    .value("log.roll.hours")
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(168);
-                (Some((h * 3_600_000).to_string()), set)
-            }
-            other => (raw.value(other), raw.get(other).is_some()),
-        }
+        let (value, source) = self.topic_default_in(DynamicLayers::default(), topic_key);
+        (value, source == ConfigSource::StaticBroker)
     }
 }
 
@@ -1241,6 +1217,106 @@ mod tests {
             assert!(e.to_string().contains("partitioner.config"), "{e}");
         }
         check_value("partitioner.config", KeyType::String, None, "").unwrap();
+    }
+
+    /// Every Kafka 4.1 topic key is known, and each family is checked as Kafka's
+    /// `LogConfig` checks it: ranges, enumerations, lists.
+    #[test]
+    fn topic_keys_are_kafkas_and_validated_by_family() {
+        for name in [
+            "cleanup.policy",
+            "compression.type",
+            "compression.gzip.level",
+            "compression.lz4.level",
+            "compression.zstd.level",
+            "delete.retention.ms",
+            "file.delete.delay.ms",
+            "flush.messages",
+            "flush.ms",
+            "follower.replication.throttled.replicas",
+            "index.interval.bytes",
+            "leader.replication.throttled.replicas",
+            "local.retention.bytes",
+            "local.retention.ms",
+            "max.compaction.lag.ms",
+            "max.message.bytes",
+            "message.timestamp.after.max.ms",
+            "message.timestamp.before.max.ms",
+            "message.timestamp.type",
+            "min.cleanable.dirty.ratio",
+            "min.compaction.lag.ms",
+            "min.insync.replicas",
+            "preallocate",
+            "remote.log.copy.disable",
+            "remote.log.delete.on.disable",
+            "remote.storage.enable",
+            "retention.bytes",
+            "retention.ms",
+            "segment.bytes",
+            "segment.index.bytes",
+            "segment.jitter.ms",
+            "segment.ms",
+            "unclean.leader.election.enable",
+        ] {
+            let spec = topic_key(name).unwrap_or_else(|| panic!("{name} unknown"));
+            if let Some(b) = spec.broker_key {
+                assert!(
+                    broker_key(b).is_some(),
+                    "{name}'s synonym {b} is not a broker key"
+                );
+            } else {
+                assert!(
+                    spec.default.is_some(),
+                    "{name} has neither synonym nor default"
+                );
+            }
+        }
+        let check = |k: &str, v: &str| {
+            let spec = topic_key(k).unwrap();
+            check_value(k, spec.key_type, spec.min, v)
+        };
+        let ok = [
+            ("retention.ms", "-1"),
+            ("local.retention.ms", "-2"),
+            ("file.delete.delay.ms", "0"),
+            ("max.compaction.lag.ms", "1"),
+            ("compression.gzip.level", "-1"),
+            ("compression.gzip.level", "9"),
+            ("compression.lz4.level", "17"),
+            ("compression.zstd.level", "-131072"),
+            ("cleanup.policy", ""),
+            ("cleanup.policy", "compact,delete"),
+            ("preallocate", "true"),
+            ("leader.replication.throttled.replicas", "*"),
+            ("follower.replication.throttled.replicas", "0:1, 1:2"),
+            ("follower.replication.throttled.replicas", ""),
+            ("message.timestamp.type", "LogAppendTime"),
+            ("segment.jitter.ms", "0"),
+        ];
+        for (k, v) in ok {
+            check(k, v).unwrap_or_else(|e| panic!("{k}={v}: {e}"));
+        }
+        let bad = [
+            ("retention.ms", "-2"),
+            ("local.retention.bytes", "-3"),
+            ("file.delete.delay.ms", "-1"),
+            ("max.compaction.lag.ms", "0"),
+            ("compression.gzip.level", "0"),
+            ("compression.gzip.level", "10"),
+            ("compression.lz4.level", "18"),
+            ("compression.zstd.level", "23"),
+            ("cleanup.policy", "delete,keep"),
+            ("preallocate", "yes"),
+            ("leader.replication.throttled.replicas", "0-1"),
+            ("message.timestamp.type", "Now"),
+            ("segment.ms", "0"),
+            ("max.message.bytes", "2147483648"),
+            ("min.cleanable.dirty.ratio", "1.1"),
+        ];
+        for (k, v) in bad {
+            let e = check(k, v).expect_err(&format!("{k}={v} accepted"));
+            assert!(e.to_string().contains(k), "{e}");
+        }
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! AlterConfigs (key 33), v0–v2. Protocol guide "AlterConfigs"; KIP-133 (the API),
-//! KIP-226 (dynamic broker configs, not supported here).
+//! KIP-226 (dynamic broker configs).
 //!
 //! Topic resources (type 2): the request's configs *replace* the topic's whole set of
 //! overrides, as Kafka does for this non-incremental API — a key not listed reverts to the
@@ -8,11 +8,18 @@
 //! nothing. The new set is persisted and applied to the live partitions at once (produce
 //! settings now; log roll, retention and flush settings from their next use).
 //!
-//! Broker resources (type 4) are refused: weir's broker configs are static.
+//! Broker resources (type 4, KIP-226): name "" is the cluster default every broker
+//! applies, "<this node id>" this broker alone. The request's configs replace that
+//! resource's whole set of dynamic configs; each key must be dynamic
+//! (`config::DYNAMIC_BROKER_KEYS`, per-broker keys such as `listeners` only on a broker)
+//! with a valid value. The set is a metadata record (`cluster`), so every broker sees the
+//! cluster default and a restart keeps it; topics without an override of their own
+//! follow the log-level keys at once.
 //!
 //! Errors returned per resource: UNKNOWN_TOPIC_OR_PARTITION (3), INVALID_CONFIG (40),
-//! INVALID_REQUEST (42) for a broker resource, another resource type or a resource named
-//! twice, UNKNOWN_SERVER_ERROR (-1) when the metadata cannot be written.
+//! INVALID_REQUEST (42) for a read-only, unknown or invalid broker key (Kafka answers
+//! INVALID_REQUEST there too, KAFKA-13609), another broker's id, another resource type or
+//! a resource named twice, UNKNOWN_SERVER_ERROR (-1) when the metadata cannot be written.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -22,6 +29,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::Context;
+use crate::config::check_dynamic_change;
 use crate::topics::{self, TopicError};
 
 /// Resource type: topic.
@@ -29,12 +37,8 @@ pub(super) const TOPIC: i8 = 2;
 /// Resource type: broker.
 pub(super) const BROKER: i8 = 4;
 
-/// Why a broker resource is refused (AlterConfigs and IncrementalAlterConfigs).
-pub(super) const STATIC_BROKER_CONFIGS: &str = "Broker configs are static in weir: set them \
-     in the config file or with --override and restart the broker.";
-
-/// The error for a resource other than a topic, or a topic resource named twice; `None`
-/// when the resource may be altered.
+/// The error for a resource other than a topic or a broker, or a resource named twice;
+/// `None` when the resource may be altered.
 pub(super) fn refused_resource(
     resource_type: i8,
     name: &str,
@@ -47,16 +51,42 @@ pub(super) fn refused_resource(
         ));
     }
     match resource_type {
-        TOPIC => None,
-        BROKER => Some(TopicError::new(
-            ResponseError::InvalidRequest,
-            STATIC_BROKER_CONFIGS,
-        )),
+        TOPIC | BROKER => None,
         other => Some(TopicError::new(
             ResponseError::InvalidRequest,
             format!("Unsupported resource type {other}."),
         )),
     }
+}
+
+/// Replaces the dynamic configs of broker resource `name` ("" or this node's id) with
+/// what `f` computes from the current ones, after checking them
+/// ([`check_dynamic_change`]). Shared by AlterConfigs and IncrementalAlterConfigs.
+///
+/// Errors: INVALID_REQUEST (42) for another broker's id or a key refused (Kafka's
+/// `ConfigAdminManager` wording), whatever `f` returns, UNKNOWN_SERVER_ERROR (-1) when
+/// the metadata cannot be written.
+pub(super) fn alter_broker(
+    ctx: &Context,
+    name: &str,
+    validate_only: bool,
+    f: impl FnOnce(&BTreeMap<String, String>) -> Result<BTreeMap<String, String>, TopicError>,
+) -> Result<(), TopicError> {
+    let me = ctx.metadata.image().node_id();
+    if !name.is_empty() && name != me.to_string() {
+        return Err(TopicError::new(
+            ResponseError::InvalidRequest,
+            format!("Unexpected broker id, expected {me}, but received {name}"),
+        ));
+    }
+    let per_broker = !name.is_empty();
+    ctx.metadata
+        .alter_broker_configs(name, validate_only, |current| {
+            let next = f(current)?;
+            check_dynamic_change(&next, per_broker)
+                .map_err(|e| TopicError::new(ResponseError::InvalidRequest, e.to_string()))?;
+            Ok(next)
+        })
 }
 
 /// The Kafka error code and message of a resource's outcome.
@@ -92,7 +122,13 @@ pub(super) fn handle(
                                 .map(|v| (c.name.as_str().to_string(), v.as_str().to_string()))
                         })
                         .collect();
-                    topics::alter_configs(&ctx.topics, name, request.validate_only, |_| Ok(configs))
+                    if r.resource_type == BROKER {
+                        alter_broker(ctx, name, request.validate_only, |_| Ok(configs))
+                    } else {
+                        topics::alter_configs(&ctx.topics, name, request.validate_only, |_| {
+                            Ok(configs)
+                        })
+                    }
                 }
             };
             let (code, message) = outcome(result);

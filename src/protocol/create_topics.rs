@@ -52,7 +52,12 @@ pub(super) fn handle(
                         .with_num_partitions(meta.partitions)
                         .with_replication_factor(meta.replication_factor);
                     if version >= 5 {
-                        let configs = effective_topic_configs(&ctx.config, &meta.configs)
+                        let image = ctx.metadata.image();
+                        let configs = effective_topic_configs(
+                            &ctx.config,
+                            image.dynamic_layers(),
+                            &meta.configs,
+                        )
                             .into_iter()
                             .map(|(k, v, source)| {
                                 CreatableTopicConfigs::default()

@@ -3,11 +3,16 @@
 //!
 //! Topics and this broker's id are read from this broker's metadata image, as a Kafka
 //! broker answers from its metadata cache: nothing waits for the controller quorum, so
-//! it answers while the quorum elects a leader. Topic resources (type
-//! 2) report every topic-level key with its effective value and
-//! source (DYNAMIC_TOPIC_CONFIG when set on the topic, else the broker's STATIC_BROKER_CONFIG
-//! or DEFAULT_CONFIG); broker resources (type 4, name = this node id or empty) report every
-//! broker key. `configuration_keys` filters; synonyms list the broker key behind a topic key.
+//! it answers while the quorum elects a leader. Topic resources (type 2) report every
+//! topic-level key (`config::TOPIC_KEYS`, Kafka 4.1's) with its effective value and
+//! source: DYNAMIC_TOPIC_CONFIG (1) when set on the topic, else its broker synonym's
+//! layer — DYNAMIC_BROKER_CONFIG (2), DYNAMIC_DEFAULT_BROKER_CONFIG (3),
+//! STATIC_BROKER_CONFIG (4) or DEFAULT_CONFIG (5). Broker resources (type 4), as Kafka's
+//! `ConfigHelper`: name "" lists the dynamic cluster defaults (source 3); name = this node
+//! id lists every broker key with the value in force, `read_only` false exactly for the
+//! dynamic keys (`config::DYNAMIC_BROKER_KEYS`). `configuration_keys` filters; synonyms
+//! (when asked) follow Kafka's order: the topic override, then every spelling of the
+//! broker key per layer (dynamic per-broker, dynamic default, static, default).
 //!
 //! Errors returned per resource: UNKNOWN_TOPIC_OR_PARTITION (3), INVALID_REQUEST (42) for
 //! another broker's id or an unsupported resource type.
@@ -19,7 +24,9 @@ use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::config::{topic_key, BROKER_KEYS};
+use crate::config::{
+    broker_key, dynamic_key, topic_key, DynamicLayers, KeyType, Synonym, BROKER_KEYS,
+};
 use crate::replica::{effective_topic_configs, ConfigSource};
 
 use super::Context;
@@ -33,6 +40,54 @@ fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
 }
 
+/// The wire form of `synonyms`.
+fn wire_synonyms(synonyms: &[Synonym]) -> Vec<DescribeConfigsSynonym> {
+    synonyms
+        .iter()
+        .map(|syn| {
+            DescribeConfigsSynonym::default()
+                .with_name(s(syn.name))
+                .with_value(syn.value.as_deref().map(s))
+                .with_source(syn.source.code())
+        })
+        .collect()
+}
+
+/// What one config entry says, before it is put on the wire.
+struct Entry<'a> {
+    name: &'a str,
+    value: Option<String>,
+    source: ConfigSource,
+    read_only: bool,
+    key_type: Option<KeyType>,
+    doc: Option<&'static str>,
+    synonyms: Vec<Synonym>,
+}
+
+fn entry(
+    e: Entry<'_>,
+    version: i16,
+    request: &DescribeConfigsRequest,
+) -> DescribeConfigsResourceResult {
+    let mut out = DescribeConfigsResourceResult::default()
+        .with_name(s(e.name))
+        .with_value(e.value.as_deref().map(s))
+        .with_read_only(e.read_only)
+        .with_config_source(e.source.code());
+    if version >= 3 {
+        if let Some(t) = e.key_type {
+            out = out.with_config_type(t.describe_configs_code());
+        }
+        if request.include_documentation {
+            out = out.with_documentation(e.doc.map(s));
+        }
+    }
+    if request.include_synonyms {
+        out = out.with_synonyms(wire_synonyms(&e.synonyms));
+    }
+    out
+}
+
 /// Handles a DescribeConfigs request.
 pub(super) fn handle(
     ctx: &Context,
@@ -40,9 +95,10 @@ pub(super) fn handle(
     version: i16,
 ) -> DescribeConfigsResponse {
     let image = ctx.metadata.image();
+    let layers = image.dynamic_layers();
     let results = request
         .resources
-        .into_iter()
+        .iter()
         .map(|r| {
             let wanted = |k: &str| {
                 r.configuration_keys
@@ -60,56 +116,66 @@ pub(super) fn handle(
                             .with_error_code(ResponseError::UnknownTopicOrPartition.code())
                             .with_error_message(Some(s("The topic does not exist.")));
                     };
-                    let configs = effective_topic_configs(&ctx.config, &meta.configs)
+                    let configs = effective_topic_configs(&ctx.config, layers, &meta.configs)
                         .into_iter()
                         .filter(|(k, _, _)| wanted(k))
                         .map(|(k, v, source)| {
                             let spec = topic_key(k);
-                            let mut e = DescribeConfigsResourceResult::default()
-                                .with_name(s(k))
-                                .with_value(v.as_deref().map(s))
-                                .with_config_source(source.code());
-                            if version >= 3 {
-                                if let Some(spec) = spec {
-                                    e = e.with_config_type(spec.key_type.describe_configs_code());
-                                    if request.include_documentation {
-                                        e = e.with_documentation(Some(s(spec.doc)));
-                                    }
-                                }
+                            let mut synonyms = Vec::new();
+                            if source == ConfigSource::Topic {
+                                synonyms.push(Synonym {
+                                    name: k,
+                                    value: v.clone(),
+                                    source,
+                                });
                             }
-                            if request.include_synonyms {
-                                let mut syn = Vec::new();
-                                if source == ConfigSource::Topic {
-                                    syn.push(
-                                        DescribeConfigsSynonym::default()
-                                            .with_name(s(k))
-                                            .with_value(v.as_deref().map(s))
-                                            .with_source(ConfigSource::Topic.code()),
-                                    );
-                                }
-                                if let Some(spec) = spec {
-                                    let (bv, set) = ctx.config.topic_default(spec);
-                                    let src = if set {
-                                        ConfigSource::StaticBroker
-                                    } else {
-                                        ConfigSource::Default
-                                    };
-                                    syn.push(
-                                        DescribeConfigsSynonym::default()
-                                            .with_name(s(spec.broker_key))
-                                            .with_value(bv.as_deref().map(s))
-                                            .with_source(src.code()),
-                                    );
-                                }
-                                e = e.with_synonyms(syn);
+                            if let Some(broker) = spec.and_then(|t| t.broker_key) {
+                                synonyms.extend(ctx.config.synonyms(layers, broker));
                             }
-                            e
+                            let e = Entry {
+                                name: k,
+                                value: v,
+                                source,
+                                read_only: false,
+                                key_type: spec.map(|t| t.key_type),
+                                doc: spec.map(|t| t.doc),
+                                synonyms,
+                            };
+                            entry(e, version, &request)
+                        })
+                        .collect();
+                    out.with_configs(configs)
+                }
+                // Kafka's `ConfigHelper`: "" lists the cluster defaults set dynamically;
+                // "<this node id>" lists every key with its value in force.
+                BROKER if name.is_empty() => {
+                    let defaults = DynamicLayers {
+                        per_broker: None,
+                        cluster_default: layers.cluster_default,
+                    };
+                    let configs = layers
+                        .cluster_default
+                        .into_iter()
+                        .flatten()
+                        .filter(|(k, _)| wanted(k))
+                        .map(|(k, v)| {
+                            let spec = broker_key(k);
+                            let e = Entry {
+                                name: k,
+                                value: Some(v.clone()),
+                                source: ConfigSource::DynamicDefaultBroker,
+                                read_only: dynamic_key(k).is_none(),
+                                key_type: spec.map(|k| k.key_type),
+                                doc: spec.map(|k| k.doc),
+                                synonyms: own_synonyms(ctx, defaults, k),
+                            };
+                            entry(e, version, &request)
                         })
                         .collect();
                     out.with_configs(configs)
                 }
                 BROKER => {
-                    if !name.is_empty() && name != image.node_id().to_string() {
+                    if name != image.node_id().to_string() {
                         return out
                             .with_error_code(ResponseError::InvalidRequest.code())
                             .with_error_message(Some(s("This broker's id is not that one.")));
@@ -118,30 +184,21 @@ pub(super) fn handle(
                         .iter()
                         .filter(|k| wanted(k.name))
                         .map(|k| {
-                            let set = ctx.config.raw.get(k.name).is_some();
-                            let src = if set {
-                                ConfigSource::StaticBroker
-                            } else {
-                                ConfigSource::Default
+                            let synonyms = own_synonyms(ctx, layers, k.name);
+                            let (value, source) = match synonyms.first() {
+                                Some(first) => (first.value.clone(), first.source),
+                                None => (ctx.config.raw.value(k.name), ConfigSource::Default),
                             };
-                            let mut e = DescribeConfigsResourceResult::default()
-                                .with_name(s(k.name))
-                                .with_value(ctx.config.raw.value(k.name).as_deref().map(s))
-                                .with_read_only(true)
-                                .with_config_source(src.code());
-                            if version >= 3 {
-                                e = e.with_config_type(k.key_type.describe_configs_code());
-                                if request.include_documentation {
-                                    e = e.with_documentation(Some(s(k.doc)));
-                                }
-                            }
-                            if request.include_synonyms {
-                                e = e.with_synonyms(vec![DescribeConfigsSynonym::default()
-                                    .with_name(s(k.name))
-                                    .with_value(ctx.config.raw.value(k.name).as_deref().map(s))
-                                    .with_source(src.code())]);
-                            }
-                            e
+                            let e = Entry {
+                                name: k.name,
+                                value,
+                                source,
+                                read_only: dynamic_key(k.name).is_none(),
+                                key_type: Some(k.key_type),
+                                doc: Some(k.doc),
+                                synonyms,
+                            };
+                            entry(e, version, &request)
                         })
                         .collect();
                     out.with_configs(configs)
@@ -153,4 +210,15 @@ pub(super) fn handle(
         })
         .collect();
     DescribeConfigsResponse::default().with_results(results)
+}
+
+/// The synonyms of broker key `key` from the first one named `key` on (Kafka drops the
+/// entries of its other spellings that come first: `log.retention.hours` set statically
+/// is not the source of `log.retention.ms`'s entry).
+fn own_synonyms(ctx: &Context, layers: DynamicLayers<'_>, key: &str) -> Vec<Synonym> {
+    ctx.config
+        .synonyms(layers, key)
+        .into_iter()
+        .skip_while(|syn| syn.name != key)
+        .collect()
 }

@@ -30,6 +30,7 @@ mod connect_state;
 mod crash;
 mod delete_records;
 mod duplicate_registration;
+mod dynamic_configs;
 mod fetch;
 mod follower_fetch;
 mod fuzz_frames;
