@@ -12,7 +12,8 @@
 #     real brokers;
 #  4. runs librdkafka's own integration tests on the allow-lists (tests/compat/): the
 #     default scenario, then, side by side, `noautocreate` against a broker without
-#     auto-creation and the 3-broker list against a cluster of three weir nodes.
+#     auto-creation and the 3-broker lists against clusters of three weir nodes (one
+#     without auto-creation, one with it for the default-scenario list).
 #
 # CARGO_TARGET_DIR defaults to /var/tmp/weir-target so a second run on the same machine
 # reuses the build (a fresh clone otherwise rebuilds wasmtime-sized dependencies).
@@ -210,6 +211,13 @@ start_lrk_cluster "$lrk_three" 3 --override auto.create.topics.enable=false \
     --override default.replication.factor=3 \
     --override replica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector
 lrk_three_boot="$lrk_boot"
+# the default-scenario tests that need three brokers get a cluster of their own, with
+# auto-creation on as in that scenario (0103_transactions produces to topics it never
+# creates); it idles until the noautocreate list is done
+lrk_three_auto="$(mktemp -d /tmp/weir-lrk.XXXXXX)"
+start_lrk_cluster "$lrk_three_auto" 3 --override default.replication.factor=3 \
+    --override replica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector
+lrk_three_auto_boot="$lrk_boot"
 lrk_out="$(mktemp -d /tmp/weir-lrk-out.XXXXXX)"
 lrk_dirs+=("$lrk_out")
 (run_lrk_suite "$lrk_noauto" "$lrk_noauto_boot" TEST_SCENARIO=noautocreate \
@@ -217,13 +225,13 @@ lrk_dirs+=("$lrk_out")
     LRK_LOG_DIR="$lrk_noauto/lrk-logs") >"$lrk_out/noauto" 2>&1 &
 lrk_noauto_job=$!
 lrk_jobs+=("$lrk_noauto_job")
-# then, on the same cluster, the default-scenario tests that need three brokers
+# then, on the second cluster, the default-scenario tests that need three brokers
 (run_lrk_suite "$lrk_three" "$lrk_three_boot" TEST_SCENARIO=noautocreate \
     LRK_ALLOWLIST=tests/compat/librdkafka-allowlist-3brokers.txt \
     LRK_LOG_DIR="$lrk_three/lrk-logs" LRK_PARALLEL=2 &&
-    run_lrk_suite "$lrk_three" "$lrk_three_boot" \
+    run_lrk_suite "$lrk_three_auto" "$lrk_three_auto_boot" \
         LRK_ALLOWLIST=tests/compat/librdkafka-allowlist-3brokers-default.txt \
-        LRK_LOG_DIR="$lrk_three/lrk-logs-default") >"$lrk_out/three" 2>&1 &
+        LRK_LOG_DIR="$lrk_three_auto/lrk-logs-default") >"$lrk_out/three" 2>&1 &
 lrk_three_job=$!
 lrk_jobs+=("$lrk_three_job")
 lrk_failed=0
@@ -232,7 +240,7 @@ wait "$lrk_three_job" || lrk_failed=$((lrk_failed + 2))
 lrk_jobs=()  # done: their pids may be reused
 echo "--- scenario noautocreate, 1 broker ($lrk_noauto_boot)"
 cat "$lrk_out/noauto"
-echo "--- 3 brokers ($lrk_three_boot)"
+echo "--- 3 brokers ($lrk_three_boot; default scenario: $lrk_three_auto_boot)"
 cat "$lrk_out/three"
 case "$lrk_failed" in
     0) ;;
