@@ -83,7 +83,7 @@ enum Command {
     /// (kafka-log-dirs.sh).
     #[command(subcommand)]
     LogDirs(log_dirs::LogDirsCommand),
-    /// List and describe transactions (kafka-transactions.sh).
+    /// List, describe and abort transactions, and find hanging ones (kafka-transactions.sh).
     #[command(subcommand)]
     Transaction(transaction::TransactionCommand),
 }

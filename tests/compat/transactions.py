@@ -18,6 +18,8 @@ Scenarios (each prints "<scenario> ok ..." on success, exits non-zero otherwise)
                                    with the input offsets sent to the transaction; with
                                    DIE=1 the process kills itself (SIGKILL) at a random
                                    point. Prints "ctp done" when IN is fully processed.
+  open BOOT TOPIC TXID             opens a transaction of TXID (timeout 120 s), produces 5
+                                   records to partition 0, and exits without ending it.
   read BOOT TOPIC ISOLATION        prints every value of TOPIC (all partitions) as read
                                    with ISOLATION, one per line after "values:".
 """
@@ -243,6 +245,14 @@ def main():
         timeout(*args)
     elif scenario == "ctp":
         ctp(args[0], args[1], args[2], args[3], args[4] == "1")
+    elif scenario == "open":
+        p = confluent_producer(args[0], args[2], **{"transaction.timeout.ms": 120000})
+        p.begin_transaction()
+        for i in range(5):
+            p.produce(args[1], value=f"open-{i}".encode(), partition=0)
+        p.flush(30)
+        print("open ok", flush=True)
+        os._exit(0)
     elif scenario == "read":
         values = read_all(args[0], args[1], args[2])
         print("values:")

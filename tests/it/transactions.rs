@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use rdkafka::producer::FutureRecord;
 
-use crate::harness::{repo_root, TestBroker};
+use crate::harness::{repo_root, weir_bin, TestBroker};
 use crate::rdkafka_client::{create_topic, producer};
 
 /// Broker settings that keep the waits of these tests short.
@@ -187,4 +187,90 @@ async fn transactions_and_their_coordinator_survive_a_broker_restart() {
     assert!(ok && text.contains("committed=20"), "{text}");
     let committed = read_committed(&b.bootstrap, "txn-restart");
     assert_eq!(committed.len(), 40, "{committed:?}");
+}
+
+/// `weir transaction` with kafka-transactions.sh's verbs on a transaction its producer
+/// left open: list and describe show it Ongoing with its partition, describe-producers
+/// its start offset, find-hanging nothing (its coordinator knows it), and abort ends it
+/// at the partition so read_committed consumers move past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_transaction_cli_lists_describes_and_aborts_an_open_transaction() {
+    let b = TestBroker::start_with(FAST);
+    create_topic(&b.bootstrap, "txn-cli", 1, &[]).await;
+    let (ok, text) = python(&["open", &b.bootstrap, "txn-cli", "tx-cli"]);
+    assert!(ok && text.contains("open ok"), "{text}");
+    let weir = |args: &[&str]| {
+        let out = Command::new(weir_bin())
+            .arg("transaction")
+            .args(args)
+            .args(["-b", &b.bootstrap])
+            .output()
+            .expect("run weir");
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "weir transaction {args:?}: {text}");
+        text
+    };
+    let listed = weir(&["list"]);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with("tx-cli\t") && l.ends_with("\tOngoing")),
+        "{listed}"
+    );
+    let described = weir(&["describe", "--transactional-id", "tx-cli"]);
+    assert!(
+        described.contains("\tOngoing\t120000\t") && described.trim_end().ends_with("txn-cli-0"),
+        "{described}"
+    );
+    let producers = weir(&[
+        "describe-producers",
+        "--topic",
+        "txn-cli",
+        "--partition",
+        "0",
+    ]);
+    let row: Vec<&str> = producers
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split('\t')
+        .collect();
+    assert_eq!(row.get(5), Some(&"0"), "open since offset 0: {producers}");
+    let hanging = weir(&[
+        "find-hanging",
+        "--broker-id",
+        "1",
+        "--max-transaction-timeout",
+        "0",
+    ]);
+    assert_eq!(hanging.lines().count(), 1, "only the header: {hanging}");
+    let aborted = weir(&[
+        "abort",
+        "--topic",
+        "txn-cli",
+        "--partition",
+        "0",
+        "--start-offset",
+        "0",
+    ]);
+    assert!(aborted.contains("Aborted the transaction"), "{aborted}");
+    let producers = weir(&[
+        "describe-producers",
+        "--topic",
+        "txn-cli",
+        "--partition",
+        "0",
+    ]);
+    assert!(
+        producers
+            .lines()
+            .nth(1)
+            .unwrap_or_default()
+            .ends_with("\tNone"),
+        "{producers}"
+    );
+    // The partition is stable again: a committed transaction after it is readable.
+    let (ok, text) = python(&["commit-abort", &b.bootstrap, "txn-cli", "confluent-kafka"]);
+    assert!(ok && text.contains("committed=20"), "{text}");
 }
