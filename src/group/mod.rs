@@ -665,6 +665,31 @@ fn check_group_id(group_id: &str, allow_empty: bool) -> Option<ResponseError> {
         .then_some(ResponseError::InvalidGroupId)
 }
 
+/// `error` for every offset of a known partition, UNKNOWN_TOPIC_OR_PARTITION (3) for
+/// the others.
+fn all_offsets(known: &[bool], error: ResponseError) -> Vec<Option<ResponseError>> {
+    known
+        .iter()
+        .map(|k| {
+            Some(if *k {
+                error
+            } else {
+                ResponseError::UnknownTopicOrPartition
+            })
+        })
+        .collect()
+}
+
+/// What [`GroupCoordinator::prepare_offsets`] made of a commit's offsets.
+struct Prepared {
+    /// One answer per offset (`None`: accepted).
+    results: Vec<Option<ResponseError>>,
+    /// The records of the accepted offsets.
+    records: Vec<StoreRecord>,
+    /// Per accepted offset: its index in `results`, its partition and the offset.
+    accepted: Vec<(usize, (String, i32), CommittedOffset)>,
+}
+
 fn new_member_id(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::new_v4())
 }
@@ -1312,27 +1337,8 @@ impl GroupCoordinator {
     pub fn commit(&self, req: &CommitRequest) -> Vec<Option<ResponseError>> {
         // Unknown partitions are refused before the group is looked at (Kafka's KafkaApis
         // filters them out before the coordinator sees the request).
-        let known: Vec<bool> = req
-            .offsets
-            .iter()
-            .map(|o| {
-                self.metadata
-                    .topic(&o.topic)
-                    .is_some_and(|t| (0..t.partitions).contains(&o.partition))
-            })
-            .collect();
-        let all = |e: ResponseError| {
-            known
-                .iter()
-                .map(|k| {
-                    Some(if *k {
-                        e
-                    } else {
-                        ResponseError::UnknownTopicOrPartition
-                    })
-                })
-                .collect::<Vec<_>>()
-        };
+        let known = self.known_partitions(&req.offsets);
+        let all = |e: ResponseError| all_offsets(&known, e);
         if let Some(e) = check_group_id(&req.group_id, true) {
             return all(e);
         }
@@ -1375,33 +1381,11 @@ impl GroupCoordinator {
                 m.last_heartbeat = Instant::now();
             }
         }
-        let now = now_ms();
-        let mut results = Vec::with_capacity(req.offsets.len());
-        let mut records = Vec::new();
-        let mut accepted = Vec::new();
-        for (o, known) in req.offsets.iter().zip(&known) {
-            let metadata = o.metadata.clone().unwrap_or_default();
-            if !known {
-                results.push(Some(ResponseError::UnknownTopicOrPartition));
-            } else if metadata.len()
-                > self
-                    .settings
-                    .offset_metadata_max_bytes
-                    .min(MAX_METADATA_BYTES)
-            {
-                results.push(Some(ResponseError::OffsetMetadataTooLarge));
-            } else {
-                let c = CommittedOffset {
-                    offset: o.offset,
-                    leader_epoch: o.leader_epoch,
-                    metadata,
-                    commit_timestamp_ms: now,
-                };
-                records.push(StoreRecord::offset(&g.id, &o.topic, o.partition, &c));
-                accepted.push((results.len(), (o.topic.clone(), o.partition), c));
-                results.push(None);
-            }
-        }
+        let Prepared {
+            mut results,
+            records,
+            accepted,
+        } = self.prepare_offsets(&g.id, &req.offsets, &known);
         if let Err(e) = self.store.append(&g.id, &records) {
             tracing::error!(group = %g.id, error = %e, "offset commit not stored");
             for (i, _, _) in &accepted {
@@ -1413,6 +1397,63 @@ impl GroupCoordinator {
             g.offsets.insert(key, c);
         }
         results
+    }
+
+    /// Whether each offset names a partition the metadata has (Kafka's KafkaApis refuses
+    /// the others before the coordinator sees the request).
+    fn known_partitions(&self, offsets: &[OffsetToCommit]) -> Vec<bool> {
+        offsets
+            .iter()
+            .map(|o| {
+                self.metadata
+                    .topic(&o.topic)
+                    .is_some_and(|t| (0..t.partitions).contains(&o.partition))
+            })
+            .collect()
+    }
+
+    /// The records of `offsets` for group `group_id` and the answer of each: unknown
+    /// partitions and metadata over `offset.metadata.max.bytes` are refused, the rest
+    /// accepted (their records to append, and what to cache once appended).
+    fn prepare_offsets(
+        &self,
+        group_id: &str,
+        offsets: &[OffsetToCommit],
+        known: &[bool],
+    ) -> Prepared {
+        let now = now_ms();
+        let mut out = Prepared {
+            results: Vec::with_capacity(offsets.len()),
+            records: Vec::new(),
+            accepted: Vec::new(),
+        };
+        let max_metadata = self
+            .settings
+            .offset_metadata_max_bytes
+            .min(MAX_METADATA_BYTES);
+        for (o, known) in offsets.iter().zip(known) {
+            let metadata = o.metadata.clone().unwrap_or_default();
+            if !known {
+                out.results
+                    .push(Some(ResponseError::UnknownTopicOrPartition));
+            } else if metadata.len() > max_metadata {
+                out.results
+                    .push(Some(ResponseError::OffsetMetadataTooLarge));
+            } else {
+                let c = CommittedOffset {
+                    offset: o.offset,
+                    leader_epoch: o.leader_epoch,
+                    metadata,
+                    commit_timestamp_ms: now,
+                };
+                out.records
+                    .push(StoreRecord::offset(group_id, &o.topic, o.partition, &c));
+                out.accepted
+                    .push((out.results.len(), (o.topic.clone(), o.partition), c));
+                out.results.push(None);
+            }
+        }
+        out
     }
 
     /// TxnOffsetCommit: logs the offsets as part of the producer's transaction (a
@@ -1428,27 +1469,8 @@ impl GroupCoordinator {
     /// topic cannot be written, INVALID_PRODUCER_EPOCH (47) when the log fences the
     /// producer.
     pub fn txn_commit(&self, req: &TxnCommitRequest) -> Vec<Option<ResponseError>> {
-        let known: Vec<bool> = req
-            .offsets
-            .iter()
-            .map(|o| {
-                self.metadata
-                    .topic(&o.topic)
-                    .is_some_and(|t| (0..t.partitions).contains(&o.partition))
-            })
-            .collect();
-        let all = |e: ResponseError| {
-            known
-                .iter()
-                .map(|k| {
-                    Some(if *k {
-                        e
-                    } else {
-                        ResponseError::UnknownTopicOrPartition
-                    })
-                })
-                .collect::<Vec<_>>()
-        };
+        let known = self.known_partitions(&req.offsets);
+        let all = |e: ResponseError| all_offsets(&known, e);
         if let Some(e) = check_group_id(&req.group_id, false) {
             return all(e);
         }
@@ -1476,36 +1498,13 @@ impl GroupCoordinator {
         if req.generation_id >= 0 && req.generation_id != g.generation {
             return all(ResponseError::IllegalGeneration);
         }
-        let now = now_ms();
-        let mut results = Vec::with_capacity(req.offsets.len());
-        let mut records = Vec::new();
-        let mut accepted = Vec::new();
-        for (o, known) in req.offsets.iter().zip(&known) {
-            let metadata = o.metadata.clone().unwrap_or_default();
-            if !known {
-                results.push(Some(ResponseError::UnknownTopicOrPartition));
-            } else if metadata.len()
-                > self
-                    .settings
-                    .offset_metadata_max_bytes
-                    .min(MAX_METADATA_BYTES)
-            {
-                results.push(Some(ResponseError::OffsetMetadataTooLarge));
-            } else {
-                let c = CommittedOffset {
-                    offset: o.offset,
-                    leader_epoch: o.leader_epoch,
-                    metadata,
-                    commit_timestamp_ms: now,
-                };
-                records.push(StoreRecord::offset(&g.id, &o.topic, o.partition, &c));
-                accepted.push((results.len(), (o.topic.clone(), o.partition), c));
-                results.push(None);
-            }
-        }
-        let stored =
-            self.store
-                .append_transactional(&g.id, &records, (req.producer_id, req.producer_epoch));
+        let Prepared {
+            mut results,
+            records,
+            accepted,
+        } = self.prepare_offsets(&g.id, &req.offsets, &known);
+        let producer = Some((req.producer_id, req.producer_epoch));
+        let stored = self.store.append_as(&g.id, &records, producer);
         if let Err(e) = stored {
             tracing::warn!(group = %g.id, producer_id = req.producer_id, error = %e, "transactional offset commit not stored");
             let code = if e.to_string().contains("epoch") {

@@ -349,27 +349,18 @@ impl OffsetStore {
         group_id: &str,
         records: &[StoreRecord],
     ) -> Result<(), InternalTopicError> {
-        if records.is_empty() {
-            return Ok(());
-        }
-        let partitions = self.topic.ensure()?;
-        let pairs: Vec<(Bytes, Option<Bytes>)> = records
-            .iter()
-            .map(|r| (r.key.clone(), r.value.clone()))
-            .collect();
-        self.topic
-            .append(partition_for(group_id, partitions), &pairs)
+        self.append_as(group_id, records, None)
     }
 
     /// As [`OffsetStore::append`], as one transactional batch of producer
-    /// `(producer_id, producer_epoch)` (TxnOffsetCommit).
+    /// `(producer_id, producer_epoch)` when given (TxnOffsetCommit).
     ///
     /// Errors: as [`OffsetStore::append`].
-    pub(crate) fn append_transactional(
+    pub(crate) fn append_as(
         &self,
         group_id: &str,
         records: &[StoreRecord],
-        producer: (i64, i16),
+        producer: Option<(i64, i16)>,
     ) -> Result<(), InternalTopicError> {
         if records.is_empty() {
             return Ok(());
@@ -380,7 +371,7 @@ impl OffsetStore {
             .map(|r| (r.key.clone(), r.value.clone()))
             .collect();
         self.topic
-            .append_as(partition_for(group_id, partitions), &pairs, Some(producer))
+            .append_as(partition_for(group_id, partitions), &pairs, producer)
     }
 
     /// Replays every partition of `__consumer_offsets` (if it exists): the last record per

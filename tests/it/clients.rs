@@ -178,7 +178,8 @@ fn kcat_sees_no_protocol_error_on_a_mostly_empty_topic() {
     }
 }
 
-fn script(cmd: &str, args: &[&str]) -> (bool, String) {
+/// Runs `cmd args` from the repository root (at most 120 s); (success, stdout+stderr).
+pub fn script(cmd: &str, args: &[&str]) -> (bool, String) {
     let out = Command::new("timeout")
         .arg("120")
         .arg(cmd)

@@ -491,14 +491,19 @@ fn bad_group_requests_get_kafkas_error_codes() {
         (r.error_code, r.topics[0].partitions[0].error_code),
         (0, 86)
     );
-    // A transaction coordinator: transactions are not implemented, so a transactional id
-    // is refused as InitProducerId refuses it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), and
-    // librdkafka's init_transactions() fails at once instead of retrying.
+    // A transactional id's coordinator is this broker (the leader of its
+    // `__transaction_state` partition, created by this first request); a key type that
+    // is neither a group (0) nor a transactional id (1) is INVALID_REQUEST.
     let req = FindCoordinatorRequest::default()
         .with_key(s("txn-id"))
         .with_key_type(1);
     let r: FindCoordinatorResponse = decode(conn.request(&req, 3, 5).unwrap(), 3);
-    assert_eq!(r.error_code, 53);
+    assert_eq!((r.error_code, r.node_id.0), (0, 1));
+    let req = FindCoordinatorRequest::default()
+        .with_key(s("other"))
+        .with_key_type(2);
+    let r: FindCoordinatorResponse = decode(conn.request(&req, 3, 6).unwrap(), 3);
+    assert_eq!(r.error_code, 42);
     // None of this closed the connection or disturbed the member.
     assert_eq!(heartbeat(&mut conn, 4, "bad", generation, &member), 0);
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use rdkafka::producer::FutureRecord;
 
+use crate::clients::script;
 use crate::harness::{repo_root, weir_bin, TestBroker};
 use crate::rdkafka_client::{create_topic, producer};
 
@@ -21,23 +22,6 @@ const FAST: &[&str] = &[
     "group.initial.rebalance.delay.ms=0",
     "offsets.topic.num.partitions=5",
 ];
-
-/// Runs `cmd args` from the repository root (at most 180 s); (success, stdout+stderr).
-fn script(cmd: &str, args: &[&str]) -> (bool, String) {
-    let out = Command::new("timeout")
-        .arg("180")
-        .arg(cmd)
-        .args(args)
-        .current_dir(repo_root())
-        .output()
-        .expect("spawn script");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
 
 fn python(args: &[&str]) -> (bool, String) {
     let mut all = vec!["tests/compat/transactions.py"];
