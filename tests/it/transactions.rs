@@ -12,7 +12,7 @@ use std::time::Duration;
 use rdkafka::producer::FutureRecord;
 
 use crate::clients::script;
-use crate::harness::{repo_root, weir_bin, TestBroker};
+use crate::harness::{weir_bin, TestBroker};
 use crate::rdkafka_client::{create_topic, producer};
 
 /// Broker settings that keep the waits of these tests short.
