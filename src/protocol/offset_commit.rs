@@ -16,6 +16,24 @@ use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
 use super::Context;
 use crate::group::{CommitRequest, OffsetToCommit};
 
+/// Once any offset of `errors` was accepted (`None`), waits until the group's
+/// `__consumer_offsets` partition is on every in-sync replica
+/// ([`crate::group::GroupCoordinator::await_replicated`]); its error replaces each
+/// acceptance when it is not. OffsetCommit and TxnOffsetCommit answer so.
+pub(super) async fn await_replicated(
+    ctx: &Context,
+    group_id: &str,
+    errors: &mut [Option<kafka_protocol::ResponseError>],
+) {
+    if errors.iter().any(Option::is_none) {
+        if let Err(e) = ctx.groups.await_replicated(group_id).await {
+            for ok in errors.iter_mut().filter(|e| e.is_none()) {
+                *ok = Some(e);
+            }
+        }
+    }
+}
+
 /// Handles an OffsetCommit request: answered once the commit is on every in-sync replica
 /// of the group's `__consumer_offsets` partition
 /// ([`crate::group::GroupCoordinator::await_replicated`]).
@@ -48,13 +66,7 @@ pub(super) async fn handle(
         Ok(()) => ctx.groups.commit(&req),
         Err(e) => req.offsets.iter().map(|_| Some(e)).collect(),
     };
-    if errors.iter().any(Option::is_none) {
-        if let Err(e) = ctx.groups.await_replicated(&req.group_id).await {
-            for ok in errors.iter_mut().filter(|e| e.is_none()) {
-                *ok = Some(e);
-            }
-        }
-    }
+    await_replicated(ctx, &req.group_id, &mut errors).await;
     let mut errors = errors.into_iter();
     let topics = request
         .topics

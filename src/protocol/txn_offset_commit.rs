@@ -49,13 +49,7 @@ pub(super) async fn handle(
         Ok(()) => ctx.groups.txn_commit(&req),
         Err(e) => req.offsets.iter().map(|_| Some(e)).collect(),
     };
-    if errors.iter().any(Option::is_none) {
-        if let Err(e) = ctx.groups.await_replicated(&req.group_id).await {
-            for ok in errors.iter_mut().filter(|e| e.is_none()) {
-                *ok = Some(e);
-            }
-        }
-    }
+    super::offset_commit::await_replicated(ctx, &req.group_id, &mut errors).await;
     let mut errors = errors.into_iter();
     let topics = request
         .topics
