@@ -64,6 +64,10 @@ struct TxnEntry {
     last_epoch: i16,
     /// A completion (markers, then Complete*) is running for the current state.
     completing: bool,
+    /// A state change of a request is being logged (Kafka's `pendingState`): another
+    /// request that would change the state meanwhile gets CONCURRENT_TRANSACTIONS, so
+    /// two changes never start from the same state and one never overwrites the other.
+    writing: bool,
 }
 
 /// A transaction as DescribeTransactions and ListTransactions report it.
@@ -216,6 +220,7 @@ impl TransactionCoordinator {
                         record,
                         last_epoch: -1,
                         completing: false,
+                        writing: false,
                     },
                 );
             }
@@ -293,7 +298,9 @@ impl TransactionCoordinator {
         let fenced = {
             let mut txns = self.lock();
             match txns.get_mut(transactional_id) {
-                Some(e) if e.completing => return Err(ResponseError::ConcurrentTransactions),
+                Some(e) if e.completing || e.writing => {
+                    return Err(ResponseError::ConcurrentTransactions)
+                }
                 Some(e) => match e.record.state {
                     TxnState::PrepareCommit | TxnState::PrepareAbort => {
                         return Err(ResponseError::ConcurrentTransactions)
@@ -338,7 +345,9 @@ impl TransactionCoordinator {
             let txns = self.lock();
             match txns.get(transactional_id) {
                 None => (None, -1),
-                Some(e) if e.completing => return Err(ResponseError::ConcurrentTransactions),
+                Some(e) if e.completing || e.writing => {
+                    return Err(ResponseError::ConcurrentTransactions)
+                }
                 Some(e) => {
                     if let Some((pid, epoch)) = expected {
                         let current = (e.record.producer_id, e.record.producer_epoch);
@@ -389,6 +398,7 @@ impl TransactionCoordinator {
                 record: new,
                 last_epoch,
                 completing: false,
+                writing: false,
             },
         );
         Ok(answer)
@@ -429,9 +439,10 @@ impl TransactionCoordinator {
     ) -> Result<(), ResponseError> {
         self.coordinating(transactional_id)?;
         let record = {
-            let txns = self.lock();
+            let mut txns = self.lock();
             let e = Self::check_producer(txns.get(transactional_id), producer_id, producer_epoch)?;
             if e.completing
+                || e.writing
                 || matches!(
                     e.record.state,
                     TxnState::PrepareCommit | TxnState::PrepareAbort | TxnState::PrepareEpochFence
@@ -452,16 +463,20 @@ impl TransactionCoordinator {
             r.state = TxnState::Ongoing;
             r.partitions.extend(partitions.iter().cloned());
             r.last_update_ms = now;
+            if let Some(e) = txns.get_mut(transactional_id) {
+                e.writing = true;
+            }
             r
         };
-        self.write_state(transactional_id, Some(&record)).await?;
+        let written = self.write_state(transactional_id, Some(&record)).await;
         let mut txns = self.lock();
         if let Some(e) = txns.get_mut(transactional_id) {
-            if e.record.producer_epoch == record.producer_epoch {
+            e.writing = false;
+            if written.is_ok() && e.record.producer_epoch == record.producer_epoch {
                 e.record = record;
             }
         }
-        Ok(())
+        written
     }
 
     /// KIP-890 part 1's verification (AddPartitionsToTxn v4+ `verify_only`, and a
@@ -564,8 +579,11 @@ impl TransactionCoordinator {
     ) -> Result<(), ResponseError> {
         self.coordinating(transactional_id)?;
         let record = {
-            let txns = self.lock();
+            let mut txns = self.lock();
             let e = Self::check_producer(txns.get(transactional_id), producer_id, producer_epoch)?;
+            if e.writing {
+                return Err(ResponseError::ConcurrentTransactions);
+            }
             match (e.record.state, commit) {
                 (TxnState::Ongoing, _) if !e.completing => {}
                 (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => {
@@ -583,14 +601,24 @@ impl TransactionCoordinator {
                 TxnState::PrepareAbort
             };
             r.last_update_ms = now_ms();
+            if let Some(e) = txns.get_mut(transactional_id) {
+                e.writing = true;
+            }
             r
         };
-        self.write_state(transactional_id, Some(&record)).await?;
+        let written = self.write_state(transactional_id, Some(&record)).await;
         {
             let mut txns = self.lock();
             match txns.get_mut(transactional_id) {
-                Some(e) if e.record.producer_epoch == record.producer_epoch => e.record = record,
-                _ => return Err(ResponseError::ProducerFenced),
+                Some(e) => {
+                    e.writing = false;
+                    written?;
+                    if e.record.producer_epoch != record.producer_epoch {
+                        return Err(ResponseError::ProducerFenced);
+                    }
+                    e.record = record;
+                }
+                None => return Err(ResponseError::ProducerFenced),
             }
         }
         self.start_completion(transactional_id);
@@ -770,6 +798,7 @@ impl TransactionCoordinator {
                 .iter()
                 .filter(|(_, e)| {
                     !e.completing
+                        && !e.writing
                         && e.record.state == TxnState::Ongoing
                         && e.record.start_ms + i64::from(e.record.timeout_ms) < now
                 })

@@ -136,3 +136,38 @@ async fn state_is_reloaded_from_the_log_after_a_restart() {
     );
     assert_eq!(txn.list().len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_changes_of_one_id_never_lose_a_partition() {
+    let dir = tempfile::tempdir().unwrap();
+    let txn = open_in(dir.path());
+    let (pid, epoch) = txn.init_producer_id("a", 10_000, None).await.unwrap();
+    for round in 0..20 {
+        let (x, y) = (txn.clone(), txn.clone());
+        let first =
+            tokio::spawn(async move { x.add_partitions("a", pid, epoch, &parts(&[0])).await });
+        let second =
+            tokio::spawn(async move { y.add_partitions("a", pid, epoch, &parts(&[1])).await });
+        let (first, second) = (first.await.unwrap(), second.await.unwrap());
+        for r in [&first, &second] {
+            assert!(
+                matches!(r, Ok(()) | Err(ResponseError::ConcurrentTransactions)),
+                "round {round}: {r:?}"
+            );
+        }
+        let d = txn.describe("a").unwrap();
+        for (r, p) in [(&first, 0), (&second, 1)] {
+            if r.is_ok() {
+                assert!(
+                    d.partitions.contains(&("t".to_string(), p)),
+                    "round {round}: {d:?}"
+                );
+            }
+        }
+        // What memory says is what the log says: a restart finds the same partitions.
+        let reloaded = open_in(dir.path()).describe("a").unwrap();
+        assert_eq!(reloaded.partitions, d.partitions, "round {round}");
+        txn.end_txn("a", pid, epoch, false).await.ok();
+        let _ = txn.wait_completed("a", 2000).await;
+    }
+}

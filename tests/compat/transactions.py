@@ -18,6 +18,14 @@ Scenarios (each prints "<scenario> ok ..." on success, exits non-zero otherwise)
                                    with the input offsets sent to the transaction; with
                                    DIE=1 the process kills itself (SIGKILL) at a random
                                    point. Prints "ctp done" when IN is fully processed.
+  txn-loop BOOT TOPIC SECONDS OUT transactions of 10 records over TOPIC's partitions for
+                                   SECONDS, each committed (4 in 5) or aborted, surviving
+                                   broker restarts; writes "committed N", "aborted N" or
+                                   "unknown N" per transaction to OUT.
+  check BOOT TOPIC OUT             read_committed reads TOPIC and judges OUT's outcomes:
+                                   committed transactions whole and once, aborted ones
+                                   never, unknown ones whole or not at all; prints
+                                   "check ok ..." or the anomalies.
   open BOOT TOPIC TXID             opens a transaction of TXID (timeout 120 s), produces 5
                                    records to partition 0, and exits without ending it.
   read BOOT TOPIC ISOLATION        prints every value of TOPIC (all partitions) as read
@@ -234,6 +242,91 @@ def ctp(boot, src, dst, group, die):
     print("ctp done")
 
 
+def txn_loop(boot, topic, seconds, out_path):
+    """Transactions until `seconds` pass; every outcome to `out_path` as it is known."""
+    out = open(out_path, "w")
+    tid = f"tx-loop-{topic}"
+    conf = {"transaction.timeout.ms": 30000, "message.timeout.ms": 20000,
+            "socket.timeout.ms": 5000, "reconnect.backoff.max.ms": 500}
+
+    def new_producer():
+        while True:
+            try:
+                return confluent_producer(boot, tid, **conf)
+            except KafkaException:
+                time.sleep(0.5)
+
+    p = new_producer()
+    end = time.time() + float(seconds)
+    n = 0
+    counts = {"committed": 0, "aborted": 0, "unknown": 0}
+    while time.time() < end:
+        n += 1
+        commit = random.random() < 0.8
+        outcome = "unknown"
+        try:
+            p.begin_transaction()
+            for i in range(10):
+                p.produce(topic, key=f"t{n}".encode(), value=f"t{n}-{i}".encode(),
+                          partition=i % 3)
+            if commit:
+                p.commit_transaction(20)
+                outcome = "committed"
+            else:
+                p.flush(20)
+                p.abort_transaction(20)
+                outcome = "aborted"
+        except KafkaException as e:
+            err = e.args[0]
+            if err.txn_requires_abort():
+                try:
+                    p.abort_transaction(20)
+                    outcome = "aborted"
+                except KafkaException:
+                    pass
+            elif not err.retriable() or err.fatal():
+                p = new_producer()
+            if outcome == "unknown":
+                # An error of commit_transaction may still have committed: a retry of
+                # the commit says which, else the outcome stays unknown.
+                try:
+                    if commit:
+                        p.commit_transaction(20)
+                        outcome = "committed"
+                except KafkaException:
+                    p = new_producer()
+        counts[outcome] += 1
+        out.write(f"{outcome} {n}\n")
+        out.flush()
+    out.close()
+    print(f"txn-loop done {counts}", flush=True)
+
+
+def check(boot, topic, out_path):
+    outcomes = {}
+    for line in open(out_path):
+        kind, n = line.split()
+        outcomes[int(n)] = kind
+    values = read_all(boot, topic, "read_committed", idle_s=5, deadline_s=120)
+    seen = {}
+    for v in values:
+        n, i = v[1:].split("-")
+        seen.setdefault(int(n), []).append(int(i))
+    anomalies = []
+    for n, records in seen.items():
+        if sorted(records) != list(range(10)):
+            anomalies.append(f"t{n}: torn or duplicated {sorted(records)}")
+        if outcomes.get(n) == "aborted":
+            anomalies.append(f"t{n}: aborted but read")
+    for n, kind in outcomes.items():
+        if kind == "committed" and n not in seen:
+            anomalies.append(f"t{n}: committed but lost")
+    kinds = {k: sum(1 for v in outcomes.values() if v == k) for k in ("committed", "aborted", "unknown")}
+    if anomalies:
+        sys.exit(f"check failed {kinds}: {anomalies[:20]}")
+    print(f"check ok {kinds} read={len(seen)}")
+
+
 def main():
     scenario = sys.argv[1]
     args = sys.argv[2:]
@@ -245,6 +338,10 @@ def main():
         timeout(*args)
     elif scenario == "ctp":
         ctp(args[0], args[1], args[2], args[3], args[4] == "1")
+    elif scenario == "txn-loop":
+        txn_loop(*args)
+    elif scenario == "check":
+        check(*args)
     elif scenario == "open":
         p = confluent_producer(args[0], args[2], **{"transaction.timeout.ms": 120000})
         p.begin_transaction()

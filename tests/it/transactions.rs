@@ -12,7 +12,7 @@ use std::time::Duration;
 use rdkafka::producer::FutureRecord;
 
 use crate::clients::script;
-use crate::harness::{weir_bin, TestBroker};
+use crate::harness::{repo_root, weir_bin, TestBroker};
 use crate::rdkafka_client::{create_topic, producer};
 
 /// Broker settings that keep the waits of these tests short.
@@ -257,4 +257,60 @@ async fn the_transaction_cli_lists_describes_and_aborts_an_open_transaction() {
     // The partition is stable again: a committed transaction after it is readable.
     let (ok, text) = python(&["commit-abort", &b.bootstrap, "txn-cli", "confluent-kafka"]);
     assert!(ok && text.contains("committed=20"), "{text}");
+}
+
+/// Issue 14's test 4 on one node: a transactional producer (confluent-kafka) commits 4 in
+/// 5 of its transactions and aborts the rest while the broker is killed with SIGKILL
+/// three times and restarted on the same port. Then, under read_committed, every
+/// transaction whose commit was acknowledged is read whole and once, no aborted record is
+/// read, and no transaction is torn (an unacknowledged one is whole or absent).
+#[test]
+fn transactions_survive_kill_9_of_the_broker() {
+    let dir = tempfile::tempdir().unwrap();
+    let overrides = [
+        "transaction.state.log.num.partitions=5",
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms=500",
+        "offsets.topic.num.partitions=5",
+        "num.partitions=3",
+    ];
+    let broker = crate::harness::BinaryBroker::spawn(dir.path(), 0, &overrides);
+    let bootstrap = broker.bootstrap.clone();
+    let port: u16 = bootstrap.rsplit(':').next().unwrap().parse().unwrap();
+    let outcomes = dir.path().join("outcomes.txt");
+    let mut looping = Command::new("timeout")
+        .args(["120", "python3", "tests/compat/transactions.py", "txn-loop"])
+        .args([bootstrap.as_str(), "txn-kill", "24"])
+        .arg(&outcomes)
+        .current_dir(repo_root())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn the transaction loop");
+    let mut broker = Some(broker);
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_secs(5));
+        let stderr = broker.take().unwrap().kill9();
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        std::thread::sleep(Duration::from_millis(500));
+        broker = Some(crate::harness::BinaryBroker::spawn(
+            dir.path(),
+            port,
+            &overrides,
+        ));
+    }
+    let status = looping.wait().expect("the loop ends");
+    let mut text = String::new();
+    std::io::Read::read_to_string(looping.stdout.as_mut().unwrap(), &mut text).unwrap();
+    assert!(status.success() && text.contains("txn-loop done"), "{text}");
+    let (ok, checked) = python(&["check", &bootstrap, "txn-kill", outcomes.to_str().unwrap()]);
+    eprintln!("{text}{checked}");
+    assert!(ok && checked.contains("check ok"), "{checked}");
+    let committed: usize = checked
+        .split("'committed': ")
+        .nth(1)
+        .and_then(|s| s.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(committed > 0, "no transaction committed: {checked}");
+    drop(broker);
 }
