@@ -523,6 +523,7 @@ pub async fn run_on(
                 metadata: metadata.clone(),
                 replicas: replicas.clone(),
                 groups: groups.clone(),
+                txn: txn.clone(),
             },
             inline.clone(),
             ingest.clone(),

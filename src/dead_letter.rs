@@ -136,12 +136,18 @@ pub(crate) async fn write(
     if letters.is_empty() {
         return Ok(0);
     }
-    let records: Vec<Record> = letters
-        .into_iter()
-        .map(|l| with_headers(l, owner))
-        .collect();
+    let records = records(owner, letters);
     ingest.append(dlq, None, &records).await?;
     Ok(records.len())
+}
+
+/// The dead-letter records of `letters` (each its record with the error headers), for a
+/// caller that writes them itself (an exactly-once transform, in its transaction).
+pub(crate) fn records(owner: Owner<'_>, letters: Vec<DeadLetter>) -> Vec<Record> {
+    letters
+        .into_iter()
+        .map(|l| with_headers(l, owner))
+        .collect()
 }
 
 /// The dead-letter record of `letter`: its record with the headers appended.

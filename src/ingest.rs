@@ -44,6 +44,7 @@ use crate::replica::{effective_topic_configs, produce_settings, Partition, Produ
 use crate::topics::{self, Topics};
 use crate::transform::apply as inline;
 use crate::transform::inline::InlineRegistry;
+use crate::txn::producer::BatchProducer;
 
 /// Kafka's key hash: `murmur2(bytes)` as the Java client's `Utils.murmur2` computes it,
 /// and `partition_for_bytes` (masked positive, mod the partition count). The one copy is
@@ -270,6 +271,21 @@ impl Ingest {
                 ),
             ));
         }
+        let (meta, chosen) = self.choose_partitions(topic, records, partitions).await?;
+        Ok(self.append_chosen(&meta, records, chosen, None).await)
+    }
+
+    /// The partition of each record of `records` for `topic`: `partitions[i]` when that
+    /// is `Some` (and in range), else the topic's partitioner's choice; with the topic's
+    /// metadata. [`Ingest::append_chosen`] then writes them.
+    ///
+    /// Errors: as [`Ingest::append_each`] (the whole call, or a record alone).
+    pub(crate) async fn choose_partitions(
+        &self,
+        topic: &str,
+        records: &[Record],
+        partitions: &[Option<i32>],
+    ) -> Result<(TopicMeta, Vec<Result<i32, IngestError>>), IngestError> {
         let meta = self.topic(topic)?;
         let n = meta.partitions;
         let mut chosen: Vec<Result<i32, IngestError>> = Vec::with_capacity(records.len());
@@ -308,6 +324,22 @@ impl Ingest {
             };
             chosen.push(p);
         }
+        Ok((meta, chosen))
+    }
+
+    /// Appends each record of `records` to the partition `chosen` says (a record whose
+    /// choice failed fails so), batched per partition in record order; stamped with
+    /// `producer`'s id, epoch and sequences as transactional batches when given (its
+    /// partitions added to its transaction first). Returns each record's outcome, in
+    /// input order.
+    pub(crate) async fn append_chosen(
+        &self,
+        meta: &TopicMeta,
+        records: &[Record],
+        chosen: Vec<Result<i32, IngestError>>,
+        producer: Option<&BatchProducer>,
+    ) -> Vec<RecordResult> {
+        let topic = &meta.name;
         let mut out: Vec<Option<RecordResult>> = Vec::with_capacity(records.len());
         let mut by_partition: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
         for (i, p) in chosen.into_iter().enumerate() {
@@ -320,13 +352,14 @@ impl Ingest {
             }
         }
         for (p, indexes) in by_partition {
-            let results = self.append_partition(&meta, p, records, &indexes).await;
+            let results = self
+                .append_partition(meta, p, records, &indexes, producer)
+                .await;
             for (i, r) in indexes.into_iter().zip(results) {
                 out[i] = Some(r);
             }
         }
-        Ok(out
-            .into_iter()
+        out.into_iter()
             .map(|r| {
                 r.unwrap_or_else(|| {
                     Err(IngestError::new(
@@ -335,7 +368,7 @@ impl Ingest {
                     ))
                 })
             })
-            .collect())
+            .collect()
     }
 
     /// The partitioner of `meta`'s topic: its `partitioner` setting (or the broker's),
@@ -449,6 +482,7 @@ impl Ingest {
         index: i32,
         records: &[Record],
         indexes: &[usize],
+        producer: Option<&BatchProducer>,
     ) -> Vec<RecordResult> {
         let topic = &meta.name;
         let fail = |error: ResponseError, message: String| {
@@ -495,7 +529,14 @@ impl Ingest {
         for b in batches {
             let refs: Vec<&Record> = b.iter().map(|&k| &records[indexes[k]]).collect();
             match self
-                .append_batch(&target, topic, index, settings.max_message_bytes, &refs)
+                .append_batch(
+                    &target,
+                    topic,
+                    index,
+                    settings.max_message_bytes,
+                    &refs,
+                    producer,
+                )
                 .await
             {
                 Ok((base, log_append_time_ms)) => {
@@ -575,6 +616,7 @@ impl Ingest {
         index: i32,
         max_message_bytes: usize,
         records: &[&Record],
+        producer: Option<&BatchProducer>,
     ) -> Result<(i64, i64), (ResponseError, String)> {
         let encoded: Vec<plain::Record> = records
             .iter()
@@ -592,7 +634,14 @@ impl Ingest {
                 )
             })
             .collect();
-        let buf = plain::encode(&encoded).map_err(|e| (ResponseError::CorruptMessage, e))?;
+        let fields = producer.map(|p| plain::ProducerFields {
+            producer_id: p.producer_id,
+            producer_epoch: p.producer_epoch,
+            base_sequence: p.next_sequence(topic, index, encoded.len()),
+            transactional: true,
+        });
+        let buf =
+            plain::encode_as(&encoded, fields).map_err(|e| (ResponseError::CorruptMessage, e))?;
         if buf.len() > max_message_bytes {
             return Err((
                 ResponseError::MessageTooLarge,
@@ -607,7 +656,14 @@ impl Ingest {
             Target::Leader(leader) => {
                 let answer = self
                     .peers
-                    .produce(*leader, topic, index, buf, ACKS_TIMEOUT_MS)
+                    .produce(
+                        *leader,
+                        topic,
+                        index,
+                        buf,
+                        ACKS_TIMEOUT_MS,
+                        producer.map(|p| p.transactional_id.as_str()),
+                    )
                     .await?;
                 return Ok((answer.base_offset, answer.log_append_time_ms));
             }

@@ -24,7 +24,7 @@ use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     ApiKey, BrokerId, FetchRequest, GroupId, OffsetCommitRequest, OffsetFetchRequest,
-    ProduceRequest, RequestHeader, ResponseHeader, TopicName,
+    ProduceRequest, RequestHeader, ResponseHeader, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
 use kafka_protocol::ResponseError;
@@ -206,6 +206,9 @@ pub(crate) struct FetchedRemotely {
     /// The offset was outside the leader's log (OFFSET_OUT_OF_RANGE): no records; the
     /// caller moves to `log_start_offset` when it was below it.
     pub out_of_range: bool,
+    /// read_committed only: the aborted transactions overlapping the records, as
+    /// (producer id, first offset).
+    pub aborted: Vec<(i64, i64)>,
 }
 
 /// A pooled connection to one peer, and the address it was made to.
@@ -290,7 +293,8 @@ impl PeerClients {
     }
 
     /// Sends `batch` (one or more whole magic-2 record batches) for `topic`-`partition`
-    /// to `leader` as a Produce with acks=all (-1) and `timeout_ms`, and returns the
+    /// to `leader` as a Produce with acks=all (-1), `timeout_ms` and `transactional_id`
+    /// (the batch's producer's, for a transactional batch), and returns the
     /// leader's answer. The leader treats it as any client's Produce: its checks, its
     /// inline transform, its ISR wait.
     ///
@@ -308,8 +312,12 @@ impl PeerClients {
         partition: i32,
         batch: Bytes,
         timeout_ms: i32,
+        transactional_id: Option<&str>,
     ) -> Result<ProducedRemotely, (ResponseError, String)> {
         let request = ProduceRequest::default()
+            .with_transactional_id(
+                transactional_id.map(|t| TransactionalId(StrBytes::from_string(t.to_string()))),
+            )
             .with_acks(-1)
             .with_timeout_ms(timeout_ms)
             .with_topic_data(vec![TopicProduceData::default()
@@ -353,7 +361,8 @@ impl PeerClients {
 
     /// The offsets group `group_id` committed for `partitions` of `topic`, asked of its
     /// coordinator, broker `coordinator` (OffsetFetch v7); `None` for a partition with
-    /// none.
+    /// none. Stable offsets only (`require_stable`, KIP-447): an offset committed in a
+    /// transaction still open is UNSTABLE_OFFSET_COMMIT (88), to ask again.
     ///
     /// Errors: the coordinator's error (NOT_COORDINATOR (16) when it stopped being it,
     /// COORDINATOR_LOAD_IN_PROGRESS (14), ...); those of [`PeerClients::call`].
@@ -366,6 +375,7 @@ impl PeerClients {
     ) -> Result<Vec<(i32, Option<i64>)>, (ResponseError, String)> {
         let request = OffsetFetchRequest::default()
             .with_group_id(GroupId(StrBytes::from_string(group_id.to_string())))
+            .with_require_stable(true)
             .with_topics(Some(vec![OffsetFetchRequestTopic::default()
                 .with_name(TopicName(StrBytes::from_string(topic.to_string())))
                 .with_partition_indexes(partitions.to_vec())]));
@@ -457,7 +467,8 @@ impl PeerClients {
 
     /// Reads `topic`-`partition` from `offset` on its leader, broker `leader`, as a
     /// consumer does (Fetch v12, `replica_id` -1, no wait, up to `max_bytes` of whole
-    /// batches, to the high watermark): the record batches and the log start offset.
+    /// batches, to the high watermark, or with `read_committed` to the last stable offset
+    /// with the aborted transactions): the record batches and the log start offset.
     ///
     /// OFFSET_OUT_OF_RANGE (1) is an answer, not an error: [`FetchedRemotely::out_of_range`].
     ///
@@ -470,9 +481,11 @@ impl PeerClients {
         partition: i32,
         offset: i64,
         max_bytes: i32,
+        read_committed: bool,
     ) -> Result<FetchedRemotely, (ResponseError, String)> {
         let request = FetchRequest::default()
             .with_replica_id(BrokerId(-1))
+            .with_isolation_level(i8::from(read_committed))
             .with_max_wait_ms(0)
             .with_min_bytes(1)
             .with_max_bytes(max_bytes)
@@ -502,11 +515,18 @@ impl PeerClients {
                 records: p.records.clone().unwrap_or_default(),
                 log_start_offset: p.log_start_offset,
                 out_of_range: false,
+                aborted: p
+                    .aborted_transactions
+                    .iter()
+                    .flatten()
+                    .map(|a| (a.producer_id.0, a.first_offset))
+                    .collect(),
             }),
             Some(ResponseError::OffsetOutOfRange) => Ok(FetchedRemotely {
                 records: Bytes::new(),
                 log_start_offset: p.log_start_offset,
                 out_of_range: true,
+                aborted: Vec::new(),
             }),
             Some(error) => Err((
                 error,
@@ -538,7 +558,7 @@ impl PeerClients {
             }
         };
         tokio::task::block_in_place(|| {
-            handle.block_on(self.produce(leader, topic, partition, batch, FORWARD_TIMEOUT_MS))
+            handle.block_on(self.produce(leader, topic, partition, batch, FORWARD_TIMEOUT_MS, None))
         })
     }
 }

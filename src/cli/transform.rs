@@ -51,6 +51,10 @@ pub(super) struct DeployArgs {
     /// errors.deadletterqueue.topic.name.
     #[arg(long)]
     pub dlq_topic: Option<String>,
+    /// processing.guarantee (async only): at_least_once, or exactly_once (each chunk's
+    /// outputs and progress commit in one transaction).
+    #[arg(long, default_value = "at_least_once", value_parser = ["at_least_once", "exactly_once"])]
+    pub processing_guarantee: String,
     /// Replace an existing deployment of this name (PUT instead of POST).
     #[arg(long)]
     pub replace: bool,
@@ -106,6 +110,7 @@ fn deploy(args: DeployArgs) -> anyhow::Result<()> {
         "config": config,
         "mode": args.mode,
         "errors.tolerance": args.errors_tolerance,
+        "processing.guarantee": args.processing_guarantee,
     });
     if let (Some(d), Some(obj)) = (&args.dlq_topic, body.as_object_mut()) {
         obj.insert(

@@ -535,7 +535,7 @@ async fn read_batch(
         }
         let bytes = deps
             .io()
-            .read(topic, *p, position, READ_BYTES)
+            .read(topic, *p, position, READ_BYTES, true)
             .await
             .map_err(TaskError::Runtime)?;
         if bytes.is_empty() {
@@ -547,7 +547,10 @@ async fn read_batch(
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| TaskError::Runtime(format!("decoding {topic}-{p} at {position}: {e}")))?;
         'batches: for batch in batches {
-            if batch.is_control || batch.is_transactional {
+            if batch.is_control {
+                // A transaction marker: nothing to deliver; read on after it.
+                let end = batch.base_offset + i64::from(batch.last_offset_delta) + 1;
+                *position = (*position).max(end);
                 continue;
             }
             for r in batch.records {

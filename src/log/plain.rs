@@ -68,6 +68,34 @@ pub fn encode(records: &[Record]) -> Result<Bytes, String> {
 ///
 /// Errors: as [`encode`].
 pub fn encode_with(records: &[Record], transactional: Option<(i64, i16)>) -> Result<Bytes, String> {
+    let producer = transactional.map(|(producer_id, producer_epoch)| ProducerFields {
+        producer_id,
+        producer_epoch,
+        base_sequence: -1,
+        transactional: true,
+    });
+    encode_as(records, producer)
+}
+
+/// The producer fields of a batch [`encode_as`] writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerFields {
+    /// Producer id.
+    pub producer_id: i64,
+    /// Producer epoch.
+    pub producer_epoch: i16,
+    /// The first record's sequence (-1: none, not idempotent).
+    pub base_sequence: i32,
+    /// Attributes bit 4: part of a transaction.
+    pub transactional: bool,
+}
+
+/// As [`encode`], stamped with `producer`'s id, epoch, base sequence and transactional
+/// bit (an idempotent or transactional producer's batch, as a client would send it), or
+/// with no producer id when `None`.
+///
+/// Errors: as [`encode`].
+pub fn encode_as(records: &[Record], producer: Option<ProducerFields>) -> Result<Bytes, String> {
     let fail = |e: String| format!("cannot encode a record batch: {e}");
     let last = records
         .last()
@@ -78,13 +106,18 @@ pub fn encode_with(records: &[Record], transactional: Option<(i64, i16)>) -> Res
     let mut header = [0u8; BATCH_HEADER_BYTES];
     header[16] = MAGIC_V2 as u8;
     header[23..27].copy_from_slice(&last_offset_delta.to_be_bytes());
-    let (producer_id, producer_epoch) = transactional.unwrap_or((-1, -1));
-    if transactional.is_some() {
+    let p = producer.unwrap_or(ProducerFields {
+        producer_id: -1,
+        producer_epoch: -1,
+        base_sequence: -1,
+        transactional: false,
+    });
+    if p.transactional {
         header[21..23].copy_from_slice(&TRANSACTIONAL_ATTRIBUTE.to_be_bytes());
     }
-    header[43..51].copy_from_slice(&producer_id.to_be_bytes());
-    header[51..53].copy_from_slice(&producer_epoch.to_be_bytes());
-    header[53..57].copy_from_slice(&(-1i32).to_be_bytes()); // baseSequence
+    header[43..51].copy_from_slice(&p.producer_id.to_be_bytes());
+    header[51..53].copy_from_slice(&p.producer_epoch.to_be_bytes());
+    header[53..57].copy_from_slice(&p.base_sequence.to_be_bytes());
     let mut builder = BatchBuilder::with_header(
         header,
         last_offset_delta,

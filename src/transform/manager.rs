@@ -95,6 +95,9 @@ pub struct TransformStatus {
     /// `errors.deadletterqueue.topic.name`.
     #[serde(rename = "errors.deadletterqueue.topic.name")]
     pub dlq_topic: Option<String>,
+    /// `processing.guarantee`: `at_least_once` or `exactly_once`.
+    #[serde(rename = "processing.guarantee", default)]
+    pub guarantee: super::Guarantee,
     /// sha256 (hex) of the component bytes in use ("" when it never loaded).
     pub version: String,
     /// RUNNING or FAILED.
@@ -1047,6 +1050,7 @@ impl TransformManager {
             wasm: spec.wasm.clone(),
             config: spec.config.clone(),
             tolerance: spec.tolerance,
+            guarantee: spec.guarantee,
             dlq_topic: spec.dlq_topic.clone(),
             version: live.version,
             state: live.state,
@@ -1125,6 +1129,7 @@ mod tests {
             mode: Mode::Async,
             tolerance: Tolerance::default(),
             dlq_topic: None,
+            guarantee: Default::default(),
         }
     }
 

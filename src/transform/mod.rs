@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use manager::{sha256_hex, DeployError, TransformManager, TransformStatus};
-pub use spec::{Mode, TransformSpec};
+pub use spec::{Guarantee, Mode, TransformSpec};
 
 use crate::cluster::Metadata;
 use crate::config::BrokerConfig;
@@ -34,7 +34,7 @@ use crate::replica::ReplicaManager;
 /// The broker's owners transforms call, handed over by the composition root (`broker`):
 /// async runners read their input from the replica manager and keep their progress as a
 /// consumer group's committed offsets; outputs go through `ingest`, given separately.
-/// Cheap to clone (four `Arc`s).
+/// Cheap to clone (five `Arc`s).
 #[derive(Debug, Clone)]
 pub struct Owners {
     /// Broker configuration (`log.dirs` for an earlier weir's `__transforms/`,
@@ -46,6 +46,8 @@ pub struct Owners {
     pub replicas: Arc<ReplicaManager>,
     /// Consumer groups: progress as `transform-<name>`'s committed offsets.
     pub groups: Arc<GroupCoordinator>,
+    /// The transaction coordinator: `processing.guarantee=exactly_once` deployments.
+    pub txn: Arc<crate::txn::TransactionCoordinator>,
 }
 
 /// `errors.tolerance` (Kafka Connect's key and values).

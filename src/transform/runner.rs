@@ -4,9 +4,20 @@
 //! writing its outputs through [`Ingest`], then committing progress as the committed
 //! offsets of the group `transform-<name>` in `__consumer_offsets`.
 //!
-//! Delivery is at-least-once: outputs are written before progress is committed, so a
-//! crash between the two re-transforms that chunk after a restart (duplicates at most
-//! since the last progress commit; nothing lost).
+//! Delivery with `processing.guarantee=at_least_once` (default): outputs are written
+//! before progress is committed, so a crash between the two re-transforms that chunk
+//! after a restart (duplicates at most since the last progress commit; nothing lost).
+//!
+//! With `exactly_once`, each chunk is one Kafka transaction of the transactional id
+//! `transform-<name>` ([`crate::txn::producer::TxnProducer`]): its outputs and dead
+//! letters are written as transactional batches, its progress committed with
+//! TxnOffsetCommit, then EndTxn commits all of it at once; a read_committed consumer of
+//! the outputs sees each chunk whole or not at all. A failure anywhere in the chunk
+//! aborts the transaction and reads the chunk again from the committed progress; a
+//! restarted runner's InitProducerId aborts what its previous incarnation left open and
+//! fences it. Progress is read back only once stable (no transaction of it completing).
+//! Kafka Streams' exactly_once_v2, with one producer per deployment; its input is read
+//! read_committed (`WorkerIo::read`), so chained exactly-once deployments compose.
 //!
 //! One task for all partitions (not one per partition): a deployment is one instance of
 //! the component (instances are not pooled yet), so partition tasks would only take turns
@@ -30,11 +41,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::watch;
 
-use super::{Deployment, Owners, RunState, Tolerance};
+use super::{Deployment, Guarantee, Owners, RunState, Tolerance};
 use crate::dead_letter::{self, DeadLetter, Owner, Stage};
-use crate::ingest::Ingest;
+use crate::ingest::{Ingest, IngestError};
 use crate::log::records::{StoredBatches, MAX_DECOMPRESSED_BATCH_BYTES};
 use crate::plugin::{BatchContext, PluginError, Record, Transform};
+use crate::txn::producer::{TxnOwners, TxnProducer};
 use crate::worker_io::WorkerIo;
 
 /// Most records given to the transform in one call.
@@ -47,6 +59,14 @@ pub const IDLE_WAIT_MS: u64 = 1_000;
 
 /// The idle wait (ms) of a runner reading some input partition from another broker.
 pub const REMOTE_IDLE_WAIT_MS: u64 = 100;
+
+/// `transaction.timeout.ms` of an exactly-once deployment's transactions (capped by the
+/// broker's `transaction.max.timeout.ms`): one chunk's; a runner that dies mid-chunk
+/// has it aborted by its successor's InitProducerId, or by the coordinator then.
+pub const TXN_TIMEOUT_MS: i32 = 60_000;
+
+/// Pause after an aborted exactly-once chunk before it is read again, in ms.
+pub const TXN_RETRY_BACKOFF_MS: u64 = 500;
 
 /// The error that stops a deployment (FAILED).
 #[derive(Debug)]
@@ -69,6 +89,10 @@ pub(crate) struct Runner {
     pub(crate) stop: watch::Receiver<bool>,
     /// Next offset to read per input partition (from the committed progress at start).
     positions: HashMap<i32, i64>,
+    /// The transactional producer of an `exactly_once` deployment.
+    txn: Option<TxnProducer>,
+    /// Why the open transaction must be aborted (an output or dead letter not written).
+    txn_broken: Option<String>,
 }
 
 impl Runner {
@@ -81,6 +105,16 @@ impl Runner {
         version: String,
         stop: watch::Receiver<bool>,
     ) -> Runner {
+        let txn = (d.spec.guarantee == Guarantee::ExactlyOnce).then(|| {
+            let owners = TxnOwners {
+                metadata: ctx.metadata.clone(),
+                txn: ctx.txn.clone(),
+                groups: ctx.groups.clone(),
+                peers: ingest.peers(),
+            };
+            let timeout_ms = TXN_TIMEOUT_MS.min(ctx.config.transaction.max_timeout_ms);
+            TxnProducer::new(owners, d.spec.group_id(), timeout_ms)
+        });
         Runner {
             d,
             ctx,
@@ -89,6 +123,8 @@ impl Runner {
             version,
             stop,
             positions: HashMap::new(),
+            txn,
+            txn_broken: None,
         }
     }
 
@@ -164,18 +200,115 @@ impl Runner {
             // Records read after a reload was queued (and so after its version showed)
             // meet the new component.
             self.swap_pending();
+            if let Some(producer) = self.txn.as_mut() {
+                if let Err(e) = producer.begin().await {
+                    self.aborted(p, &e).await;
+                    continue;
+                }
+            }
             let result = self.process(p, &records).await;
             let commit_at = match &result {
                 Ok(()) => next,
                 Err((_, failed_offset)) => *failed_offset,
             };
-            self.commit(p, commit_at).await;
+            if self.txn.is_some() {
+                if let Err(e) = self.commit_transaction(p, commit_at).await {
+                    self.aborted(p, &e).await;
+                    continue;
+                }
+            } else {
+                self.commit(p, commit_at).await;
+            }
             self.positions.insert(p, commit_at);
             if let Err((fatal, _)) = result {
                 return Err(fatal);
             }
         }
         Ok(any)
+    }
+
+    /// Exactly-once: commits partition `p`'s progress `offset` in the open transaction
+    /// and commits it, unless a write failed in it.
+    ///
+    /// Errors: why the transaction was not committed (it is aborted, or left for the
+    /// next InitProducerId to abort).
+    async fn commit_transaction(&mut self, p: i32, offset: i64) -> Result<(), String> {
+        let offsets = [(self.d.spec.input.clone(), p, offset)];
+        let group = self.d.spec.group_id();
+        let broken = self.txn_broken.take();
+        let Some(producer) = self.txn.as_mut() else {
+            return Ok(());
+        };
+        if let Some(why) = broken {
+            if let Err(e) = producer.end(false).await {
+                tracing::debug!(transform = %self.d.spec.name, error = %e, "abort not answered; the next InitProducerId aborts it");
+            }
+            producer.reset();
+            return Err(why);
+        }
+        producer.send_offsets(&group, &offsets).await?;
+        producer.end(true).await
+    }
+
+    /// Exactly-once: after the transaction of partition `p`'s chunk was aborted (`why`),
+    /// forgets the position (the next read starts at the committed progress) and pauses.
+    async fn aborted(&mut self, p: i32, why: &str) {
+        tracing::warn!(transform = %self.d.spec.name, partition = p, error = %why, "exactly-once chunk aborted; it is read again from the committed progress");
+        self.d.stats.errors.fetch_add(1, Ordering::Relaxed);
+        self.txn_broken = None;
+        if let Some(producer) = self.txn.as_mut() {
+            producer.reset();
+        }
+        self.positions.remove(&p);
+        tokio::time::sleep(Duration::from_millis(TXN_RETRY_BACKOFF_MS)).await;
+    }
+
+    /// Writes `records` to `topic` (partitioned by the topic's partitioner): plainly,
+    /// or in the open transaction of an exactly-once deployment (its partitions added
+    /// first). A write that leaves the transaction unusable marks it broken.
+    ///
+    /// Errors: the first record's [`IngestError`].
+    async fn append_records(&mut self, topic: &str, records: &[Record]) -> Result<(), IngestError> {
+        let Some(producer) = self.txn.as_mut() else {
+            return self.ingest.append(topic, None, records).await.map(|_| ());
+        };
+        let given = vec![None; records.len()];
+        let (meta, chosen) = self
+            .ingest
+            .choose_partitions(topic, records, &given)
+            .await?;
+        if let Some(Err(e)) = chosen.iter().find(|c| c.is_err()) {
+            return Err(e.clone());
+        }
+        let partitions: Vec<(String, i32)> = chosen
+            .iter()
+            .flatten()
+            .map(|p| (topic.to_string(), *p))
+            .collect();
+        if let Err(message) = producer.add_partitions(&partitions).await {
+            self.txn_broken = Some(message.clone());
+            return Err(IngestError {
+                error: kafka_protocol::ResponseError::UnknownServerError,
+                message,
+            });
+        }
+        let batch_producer = producer.batch_producer();
+        let results = self
+            .ingest
+            .append_chosen(&meta, records, chosen, batch_producer.as_deref())
+            .await;
+        match results.into_iter().find_map(Result::err) {
+            None => Ok(()),
+            Some(e) => {
+                // Refusals of one record (never appended) fail that record; anything
+                // else may have left a batch half known: the transaction is aborted.
+                use kafka_protocol::ResponseError as E;
+                if !matches!(e.error, E::InvalidRecord | E::MessageTooLarge) {
+                    self.txn_broken = Some(e.to_string());
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Reads and progress wherever the input partitions and the group's coordinator are.
@@ -226,7 +359,13 @@ impl Runner {
                 }
             },
         };
-        let read = self.io().read(&input, p, &mut pos, READ_MAX_BYTES).await;
+        // Exactly-once reads only committed input (Kafka Streams' exactly_once_v2 reads
+        // read_committed; at_least_once reads what the high watermark covers).
+        let read_committed = self.txn.is_some();
+        let read = self
+            .io()
+            .read(&input, p, &mut pos, READ_MAX_BYTES, read_committed)
+            .await;
         // Moved up when retention removed what was not transformed yet, or the topic was
         // recreated (auto.offset.reset=earliest).
         self.positions.insert(p, pos);
@@ -322,11 +461,12 @@ impl Runner {
     /// Writes a call's outputs (record indexes relative to `base`). Returns the input
     /// records whose outputs could not be written, with why.
     async fn write_outputs(
-        &self,
+        &mut self,
         out: &crate::plugin::OutputBatch,
         base: usize,
     ) -> Vec<(usize, String)> {
-        let spec = &self.d.spec;
+        let d = self.d.clone();
+        let spec = &d.spec;
         let mut by_topic: BTreeMap<&str, (Vec<Record>, Vec<usize>)> = BTreeMap::new();
         let mut failed: Vec<(usize, String)> = Vec::new();
         for r in out.iter() {
@@ -345,8 +485,8 @@ impl Runner {
         }
         let mut written = 0u64;
         for (topic, (records, indexes)) in by_topic {
-            match self.ingest.append(topic, None, &records).await {
-                Ok(_) => written += records.len() as u64,
+            match self.append_records(topic, &records).await {
+                Ok(()) => written += records.len() as u64,
                 Err(e) => {
                     let message = format!("cannot write to output topic {topic}: {e}");
                     for i in indexes {
@@ -367,14 +507,15 @@ impl Runner {
 
     /// Applies `errors.tolerance` to one failing record at `offset` of partition `p`.
     async fn fail_record(
-        &self,
+        &mut self,
         p: i32,
         offset: i64,
         record: &Record,
         message: &str,
         kind: &'static str,
     ) -> Result<(), Fatal> {
-        let spec = &self.d.spec;
+        let d = self.d.clone();
+        let spec = &d.spec;
         self.d.stats.errors.fetch_add(1, Ordering::Relaxed);
         let located = format!("{message} (input {}-{p} offset {offset})", spec.input);
         match spec.tolerance {
@@ -399,11 +540,13 @@ impl Runner {
                     kind,
                     message: message.to_string(),
                 };
+                let version = self.version.clone();
                 let owner = Owner::Transform {
                     name: &spec.name,
-                    version: &self.version,
+                    version: &version,
                 };
-                dead_letter::write(&self.ingest, dlq, owner, vec![letter])
+                let records = dead_letter::records(owner, vec![letter]);
+                self.append_records(dlq, &records)
                     .await
                     .map_err(|e| {
                         Fatal(format!(

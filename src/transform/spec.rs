@@ -9,6 +9,7 @@
 //! mode = "async"                            # or "inline"
 //! "errors.tolerance" = "all"                # or "none" (default)
 //! "errors.deadletterqueue.topic.name" = "users-dlq"
+//! "processing.guarantee" = "exactly_once"  # async only; default "at_least_once"
 //! [config]
 //! fields = "email,phone"
 //! ```
@@ -48,6 +49,27 @@ impl Mode {
     }
 }
 
+/// `processing.guarantee` of an async deployment (Kafka Streams' key; its values without
+/// the `_v2`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Guarantee {
+    /// `at_least_once` (default): outputs are written, then progress is committed; a
+    /// crash between the two writes a chunk's outputs again.
+    #[default]
+    AtLeastOnce,
+    /// `exactly_once`: each chunk's outputs, dead letters and progress commit in one
+    /// Kafka transaction (transactional id `transform-<name>`); read_committed
+    /// consumers see every output once.
+    ExactlyOnce,
+}
+
+impl Guarantee {
+    fn is_default(&self) -> bool {
+        *self == Guarantee::AtLeastOnce
+    }
+}
+
 /// One deployment, as given (JSON body, JSON file or TOML file).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -78,6 +100,13 @@ pub struct TransformSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub dlq_topic: Option<String>,
+    /// `processing.guarantee`: `at_least_once` (default) or `exactly_once` (async only).
+    #[serde(
+        default,
+        rename = "processing.guarantee",
+        skip_serializing_if = "Guarantee::is_default"
+    )]
+    pub guarantee: Guarantee,
 }
 
 impl TransformSpec {
@@ -96,6 +125,10 @@ impl TransformSpec {
         for (key, allowed) in [
             ("mode", &["async", "inline"][..]),
             ("errors.tolerance", &["none", "all"][..]),
+            (
+                "processing.guarantee",
+                &["at_least_once", "exactly_once"][..],
+            ),
         ] {
             if let Some(v) = value.get(key) {
                 if !v.as_str().is_some_and(|s| allowed.contains(&s)) {
@@ -182,6 +215,11 @@ impl TransformSpec {
                     "outputs: {o} is also the input topic (the transform would read its own output forever)"
                 ));
             }
+        }
+        if self.guarantee == Guarantee::ExactlyOnce && self.mode != Mode::Async {
+            return Err(
+                "processing.guarantee: exactly_once needs mode async (an inline transform is part of its producer's write)".into(),
+            );
         }
         if let Some(d) = &self.dlq_topic {
             topic("errors.deadletterqueue.topic.name", d)?;

@@ -26,6 +26,7 @@
 //! All state sits behind one `std` mutex, never held across `.await`.
 
 pub(crate) mod marker;
+pub(crate) mod producer;
 pub(crate) mod store;
 
 use std::collections::{BTreeSet, HashMap};

@@ -230,6 +230,10 @@ pub(crate) fn read_all(
         .set("bootstrap.servers", bootstrap)
         .set("group.id", "replication-faults-no-commits")
         .set("enable.auto.commit", "false")
+        // librdkafka 2.x caches a partition listed once with leader -1 (a moment of a
+        // leader change) as a permanent error of `fetch_watermarks` until its next
+        // metadata refresh (5 min by default): refresh each second instead.
+        .set("topic.metadata.refresh.interval.ms", "1000")
         .create()
         .expect("consumer");
     let high: BTreeMap<i32, i64> = (0..partitions)

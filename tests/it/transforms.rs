@@ -916,3 +916,213 @@ async fn inline_deployments_install_one_slot_per_topic() {
     );
     broker.stop();
 }
+
+/// Every record of `topic` (`partitions` partitions) a consumer with `isolation` reads
+/// from the beginning until `quiet` passes with nothing new (at most 90 s): values.
+fn read_everything(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    isolation: &str,
+    quiet: Duration,
+) -> Vec<String> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::Message;
+    use rdkafka::{ClientConfig, TopicPartitionList};
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", format!("eos-check-{isolation}"))
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", isolation)
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&tpl).expect("assign");
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut last_new = Instant::now();
+    while Instant::now() < deadline && last_new.elapsed() < quiet {
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
+                last_new = Instant::now();
+            }
+            Some(Err(e)) => eprintln!("consume: {e}"),
+            None => {}
+        }
+    }
+    out
+}
+
+/// Issue 14 test 5: an `exactly_once` transform while a producer writes its input
+/// without pause and the broker is killed with -9 three times: a read_committed consumer
+/// of the output reads each input record exactly as often as the input holds it (counted
+/// per value); the copies aborted transactions left are seen only by read_uncommitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exactly_once_transform_writes_each_record_once_across_kill_9_of_the_broker() {
+    use crate::harness::BinaryBroker;
+    use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    const KILLS: usize = 3;
+    let dir = tempfile::tempdir().unwrap();
+    let overrides = [
+        "transaction.state.log.num.partitions=3",
+        "offsets.topic.num.partitions=3",
+        "num.partitions=3",
+    ];
+    let mut broker = BinaryBroker::spawn(dir.path(), 0, &overrides);
+    let bootstrap = broker.bootstrap.clone();
+    let port: u16 = bootstrap.rsplit(':').next().unwrap().parse().unwrap();
+    create_topic(&bootstrap, "eos-in", 3, &[]).await;
+    create_topic(&bootstrap, "eos-out", 3, &[]).await;
+    deploy(
+        &broker.admin_url,
+        json!({"name": "eos", "wasm": guest("identity"), "input": "eos-in",
+               "outputs": ["eos-out"], "processing.guarantee": "exactly_once"}),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicUsize::new(0));
+    let writer = {
+        let (stop, sent, bootstrap) = (stop.clone(), sent.clone(), bootstrap.clone());
+        std::thread::spawn(move || {
+            let p: ThreadedProducer<rdkafka::producer::DefaultProducerContext> =
+                rdkafka::ClientConfig::new()
+                    .set("bootstrap.servers", &bootstrap)
+                    .set("enable.idempotence", "true")
+                    .set("linger.ms", "5")
+                    .set("message.timeout.ms", "60000")
+                    .create()
+                    .expect("producer");
+            let mut i = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                let (k, v) = (format!("k{i}"), format!("v{i}"));
+                match p.send(BaseRecord::to("eos-in").key(&k).payload(&v)) {
+                    Ok(()) => i += 1,
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+                if i.is_multiple_of(200) {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                sent.store(i, Ordering::Relaxed);
+            }
+            let _ = p.flush(Duration::from_secs(60));
+        })
+    };
+    for _ in 0..KILLS {
+        std::thread::sleep(Duration::from_millis(1500));
+        let stderr = broker.kill9();
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        broker = BinaryBroker::spawn(dir.path(), port, &overrides);
+    }
+    std::thread::sleep(Duration::from_millis(1000));
+    stop.store(true, Ordering::Relaxed);
+    writer.join().expect("the producer thread");
+    let s = poll_for("the transform to catch up", 90, || {
+        let s = status(&broker.admin_url, "eos");
+        if s["state"] == "RUNNING" && s["input_lag"] == 0 {
+            Ok(s)
+        } else {
+            Err(format!("{s}"))
+        }
+    });
+    let count = |values: &[String]| {
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        for v in values {
+            *counts.entry(v.clone()).or_default() += 1;
+        }
+        counts
+    };
+    let input = read_everything(
+        &bootstrap,
+        "eos-in",
+        3,
+        "read_committed",
+        Duration::from_secs(3),
+    );
+    let output = read_everything(
+        &bootstrap,
+        "eos-out",
+        3,
+        "read_committed",
+        Duration::from_secs(3),
+    );
+    let uncommitted = read_everything(
+        &bootstrap,
+        "eos-out",
+        3,
+        "read_uncommitted",
+        Duration::from_secs(2),
+    );
+    let (want, got) = (count(&input), count(&output));
+    let lost: Vec<&String> = want.keys().filter(|v| !got.contains_key(*v)).collect();
+    let duplicated: Vec<(&String, usize)> = got
+        .iter()
+        .filter(|(v, n)| **n > want.get(*v).copied().unwrap_or(0))
+        .map(|(v, n)| (v, *n))
+        .collect();
+    let never_in_input: Vec<&String> = got.keys().filter(|v| !want.contains_key(*v)).collect();
+    eprintln!(
+        "exactly-once transform: {KILLS} kills, sent {}, input {}, output read_committed {} \
+         (lost {}, duplicated {}, never in the input {}), read_uncommitted {} ({} in aborted \
+         transactions), status {s}",
+        sent.load(Ordering::Relaxed),
+        input.len(),
+        output.len(),
+        lost.len(),
+        duplicated.len(),
+        never_in_input.len(),
+        uncommitted.len(),
+        uncommitted.len().saturating_sub(output.len())
+    );
+    assert!(input.len() > 1000, "too little input: {}", input.len());
+    assert!(
+        lost.is_empty(),
+        "lost {} e.g. {:?}",
+        lost.len(),
+        &lost[..lost.len().min(5)]
+    );
+    assert!(
+        duplicated.is_empty(),
+        "duplicated {} e.g. {:?}",
+        duplicated.len(),
+        &duplicated[..duplicated.len().min(5)]
+    );
+    assert!(never_in_input.is_empty(), "{never_in_input:?}");
+    assert_eq!(output.len(), input.len());
+    assert!(uncommitted.len() >= output.len());
+    drop(broker);
+}
+
+/// `processing.guarantee` is checked: an unknown value and exactly_once on an inline
+/// deployment are refused with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_processing_guarantee_is_refused_with_the_reason() {
+    let broker = TestBroker::start();
+    for (spec, reason) in [
+        (
+            json!({"name": "g1", "wasm": guest("identity"), "input": "a", "outputs": ["b"],
+                   "processing.guarantee": "twice"}),
+            "processing.guarantee must be one of at_least_once, exactly_once",
+        ),
+        (
+            json!({"name": "g2", "wasm": guest("identity"), "input": "a", "mode": "inline",
+                   "processing.guarantee": "exactly_once"}),
+            "exactly_once needs mode async",
+        ),
+    ] {
+        let (code, body) = http(
+            "POST",
+            &format!("{}/transforms", broker.admin_url),
+            Some(spec),
+        );
+        assert_eq!(code, 400, "{body}");
+        assert!(body.to_string().contains(reason), "{body}");
+    }
+    broker.stop();
+}
