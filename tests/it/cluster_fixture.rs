@@ -484,10 +484,22 @@ impl ReadBack {
 /// consumer bootstrapped to `bootstrap` (assigned, nothing committed) until `want`
 /// records are read or 60 s pass, then 1 s more to catch anything extra.
 pub(crate) fn read_keyed(bootstrap: &str, topic: &str, partitions: i32, want: usize) -> ReadBack {
+    read_keyed_as(bootstrap, topic, partitions, want, "read_uncommitted")
+}
+
+/// [`read_keyed`] by a consumer with `isolation.level` `isolation`.
+pub(crate) fn read_keyed_as(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    want: usize,
+    isolation: &str,
+) -> ReadBack {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", "read-keyed-no-commits")
         .set("enable.auto.commit", "false")
+        .set("isolation.level", isolation)
         .create()
         .expect("consumer");
     let mut tpl = TopicPartitionList::new();

@@ -11,7 +11,7 @@ use rdkafka::admin::{NewTopic, TopicReplication};
 use rdkafka::producer::FutureRecord;
 use serde_json::{json, Value};
 
-use crate::cluster_fixture::{keyed_key, keyed_value, read_keyed, ThreeNodes};
+use crate::cluster_fixture::{keyed_key, keyed_value, read_keyed, read_keyed_as, ThreeNodes};
 use crate::connect::read_partitions_for;
 use crate::connect_rest::curl;
 use crate::guests::guest;
@@ -221,6 +221,137 @@ async fn an_async_transform_runs_on_the_connect_leader_and_moves_when_it_is_kill
         twice.keys().all(|i| *i < RECORDS),
         "records produced after the kill copied twice: {twice:?}"
     );
+    assert!(read.bad.is_empty(), "{:?}", read.bad);
+    nodes.assert_no_panic();
+}
+
+/// Issue 14 on a cluster: an `exactly_once` deployment whose runner (the connect leader)
+/// is killed with -9 mid-stream moves to a survivor, whose InitProducerId aborts what
+/// the dead runner left open; a read_committed consumer of the output reads every input
+/// record exactly once, those copied before the kill included (at-least-once allows
+/// repeats there). The coordinators of its transactional id and group are wherever
+/// their partitions' leaders are: calls go over the peer connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exactly_once_transform_moved_by_a_kill_copies_each_record_once() {
+    const RECORDS: usize = 3_000;
+    let mut nodes = ThreeNodes::start(&[
+        "broker.session.timeout.ms=1500",
+        "broker.heartbeat.interval.ms=300",
+        "transaction.state.log.num.partitions=4",
+        "offsets.topic.num.partitions=4",
+    ]);
+    let all = nodes.bootstrap_all();
+    for topic in ["eos-in", "eos-out"] {
+        create_topic(&all, NewTopic::new(topic, 4, TopicReplication::Fixed(3))).await;
+    }
+    let spec = json!({
+        "name": "eos-copier", "wasm": guest("identity"), "input": "eos-in",
+        "outputs": ["eos-out"], "processing.guarantee": "exactly_once",
+    });
+    let (code, answer) = curl(
+        "POST",
+        &format!("{}/transforms", nodes.node(3).admin_url),
+        Some(&spec),
+    );
+    assert_eq!(code, 201, "{answer}");
+    let status = wait_for_transform(&nodes.node(2).admin_url, "eos-copier", "RUNNING");
+    assert_eq!(
+        status["broker_id"], 1,
+        "runs on the connect leader: {status}"
+    );
+    assert_eq!(status["processing.guarantee"], "exactly_once", "{status}");
+
+    // A producer writes without pause (idempotent: the input holds each record once)
+    // while the runner's broker is killed mid-stream.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (stop, all) = (stop.clone(), all.clone());
+        std::thread::spawn(move || {
+            use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+            let p: ThreadedProducer<rdkafka::producer::DefaultProducerContext> =
+                rdkafka::ClientConfig::new()
+                    .set("bootstrap.servers", &all)
+                    .set("enable.idempotence", "true")
+                    .set("linger.ms", "5")
+                    .set("message.timeout.ms", "60000")
+                    .create()
+                    .expect("producer");
+            let mut i = 0usize;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && i < 2 * RECORDS {
+                let (k, v) = (keyed_key(i), keyed_value(i));
+                match p.send(
+                    BaseRecord::to("eos-in")
+                        .key(&k)
+                        .payload(&v)
+                        .partition(i as i32 % 4),
+                ) {
+                    Ok(()) => i += 1,
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+                if i.is_multiple_of(100) {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            assert!(
+                p.flush(Duration::from_secs(60)).is_ok(),
+                "records not delivered"
+            );
+            i
+        })
+    };
+    poll_for("the runner on broker 1 to copy records", 30, || {
+        let s = wait_for_transform(&nodes.node(1).admin_url, "eos-copier", "RUNNING");
+        if s["records_out"].as_u64().unwrap_or(0) > 0 {
+            Ok(())
+        } else {
+            Err(s.to_string())
+        }
+    });
+    nodes.kill9(1);
+    let survivor = nodes.node(2).admin_url.clone();
+    let status = poll_for("the transform runs on broker 2", 60, || {
+        let status = wait_for_transform(&survivor, "eos-copier", "RUNNING");
+        if status["broker_id"] == 2 {
+            Ok(status)
+        } else {
+            Err(status.to_string())
+        }
+    });
+    eprintln!("after the kill: {status}");
+    let sent = writer.join().expect("the producer thread");
+    assert_eq!(sent, 2 * RECORDS);
+    let survivors = format!("{},{}", nodes.bootstrap(2), nodes.bootstrap(3));
+    let read = read_keyed_as(&survivors, "eos-out", 4, 2 * RECORDS, "read_committed");
+    let lost: Vec<usize> = (0..2 * RECORDS)
+        .filter(|i| !read.seen.contains_key(i))
+        .collect();
+    let twice: BTreeMap<usize, usize> = read
+        .seen
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(i, n)| (*i, *n))
+        .collect();
+    let uncommitted = read_keyed(&survivors, "eos-out", 4, 2 * RECORDS);
+    let copies: usize = uncommitted.seen.values().sum();
+    eprintln!(
+        "exactly-once on a cluster: lost {}, copied more than once {}, read_uncommitted copies {copies}",
+        lost.len(),
+        twice.len()
+    );
+    for id in 2..=3 {
+        for line in nodes.node(id).stderr_text().lines() {
+            if line.contains("eos-copier") || line.contains("exactly-once") {
+                eprintln!("node {id}: {line}");
+            }
+        }
+    }
+    assert!(
+        lost.is_empty(),
+        "lost {} records, first {:?}",
+        lost.len(),
+        lost.first()
+    );
+    assert!(twice.is_empty(), "copied more than once: {twice:?}");
     assert!(read.bad.is_empty(), "{:?}", read.bad);
     nodes.assert_no_panic();
 }
