@@ -14,7 +14,12 @@
 //!    to `ident-out` through the admin API; the time runs from the deploy request to
 //!    `ident-out` holding RECORDS records (its log end offsets, read with librdkafka).
 //!
-//! Printed: records/s of each and the ratio pipeline / copy (the target: ≥ 0.5).
+//! 4. **Exactly-once pipeline**: the same with `processing.guarantee = "exactly_once"` to
+//!    `eos-out` (a transaction per chunk of up to 1,000 records per partition).
+//!
+//! Steps 3 and 4 end when the deployment's `input_lag` is 0 with its output full.
+//! Printed: records/s of each, the ratio pipeline / copy (the target: ≥ 0.5) and
+//! exactly-once / at-least-once.
 
 #[path = "../tests/it/guests.rs"]
 mod guests;
@@ -155,25 +160,43 @@ fn http(addr: std::net::SocketAddr, method: &str, path: &str, body: &str) -> (u1
     (status, body.to_string())
 }
 
-/// Deploys the identity transform `in` → `ident-out` and waits for every record; seconds.
-fn identity_pipeline(b: &harness::TestBroker, admin: std::net::SocketAddr, n: usize) -> f64 {
+/// Deploys the identity transform `name` from `in` to `out` with `guarantee`
+/// (`processing.guarantee`) and waits until its progress covers every record (status
+/// `input_lag` 0 once `out` holds at least RECORDS offsets: exactly-once outputs also
+/// hold transaction markers); seconds.
+fn identity_pipeline(
+    b: &harness::TestBroker,
+    admin: std::net::SocketAddr,
+    n: usize,
+    name: &str,
+    out: &str,
+    guarantee: &str,
+) -> f64 {
     let wasm = guests::guest("identity");
     let watcher: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", &b.bootstrap)
         .create()
         .unwrap();
     let spec = serde_json::json!({
-        "name": "bench-identity",
+        "name": name,
         "wasm": wasm,
         "input": "in",
-        "outputs": ["ident-out"],
+        "outputs": [out],
+        "processing.guarantee": guarantee,
     });
     let t0 = Instant::now();
     let (status, body) = http(admin, "POST", "/transforms", &spec.to_string());
     assert_eq!(status, 201, "deploy: {body}");
     let deadline = Instant::now() + Duration::from_secs(600);
-    while log_end(&watcher, "ident-out") < n as i64 {
+    loop {
         assert!(Instant::now() < deadline, "the pipeline did not finish");
+        if log_end(&watcher, out) >= n as i64 {
+            let (_, body) = http(admin, "GET", &format!("/transforms/{name}"), "");
+            let status: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+            if status["input_lag"] == 0 {
+                break;
+            }
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
     t0.elapsed().as_secs_f64()
@@ -192,12 +215,20 @@ fn main() {
         .trim_start_matches("http://")
         .parse()
         .expect("the admin listener's address");
-    for t in ["in", "copy-out", "ident-out"] {
+    for t in ["in", "copy-out", "ident-out", "eos-out"] {
         create_topic(&b.bootstrap, t, PARTITIONS);
     }
     produce_input(&b.bootstrap, n);
     let copy_s = plain_copy(&b.bootstrap, n);
-    let pipe_s = identity_pipeline(&b, admin, n);
+    let pipe_s = identity_pipeline(&b, admin, n, "bench-identity", "ident-out", "at_least_once");
+    let eos_s = identity_pipeline(
+        &b,
+        admin,
+        n,
+        "bench-identity-eos",
+        "eos-out",
+        "exactly_once",
+    );
     let rate = |s: f64| n as f64 / s;
     println!("pipeline: {n} records of 100 B, {PARTITIONS} partitions");
     println!(
@@ -208,6 +239,14 @@ fn main() {
         "  async identity transform   : {:>10.0} records/s ({pipe_s:.2} s)",
         rate(pipe_s)
     );
+    println!(
+        "  exactly-once transform     : {:>10.0} records/s ({eos_s:.2} s)",
+        rate(eos_s)
+    );
     println!("  ratio transform / copy     : {:.2}", copy_s / pipe_s);
+    println!(
+        "  ratio exactly-once / at-least-once transform: {:.2}",
+        pipe_s / eos_s
+    );
     b.stop();
 }
