@@ -113,15 +113,7 @@ impl WorkerIo<'_> {
     ///
     /// Errors: the group's `__consumer_offsets` partition has no leader.
     fn coordinator(&self, group: &str) -> Result<Option<i32>, String> {
-        let image = self.metadata.image();
-        match coordinator_in(&image, group) {
-            None => Ok(None),
-            Some(leader) if leader == image.node_id() => Ok(None),
-            Some(leader) if leader >= 0 => Ok(Some(leader)),
-            Some(_) => Err(format!(
-                "group {group}'s {OFFSETS_TOPIC} partition has no leader (no coordinator)"
-            )),
-        }
+        remote_group_coordinator(self.metadata, group)
     }
 
     /// The offset `group` committed for `topic`-`partition` (`None`: nothing committed),
@@ -193,6 +185,25 @@ impl WorkerIo<'_> {
                     format!("committing the offsets of group {group}: Kafka error {e:?}: {message}")
                 }),
         }
+    }
+}
+
+/// The broker coordinating `group` in `metadata`'s image when it is another one
+/// (`None`: this broker, or a single node).
+///
+/// Errors: the group's `__consumer_offsets` partition has no leader.
+pub(crate) fn remote_group_coordinator(
+    metadata: &Metadata,
+    group: &str,
+) -> Result<Option<i32>, String> {
+    let image = metadata.image();
+    match coordinator_in(&image, group) {
+        None => Ok(None),
+        Some(leader) if leader == image.node_id() => Ok(None),
+        Some(leader) if leader >= 0 => Ok(Some(leader)),
+        Some(_) => Err(format!(
+            "group {group}'s {OFFSETS_TOPIC} partition has no leader (no coordinator)"
+        )),
     }
 }
 

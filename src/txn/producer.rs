@@ -37,9 +37,10 @@ use kafka_protocol::ResponseError;
 
 use super::TransactionCoordinator;
 use crate::cluster::Metadata;
-use crate::group::store::{coordinator_in, partition_for};
+use crate::group::store::partition_for;
 use crate::group::{GroupCoordinator, OffsetToCommit, TxnCommitRequest, OFFSETS_TOPIC};
 use crate::peer::PeerClients;
+use crate::worker_io::remote_group_coordinator;
 
 /// How long one coordinator call is retried while the answer is retriable, in ms.
 pub(crate) const RETRY_FOR_MS: u64 = 30_000;
@@ -121,6 +122,14 @@ fn retriable(e: ResponseError) -> bool {
             | ResponseError::NotLeaderOrFollower
             | ResponseError::LeaderNotAvailable
     )
+}
+
+/// A remote coordinator's answer `code` (0: done) from broker `broker`.
+fn answered(code: i16, broker: i32) -> Result<(), (ResponseError, String)> {
+    match error_of(code) {
+        None => Ok(()),
+        Some(e) => Err((e, format!("at broker {broker}"))),
+    }
 }
 
 fn error_of(code: i16) -> Option<ResponseError> {
@@ -343,10 +352,7 @@ impl TxnProducer {
                     .peers
                     .call(broker, &request, 4, CALL_WAIT)
                     .await?;
-                match error_of(r.error_code) {
-                    None => Ok((r.producer_id.0, r.producer_epoch)),
-                    Some(e) => Err((e, format!("at broker {broker}"))),
-                }
+                answered(r.error_code, broker).map(|()| (r.producer_id.0, r.producer_epoch))
             }
         }
     }
@@ -397,10 +403,7 @@ impl TxnProducer {
                     .iter()
                     .flat_map(|t| &t.results_by_partition)
                     .find_map(|p| error_of(p.partition_error_code));
-                match first.or_else(|| error_of(r.error_code)) {
-                    None => Ok(()),
-                    Some(e) => Err((e, format!("at broker {broker}"))),
-                }
+                answered(first.map_or(r.error_code, |e| e.code()), broker)
             }
         }
     }
@@ -445,10 +448,7 @@ impl TxnProducer {
                     .peers
                     .call(broker, &request, 3, CALL_WAIT)
                     .await?;
-                match error_of(r.error_code) {
-                    None => Ok(()),
-                    Some(e) => Err((e, format!("at broker {broker}"))),
-                }
+                answered(r.error_code, broker)
             }
         }
     }
@@ -459,19 +459,8 @@ impl TxnProducer {
         offsets: &[(String, i32, i64)],
     ) -> Result<(), (ResponseError, String)> {
         let (producer_id, producer_epoch) = self.ids()?;
-        let image = self.owners.metadata.image();
-        let coordinator = match coordinator_in(&image, group) {
-            None => None,
-            Some(me) if me == image.node_id() => None,
-            Some(leader) if leader >= 0 => Some(leader),
-            Some(_) => {
-                return Err((
-                    ResponseError::CoordinatorNotAvailable,
-                    format!("group {group} has no coordinator"),
-                ))
-            }
-        };
-        drop(image);
+        let coordinator = remote_group_coordinator(&self.owners.metadata, group)
+            .map_err(|m| (ResponseError::CoordinatorNotAvailable, m))?;
         match coordinator {
             None => {
                 let req = TxnCommitRequest {
@@ -544,15 +533,12 @@ impl TxnProducer {
                     .peers
                     .call(broker, &request, 3, CALL_WAIT)
                     .await?;
-                match r
+                let first = r
                     .topics
                     .iter()
                     .flat_map(|t| &t.partitions)
-                    .find_map(|p| error_of(p.error_code))
-                {
-                    None => Ok(()),
-                    Some(e) => Err((e, format!("at broker {broker}"))),
-                }
+                    .find(|p| p.error_code != 0);
+                answered(first.map_or(0, |p| p.error_code), broker)
             }
         }
     }
@@ -577,10 +563,7 @@ impl TxnProducer {
                     .peers
                     .call(broker, &request, 3, CALL_WAIT)
                     .await?;
-                match error_of(r.error_code) {
-                    None => Ok(()),
-                    Some(e) => Err((e, format!("at broker {broker}"))),
-                }
+                answered(r.error_code, broker)
             }
         }
     }

@@ -11,7 +11,9 @@ use rdkafka::admin::{NewTopic, TopicReplication};
 use rdkafka::producer::FutureRecord;
 use serde_json::{json, Value};
 
-use crate::cluster_fixture::{keyed_key, keyed_value, read_keyed, read_keyed_as, ThreeNodes};
+use crate::cluster_fixture::{
+    keyed_key, keyed_value, read_keyed, read_keyed_as, ReadBack, ThreeNodes,
+};
 use crate::connect::read_partitions_for;
 use crate::connect_rest::curl;
 use crate::guests::guest;
@@ -61,6 +63,34 @@ fn wait_for_transform(admin: &str, name: &str, state: &str) -> Value {
             }
         },
     )
+}
+
+/// Kills broker 1 with -9 and waits until deployment `name` runs on broker 2; its status.
+fn kill_the_runner_and_wait_for_broker_2(nodes: &mut ThreeNodes, name: &str) -> Value {
+    nodes.kill9(1);
+    let survivor = nodes.node(2).admin_url.clone();
+    let status = poll_for("the transform runs on broker 2", 60, || {
+        let status = wait_for_transform(&survivor, name, "RUNNING");
+        if status["broker_id"] == 2 {
+            Ok(status)
+        } else {
+            Err(status.to_string())
+        }
+    });
+    eprintln!("after the kill: {status}");
+    status
+}
+
+/// Records `0..want` not in `read`, and those read more than once (record → times).
+fn lost_and_repeated(read: &ReadBack, want: usize) -> (Vec<usize>, BTreeMap<usize, usize>) {
+    let lost = (0..want).filter(|i| !read.seen.contains_key(i)).collect();
+    let twice = read
+        .seen
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(i, n)| (*i, *n))
+        .collect();
+    (lost, twice)
 }
 
 /// An inline `redact` deployed through broker 2 on a topic whose six partitions are led
@@ -187,29 +217,11 @@ async fn an_async_transform_runs_on_the_connect_leader_and_moves_when_it_is_kill
     }
     read.assert_exactly(&(0..RECORDS).collect());
 
-    nodes.kill9(1);
-    let survivor = nodes.node(2).admin_url.clone();
-    let status = poll_for("the transform runs on broker 2", 60, || {
-        let status = wait_for_transform(&survivor, "copier", "RUNNING");
-        if status["broker_id"] == 2 {
-            Ok(status)
-        } else {
-            Err(status.to_string())
-        }
-    });
-    eprintln!("after the kill: {status}");
+    kill_the_runner_and_wait_for_broker_2(&mut nodes, "copier");
     let survivors = format!("{},{}", nodes.bootstrap(2), nodes.bootstrap(3));
     produce(&survivors, "copy-in", 4, RECORDS..2 * RECORDS, keyed_value).await;
     let read = read_keyed(&survivors, "copy-out", 4, 2 * RECORDS);
-    let lost: Vec<usize> = (0..2 * RECORDS)
-        .filter(|i| !read.seen.contains_key(i))
-        .collect();
-    let twice: BTreeMap<usize, usize> = read
-        .seen
-        .iter()
-        .filter(|(_, n)| **n > 1)
-        .map(|(i, n)| (*i, *n))
-        .collect();
+    let (lost, twice) = lost_and_repeated(&read, 2 * RECORDS);
     eprintln!("lost {}, copied more than once {}", lost.len(), twice.len());
     assert!(
         lost.is_empty(),
@@ -307,30 +319,12 @@ async fn an_exactly_once_transform_moved_by_a_kill_copies_each_record_once() {
             Err(s.to_string())
         }
     });
-    nodes.kill9(1);
-    let survivor = nodes.node(2).admin_url.clone();
-    let status = poll_for("the transform runs on broker 2", 60, || {
-        let status = wait_for_transform(&survivor, "eos-copier", "RUNNING");
-        if status["broker_id"] == 2 {
-            Ok(status)
-        } else {
-            Err(status.to_string())
-        }
-    });
-    eprintln!("after the kill: {status}");
+    kill_the_runner_and_wait_for_broker_2(&mut nodes, "eos-copier");
     let sent = writer.join().expect("the producer thread");
     assert_eq!(sent, 2 * RECORDS);
     let survivors = format!("{},{}", nodes.bootstrap(2), nodes.bootstrap(3));
     let read = read_keyed_as(&survivors, "eos-out", 4, 2 * RECORDS, "read_committed");
-    let lost: Vec<usize> = (0..2 * RECORDS)
-        .filter(|i| !read.seen.contains_key(i))
-        .collect();
-    let twice: BTreeMap<usize, usize> = read
-        .seen
-        .iter()
-        .filter(|(_, n)| **n > 1)
-        .map(|(i, n)| (*i, *n))
-        .collect();
+    let (lost, twice) = lost_and_repeated(&read, 2 * RECORDS);
     let uncommitted = read_keyed(&survivors, "eos-out", 4, 2 * RECORDS);
     let copies: usize = uncommitted.seen.values().sum();
     eprintln!(
