@@ -16,7 +16,7 @@ Usage:
     PID       the broker's process id (its CPU time from /proc/PID/stat)
 
 Output of consume: one line
-    read_s=<s> records=<n> idle_fetches_per_s=<n> idle_broker_cpu_ms_per_fetch=<ms>
+    read_s=<s> read_broker_cpu_s=<s> read_client_cpu_s=<s> records=<n> idle_fetches_per_s=<n> idle_broker_cpu_ms_per_fetch=<ms>
     idle_client_cpu_ms_per_fetch=<ms> sessions=<weir_fetch_sessions at the end>
 Used by
 benches/fetch_sessions.sh, which runs it against a broker with sessions and one without
@@ -82,6 +82,7 @@ def consume(bootstrap, topic, partitions, records, admin_url, pid):
     done = 0
     total = partitions * records
     start = time.monotonic()
+    read_broker, read_client = cpu_s(pid), time.process_time()
     while done < total and time.monotonic() - start < TIMEOUT_S:
         for tp, batch in consumer.poll(timeout_ms=500).items():
             for r in batch:
@@ -90,6 +91,7 @@ def consume(bootstrap, topic, partitions, records, admin_url, pid):
                 next_offset[tp] += 1
                 done += 1
     read_s = time.monotonic() - start
+    read_broker, read_client = cpu_s(pid) - read_broker, time.process_time() - read_client
     if done != total:
         sys.exit("FAIL read %d of %d in %d s" % (done, total, TIMEOUT_S))
     fetches_before = fetch_requests(admin_url)
@@ -104,9 +106,9 @@ def consume(bootstrap, topic, partitions, records, admin_url, pid):
     sessions = metric(admin_url, "weir_fetch_sessions")
     consumer.close()
     per = max(idle_fetches, 1) / 1000.0
-    print("read_s=%.2f records=%d idle_fetches_per_s=%.1f idle_broker_cpu_ms_per_fetch=%.2f "
+    print("read_s=%.2f read_broker_cpu_s=%.2f read_client_cpu_s=%.2f records=%d idle_fetches_per_s=%.1f idle_broker_cpu_ms_per_fetch=%.2f "
           "idle_client_cpu_ms_per_fetch=%.2f sessions=%d"
-          % (read_s, done, idle_fetches / idle_s, broker_cpu / per, client_cpu / per, sessions))
+          % (read_s, read_broker, read_client, done, idle_fetches / idle_s, broker_cpu / per, client_cpu / per, sessions))
 
 
 def main():
