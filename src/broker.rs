@@ -568,6 +568,10 @@ pub async fn run_on(
         inline,
         ingest: ingest.clone(),
         metrics: metrics.clone(),
+        fetch_sessions: Arc::new(crate::fetch_session::FetchSessions::new(
+            config.max_incremental_fetch_session_cache_slots,
+            metrics.fetch_sessions(),
+        )),
     }));
     let limits = ServerLimits {
         request_max_bytes: config.socket_request_max_bytes,

@@ -16,6 +16,7 @@ mod cluster;
 pub mod config;
 mod connect;
 mod dead_letter;
+pub mod fetch_session;
 mod fswatch;
 #[doc(hidden)]
 pub mod fuzzing;

@@ -14,6 +14,9 @@
 //! | `weir_messages_in_total` | counter | `topic` | records accepted by Produce (Kafka's `MessagesInPerSec`) |
 //! | `weir_bytes_out_total` | counter | `topic` | record-batch bytes returned by Fetch (Kafka's `BytesOutPerSec`) |
 //! | `weir_follower_fetch_records_total` | counter | `topic` | records a consumer's Fetch read from this broker while it was a follower of the partition (KIP-392 reads from followers), `protocol::fetch` |
+//! | `weir_fetch_sessions` | gauge | | incremental fetch sessions cached (KIP-227; Kafka's `NumIncrementalFetchSessions`), `fetch_session` |
+//! | `weir_fetch_session_evictions_total` | counter | | sessions evicted to make room for another (Kafka's `IncrementalFetchSessionEvictionsPerSec`) |
+//! | `weir_incremental_fetches_total` | counter | | consumer Fetch requests accepted as incremental in a session |
 //! | `weir_plugin_call_duration_seconds` | histogram | `plugin`, `call` | one call into a plugin (`partition`, `apply`, `poll`, `commit`, `put`, `flush`) |
 //! | `weir_plugin_call_failures_total` | counter | `plugin`, `call` | calls that returned an error (trap, timeout, memory, the plugin's own error, a bad result) |
 //! | `weir_partition_log_start_offset` | gauge | `topic`, `partition` | at scrape time |
@@ -59,7 +62,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use ::metrics::{Counter, Histogram, Key, KeyName, Label, Metadata, Recorder, SharedString, Unit};
+use ::metrics::{
+    Counter, Gauge, Histogram, Key, KeyName, Label, Metadata, Recorder, SharedString, Unit,
+};
 use kafka_protocol::messages::ApiKey;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 
@@ -78,6 +83,12 @@ pub const BYTES_OUT_TOTAL: &str = "weir_bytes_out_total";
 /// `weir_follower_fetch_records_total{topic}`: records consumers read from a follower
 /// replica on this broker (KIP-392).
 pub const FOLLOWER_FETCH_RECORDS_TOTAL: &str = "weir_follower_fetch_records_total";
+/// `weir_fetch_sessions`: gauge, incremental fetch sessions cached (KIP-227).
+pub const FETCH_SESSIONS: &str = "weir_fetch_sessions";
+/// `weir_fetch_session_evictions_total`: fetch sessions evicted for another.
+pub const FETCH_SESSION_EVICTIONS_TOTAL: &str = "weir_fetch_session_evictions_total";
+/// `weir_incremental_fetches_total`: Fetch requests accepted as incremental.
+pub const INCREMENTAL_FETCHES_TOTAL: &str = "weir_incremental_fetches_total";
 /// `weir_plugin_call_duration_seconds{plugin,call}`: histogram of plugin call time, seconds.
 pub const PLUGIN_CALL_DURATION_SECONDS: &str = "weir_plugin_call_duration_seconds";
 /// `weir_plugin_call_failures_total{plugin,call}`: plugin calls that returned an error.
@@ -191,6 +202,21 @@ impl Metrics {
                 Kind::Counter,
                 FOLLOWER_FETCH_RECORDS_TOTAL,
                 "Records consumers read from a follower replica on this broker (KIP-392), by topic.",
+            ),
+            (
+                Kind::Gauge,
+                FETCH_SESSIONS,
+                "Incremental fetch sessions cached (KIP-227).",
+            ),
+            (
+                Kind::Counter,
+                FETCH_SESSION_EVICTIONS_TOTAL,
+                "Fetch sessions evicted to make room for another.",
+            ),
+            (
+                Kind::Counter,
+                INCREMENTAL_FETCHES_TOTAL,
+                "Consumer Fetch requests accepted as incremental in a fetch session.",
             ),
             (
                 Kind::Histogram,
@@ -315,6 +341,18 @@ impl Metrics {
         }
     }
 
+    /// The handles of the fetch session cache (`crate::fetch_session`). Registered at
+    /// start by the broker, so the series exist (at 0) before the first session.
+    pub fn fetch_sessions(&self) -> FetchSessionMetrics {
+        let recorder = &self.inner.recorder;
+        let key = |name: &'static str| Key::from_name(name);
+        FetchSessionMetrics {
+            sessions: recorder.register_gauge(&key(FETCH_SESSIONS), &METADATA),
+            evictions: recorder.register_counter(&key(FETCH_SESSION_EVICTIONS_TOTAL), &METADATA),
+            incremental: recorder.register_counter(&key(INCREMENTAL_FETCHES_TOTAL), &METADATA),
+        }
+    }
+
     /// Folds recorded histogram samples into their buckets (bounding the memory samples
     /// wait in between scrapes). The broker calls it every [`UPKEEP_INTERVAL_MS`].
     pub fn run_upkeep(&self) {
@@ -342,6 +380,17 @@ fn label(key: &'static str, value: &str) -> Label {
 /// The `api` label of a key: its name in the protocol guide (`Produce`, `ApiVersions`).
 fn api_name(key: ApiKey) -> String {
     format!("{key:?}")
+}
+
+/// The fetch session cache's handles ([`Metrics::fetch_sessions`]).
+#[derive(Debug, Clone)]
+pub struct FetchSessionMetrics {
+    /// `weir_fetch_sessions`.
+    pub sessions: Gauge,
+    /// `weir_fetch_session_evictions_total`.
+    pub evictions: Counter,
+    /// `weir_incremental_fetches_total`.
+    pub incremental: Counter,
 }
 
 /// What one Produce appended to a partition: bytes and records of its batches.

@@ -149,6 +149,7 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("connections.max.idle.ms", Long, Some("600000"), Some(1), "Close a connection that sends nothing, or stalls inside a request, for this long (ms)."),
     key("queued.max.requests", Int, Some("500"), Some(1), "Most answers of one connection waiting to be written; requests are handled one at a time, in order."),
     key("fetch.max.bytes", Int, Some("57671680"), Some(0), "Largest Fetch response the broker builds, whatever the request asks (bytes); the first batch still goes whole (KIP-74)."),
+    key("max.incremental.fetch.session.cache.slots", Int, Some("1000"), Some(0), "Most incremental fetch sessions (KIP-227) cached at once; a consumer finding none free and none evictable sends full requests (0: no sessions)."),
     key("fetch.purgatory.max.size", Int, Some("10000"), Some(1), "Most long-poll Fetch requests parked at once; more answer at once."),
     key("group.initial.rebalance.delay.ms", Int, Some("3000"), Some(0), "How long the first rebalance of an empty group waits for more members to join (ms)."),
     key("group.min.session.timeout.ms", Int, Some("6000"), Some(1), "Smallest session.timeout.ms a member may ask for (INVALID_SESSION_TIMEOUT below it)."),
@@ -682,6 +683,8 @@ pub struct BrokerConfig {
     pub fetch_purgatory_max_size: usize,
     /// `fetch.max.bytes`.
     pub fetch_max_bytes: usize,
+    /// `max.incremental.fetch.session.cache.slots`: fetch sessions cached (0: none).
+    pub max_incremental_fetch_session_cache_slots: usize,
     /// Follower fetching and ISR upkeep (`replica.*`).
     pub replication: ReplicationSettings,
     /// `broker.rack` (`None`: not set; an empty value is not set either, as in Kafka).
@@ -922,6 +925,9 @@ impl BrokerConfig {
             connections_max_idle_ms: int("connections.max.idle.ms")? as u64,
             fetch_purgatory_max_size: int("fetch.purgatory.max.size")? as usize,
             fetch_max_bytes: int("fetch.max.bytes")? as usize,
+            max_incremental_fetch_session_cache_slots: int(
+                "max.incremental.fetch.session.cache.slots",
+            )? as usize,
             replication: ReplicationSettings {
                 lag_time_max_ms: int("replica.lag.time.max.ms")?,
                 fetch_wait_max_ms: int("replica.fetch.wait.max.ms")?.min(i64::from(i32::MAX))

@@ -1,6 +1,22 @@
 //! Fetch (key 1), v4–v16. Protocol guide "Fetch"; KIP-74 (response `max_bytes`, first batch
-//! whole), KIP-227 (fetch sessions: never created, `session_id` 0 tells the client to send
-//! full requests), KIP-516 (topic ids, v13+), KIP-392 (`preferred_read_replica` -1).
+//! whole), KIP-227 (incremental fetch sessions, v7+), KIP-516 (topic ids, v13+), KIP-392
+//! (`preferred_read_replica` -1).
+//!
+//! Fetch sessions (KIP-227; the cache and its rules are `crate::fetch_session`): a
+//! consumer's full request with `session_epoch` 0 gets a new non-zero `session_id` when a
+//! slot of `max.incremental.fetch.session.cache.slots` is free (or one can be evicted),
+//! else 0; epoch -1 is a full request without a session (and closes the one named).
+//! An incremental request (`session_id` N, the expected epoch) lists only partitions
+//! added or changed and `forgotten_topics_data`; the handler reads every partition of
+//! the session and answers only those with records, a changed high watermark, log start
+//! offset or last stable offset, an error or a preferred replica. A parked fetch reads
+//! the session's partitions on every wake-up and updates the session once, when it is
+//! answered. Followers' fetches (`replica_id` ≥ 0) stay sessionless (`session_id` 0):
+//! one fetcher per leader, its partitions change with leadership, and a full request per
+//! round is what weir's fetcher sends anyway. Top-level errors, with no partitions:
+//! FETCH_SESSION_ID_NOT_FOUND (70), INVALID_FETCH_SESSION_EPOCH (71),
+//! FETCH_SESSION_TOPIC_ID_ERROR (106: an incremental request whose version names topics
+//! otherwise than the session did).
 //!
 //! Reads whole stored batches from each partition, up to `partition_max_bytes` per
 //! partition and `max_bytes` per response; the first batch of the response is returned
@@ -60,6 +76,10 @@ use tokio::time::Instant;
 
 use crate::cluster::MetadataImage;
 use crate::config::ReplicaSelector;
+use crate::fetch_session::{
+    FetchContext, PartitionFetch, PartitionSent, SessionError, SessionRequest, TopicFetch,
+    TopicKey, INVALID_SESSION_ID,
+};
 use crate::log::{stored_record_count, LogError};
 use crate::purgatory::Wake;
 use crate::replica::{
@@ -87,6 +107,7 @@ fn partition_error(index: i32, error: ResponseError) -> PartitionData {
 fn read_once(
     ctx: &Context,
     request: &FetchRequest,
+    plan: &[TopicFetch],
     version: i16,
     watches: &mut Vec<watch::Receiver<i64>>,
 ) -> (Vec<FetchableTopicResponse>, usize) {
@@ -110,12 +131,11 @@ fn read_once(
     // big partition many times must not make the broker build a response of any size).
     let mut remaining = (request.max_bytes.max(0) as usize).min(ctx.config.fetch_max_bytes);
     let mut total = 0usize;
-    let mut topics = Vec::with_capacity(request.topics.len());
-    for topic in &request.topics {
-        let meta = if version >= 13 {
-            ctx.metadata.topic_by_id(topic.topic_id)
-        } else {
-            ctx.metadata.topic(topic.topic.0.as_str())
+    let mut topics = Vec::with_capacity(plan.len());
+    for topic in plan {
+        let meta = match &topic.topic {
+            TopicKey::Id(id) => ctx.metadata.topic_by_id(*id),
+            TopicKey::Name(name) => ctx.metadata.topic(name),
         };
         let unknown = if version >= 13 {
             ResponseError::UnknownTopicId
@@ -250,19 +270,21 @@ fn read_once(
                 Err(e) => partitions.push(partition_error(p.partition, e.kafka_error())),
             }
         }
-        let name = match (&meta, version >= 13) {
-            (_, true) => TopicName::default(),
-            (Some(m), false) => TopicName(StrBytes::from_string(m.name.clone())),
-            (None, false) => topic.topic.clone(),
+        let (name, topic_id) = match (&meta, &topic.topic) {
+            (_, TopicKey::Id(id)) => (TopicName::default(), *id),
+            (Some(m), TopicKey::Name(_)) => (
+                TopicName(StrBytes::from_string(m.name.clone())),
+                Default::default(),
+            ),
+            (None, TopicKey::Name(name)) => (
+                TopicName(StrBytes::from_string(name.clone())),
+                Default::default(),
+            ),
         };
         topics.push(
             FetchableTopicResponse::default()
                 .with_topic(name)
-                .with_topic_id(if version >= 13 {
-                    topic.topic_id
-                } else {
-                    Default::default()
-                })
+                .with_topic_id(topic_id)
                 .with_partitions(partitions),
         );
     }
@@ -319,14 +341,172 @@ fn has_error(topics: &[FetchableTopicResponse]) -> bool {
         .any(|t| t.partitions.iter().any(|p| p.error_code != 0))
 }
 
+/// The request's topic naming: by id from v13 (KIP-516), by name before.
+fn topic_key(version: i16, name: &TopicName, id: uuid::Uuid) -> TopicKey {
+    if version >= 13 {
+        TopicKey::Id(id)
+    } else {
+        TopicKey::Name(name.0.to_string())
+    }
+}
+
+/// The request's partitions, in its order.
+fn request_plan(request: &FetchRequest, version: i16) -> Vec<TopicFetch> {
+    request
+        .topics
+        .iter()
+        .map(|t| TopicFetch {
+            topic: topic_key(version, &t.topic, t.topic_id),
+            partitions: t
+                .partitions
+                .iter()
+                .map(|p| PartitionFetch {
+                    partition: p.partition,
+                    fetch_offset: p.fetch_offset,
+                    partition_max_bytes: p.partition_max_bytes,
+                    current_leader_epoch: p.current_leader_epoch,
+                    log_start_offset: p.log_start_offset,
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// The session fields of a consumer's Fetch v7+ (KIP-227).
+fn session_request(request: &FetchRequest, version: i16, plan: Vec<TopicFetch>) -> SessionRequest {
+    SessionRequest {
+        session_id: request.session_id,
+        session_epoch: request.session_epoch,
+        uses_topic_ids: version >= 13,
+        topics: plan,
+        forgotten: request
+            .forgotten_topics_data
+            .iter()
+            .flat_map(|t| {
+                let key = topic_key(version, &t.topic, t.topic_id);
+                t.partitions.iter().map(move |p| (key.clone(), *p))
+            })
+            .collect(),
+    }
+}
+
+/// What the response says of each partition, for the session.
+fn sent(topics: &[FetchableTopicResponse]) -> Vec<Vec<PartitionSent>> {
+    topics
+        .iter()
+        .map(|t| {
+            t.partitions
+                .iter()
+                .map(|p| PartitionSent {
+                    high_watermark: p.high_watermark,
+                    log_start_offset: p.log_start_offset,
+                    last_stable_offset: p.last_stable_offset,
+                    error_code: p.error_code,
+                    has_records: p.records.as_ref().is_some_and(|r| !r.is_empty()),
+                    has_preferred_replica: p.preferred_read_replica.0 >= 0,
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn session_error(error: SessionError) -> FetchResponse {
+    FetchResponse::default()
+        .with_error_code(error.code())
+        .with_session_id(INVALID_SESSION_ID)
+}
+
+/// Answers a request that was read: creates the session of a full request, or keeps only
+/// the partitions an incremental response must carry. Runs once per request.
+fn answer(
+    ctx: &Context,
+    context: &FetchContext,
+    plan: &[TopicFetch],
+    version: i16,
+    mut topics: Vec<FetchableTopicResponse>,
+) -> FetchResponse {
+    let now_ms = crate::replica::now_ms();
+    let session_id = match context {
+        FetchContext::Sessionless | FetchContext::Error(_) => INVALID_SESSION_ID,
+        FetchContext::Full => {
+            let sent = sent(&topics);
+            let partitions = plan
+                .iter()
+                .zip(sent)
+                .flat_map(|(t, sent)| {
+                    t.partitions
+                        .iter()
+                        .zip(sent)
+                        .map(|(p, s)| (t.topic.clone(), *p, s))
+                })
+                .collect();
+            ctx.fetch_sessions.create(now_ms, version >= 13, partitions)
+        }
+        FetchContext::Incremental {
+            session_id, epoch, ..
+        } => {
+            let keep =
+                match ctx
+                    .fetch_sessions
+                    .complete(now_ms, *session_id, *epoch, plan, &sent(&topics))
+                {
+                    Ok(keep) => keep,
+                    Err(e) => return session_error(e),
+                };
+            for (topic, keep) in topics.iter_mut().zip(keep) {
+                let mut keep = keep.into_iter();
+                topic.partitions.retain(|_| keep.next().unwrap_or(true));
+            }
+            topics.retain(|t| !t.partitions.is_empty());
+            *session_id
+        }
+    };
+    FetchResponse::default()
+        .with_error_code(0)
+        .with_session_id(session_id)
+        .with_responses(topics)
+}
+
 /// Handles a Fetch request, long-polling per `max_wait_ms` / `min_bytes`.
 pub(super) async fn handle(ctx: &Context, request: FetchRequest, version: i16) -> FetchResponse {
     let wait_ms = request.max_wait_ms.clamp(0, MAX_WAIT_MS_LIMIT) as u64;
     let deadline = Instant::now() + std::time::Duration::from_millis(wait_ms);
     let min_bytes = request.min_bytes.max(0) as usize;
+    let request_plan = request_plan(&request, version);
+    // Followers stay sessionless (see the module doc); sessions start at v7.
+    let (context, plan) = if version >= 7 && replica_id(&request, version) < 0 {
+        let session = session_request(&request, version, request_plan);
+        let context = ctx
+            .fetch_sessions
+            .new_context(crate::replica::now_ms(), &session);
+        tracing::debug!(
+            session_id = session.session_id,
+            session_epoch = session.session_epoch,
+            context = context.kind(),
+            "fetch session"
+        );
+        match context {
+            FetchContext::Error(e) => return session_error(e),
+            FetchContext::Incremental {
+                session_id,
+                epoch,
+                topics,
+            } => (
+                FetchContext::Incremental {
+                    session_id,
+                    epoch,
+                    topics: Vec::new(),
+                },
+                topics,
+            ),
+            context => (context, session.topics),
+        }
+    } else {
+        (FetchContext::Sessionless, request_plan)
+    };
     loop {
         let mut watches = Vec::new();
-        let (topics, total) = read_once(ctx, &request, version, &mut watches);
+        let (topics, total) = read_once(ctx, &request, &plan, version, &mut watches);
         let now = Instant::now();
         if min_bytes == 0
             || total >= min_bytes
@@ -334,10 +514,7 @@ pub(super) async fn handle(ctx: &Context, request: FetchRequest, version: i16) -
             || has_error(&topics)
             || has_preferred_replica(&topics)
         {
-            return FetchResponse::default()
-                .with_error_code(0)
-                .with_session_id(0)
-                .with_responses(topics);
+            return answer(ctx, &context, &plan, version, topics);
         }
         let left_ms = (deadline - now).as_millis() as u64;
         if ctx
@@ -349,9 +526,7 @@ pub(super) async fn handle(ctx: &Context, request: FetchRequest, version: i16) -
             && Instant::now() < deadline
         {
             // The purgatory was full: answer now with what there is.
-            return FetchResponse::default()
-                .with_session_id(0)
-                .with_responses(topics);
+            return answer(ctx, &context, &plan, version, topics);
         }
     }
 }

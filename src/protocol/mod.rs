@@ -173,6 +173,8 @@ pub struct Context {
     pub ingest: Arc<Ingest>,
     /// The broker's metrics (request counts, bytes in and out per topic).
     pub metrics: crate::metrics::Metrics,
+    /// Consumers' incremental fetch sessions (KIP-227), owned by `fetch_session`.
+    pub fetch_sessions: Arc<crate::fetch_session::FetchSessions>,
 }
 
 /// Partition `index` of `topic` when this broker leads it: what Produce, ListOffsets and

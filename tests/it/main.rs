@@ -32,6 +32,7 @@ mod delete_records;
 mod duplicate_registration;
 mod dynamic_configs;
 mod fetch;
+mod fetch_sessions;
 mod follower_fetch;
 mod fuzz_frames;
 mod group_protocol;
