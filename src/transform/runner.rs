@@ -188,6 +188,16 @@ impl Runner {
         let Some(meta) = self.ctx.metadata.topic(&input) else {
             return Ok(false);
         };
+        // Exactly-once: the producer first, so a transaction a killed predecessor left
+        // open is aborted before the progress it holds pending is read (else the read
+        // waits for the transaction timeout).
+        if let Some(producer) = self.txn.as_mut() {
+            if let Err(e) = producer.init().await {
+                tracing::warn!(transform = %self.d.spec.name, error = %e, "transactional producer not initialised; trying again");
+                tokio::time::sleep(Duration::from_millis(TXN_RETRY_BACKOFF_MS)).await;
+                return Ok(false);
+            }
+        }
         let mut any = false;
         for p in 0..meta.partitions {
             if *self.stop.borrow() {

@@ -161,6 +161,18 @@ impl TxnProducer {
     ///
     /// Errors: the coordinator's Kafka error and a message.
     pub(crate) async fn begin(&mut self) -> Result<(), String> {
+        self.init().await?;
+        self.added.clear();
+        self.open = true;
+        Ok(())
+    }
+
+    /// Gets a producer id and epoch when there is none (InitProducerId: what an earlier
+    /// incarnation left open is aborted, so its offsets committed in that transaction
+    /// stop being pending).
+    ///
+    /// Errors: the coordinator's Kafka error and a message.
+    pub(crate) async fn init(&mut self) -> Result<(), String> {
         if self.producer.is_none() {
             let (producer_id, producer_epoch) = self
                 .retrying("InitProducerId", |p| Box::pin(p.init_once()))
@@ -173,8 +185,6 @@ impl TxnProducer {
                 sequences: Mutex::new(HashMap::new()),
             }));
         }
-        self.added.clear();
-        self.open = true;
         Ok(())
     }
 
