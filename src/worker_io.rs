@@ -166,16 +166,7 @@ impl WorkerIo<'_> {
                 generation_id: -1,
                 member_id: String::new(),
                 group_instance_id: None,
-                offsets: offsets
-                    .iter()
-                    .map(|(topic, partition, offset)| OffsetToCommit {
-                        topic: topic.clone(),
-                        partition: *partition,
-                        offset: *offset,
-                        leader_epoch: -1,
-                        metadata: None,
-                    })
-                    .collect(),
+                offsets: OffsetToCommit::from_progress(offsets),
             })),
             Some(broker) => self
                 .peers

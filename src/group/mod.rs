@@ -200,6 +200,23 @@ pub struct OffsetToCommit {
     pub metadata: Option<String>,
 }
 
+impl OffsetToCommit {
+    /// A worker's progress (topic, partition, next offset) as offsets to commit: leader
+    /// epoch unknown, no metadata.
+    pub fn from_progress(offsets: &[(String, i32, i64)]) -> Vec<OffsetToCommit> {
+        offsets
+            .iter()
+            .map(|(topic, partition, offset)| OffsetToCommit {
+                topic: topic.clone(),
+                partition: *partition,
+                offset: *offset,
+                leader_epoch: -1,
+                metadata: None,
+            })
+            .collect()
+    }
+}
+
 /// An OffsetCommit request, decoded (OffsetCommit v2–v9).
 #[derive(Debug, Clone)]
 pub struct CommitRequest {
