@@ -275,42 +275,9 @@ async fn an_exactly_once_transform_moved_by_a_kill_copies_each_record_once() {
 
     // A producer writes without pause (idempotent: the input holds each record once)
     // while the runner's broker is killed mid-stream.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer = {
-        let (stop, all) = (stop.clone(), all.clone());
-        std::thread::spawn(move || {
-            use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
-            let p: ThreadedProducer<rdkafka::producer::DefaultProducerContext> =
-                rdkafka::ClientConfig::new()
-                    .set("bootstrap.servers", &all)
-                    .set("enable.idempotence", "true")
-                    .set("linger.ms", "5")
-                    .set("message.timeout.ms", "60000")
-                    .create()
-                    .expect("producer");
-            let mut i = 0usize;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) && i < 2 * RECORDS {
-                let (k, v) = (keyed_key(i), keyed_value(i));
-                match p.send(
-                    BaseRecord::to("eos-in")
-                        .key(&k)
-                        .payload(&v)
-                        .partition(i as i32 % 4),
-                ) {
-                    Ok(()) => i += 1,
-                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
-                }
-                if i.is_multiple_of(100) {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-            }
-            assert!(
-                p.flush(Duration::from_secs(60)).is_ok(),
-                "records not delivered"
-            );
-            i
-        })
-    };
+    let writer = crate::rdkafka_client::Writer::spawn(&all, "eos-in", 2 * RECORDS, |i| {
+        (keyed_key(i), keyed_value(i), Some(i as i32 % 4))
+    });
     poll_for("the runner on broker 1 to copy records", 30, || {
         let s = wait_for_transform(&nodes.node(1).admin_url, "eos-copier", "RUNNING");
         if s["records_out"].as_u64().unwrap_or(0) > 0 {
@@ -320,8 +287,11 @@ async fn an_exactly_once_transform_moved_by_a_kill_copies_each_record_once() {
         }
     });
     kill_the_runner_and_wait_for_broker_2(&mut nodes, "eos-copier");
-    let sent = writer.join().expect("the producer thread");
-    assert_eq!(sent, 2 * RECORDS);
+    let (sent, delivered) = writer.finish();
+    assert!(
+        sent == 2 * RECORDS && delivered,
+        "sent {sent}, all delivered: {delivered}"
+    );
     let survivors = format!("{},{}", nodes.bootstrap(2), nodes.bootstrap(3));
     let read = read_keyed_as(&survivors, "eos-out", 4, 2 * RECORDS, "read_committed");
     let (lost, twice) = lost_and_repeated(&read, 2 * RECORDS);

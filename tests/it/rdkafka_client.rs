@@ -472,3 +472,65 @@ async fn list_offsets_by_timestamp_across_segments() {
     assert_eq!(lookup(base + 49_000), Offset::Offset(49));
     assert_eq!(lookup(base + 60_000), Offset::End);
 }
+
+/// A librdkafka idempotent producer writing record `i` = `record(i)` (key, value,
+/// partition: `None` for the partitioner's choice) to `topic` on a thread of its own,
+/// without pause, for `i` in `0..limit` or until [`Writer::stop`]. Fault tests run it
+/// across broker kills; records it could not queue are tried again.
+pub struct Writer {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<(usize, bool)>,
+}
+
+impl Writer {
+    pub fn spawn(
+        bootstrap: &str,
+        topic: &str,
+        limit: usize,
+        record: impl Fn(usize) -> (String, String, Option<i32>) + Send + 'static,
+    ) -> Writer {
+        use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (flag, bootstrap, topic) = (stop.clone(), bootstrap.to_string(), topic.to_string());
+        let thread = std::thread::spawn(move || {
+            let p: ThreadedProducer<rdkafka::producer::DefaultProducerContext> =
+                ClientConfig::new()
+                    .set("bootstrap.servers", &bootstrap)
+                    .set("enable.idempotence", "true")
+                    .set("linger.ms", "5")
+                    .set("message.timeout.ms", "60000")
+                    .create()
+                    .expect("producer");
+            let mut i = 0usize;
+            while !flag.load(Ordering::Relaxed) && i < limit {
+                let (k, v, partition) = record(i);
+                let mut r = BaseRecord::to(&topic).key(&k).payload(&v);
+                if let Some(partition) = partition {
+                    r = r.partition(partition);
+                }
+                match p.send(r) {
+                    Ok(()) => i += 1,
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+                if i.is_multiple_of(100) {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+            (i, p.flush(Duration::from_secs(60)).is_ok())
+        });
+        Writer { stop, thread }
+    }
+
+    /// Stops writing, then [`Writer::finish`].
+    pub fn stop(self) -> (usize, bool) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.finish()
+    }
+
+    /// Waits until the writer is done and flushed (at most 60 s): records queued, and
+    /// whether every one was delivered.
+    pub fn finish(self) -> (usize, bool) {
+        self.thread.join().expect("the producer thread")
+    }
+}
