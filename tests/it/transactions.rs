@@ -259,6 +259,54 @@ async fn the_transaction_cli_lists_describes_and_aborts_an_open_transaction() {
     assert!(ok && text.contains("committed=20"), "{text}");
 }
 
+/// Starts `transactions.py txn-loop` (confluent-kafka, transactions of 10 records over 3
+/// partitions of `topic`, 4 in 5 committed) against `bootstrap` for `seconds`, writing
+/// each transaction's outcome to `outcomes`; bounded by `timeout` at `seconds + 90`.
+fn spawn_txn_loop(
+    bootstrap: &str,
+    topic: &str,
+    seconds: u64,
+    outcomes: &std::path::Path,
+) -> std::process::Child {
+    Command::new("timeout")
+        .arg((seconds + 90).to_string())
+        .args(["python3", "tests/compat/transactions.py", "txn-loop"])
+        .args([bootstrap, topic, &seconds.to_string()])
+        .arg(outcomes)
+        .current_dir(repo_root())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn the transaction loop")
+}
+
+/// Waits for the loop of [`spawn_txn_loop`], then reads `topic` read_committed through
+/// `bootstrap` and judges every outcome: a committed transaction read whole and once, an
+/// aborted one never, an unknown one whole or not at all. Fails the test on any anomaly
+/// or when nothing committed; returns the checker's line (its counts).
+fn check_txn_loop(
+    mut looping: std::process::Child,
+    bootstrap: &str,
+    topic: &str,
+    outcomes: &std::path::Path,
+) -> String {
+    let status = looping.wait().expect("the loop ends");
+    let mut text = String::new();
+    std::io::Read::read_to_string(looping.stdout.as_mut().unwrap(), &mut text).unwrap();
+    assert!(status.success() && text.contains("txn-loop done"), "{text}");
+    let (ok, checked) = python(&["check", bootstrap, topic, outcomes.to_str().unwrap()]);
+    eprintln!("{text}{checked}");
+    assert!(ok && checked.contains("check ok"), "{checked}");
+    let committed: usize = checked
+        .split("'committed': ")
+        .nth(1)
+        .and_then(|s| s.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(committed > 0, "no transaction committed: {checked}");
+    checked
+}
+
 /// Issue 14's test 4 on one node: a transactional producer (confluent-kafka) commits 4 in
 /// 5 of its transactions and aborts the rest while the broker is killed with SIGKILL
 /// three times and restarted on the same port. Then, under read_committed, every
@@ -277,15 +325,7 @@ fn transactions_survive_kill_9_of_the_broker() {
     let bootstrap = broker.bootstrap.clone();
     let port: u16 = bootstrap.rsplit(':').next().unwrap().parse().unwrap();
     let outcomes = dir.path().join("outcomes.txt");
-    let mut looping = Command::new("timeout")
-        .args(["120", "python3", "tests/compat/transactions.py", "txn-loop"])
-        .args([bootstrap.as_str(), "txn-kill", "24"])
-        .arg(&outcomes)
-        .current_dir(repo_root())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn the transaction loop");
+    let looping = spawn_txn_loop(&bootstrap, "txn-kill", 24, &outcomes);
     let mut broker = Some(broker);
     for _ in 0..3 {
         std::thread::sleep(Duration::from_secs(5));
@@ -298,19 +338,40 @@ fn transactions_survive_kill_9_of_the_broker() {
             &overrides,
         ));
     }
-    let status = looping.wait().expect("the loop ends");
-    let mut text = String::new();
-    std::io::Read::read_to_string(looping.stdout.as_mut().unwrap(), &mut text).unwrap();
-    assert!(status.success() && text.contains("txn-loop done"), "{text}");
-    let (ok, checked) = python(&["check", &bootstrap, "txn-kill", outcomes.to_str().unwrap()]);
-    eprintln!("{text}{checked}");
-    assert!(ok && checked.contains("check ok"), "{checked}");
-    let committed: usize = checked
-        .split("'committed': ")
-        .nth(1)
-        .and_then(|s| s.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
-    assert!(committed > 0, "no transaction committed: {checked}");
+    check_txn_loop(looping, &bootstrap, "txn-kill", &outcomes);
     drop(broker);
+}
+
+/// Issue 14's test 4 on a cluster of three nodes: the same transaction loop on a topic of
+/// 3 partitions, replication factor 3, `min.insync.replicas=2`, with `__transaction_state`
+/// replicated likewise, while each node in turn is killed with SIGKILL (a partition
+/// leader, a transaction coordinator, the quorum leader: the kills rotate over all three)
+/// and restarted. Markers and the aborted-transaction index must survive on the replicas
+/// that take over: under read_committed every acknowledged commit is read whole and once,
+/// no aborted record is read, no transaction is torn.
+#[test]
+fn transactions_survive_kill_9_of_each_broker_of_a_cluster() {
+    let mut nodes = crate::cluster_fixture::ThreeNodes::start(&[
+        "transaction.state.log.num.partitions=5",
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms=500",
+        "offsets.topic.num.partitions=5",
+        "num.partitions=3",
+        "default.replication.factor=3",
+        "min.insync.replicas=2",
+    ]);
+    let bootstrap = nodes.bootstrap_all();
+    let dir = tempfile::tempdir().unwrap();
+    let outcomes = dir.path().join("outcomes.txt");
+    let looping = spawn_txn_loop(&bootstrap, "txn-cluster-kill", 30, &outcomes);
+    for victim in [1, 2, 3] {
+        std::thread::sleep(Duration::from_secs(6));
+        let stderr = nodes.kill9(victim);
+        assert!(!stderr.contains("panicked"), "node {victim}: {stderr}");
+        std::thread::sleep(Duration::from_secs(1));
+        nodes.restart(victim);
+    }
+    // The restarted nodes listen on new ports: read through all of them.
+    let bootstrap_now = nodes.bootstrap_all();
+    check_txn_loop(looping, &bootstrap_now, "txn-cluster-kill", &outcomes);
+    nodes.assert_no_panic();
 }
