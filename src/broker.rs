@@ -112,10 +112,17 @@ pub async fn bind(config: &BrokerConfig) -> anyhow::Result<Listeners> {
     })
 }
 
-/// The endpoint Metadata advertises: the first `advertised.listeners` entry, else the
-/// first bound listener (its real port, so port 0 works; 0.0.0.0 becomes 127.0.0.1).
-pub fn advertised_endpoint(config: &BrokerConfig, bound: &TcpListener) -> anyhow::Result<Endpoint> {
-    if let Some(a) = config.advertised_listeners.first() {
+/// The endpoint Metadata advertises for Kafka listener `name`, bound at `bound`: its
+/// `advertised.listeners` entry (same name), else the bound address (its real port, so
+/// port 0 works; 0.0.0.0 becomes 127.0.0.1).
+///
+/// Errors: the socket has no local address.
+pub fn advertised_endpoint(
+    config: &BrokerConfig,
+    name: &str,
+    bound: &TcpListener,
+) -> anyhow::Result<Endpoint> {
+    if let Some(a) = config.advertised_listeners.iter().find(|a| a.name == name) {
         return Ok(Endpoint {
             host: a.host.clone(),
             port: i32::from(a.port),
@@ -136,34 +143,39 @@ pub fn advertised_endpoint(config: &BrokerConfig, bound: &TcpListener) -> anyhow
     })
 }
 
-/// What this broker registers and how often it heartbeats: `advertised` first (what
-/// Metadata lists), then the other `advertised.listeners`.
+/// Each Kafka listener's name and advertised endpoint ([`advertised_endpoint`]), in
+/// `listeners` order (`bound` is [`Listeners::kafka`], one per `config.listeners` entry).
+///
+/// Errors: a socket has no local address.
+fn listener_endpoints(
+    config: &BrokerConfig,
+    bound: &[TcpListener],
+) -> anyhow::Result<Vec<(String, Endpoint)>> {
+    config
+        .listeners
+        .iter()
+        .zip(bound)
+        .map(|(l, b)| Ok((l.name.clone(), advertised_endpoint(config, &l.name, b)?)))
+        .collect()
+}
+
+/// What this broker registers and how often it heartbeats: every Kafka listener by
+/// name at its advertised endpoint (`endpoints`, in `listeners` order: the first is what
+/// a peer uses when it lacks `inter.broker.listener.name`), then the admin listener.
 fn broker_session(
     config: &BrokerConfig,
-    advertised: &Endpoint,
+    endpoints: &[(String, Endpoint)],
     admin: Option<std::net::SocketAddr>,
 ) -> cluster::brokers::SessionSettings {
-    let name = config
-        .advertised_listeners
-        .first()
-        .or(config.listeners.first())
-        .map_or_else(|| "PLAINTEXT".to_string(), |l| l.name.clone());
-    let mut endpoints = vec![BrokerEndpoint {
-        name,
-        host: advertised.host.clone(),
-        port: advertised.port,
-    }];
-    endpoints.extend(
-        config
-            .advertised_listeners
-            .iter()
-            .skip(1)
-            .map(|l| BrokerEndpoint {
-                name: l.name.clone(),
-                host: l.host.clone(),
-                port: i32::from(l.port),
-            }),
-    );
+    let advertised = &endpoints[0].1;
+    let mut endpoints: Vec<BrokerEndpoint> = endpoints
+        .iter()
+        .map(|(name, e)| BrokerEndpoint {
+            name: name.clone(),
+            host: e.host.clone(),
+            port: e.port,
+        })
+        .collect();
     // The admin listener, where other brokers forward connect REST requests
     // (`connect::leader`); an unspecified address is reached at the advertised host.
     endpoints.extend(admin.map(|addr| BrokerEndpoint {
@@ -414,8 +426,11 @@ pub async fn run_on(
     if !roles.broker {
         return run_controller(config, controller_listener, shutdown).await;
     }
-    let first = listeners.first().context("no listener to serve")?;
-    let advertised = advertised_endpoint(&config, first)?;
+    let endpoints = listener_endpoints(&config, &listeners)?;
+    let advertised = endpoints
+        .first()
+        .map(|(_, e)| e.clone())
+        .context("no listener to serve")?;
     std::fs::create_dir_all(&config.log_dir)
         .with_context(|| format!("cannot create log.dirs {}", config.log_dir.display()))?;
     // One broker per log directory (Kafka's `.lock`): two writers of one log lose data.
@@ -452,7 +467,7 @@ pub async fn run_on(
     // endpoint it has now; when the quorum cannot commit it yet, the heartbeat task
     // retries.
     let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
-    let session = broker_session(&config, &advertised, admin_addr);
+    let session = broker_session(&config, &endpoints, admin_addr);
     let broker_epoch = if store == MetadataStore::Quorum {
         let (m, s) = (metadata.clone(), session.clone());
         match tokio::task::spawn_blocking(move || cluster::brokers::register_at_start(&m, &s)).await
@@ -557,13 +572,14 @@ pub async fn run_on(
         plugins.clone(),
         shutdown.clone(),
     );
-    let handler = Arc::new(Handler::new(Context {
+    let context = Context {
         config: config.clone(),
         metadata: metadata.clone(),
         replicas: replicas.clone(),
         groups: groups.clone(),
         txn: txn.clone(),
         topics: topic_admin,
+        listener_name: endpoints[0].0.clone(),
         advertised,
         inline,
         ingest: ingest.clone(),
@@ -572,7 +588,7 @@ pub async fn run_on(
             config.max_incremental_fetch_session_cache_slots,
             metrics.fetch_sessions(),
         )),
-    }));
+    };
     let limits = ServerLimits {
         request_max_bytes: config.socket_request_max_bytes,
         max_connections: config.max_connections,
@@ -598,17 +614,19 @@ pub async fn run_on(
             shutdown.clone(),
         ));
     }
-    for listener in listeners {
+    // One handler per listener: Metadata, FindCoordinator and DescribeCluster answer
+    // with the endpoints of the listener the request came in on (Kafka's rule).
+    for (listener, (name, endpoint)) in listeners.into_iter().zip(endpoints) {
         let addr = listener
             .local_addr()
             .context("listener has no local address")?;
-        tracing::info!(%addr, "listening");
-        tasks.spawn(server::run(
-            listener,
-            handler.clone(),
-            limits,
-            shutdown.clone(),
-        ));
+        tracing::info!(%addr, listener = %name, "listening");
+        let handler = Arc::new(Handler::new(Context {
+            listener_name: name,
+            advertised: endpoint,
+            ..context.clone()
+        }));
+        tasks.spawn(server::run(listener, handler, limits, shutdown.clone()));
     }
     if let Some(listener) = admin_listener {
         let addr = listener

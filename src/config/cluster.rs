@@ -171,6 +171,68 @@ fn invalid(key: &str, message: String) -> ConfigError {
     }
 }
 
+/// Kafka's security protocols, the values `listener.security.protocol.map` may give.
+const SECURITY_PROTOCOLS: [&str; 4] = ["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"];
+
+/// Parses `listener.security.protocol.map` (`NAME:PROTOCOL,...`) into (name, protocol)
+/// pairs, as Kafka's `KafkaConfig.effectiveListenerSecurityProtocolMap` reads it.
+///
+/// Errors: [`ConfigError::InvalidValue`] for an entry without `:`, a name twice, or a
+/// protocol that is not one of Kafka's four.
+fn security_protocol_map(text: &str) -> Result<Vec<(String, String)>, ConfigError> {
+    let key = "listener.security.protocol.map";
+    let mut out: Vec<(String, String)> = Vec::new();
+    for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let Some((name, protocol)) = entry.split_once(':') else {
+            return Err(invalid(key, format!("`{entry}`: expected NAME:PROTOCOL")));
+        };
+        let (name, protocol) = (name.trim(), protocol.trim().to_ascii_uppercase());
+        if !SECURITY_PROTOCOLS.contains(&protocol.as_str()) {
+            return Err(invalid(
+                key,
+                format!(
+                    "`{entry}`: {protocol} is not a security protocol ({})",
+                    SECURITY_PROTOCOLS.join(", ")
+                ),
+            ));
+        }
+        if out.iter().any(|(n, _)| n == name) {
+            return Err(invalid(
+                key,
+                format!("the listener name {name} is mapped twice"),
+            ));
+        }
+        out.push((name.to_string(), protocol));
+    }
+    Ok(out)
+}
+
+/// Checks that Kafka listener `name` is served in plain text: it maps to PLAINTEXT in
+/// `protocols` (`listener.security.protocol.map`), or, unmapped, is itself called
+/// PLAINTEXT (Kafka: a name that is a protocol's needs no entry).
+///
+/// Errors: [`ConfigError::InvalidValue`] on `listeners`: no protocol for the name (Kafka's
+/// "No security protocol defined for listener"), or one weir does not serve yet (SSL,
+/// SASL_*).
+fn check_plaintext(protocols: &[(String, String)], name: &str) -> Result<(), ConfigError> {
+    let protocol = protocols
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, p)| p.as_str())
+        .or_else(|| SECURITY_PROTOCOLS.iter().copied().find(|p| *p == name));
+    match protocol {
+        Some("PLAINTEXT") => Ok(()),
+        Some(other) => Err(invalid(
+            "listeners",
+            format!("{name}: its security protocol is {other}; weir serves PLAINTEXT listeners only (TLS and SASL are not implemented)"),
+        )),
+        None => Err(invalid(
+            "listeners",
+            format!("{name}: no security protocol defined for this listener name (listener.security.protocol.map)"),
+        )),
+    }
+}
+
 /// Checks the KRaft keys against each other and splits `listeners`: returns the settings
 /// and the Kafka (non-controller) listeners the broker serves.
 ///
@@ -179,8 +241,9 @@ fn invalid(key: &str, message: String) -> ConfigError {
 /// broker and controller), `node.id` (not among the voters of a controller, or among them
 /// for a broker-only node), `controller.listener.names` (empty with voters set),
 /// `listeners` (no CONTROLLER listener on a controller, one on a broker-only node, a
-/// port that is not the voter's, no Kafka listener on a broker, a name twice, a name
-/// other than PLAINTEXT that is not a controller listener), `advertised.listeners` (a
+/// port that is not the voter's, no Kafka listener on a broker, a name twice, a Kafka
+/// listener whose `listener.security.protocol.map` protocol is not PLAINTEXT or that has
+/// none), `listener.security.protocol.map` (unparsable), `advertised.listeners` (a
 /// controller listener, or a name not in `listeners`), `inter.broker.listener.name`,
 /// `broker.heartbeat.interval.ms` (not below the session timeout).
 pub(super) fn cluster_settings(
@@ -211,6 +274,7 @@ pub(super) fn cluster_settings(
         ));
     }
 
+    let protocols = security_protocol_map(&text("listener.security.protocol.map"))?;
     for (i, l) in listeners.iter().enumerate() {
         if listeners[..i].iter().any(|o| o.name == l.name) {
             return Err(invalid(
@@ -218,14 +282,8 @@ pub(super) fn cluster_settings(
                 format!("the listener name {} is used twice", l.name),
             ));
         }
-        if l.name != "PLAINTEXT" && !is_controller_name(&l.name) {
-            return Err(invalid(
-                "listeners",
-                format!(
-                    "{}: only PLAINTEXT listeners and the controller.listener.names ones are supported",
-                    l.name
-                ),
-            ));
+        if !is_controller_name(&l.name) {
+            check_plaintext(&protocols, &l.name)?;
         }
     }
     let (controller_listeners, broker_listeners): (Vec<Listener>, Vec<Listener>) = listeners

@@ -34,7 +34,8 @@ fn coordinator_of(ctx: &Context, group: &str) -> Result<(i32, String, i32), Resp
 /// The endpoint of coordinator `leader` (`None`: the internal topic does not exist yet,
 /// so this broker, which creates it).
 ///
-/// Errors: COORDINATOR_NOT_AVAILABLE (15) when that broker is fenced or unknown.
+/// Errors: COORDINATOR_NOT_AVAILABLE (15) when that broker is fenced, unknown or has no
+/// endpoint on the request's listener (Kafka's `getAliveBrokerNode(id, listenerName)`).
 fn endpoint_of(ctx: &Context, leader: Option<i32>) -> Result<(i32, String, i32), ResponseError> {
     let image = ctx.metadata.image();
     let me = image.node_id();
@@ -48,7 +49,7 @@ fn endpoint_of(ctx: &Context, leader: Option<i32>) -> Result<(i32, String, i32),
     image
         .broker(leader)
         .filter(|b| b.is_active())
-        .and_then(|b| b.endpoints.first())
+        .and_then(|b| super::metadata::endpoint_named(b, &ctx.listener_name))
         .map(|e| (leader, e.host.clone(), e.port))
         .ok_or(ResponseError::CoordinatorNotAvailable)
 }

@@ -1,8 +1,9 @@
 //! Metadata (key 3), v0–v13. Protocol guide "Metadata"; KIP-516 (topic ids, v10+),
 //! KIP-430 (authorized operations, not computed: left at "not requested").
 //!
-//! Lists every registered broker that is not fenced (KIP-631), each at its first
-//! advertised endpoint (this broker at its own, and listed even before it is registered);
+//! Lists every registered broker that is not fenced (KIP-631), each at its advertised
+//! endpoint of the listener the request came in on (`Context::listener_name`; this broker
+//! at its own, and listed even before it is registered);
 //! `controller_id` is this broker (see [`metadata_controller_id`]: KRaft brokers name a
 //! live broker, KIP-590, and every weir broker takes admin requests and forwards them to
 //! the quorum). Then the requested topics: `null` (or an
@@ -30,8 +31,16 @@ use crate::topics;
 /// A topic's entry: each partition's leader, epoch, replicas and ISR as the image has
 /// them, except that a partition with no leader, or one whose broker is fenced or in
 /// controlled shutdown, is listed with leader -1 and LEADER_NOT_AVAILABLE (5), as Kafka
-/// lists an offline partition; replicas on such brokers are its `offline_replicas`.
-fn topic_entry(image: &MetadataImage, t: &TopicMeta) -> MetadataResponseTopic {
+/// lists an offline partition; replicas on such brokers are its `offline_replicas`. A
+/// leader without an endpoint on `listener` (the request's listener name) is listed as
+/// leader -1 with LISTENER_NOT_FOUND (72) from v6, LEADER_NOT_AVAILABLE before (Kafka's
+/// `KRaftMetadataCache`, `errorUnavailableListeners`).
+fn topic_entry(
+    image: &MetadataImage,
+    t: &TopicMeta,
+    listener: &str,
+    version: i16,
+) -> MetadataResponseTopic {
     let partitions = t
         .partition_states
         .iter()
@@ -46,7 +55,16 @@ fn topic_entry(image: &MetadataImage, t: &TopicMeta) -> MetadataResponseTopic {
                 .copied()
                 .filter(|r| inactive(*r))
                 .collect();
+            let unreachable = !offline
+                && p.leader != image.node_id()
+                && image
+                    .broker(p.leader)
+                    .is_some_and(|b| endpoint_named(b, listener).is_none());
             let (leader, error) = if offline {
+                (-1, ResponseError::LeaderNotAvailable.code())
+            } else if unreachable && version >= 6 {
+                (-1, ResponseError::ListenerNotFound.code())
+            } else if unreachable {
                 (-1, ResponseError::LeaderNotAvailable.code())
             } else {
                 (p.leader, 0)
@@ -74,6 +92,15 @@ fn error_entry(name: Option<String>, error: ResponseError) -> MetadataResponseTo
         .with_error_code(error.code())
 }
 
+/// `broker`'s endpoint of listener `name`: what a request that came in on listener
+/// `name` is told (Metadata, FindCoordinator, DescribeCluster).
+pub(super) fn endpoint_named<'a>(
+    broker: &'a crate::cluster::BrokerRegistration,
+    name: &str,
+) -> Option<&'a crate::cluster::BrokerEndpoint> {
+    broker.endpoints.iter().find(|e| e.name == name)
+}
+
 /// A broker as Metadata and DescribeCluster list it.
 #[derive(Debug)]
 pub(super) struct ListedBroker {
@@ -85,7 +112,8 @@ pub(super) struct ListedBroker {
 }
 
 /// The brokers of `image` clients are told of, by id: the active ones (and the fenced or
-/// shutting-down ones too with `include_fenced`, DescribeCluster v2), each at its first endpoint; this
+/// shutting-down ones too with `include_fenced`, DescribeCluster v2), each at its endpoint
+/// named as the request's listener (a broker without one is not listed, as in Kafka); this
 /// broker at the endpoint it advertises now, and also when it is not registered (yet, or
 /// on a store without registrations).
 pub(super) fn listed_brokers(
@@ -108,7 +136,7 @@ pub(super) fn listed_brokers(
             if b.broker_id == me {
                 return Some(this(b.rack.clone(), b.fenced));
             }
-            let e = b.endpoints.first()?;
+            let e = endpoint_named(b, &ctx.listener_name)?;
             Some(ListedBroker {
                 id: b.broker_id,
                 host: e.host.clone(),
@@ -171,7 +199,10 @@ pub(super) fn handle(ctx: &Context, request: MetadataRequest, version: i16) -> M
     let allow_auto_create = version < 4 || request.allow_auto_topic_creation;
     let image = ctx.metadata.image();
     let topics = if all {
-        image.topics().map(|t| topic_entry(&image, t)).collect()
+        image
+            .topics()
+            .map(|t| topic_entry(&image, t, &ctx.listener_name, version))
+            .collect()
     } else {
         let mut out = Vec::new();
         for req in request.topics.unwrap_or_default() {
@@ -179,12 +210,12 @@ pub(super) fn handle(ctx: &Context, request: MetadataRequest, version: i16) -> M
                 Some(name) => {
                     let name = name.0.as_str().to_string();
                     match topics::get_or_auto_create(&ctx.topics, &name, allow_auto_create) {
-                        Ok(t) => out.push(topic_entry(&image, &t)),
+                        Ok(t) => out.push(topic_entry(&image, &t, &ctx.listener_name, version)),
                         Err(e) => out.push(error_entry(Some(name), e.error)),
                     }
                 }
                 None => match image.topic_by_id(req.topic_id) {
-                    Some(t) => out.push(topic_entry(&image, t)),
+                    Some(t) => out.push(topic_entry(&image, t, &ctx.listener_name, version)),
                     None => out.push(
                         error_entry(None, ResponseError::UnknownTopicId)
                             .with_topic_id(req.topic_id),

@@ -164,7 +164,11 @@ pub struct Context {
     pub txn: Arc<crate::txn::TransactionCoordinator>,
     /// Topic creation and config changes (CreateTopics, auto-creation, AlterConfigs).
     pub topics: Topics,
-    /// What Metadata advertises for this broker.
+    /// The name of the Kafka listener this request came in on (`listeners`, e.g.
+    /// `PLAINTEXT`): Metadata, FindCoordinator and DescribeCluster give every broker's
+    /// endpoint of this name.
+    pub listener_name: String,
+    /// What Metadata advertises for this broker on that listener.
     pub advertised: Endpoint,
     /// Inline transforms, applied to produced batches of their input topic.
     pub inline: Arc<InlineRegistry>,

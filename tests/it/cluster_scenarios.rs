@@ -178,7 +178,7 @@ async fn admin_changes_through_one_broker_are_visible_on_the_others_when_answere
 /// `weir serve` with `overrides` (besides a fresh `log.dirs` and loopback listeners)
 /// that must refuse to start: waits (at most 30 s) for it to exit and returns its exit
 /// code and stderr.
-fn refused_start(overrides: &[String]) -> (Option<i32>, String) {
+pub(crate) fn refused_start(overrides: &[String]) -> (Option<i32>, String) {
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = std::process::Command::new(crate::harness::weir_bin());
     cmd.arg("serve")

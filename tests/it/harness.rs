@@ -218,7 +218,11 @@ impl BinaryBroker {
                     .strip_prefix("weir listening on ")
                     .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
                     .to_string();
-                let line = lines.next().expect("a line").expect("readable");
+                // One "listening" line per Kafka listener; the first is `bootstrap`.
+                let mut line = lines.next().expect("a line").expect("readable");
+                while line.starts_with("weir listening on ") {
+                    line = lines.next().expect("a line").expect("readable");
+                }
                 let admin_url = line
                     .strip_prefix("weir admin API on ")
                     .unwrap_or_else(|| panic!("unexpected second line {line:?}"))

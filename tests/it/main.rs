@@ -42,6 +42,7 @@ mod harness;
 mod inline;
 mod leader_election;
 mod lifecycle;
+mod listeners;
 mod log_dirs;
 mod metrics;
 mod netns;
