@@ -247,6 +247,22 @@ impl Drop for MetadataFollower {
     }
 }
 
+/// Runs `f`, which blocks its thread (the change lock, the quorum's commit, partition
+/// files created and fsynced by the listeners), so that a Tokio worker that calls it —
+/// a request handler: CreateTopics, an auto-creating Metadata or Produce — first hands
+/// its other tasks to another thread (`block_in_place`), and the broker's other
+/// connections are served meanwhile. Found under disk pressure: two handlers creating
+/// topics held both workers of a 2-core broker for seconds and every client saw
+/// "all brokers down". Outside a multi-threaded runtime `f` just runs.
+fn off_the_async_workers<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
+}
+
 /// The broker's metadata: the current image, and the only way to change it.
 #[derive(Debug)]
 pub struct Metadata {
@@ -458,14 +474,16 @@ impl Metadata {
         &self,
         f: impl FnOnce(&MetadataImage) -> Result<Vec<MetadataRecord>, E>,
     ) -> Result<Arc<MetadataImage>, UpdateError<E>> {
-        let mut offset = None;
-        let result = self.update_locked(f, &mut offset);
-        if let (Some(offset), Some(quorum)) = (offset, &self.quorum) {
-            if matches!(result, Ok(_) | Err(UpdateError::Incomplete(_))) {
-                quorum.await_applied_everywhere(offset, &self.image());
+        off_the_async_workers(|| {
+            let mut offset = None;
+            let result = self.update_locked(f, &mut offset);
+            if let (Some(offset), Some(quorum)) = (offset, &self.quorum) {
+                if matches!(result, Ok(_) | Err(UpdateError::Incomplete(_))) {
+                    quorum.await_applied_everywhere(offset, &self.image());
+                }
             }
-        }
-        result
+            result
+        })
     }
 
     /// [`Metadata::update`] under the change lock; sets `appended` to the log offset of
