@@ -1178,7 +1178,8 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Removes the partition directory and everything in it (DeleteTopics).
+    /// Closes the log and removes its directory and everything in it, at once. The
+    /// broker's deletes rename the directory first and remove it later (`delete.rs`).
     /// Errors: `Io` (56).
     pub fn delete(self) -> Result<(), LogError> {
         let dir = self.dir.clone();

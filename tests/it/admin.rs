@@ -1,8 +1,9 @@
 //! Topic administration through librdkafka's AdminClient: CreateTopics validation (names,
-//! `.`/`_` collisions, duplicates, configs), DeleteTopics removing data, CreatePartitions
-//! growing (never shrinking), DescribeConfigs with sources, auto-creation settings,
-//! AlterConfigs (rdkafka) and IncrementalAlterConfigs (raw requests) changing topic configs
-//! of live partitions, compacted topics refusing keyless records.
+//! `.`/`_` collisions, duplicates, configs), DeleteTopics removing data (also while
+//! producers write), CreatePartitions growing (never shrinking), DescribeConfigs with
+//! sources, auto-creation settings, AlterConfigs (rdkafka) and IncrementalAlterConfigs
+//! (raw requests) changing topic configs of live partitions, compacted topics refusing
+//! keyless records.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -884,7 +885,9 @@ async fn a_partitioner_naming_a_missing_file_is_refused_when_set() {
 /// broker logs no panic, the topic re-created by the last writes holds every record
 /// acknowledged after the last delete (sent after it: they can only be in the new
 /// topic), in order and once, with each segment's `.log`, `.index` and `.timeindex`; after
-/// a restart it reloads the same records and no `-delete` directory is left.
+/// a restart it reloads the same records and no `-delete` directory is left. A produce or
+/// a (parked) fetch caught by a delete gets a Kafka error a client acts on (3, 6; 1 for
+/// a fetch past the re-created log's end), never UNKNOWN_SERVER_ERROR or a storage error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_deleted_under_load_is_recreated_clean() {
     use crate::harness::{wait_until, BinaryBroker};
@@ -925,13 +928,56 @@ async fn a_topic_deleted_under_load_is_recreated_clean() {
                     .key("k")
                     .payload(&value)
                     .partition(0);
-                if let Ok(d) = p.send(r, Duration::from_secs(10)).await {
-                    acked.lock().unwrap().push((phase, w, seq, d.offset));
+                match p.send(r, Duration::from_secs(10)).await {
+                    Ok(d) => acked.lock().unwrap().push((phase, w, seq, d.offset)),
+                    Err((e, _)) => assert!(
+                        !matches!(
+                            e.rdkafka_error_code(),
+                            Some(RDKafkaErrorCode::Unknown | RDKafkaErrorCode::KafkaStorageError)
+                        ),
+                        "produce failed: {e:?}"
+                    ),
                 }
                 seq += 1;
             }
         }));
     }
+    // A consumer's Fetch at the high watermark (parked up to 100 ms) over and over:
+    // error code -> count (i16::MIN: the partition missing from the response).
+    let fetch_codes = Arc::new(Mutex::new(BTreeMap::<i16, usize>::new()));
+    let fetcher = {
+        use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+        use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
+        let (bootstrap, codes, stop) = (b.bootstrap.clone(), fetch_codes.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut c = RawConn::connect(&bootstrap);
+            let (mut offset, mut correlation_id) = (0, 0);
+            while !stop.load(Ordering::SeqCst) {
+                correlation_id += 1;
+                let req = FetchRequest::default()
+                    .with_max_wait_ms(100)
+                    .with_min_bytes(1)
+                    .with_max_bytes(1 << 20)
+                    .with_replica_id(BrokerId(-1))
+                    .with_topics(vec![FetchTopic::default()
+                        .with_topic(TopicName(StrBytes::from_static_str(TOPIC)))
+                        .with_partitions(vec![FetchPartition::default()
+                            .with_partition(0)
+                            .with_fetch_offset(offset)
+                            .with_partition_max_bytes(1 << 16)])]);
+                let resp: FetchResponse = decode(
+                    c.request(&req, 11, correlation_id).expect("a Fetch answer"),
+                    11,
+                );
+                let part = resp.responses.first().and_then(|t| t.partitions.first());
+                let code = part.map_or(i16::MIN, |p| p.error_code);
+                *codes.lock().unwrap().entry(code).or_default() += 1;
+                offset = part
+                    .filter(|p| p.error_code == 0)
+                    .map_or(0, |p| p.high_watermark);
+            }
+        })
+    };
     let a = admin(&b.bootstrap);
     let acked_count = || acked.lock().unwrap().len();
     for d in 1..=DELETES {
@@ -968,6 +1014,10 @@ async fn a_topic_deleted_under_load_is_recreated_clean() {
     for w in writers {
         w.await.unwrap();
     }
+    fetcher.join().unwrap();
+    let codes = fetch_codes.lock().unwrap().clone();
+    assert!(codes.get(&0).is_some_and(|n| *n > 0), "{codes:?}");
+    assert!(codes.keys().all(|c| [0, 1, 3, 6].contains(c)), "{codes:?}");
     let expected: Vec<(usize, usize, i64)> = {
         let mut v: Vec<_> = acked
             .lock()
