@@ -1702,7 +1702,9 @@ fn remove_partition_dir(dir: &Path) -> Result<(), LogError> {
 impl ReplicaManager {
     /// A replica manager following `metadata`: it opens (recovering) the log of every
     /// partition of the current image, then opens, reconfigures and closes partitions
-    /// as each metadata change is applied (`MetadataListener`).
+    /// as each metadata change is applied (`MetadataListener`). Directories named
+    /// `*-delete` (renamed by a delete this broker did not finish removing) are never
+    /// opened: they are queued for [`ReplicaManager::remove_deleted_dirs`].
     ///
     /// Errors: `ListenerError` naming the first partition whose log cannot be opened
     /// (an unreadable log dir stops start-up: serving with a partition missing would
@@ -1716,9 +1718,13 @@ impl ReplicaManager {
         let (isr_changes, rx) = mpsc::channel(ISR_CHANGE_QUEUE);
         let broker_log_dir = broker.log_dir.clone();
         // Directories a stopped broker renamed for deletion and did not remove: never
-        // partitions, removed by the first `remove_deleted_dirs`.
-        let deleted_dirs = crate::log::delete::list_delete_dirs(&broker_log_dir)
-            .map_err(|e| ListenerError::new("cannot list the log dir".to_string(), e))?;
+        // partitions, removed by the first `remove_deleted_dirs`. A log dir that cannot be
+        // listed is reported by DescribeLogDirs; the leftovers wait for the next start.
+        let deleted_dirs =
+            crate::log::delete::list_delete_dirs(&broker_log_dir).unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "cannot look for deleted partition directories");
+                Vec::new()
+            });
         let rm = Arc::new(ReplicaManager {
             log_dir: broker.log_dir.clone(),
             broker,
