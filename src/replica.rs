@@ -1813,10 +1813,10 @@ impl ReplicaManager {
     /// Stops hosting partition `index` of `meta` (a reassignment moved it away): its role
     /// follows the new state first, so a produce waiting on it as leader answers
     /// NOT_LEADER_OR_FOLLOWER and the client goes to the new leader; then it leaves the
-    /// map (followers stop fetching it at their next round) and its directory is
-    /// deleted.
+    /// map (followers stop fetching it at their next round) and is deleted
+    /// ([`ReplicaManager::delete_partition`]).
     ///
-    /// Errors: the directory cannot be removed.
+    /// Errors: [`LogError::Io`]: the directory cannot be renamed.
     fn leave_partition(&self, meta: &TopicMeta, index: i32) -> Result<(), LogError> {
         if let (Some(p), Some(state)) = (self.partition(&meta.name, index), meta.partition(index)) {
             p.apply_state(state);
