@@ -776,7 +776,7 @@ impl Partition {
     fn retire(&self, dir: &Path) -> Result<Option<PathBuf>, LogError> {
         let log = self.log_mut();
         self.deleted.store(true, Ordering::SeqCst);
-        let renamed = crate::log::delete::rename_for_delete(dir, &self.topic, self.index);
+        let renamed = crate::log::delete::rename_for_delete(dir);
         drop(log);
         self.high_watermark.send_modify(|_| {});
         self.log_end_offset.send_modify(|_| {});
@@ -1785,9 +1785,16 @@ impl ReplicaManager {
             Claim::Adopted => {
                 tracing::info!(topic = %meta.name, partition = index, topic_id = %meta.id, "partition directory from an earlier version: partition.metadata written")
             }
-            Claim::StrayRemoved(old) => {
-                tracing::warn!(topic = %meta.name, partition = index, topic_id = %meta.id, stray_topic_id = %old, "removed a stray partition directory of a deleted topic of the same name (this broker missed the delete)");
+            Claim::StrayRemoved {
+                stray_topic_id,
+                renamed,
+            } => {
+                tracing::warn!(topic = %meta.name, partition = index, topic_id = %meta.id, %stray_topic_id, "removed a stray partition directory of a deleted topic of the same name (this broker missed the delete)");
                 created.push(dir.clone());
+                self.deleted_dirs
+                    .lock()
+                    .expect("deleted dirs lock poisoned")
+                    .push(renamed);
             }
         }
         let log = PartitionLog::open(&dir, log_config, now_ms())?;
@@ -1843,7 +1850,7 @@ impl ReplicaManager {
         let removed = self.write().remove(&(topic.to_string(), index));
         let renamed = match removed {
             Some(p) => p.retire(&dir)?,
-            None => crate::log::delete::rename_for_delete(&dir, topic, index)?,
+            None => crate::log::delete::rename_for_delete(&dir)?,
         };
         if let Some(renamed) = renamed {
             self.deleted_dirs
@@ -2543,7 +2550,7 @@ mod lifecycle_tests {
                 assert!(file.exists(), "{}", file.display());
             }
         }
-        let leftover = dir.path().join(crate::log::delete::delete_dir_name("t", 0));
+        let leftover = dir.path().join(crate::log::delete::delete_dir_name("t-0"));
         std::fs::create_dir(&leftover).unwrap();
         std::fs::write(leftover.join("00000000000000000000.log"), b"old").unwrap();
         let (_m, rm) = open_in(dir.path());

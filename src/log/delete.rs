@@ -20,13 +20,13 @@ pub const DELETE_DIR_SUFFIX: &str = "-delete";
 /// Longest file name most file systems take (Kafka's limit for the renamed directory).
 const MAX_NAME_BYTES: usize = 255;
 
-/// The name a deleted partition's directory is renamed to (Kafka's
-/// `LocalLog.logDeleteDirName`): `<topic>-<partition>.<random UUID, 32 hex digits>-delete`,
-/// the `<topic>-<partition>` prefix cut so the name fits in 255 bytes (topic names are
-/// ASCII, up to 249 bytes). Unique: deleting the same partition twice never collides.
-pub fn delete_dir_name(topic: &str, partition: i32) -> String {
+/// The name a deleted partition's directory `dir_name` (`<topic>-<partition>`) is renamed
+/// to (Kafka's `LocalLog.logDeleteDirName`): `<topic>-<partition>.<random UUID, 32 hex
+/// digits>-delete`, the `<topic>-<partition>` prefix cut so the name fits in 255 bytes.
+/// Unique: deleting the same partition twice never collides.
+pub fn delete_dir_name(dir_name: &str) -> String {
     let suffix = format!(".{}{DELETE_DIR_SUFFIX}", uuid::Uuid::new_v4().as_simple());
-    let mut prefix = format!("{topic}-{partition}");
+    let mut prefix = dir_name.to_string();
     let room = MAX_NAME_BYTES - suffix.len();
     while prefix.len() > room {
         prefix.pop();
@@ -39,22 +39,18 @@ pub fn is_delete_dir(name: &str) -> bool {
     name.ends_with(DELETE_DIR_SUFFIX)
 }
 
-/// Renames partition directory `dir` of `topic`-`partition` to its
+/// Renames partition directory `dir` (`<log.dirs>/<topic>-<partition>`) to its
 /// [`delete_dir_name`] in the same log dir and makes the rename durable (the log dir is
 /// fsynced). The caller must have stopped every writer of the old files first. Returns
 /// the new path, or `None` when `dir` does not exist (nothing to delete).
 ///
 /// Errors: [`LogError::Io`] (KAFKA_STORAGE_ERROR, 56): the rename or the fsync failed;
 /// after a failed rename `dir` keeps its name.
-pub fn rename_for_delete(
-    dir: &Path,
-    topic: &str,
-    partition: i32,
-) -> Result<Option<PathBuf>, LogError> {
-    let Some(parent) = dir.parent() else {
+pub fn rename_for_delete(dir: &Path) -> Result<Option<PathBuf>, LogError> {
+    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
         return Ok(None);
     };
-    let to = parent.join(delete_dir_name(topic, partition));
+    let to = parent.join(delete_dir_name(&name.to_string_lossy()));
     match std::fs::rename(dir, &to) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -107,7 +103,7 @@ mod tests {
         let dir = root.path().join("t-0");
         std::fs::create_dir(&dir).unwrap();
         std::fs::write(dir.join("00000000000000000000.log"), b"old").unwrap();
-        let renamed = rename_for_delete(&dir, "t", 0).unwrap().unwrap();
+        let renamed = rename_for_delete(&dir).unwrap().unwrap();
         assert!(!dir.exists());
         let name = renamed.file_name().unwrap().to_str().unwrap();
         assert!(name.starts_with("t-0.") && is_delete_dir(name), "{name}");
@@ -115,10 +111,7 @@ mod tests {
         assert!(renamed.join("00000000000000000000.log").exists());
         // The name is free for the new topic's directory at once.
         std::fs::create_dir(&dir).unwrap();
-        assert_eq!(
-            rename_for_delete(&root.path().join("u-0"), "u", 0).unwrap(),
-            None
-        );
+        assert_eq!(rename_for_delete(&root.path().join("u-0")).unwrap(), None);
         assert_eq!(
             list_delete_dirs(root.path()).unwrap(),
             vec![renamed.clone()]
@@ -132,9 +125,9 @@ mod tests {
     #[test]
     fn the_name_fits_a_file_system_and_never_repeats() {
         let long = "x".repeat(249);
-        let name = delete_dir_name(&long, 2_000_000_000);
+        let name = delete_dir_name(&format!("{long}-2000000000"));
         assert_eq!(name.len(), MAX_NAME_BYTES);
         assert!(is_delete_dir(&name) && name.starts_with("xxx"));
-        assert_ne!(delete_dir_name("t", 0), delete_dir_name("t", 0));
+        assert_ne!(delete_dir_name("t-0"), delete_dir_name("t-0"));
     }
 }

@@ -549,5 +549,19 @@ async fn a_topic_created_again_never_reads_the_deleted_ones_records_from_a_broke
             .contains("removed a stray partition directory"),
         "node 3 does not say it removed the stray directory"
     );
+    // The stray directory was renamed `-delete` and is removed in the background.
+    let dir = nodes.log_dir(3).to_path_buf();
+    poll_for("node 3 removed the renamed stray directory", 30, || {
+        let left: Vec<String> = std::fs::read_dir(&dir)
+            .map_err(|e| e.to_string())?
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.ends_with("-delete"))
+            .collect();
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{left:?}"))
+        }
+    });
     nodes.assert_no_panic();
 }
