@@ -663,6 +663,15 @@ pub async fn run_on(
         }));
     }
     {
+        // Kafka's `LogManager.deleteLogs`: deleted partitions' renamed directories go.
+        let replicas = replicas.clone();
+        let every =
+            std::time::Duration::from_millis(crate::replica::DELETED_DIR_REMOVAL_INTERVAL_MS);
+        tasks.spawn(every_interval(every, shutdown.clone(), move || {
+            replicas.remove_deleted_dirs();
+        }));
+    }
+    {
         // Kafka's producer id expiration task (`producer.id.expiration.check.interval.ms`).
         let replicas = replicas.clone();
         let every = std::time::Duration::from_millis(

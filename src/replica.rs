@@ -443,6 +443,10 @@ pub struct Partition {
     /// As a follower, the high watermark its leader last sent, uncapped (-1: none yet):
     /// how far this replica is behind the committed records ([`Partition::offset_lag`]).
     leader_high_watermark: AtomicI64,
+    /// Set once, under the log's write lock, when the partition is deleted
+    /// ([`Partition::retire`]): from then on nothing touches its files (they are renamed
+    /// away for removal) and every operation on them answers [`LogError::Deleted`].
+    deleted: AtomicBool,
 }
 
 /// An ISR change a leader asks the controller for (KIP-497 AlterPartition, here a
@@ -653,6 +657,7 @@ impl Partition {
             isr_changes,
             isr_change_pending: AtomicBool::new(false),
             leader_high_watermark: AtomicI64::new(-1),
+            deleted: AtomicBool::new(false),
         }
     }
 
@@ -665,7 +670,9 @@ impl Partition {
     /// answers NOT_LEADER_OR_FOLLOWER). A follower's log is truncated by its fetcher
     /// (by leader epoch), not here.
     fn apply_state(&self, state: &PartitionState) {
-        let mut log = self.log_mut();
+        let Ok(mut log) = self.live_log_mut() else {
+            return;
+        };
         if state.leader == self.node_id {
             // Kafka's `makeLeader`: the new epoch starts at the log end offset, so a
             // follower asking where its older epoch ends gets an answer (KIP-279).
@@ -729,6 +736,51 @@ impl Partition {
     /// steps, config changes, flushes.
     fn log_mut(&self) -> std::sync::RwLockWriteGuard<'_, PartitionLog> {
         self.log.write().expect("partition log lock poisoned")
+    }
+
+    /// [`Partition::log`] for what reads the files: refused once the partition is
+    /// deleted (checked under the lock, so a delete never overlaps a read).
+    ///
+    /// Errors: [`LogError::Deleted`] (6).
+    fn live_log(&self) -> Result<std::sync::RwLockReadGuard<'_, PartitionLog>, LogError> {
+        let log = self.log();
+        if self.deleted.load(Ordering::SeqCst) {
+            return Err(LogError::Deleted);
+        }
+        Ok(log)
+    }
+
+    /// [`Partition::log_mut`] for what writes the files, refused as [`Partition::live_log`].
+    ///
+    /// Errors: [`LogError::Deleted`] (6).
+    fn live_log_mut(&self) -> Result<std::sync::RwLockWriteGuard<'_, PartitionLog>, LogError> {
+        let log = self.log_mut();
+        if self.deleted.load(Ordering::SeqCst) {
+            return Err(LogError::Deleted);
+        }
+        Ok(log)
+    }
+
+    /// Deletes this partition's files the way Kafka's `Partition.delete` and
+    /// `LogManager.asyncDelete` do: under the log's write lock (so no read, append,
+    /// retention or compaction step is in flight, and none starts later) it is marked
+    /// deleted and its directory `dir` is renamed to
+    /// `<topic>-<partition>.<uuid>-delete` ([`crate::log::delete::rename_for_delete`]);
+    /// the caller removes that later. Waiters are woken: a parked acks=all produce answers
+    /// NOT_LEADER_OR_FOLLOWER. The in-memory log (and its open files, unlinked once
+    /// removed) goes with the last holder of this `Arc`. Returns the renamed directory
+    /// (`None`: there was none).
+    ///
+    /// Errors: [`LogError::Io`]: the rename failed; the partition stays deleted and the
+    /// directory keeps its name.
+    fn retire(&self, dir: &Path) -> Result<Option<PathBuf>, LogError> {
+        let log = self.log_mut();
+        self.deleted.store(true, Ordering::SeqCst);
+        let renamed = crate::log::delete::rename_for_delete(dir);
+        drop(log);
+        self.high_watermark.send_modify(|_| {});
+        self.log_end_offset.send_modify(|_| {});
+        renamed
     }
 
     fn role(&self) -> std::sync::MutexGuard<'_, ReplicaRole> {
@@ -932,7 +984,7 @@ impl Partition {
         now_ms: i64,
     ) -> Result<PartitionRead, ReplicaError> {
         self.check_leader_epoch(current_leader_epoch)?;
-        let log = self.log();
+        let log = self.live_log()?;
         let leo = log.log_end_offset();
         if fetch_offset > leo || fetch_offset < log.log_start_offset() {
             return Err(LogError::OffsetOutOfRange {
@@ -1044,7 +1096,7 @@ impl Partition {
         leader_high_watermark: i64,
         now_ms: i64,
     ) -> Result<(), LogError> {
-        let mut log = self.log_mut();
+        let mut log = self.live_log_mut()?;
         if matches!(*self.role(), ReplicaRole::Leader { .. }) {
             // Became leader since the fetch was sent: its log is the truth now.
             return Ok(());
@@ -1099,7 +1151,7 @@ impl Partition {
     ///
     /// Errors: [`LogError`] (I/O).
     pub fn truncate_to(&self, offset: i64, now_ms: i64) -> Result<(), LogError> {
-        let mut log = self.log_mut();
+        let mut log = self.live_log_mut()?;
         let before = log.log_end_offset();
         // Also at or past the end: that drops an epoch assigned with no records after it.
         log.truncate_to(offset, now_ms)?;
@@ -1119,7 +1171,7 @@ impl Partition {
     ///
     /// Errors: [`LogError`] (I/O).
     pub fn reset_to_leader_log_start(&self, offset: i64, now_ms: i64) -> Result<bool, LogError> {
-        let mut log = self.log_mut();
+        let mut log = self.live_log_mut()?;
         let before = log.log_end_offset();
         if offset <= before {
             return Ok(false);
@@ -1141,7 +1193,7 @@ impl Partition {
     /// Errors: `NotLeader` (6) on a follower; `OffsetOutOfRange` (1) when `offset` is
     /// above the high watermark or negative other than -1; `Io` (56).
     pub fn delete_records_on_leader(&self, offset: i64) -> Result<i64, LogError> {
-        let mut log = self.log_mut();
+        let mut log = self.live_log_mut()?;
         if !matches!(*self.role(), ReplicaRole::Leader { .. }) {
             return Err(LogError::NotLeader);
         }
@@ -1176,7 +1228,7 @@ impl Partition {
         if leader_log_start_offset <= self.log().log_start_offset() {
             return Ok(false);
         }
-        let mut log = self.log_mut();
+        let mut log = self.live_log_mut()?;
         if matches!(*self.role(), ReplicaRole::Leader { .. }) {
             return Ok(false);
         }
@@ -1218,7 +1270,7 @@ impl Partition {
         max_bytes: usize,
         isolation: FetchIsolation,
     ) -> Result<PartitionRead, LogError> {
-        let log = self.log();
+        let log = self.live_log()?;
         let offsets = self.offsets_of(&log);
         let bound = isolation_bound(&offsets, isolation);
         let read = log.read(fetch_offset, max_bytes, bound)?;
@@ -1246,7 +1298,7 @@ impl Partition {
         ts_ms: i64,
         isolation: FetchIsolation,
     ) -> Result<Option<(i64, i64)>, LogError> {
-        let log = self.log();
+        let log = self.live_log()?;
         let bound = isolation_bound(&self.offsets_of(&log), isolation);
         Ok(log
             .offset_for_timestamp(ts_ms)?
@@ -1259,7 +1311,7 @@ impl Partition {
     ///
     /// Errors: [`LogError`] from a batch read (KAFKA_STORAGE_ERROR, 56).
     pub fn max_timestamp(&self, isolation: FetchIsolation) -> Result<Option<(i64, i64)>, LogError> {
-        let log = self.log();
+        let log = self.live_log()?;
         let bound = isolation_bound(&self.offsets_of(&log), isolation);
         Ok(log.max_timestamp()?.filter(|(offset, _)| *offset < bound))
     }
@@ -1287,7 +1339,7 @@ impl Partition {
         coordinator_epoch: i32,
         now_ms: i64,
     ) -> Result<AppendInfo, LogError> {
-        let mut log = self.log_mut();
+        let mut log = self.live_log_mut()?;
         let leader_epoch = match &*self.role() {
             ReplicaRole::Leader { leader_epoch, .. } => *leader_epoch,
             ReplicaRole::Follower { .. } => return Err(LogError::NotLeader),
@@ -1334,7 +1386,7 @@ impl Partition {
         now_ms: i64,
     ) -> Result<AppendInfo, LogError> {
         let log_append_time_ms = self.settings().log_append_time.then_some(now_ms);
-        let mut log = self.log_mut();
+        let mut log = self.live_log_mut()?;
         // The role is read under the log lock: a leader change (which takes the log lock
         // too) cannot slip between the check and the append.
         let leader_epoch = match &*self.role() {
@@ -1382,7 +1434,7 @@ impl Partition {
                     return ReplicationWait::Replicated;
                 }
                 let isr = self.isr_len();
-                if isr == 0 {
+                if isr == 0 || self.deleted.load(Ordering::SeqCst) {
                     return ReplicationWait::NotLeader;
                 }
                 if isr < self.settings().min_insync_replicas {
@@ -1401,7 +1453,7 @@ impl Partition {
     /// Retention (then compaction) on this partition's log; returns the segments deleted
     /// by retention. See [`PartitionLog::apply_retention`] and [`PartitionLog::compact`].
     fn apply_retention(&self, now_ms: i64) -> Result<usize, LogError> {
-        let mut log = self.log_mut();
+        let mut log = self.live_log_mut()?;
         let deleted = log.apply_retention(now_ms)?;
         self.update_high_watermark(&log);
         Ok(deleted)
@@ -1409,9 +1461,9 @@ impl Partition {
 
     /// Compaction step 1, under the exclusive lock (cheap): what a run would clean. See
     /// [`PartitionLog::plan_compaction`]; step 2, `CompactionPlan::prepare`, runs with no
-    /// lock held, so produce and fetch go on.
-    fn plan_compaction(&self, now_ms: i64) -> CompactionPlan {
-        self.log_mut().plan_compaction(now_ms)
+    /// lock held, so produce and fetch go on. `None` once the partition is deleted.
+    fn plan_compaction(&self, now_ms: i64) -> Option<CompactionPlan> {
+        Some(self.live_log_mut().ok()?.plan_compaction(now_ms))
     }
 
     /// Compaction step 3, under the exclusive lock: swaps the prepared segments in, or
@@ -1420,18 +1472,18 @@ impl Partition {
         &self,
         prepared: PreparedCompaction,
     ) -> Result<CompactionStats, LogError> {
-        let mut log = self.log_mut();
+        let mut log = self.live_log_mut()?;
         let stats = log.install_compaction(prepared)?;
         self.update_high_watermark(&log);
         Ok(stats)
     }
 
     fn flush(&self) -> Result<(), LogError> {
-        self.log_mut().flush()
+        self.live_log_mut()?.flush()
     }
 
     fn set_log_config(&self, config: LogConfig) -> Result<(), LogError> {
-        self.log_mut().set_config(config)
+        self.live_log_mut()?.set_config(config)
     }
 }
 
@@ -1489,6 +1541,10 @@ pub struct ReplicaManager {
     /// Held while a checkpoint is written (the periodic task and shutdown share one temp
     /// file).
     checkpoint_write: Mutex<()>,
+    /// Renamed directories of deleted partitions (and `-delete` leftovers found at
+    /// start-up), removed by [`ReplicaManager::remove_deleted_dirs`]. Bounded by the
+    /// partitions deleted between two runs.
+    deleted_dirs: Mutex<Vec<PathBuf>>,
 }
 
 /// A marker appended by [`ReplicaManager::append_txn_marker`], not yet known replicated.
@@ -1624,6 +1680,12 @@ fn topic_changes(delta: &MetadataDelta) -> Result<Vec<TopicChange<'_>>, Listener
     Ok(out)
 }
 
+/// How often `broker.rs` runs [`ReplicaManager::remove_deleted_dirs`] (ms). Kafka waits
+/// `file.delete.delay.ms` (60 s) so that reads of the old files can finish; here no read
+/// is in flight once a partition is marked deleted, so the wait is only to keep removal
+/// off the metadata change.
+pub const DELETED_DIR_REMOVAL_INTERVAL_MS: u64 = 1_000;
+
 /// Removes `dir` and everything in it; a missing directory is fine.
 fn remove_partition_dir(dir: &Path) -> Result<(), LogError> {
     match std::fs::remove_dir_all(dir) {
@@ -1640,7 +1702,9 @@ fn remove_partition_dir(dir: &Path) -> Result<(), LogError> {
 impl ReplicaManager {
     /// A replica manager following `metadata`: it opens (recovering) the log of every
     /// partition of the current image, then opens, reconfigures and closes partitions
-    /// as each metadata change is applied (`MetadataListener`).
+    /// as each metadata change is applied (`MetadataListener`). Directories named
+    /// `*-delete` (renamed by a delete this broker did not finish removing) are never
+    /// opened: they are queued for [`ReplicaManager::remove_deleted_dirs`].
     ///
     /// Errors: `ListenerError` naming the first partition whose log cannot be opened
     /// (an unreadable log dir stops start-up: serving with a partition missing would
@@ -1653,6 +1717,14 @@ impl ReplicaManager {
     ) -> Result<Arc<ReplicaManager>, ListenerError> {
         let (isr_changes, rx) = mpsc::channel(ISR_CHANGE_QUEUE);
         let broker_log_dir = broker.log_dir.clone();
+        // Directories a stopped broker renamed for deletion and did not remove: never
+        // partitions, removed by the first `remove_deleted_dirs`. A log dir that cannot be
+        // listed is reported by DescribeLogDirs; the leftovers wait for the next start.
+        let deleted_dirs =
+            crate::log::delete::list_delete_dirs(&broker_log_dir).unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "cannot look for deleted partition directories");
+                Vec::new()
+            });
         let rm = Arc::new(ReplicaManager {
             log_dir: broker.log_dir.clone(),
             broker,
@@ -1663,6 +1735,7 @@ impl ReplicaManager {
             isr_changes_rx: Mutex::new(Some(rx)),
             unopened_high_watermarks: Mutex::new(checkpoint::read_high_watermarks(&broker_log_dir)),
             checkpoint_write: Mutex::new(()),
+            deleted_dirs: Mutex::new(deleted_dirs),
         });
         metadata.register(rm.clone())?;
         Ok(rm)
@@ -1712,9 +1785,16 @@ impl ReplicaManager {
             Claim::Adopted => {
                 tracing::info!(topic = %meta.name, partition = index, topic_id = %meta.id, "partition directory from an earlier version: partition.metadata written")
             }
-            Claim::StrayRemoved(old) => {
-                tracing::warn!(topic = %meta.name, partition = index, topic_id = %meta.id, stray_topic_id = %old, "removed a stray partition directory of a deleted topic of the same name (this broker missed the delete)");
+            Claim::StrayRemoved {
+                stray_topic_id,
+                renamed,
+            } => {
+                tracing::warn!(topic = %meta.name, partition = index, topic_id = %meta.id, %stray_topic_id, "removed a stray partition directory of a deleted topic of the same name (this broker missed the delete)");
                 created.push(dir.clone());
+                self.deleted_dirs
+                    .lock()
+                    .expect("deleted dirs lock poisoned")
+                    .push(renamed);
             }
         }
         let log = PartitionLog::open(&dir, log_config, now_ms())?;
@@ -1740,18 +1820,78 @@ impl ReplicaManager {
     /// Stops hosting partition `index` of `meta` (a reassignment moved it away): its role
     /// follows the new state first, so a produce waiting on it as leader answers
     /// NOT_LEADER_OR_FOLLOWER and the client goes to the new leader; then it leaves the
-    /// map (followers stop fetching it at their next round) and its directory is
-    /// deleted.
+    /// map (followers stop fetching it at their next round) and is deleted
+    /// ([`ReplicaManager::delete_partition`]).
     ///
-    /// Errors: the directory cannot be removed.
+    /// Errors: [`LogError::Io`]: the directory cannot be renamed.
     fn leave_partition(&self, meta: &TopicMeta, index: i32) -> Result<(), LogError> {
-        let removed = self.write().remove(&(meta.name.clone(), index));
-        if let (Some(p), Some(state)) = (removed, meta.partition(index)) {
+        if let (Some(p), Some(state)) = (self.partition(&meta.name, index), meta.partition(index)) {
             p.apply_state(state);
         }
         tracing::info!(topic = %meta.name, partition = index, "no longer a replica: partition closed and its directory deleted");
-        // An in-flight read holding the partition finishes on the unlinked files.
-        remove_partition_dir(&partition_dir(&self.log_dir, &meta.name, index))
+        self.delete_partition(&meta.name, index)
+    }
+
+    /// The one way a partition is deleted here (DeleteTopics, a topic deleted through the
+    /// metadata on any broker, a reassignment moving the replica away), Kafka's
+    /// `ReplicaManager.stopPartitions` with delete → `LogManager.asyncDelete`: the
+    /// partition leaves the map (new requests find no partition), then is retired
+    /// ([`Partition::retire`]: in-flight requests holding it get
+    /// NOT_LEADER_OR_FOLLOWER, its directory is renamed to
+    /// `<topic>-<index>.<uuid>-delete`), so a topic of the same name created next opens a
+    /// fresh directory no old writer can touch. The renamed directory is removed by
+    /// [`ReplicaManager::remove_deleted_dirs`]. A directory without a hosted partition
+    /// (not a replica here) is renamed the same way if it exists.
+    ///
+    /// Errors: [`LogError::Io`]: the rename failed (the partition is gone from the map
+    /// all the same).
+    fn delete_partition(&self, topic: &str, index: i32) -> Result<(), LogError> {
+        let dir = partition_dir(&self.log_dir, topic, index);
+        let removed = self.write().remove(&(topic.to_string(), index));
+        let renamed = match removed {
+            Some(p) => p.retire(&dir)?,
+            None => crate::log::delete::rename_for_delete(&dir)?,
+        };
+        if let Some(renamed) = renamed {
+            self.deleted_dirs
+                .lock()
+                .expect("deleted dirs lock poisoned")
+                .push(renamed);
+        }
+        Ok(())
+    }
+
+    /// Removes the directories of deleted partitions ([`ReplicaManager::delete_partition`])
+    /// and the `-delete` directories found at start-up; `broker.rs` calls it every
+    /// [`DELETED_DIR_REMOVAL_INTERVAL_MS`] on a blocking thread (Kafka's
+    /// `LogManager.deleteLogs`). One that cannot be removed is logged and tried again next
+    /// time. Returns how many were removed.
+    pub fn remove_deleted_dirs(&self) -> usize {
+        let dirs = std::mem::take(
+            &mut *self
+                .deleted_dirs
+                .lock()
+                .expect("deleted dirs lock poisoned"),
+        );
+        let mut failed = Vec::new();
+        let mut removed = 0;
+        for dir in dirs {
+            match crate::log::delete::remove(&dir) {
+                Ok(()) => {
+                    tracing::info!(dir = %dir.display(), "removed a deleted partition directory");
+                    removed += 1;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot remove a deleted partition directory yet");
+                    failed.push(dir);
+                }
+            }
+        }
+        self.deleted_dirs
+            .lock()
+            .expect("deleted dirs lock poisoned")
+            .extend(failed);
+        removed
     }
 
     /// Undoes the `Open` changes of a delta: closes those partitions and removes the
@@ -1836,20 +1976,13 @@ impl ReplicaManager {
         Ok(())
     }
 
-    /// Removes partitions `0..partitions` of `topic` and deletes their directories.
+    /// Deletes partitions `0..partitions` of `topic` ([`ReplicaManager::delete_partition`]).
     ///
-    /// Errors: the first directory that cannot be removed (the others are still tried).
+    /// Errors: the first directory that cannot be renamed (the others are still tried).
     fn delete_topic(&self, topic: &str, partitions: i32) -> Result<(), LogError> {
-        {
-            let mut map = self.write();
-            map.retain(|(t, _), _| t != topic);
-        }
         let mut first_error = None;
         for index in 0..partitions {
-            let dir = partition_dir(&self.log_dir, topic, index);
-            // The Arc of a removed partition may still be held by an in-flight fetch, which
-            // then reads from unlinked files (POSIX keeps them alive) and finishes normally.
-            if let Err(e) = remove_partition_dir(&dir) {
+            if let Err(e) = self.delete_partition(topic, index) {
                 first_error.get_or_insert(e);
             }
         }
@@ -2008,14 +2141,15 @@ impl ReplicaManager {
                     }
                     deleted += n;
                 }
+                // Deleted since the snapshot of the map: nothing to do.
+                Err(LogError::Deleted) => continue,
                 Err(e) => {
                     tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "retention failed")
                 }
             }
-            let plan = p.plan_compaction(now);
-            if !plan.is_due() {
+            let Some(plan) = p.plan_compaction(now).filter(CompactionPlan::is_due) else {
                 continue;
-            }
+            };
             tracing::info!(
                 topic = %p.topic,
                 partition = p.index,
@@ -2358,6 +2492,72 @@ mod lifecycle_tests {
             assert!(rm.partition("t", i).is_none());
             assert!(!dir.path().join(format!("t-{i}")).exists());
         }
+    }
+
+    /// Issue 15: a deleted topic's directory is renamed `<topic>-<p>.<uuid>-delete` at
+    /// once (Kafka's `LogManager.asyncDelete`); a request still holding the old partition
+    /// gets NOT_LEADER_OR_FOLLOWER and never touches the directory of the topic created
+    /// next under the same name (a new topic id); the renamed directory goes with
+    /// `remove_deleted_dirs`, and one left over at start-up is removed, never opened.
+    #[test]
+    fn a_deleted_partition_is_renamed_away_and_whoever_holds_it_is_refused() {
+        use crate::log::delete::list_delete_dirs;
+        let dir = tempfile::tempdir().unwrap();
+        let one_batch = || {
+            let record = crate::log::plain::record(0, 1000, None, None, Default::default());
+            crate::log::split_batches(crate::log::plain::encode(&[record]).unwrap()).unwrap()
+        };
+        {
+            let (m, rm) = open_in(dir.path());
+            let rm = rm.unwrap();
+            let t = m.create_topic(spec("t", 1)).unwrap();
+            let old = rm.partition("t", 0).unwrap();
+            append(&old, 3);
+            m.delete_topic(t.id).unwrap();
+            assert!(!dir.path().join("t-0").exists());
+            assert_eq!(list_delete_dirs(dir.path()).unwrap().len(), 1);
+            let again = m.create_topic(spec("t", 1)).unwrap();
+            assert_ne!(again.id, t.id);
+            let new = rm.partition("t", 0).unwrap();
+            let e = old.append_as_leader(one_batch(), 0).unwrap_err();
+            assert_eq!(e.kafka_error(), ResponseError::NotLeaderOrFollower);
+            let e = old
+                .read(0, 1 << 20, FetchIsolation::HighWatermark)
+                .unwrap_err();
+            assert!(matches!(e, LogError::Deleted), "{e:?}");
+            assert!(matches!(
+                old.read_for_follower(2, -1, 0, 1 << 20, 0),
+                Err(ReplicaError::Log(LogError::Deleted))
+            ));
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            assert_eq!(
+                rt.block_on(old.wait_for_high_watermark(10, 60_000)),
+                ReplicationWait::NotLeader
+            );
+            assert_eq!(
+                old.apply_retention(0).unwrap_err().kafka_error(),
+                ResponseError::NotLeaderOrFollower
+            );
+            assert_eq!(new.offsets().log_end_offset, 0);
+            append(&new, 2);
+            assert_eq!(rm.remove_deleted_dirs(), 1);
+            assert!(list_delete_dirs(dir.path()).unwrap().is_empty());
+            for ext in ["log", "index", "timeindex"] {
+                let file = dir.path().join(format!("t-0/00000000000000000000.{ext}"));
+                assert!(file.exists(), "{}", file.display());
+            }
+        }
+        let leftover = dir.path().join(crate::log::delete::delete_dir_name("t-0"));
+        std::fs::create_dir(&leftover).unwrap();
+        std::fs::write(leftover.join("00000000000000000000.log"), b"old").unwrap();
+        let (_m, rm) = open_in(dir.path());
+        let rm = rm.unwrap();
+        assert_eq!(rm.partition("t", 0).unwrap().offsets().log_end_offset, 2);
+        assert_eq!(rm.remove_deleted_dirs(), 1);
+        assert!(!leftover.exists());
     }
 
     #[test]

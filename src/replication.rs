@@ -514,6 +514,13 @@ async fn fetch_once(
                     tracing::warn!(topic, partition = r.partition_index, error = %e, "follower log out of step with the leader; truncating by epoch again");
                     set_truncated(set, &key, f.leader_epoch, false);
                 }
+                Err(LogError::Deleted) => {
+                    tracing::debug!(
+                        topic,
+                        partition = r.partition_index,
+                        "partition deleted while its fetch was in flight"
+                    );
+                }
                 Err(e) => {
                     tracing::error!(topic, partition = r.partition_index, error = %e, "cannot append replicated records");
                     backoff = true;

@@ -33,6 +33,7 @@ pub mod batch;
 pub mod checkpoint;
 pub mod codec;
 mod compact;
+pub mod delete;
 mod epoch;
 mod index;
 pub mod plain;
@@ -288,6 +289,14 @@ pub enum LogError {
     /// partition's owner (`replica.rs`), which holds the role; the log itself never does.
     #[error("this broker does not lead the partition")]
     NotLeader,
+    /// The partition was deleted (DeleteTopics, or a reassignment moved it away) while
+    /// the request held it: Kafka `NOT_LEADER_OR_FOLLOWER` (6), what Kafka's `Partition`
+    /// answers once `delete()` has cleared its log; the client refreshes Metadata and
+    /// finds the topic gone, or re-created. Raised by the owner (`replica.rs`), which
+    /// marks the partition deleted before its directory is renamed away
+    /// (`log::delete`); the log itself never does.
+    #[error("the partition was deleted")]
+    Deleted,
 }
 
 impl LogError {
@@ -314,7 +323,8 @@ impl LogError {
     ///   tells a client anything useful; Kafka has no code for it either (its
     ///   `kafka.common.UnexpectedAppendOffsetException` is a plain `RuntimeException`,
     ///   which `Errors.forException` answers with -1). The mapping exists so this function stays total.
-    /// - `NotLeader` → `NOT_LEADER_OR_FOLLOWER` (6): the client refreshes Metadata.
+    /// - `NotLeader`, `Deleted` → `NOT_LEADER_OR_FOLLOWER` (6): the client refreshes
+    ///   Metadata.
     /// - `InvalidTxnState` → `INVALID_TXN_STATE` (48), `TransactionCoordinatorFenced` →
     ///   `TRANSACTION_COORDINATOR_FENCED` (52), as Kafka's `ProducerStateManager` raises them.
     pub fn kafka_error(&self) -> kafka_protocol::ResponseError {
@@ -326,7 +336,7 @@ impl LogError {
             LogError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
             LogError::InvalidConfig { .. } => ResponseError::InvalidConfig,
             LogError::UnexpectedAppendOffset { .. } => ResponseError::UnknownServerError,
-            LogError::NotLeader => ResponseError::NotLeaderOrFollower,
+            LogError::NotLeader | LogError::Deleted => ResponseError::NotLeaderOrFollower,
             LogError::InvalidTxnState { .. } => ResponseError::InvalidTxnState,
             LogError::TransactionCoordinatorFenced { .. } => {
                 ResponseError::TransactionCoordinatorFenced
@@ -1168,7 +1178,8 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Removes the partition directory and everything in it (DeleteTopics).
+    /// Closes the log and removes its directory and everything in it, at once. The
+    /// broker's deletes rename the directory first and remove it later (`delete.rs`).
     /// Errors: `Io` (56).
     pub fn delete(self) -> Result<(), LogError> {
         let dir = self.dir.clone();

@@ -8,7 +8,7 @@
 //! and truncation by leader epoch cannot tell them apart either (both start at epoch 0).
 //! [`claim`] settles it before a partition's log is opened.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 
@@ -20,7 +20,7 @@ use super::LogError;
 pub const PARTITION_METADATA_FILE: &str = "partition.metadata";
 
 /// What [`claim`] found in a partition directory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
     /// No directory yet, or it names this topic id: open it.
     Ours,
@@ -28,8 +28,14 @@ pub enum Claim {
     /// the file is written.
     Adopted,
     /// The directory belonged to another topic id (a deleted topic of the same name): it
-    /// was removed, with its records.
-    StrayRemoved(uuid::Uuid),
+    /// was renamed `<topic>-<partition>.<uuid>-delete` with its records
+    /// (`delete::rename_for_delete`), for the caller to remove; a new directory is made.
+    StrayRemoved {
+        /// The other topic id.
+        stray_topic_id: uuid::Uuid,
+        /// Where the old directory went.
+        renamed: PathBuf,
+    },
 }
 
 fn format(topic_id: uuid::Uuid) -> String {
@@ -52,13 +58,14 @@ fn parse(text: &str) -> Option<uuid::Uuid> {
 
 /// Makes `dir` the directory of topic `topic_id`'s partition, before its log is opened
 /// (Kafka's `Partition.checkOrSetTopicId` and KIP-858's stray logs): a directory whose
-/// `partition.metadata` names another id is removed; the file is written (temp file,
+/// `partition.metadata` names another id is renamed away for removal (as a deleted
+/// partition's is: `delete.rs`); the file is written (temp file,
 /// fsync, rename, directory fsync) wherever it is missing, so the directory must exist
 /// or is created. A file that does not parse is treated as missing (warned about):
 /// refusing to start over it would keep a partition offline for a file only this
 /// check reads.
 ///
-/// Errors: [`LogError::Io`]: the directory cannot be read, removed, created or written.
+/// Errors: [`LogError::Io`]: the directory cannot be read, renamed, created or written.
 pub fn claim(dir: &Path, topic_id: uuid::Uuid) -> Result<Claim, LogError> {
     let path = dir.join(PARTITION_METADATA_FILE);
     let existed = dir.exists();
@@ -75,11 +82,14 @@ pub fn claim(dir: &Path, topic_id: uuid::Uuid) -> Result<Claim, LogError> {
     };
     let claim = match found {
         Some(id) if id == topic_id => return Ok(Claim::Ours),
-        Some(other) => {
-            std::fs::remove_dir_all(dir)
-                .map_err(io_error("delete stray partition directory", dir))?;
-            Claim::StrayRemoved(other)
-        }
+        Some(other) => match super::delete::rename_for_delete(dir)? {
+            Some(renamed) => Claim::StrayRemoved {
+                stray_topic_id: other,
+                renamed,
+            },
+            // Read a moment ago: gone since, so nothing of it is left.
+            None => Claim::Ours,
+        },
         None if existed => Claim::Adopted,
         None => Claim::Ours,
     };
@@ -101,7 +111,15 @@ mod tests {
         std::fs::write(dir.join("00000000000000000000.log"), b"old records").unwrap();
         assert_eq!(claim(&dir, old).unwrap(), Claim::Ours);
         assert!(dir.join("00000000000000000000.log").exists());
-        assert_eq!(claim(&dir, new).unwrap(), Claim::StrayRemoved(old));
+        let Claim::StrayRemoved {
+            stray_topic_id,
+            renamed,
+        } = claim(&dir, new).unwrap()
+        else {
+            panic!("not removed");
+        };
+        assert_eq!(stray_topic_id, old);
+        assert!(renamed.join("00000000000000000000.log").exists());
         assert!(!dir.join("00000000000000000000.log").exists());
         assert_eq!(claim(&dir, new).unwrap(), Claim::Ours);
         let text = std::fs::read_to_string(dir.join(PARTITION_METADATA_FILE)).unwrap();

@@ -1,8 +1,9 @@
 //! Topic administration through librdkafka's AdminClient: CreateTopics validation (names,
-//! `.`/`_` collisions, duplicates, configs), DeleteTopics removing data, CreatePartitions
-//! growing (never shrinking), DescribeConfigs with sources, auto-creation settings,
-//! AlterConfigs (rdkafka) and IncrementalAlterConfigs (raw requests) changing topic configs
-//! of live partitions, compacted topics refusing keyless records.
+//! `.`/`_` collisions, duplicates, configs), DeleteTopics removing data (also while
+//! producers write), CreatePartitions growing (never shrinking), DescribeConfigs with
+//! sources, auto-creation settings, AlterConfigs (rdkafka) and IncrementalAlterConfigs
+//! (raw requests) changing topic configs of live partitions, compacted topics refusing
+//! keyless records.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -876,4 +877,219 @@ async fn a_partitioner_naming_a_missing_file_is_refused_when_set() {
         map(&[("partitioner", &present), ("retention.ms", "60000")])
     );
     b.stop();
+}
+
+/// Issue 15: a topic deleted five times while producers keep writing to it (auto-create
+/// on, small segments so the old log rolls while it is deleted). Every DeleteTopics
+/// answers NONE or UNKNOWN_TOPIC_OR_PARTITION (never UNKNOWN: "Directory not empty"), the
+/// broker logs no panic, the topic re-created by the last writes holds every record
+/// acknowledged after the last delete (sent after it: they can only be in the new
+/// topic), in order and once, with each segment's `.log`, `.index` and `.timeindex`; after
+/// a restart it reloads the same records and no `-delete` directory is left. A produce or
+/// a (parked) fetch caught by a delete gets a Kafka error a client acts on (3, 6; 1 for
+/// a fetch past the re-created log's end), never UNKNOWN_SERVER_ERROR or a storage error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_deleted_under_load_is_recreated_clean() {
+    use crate::harness::{wait_until, BinaryBroker};
+    use crate::rdkafka_client::{high_watermark, read_partition};
+    use rdkafka::Offset;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    const TOPIC: &str = "churn";
+    const WRITERS: usize = 3;
+    const DELETES: usize = 5;
+    let dir = tempfile::tempdir().unwrap();
+    let overrides = ["log.segment.bytes=2000", "log.index.interval.bytes=100"];
+    let b = BinaryBroker::spawn(dir.path(), 0, &overrides);
+    let p = producer(
+        &b.bootstrap,
+        &[
+            ("linger.ms", "0"),
+            ("acks", "all"),
+            ("enable.idempotence", "false"),
+            ("max.in.flight.requests.per.connection", "1"),
+            ("topic.metadata.refresh.interval.ms", "500"),
+        ],
+    );
+    // (deletes done when it was sent, writer, sequence, offset) of every acknowledged record.
+    let acked = Arc::new(Mutex::new(Vec::<(usize, usize, usize, i64)>::new()));
+    let deletes_done = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for w in 0..WRITERS {
+        let (p, acked, deletes_done, stop) =
+            (p.clone(), acked.clone(), deletes_done.clone(), stop.clone());
+        writers.push(tokio::spawn(async move {
+            let mut seq = 0;
+            while !stop.load(Ordering::SeqCst) {
+                let phase = deletes_done.load(Ordering::SeqCst);
+                let value = format!("{w}:{seq}");
+                let r = FutureRecord::to(TOPIC)
+                    .key("k")
+                    .payload(&value)
+                    .partition(0);
+                match p.send(r, Duration::from_secs(10)).await {
+                    Ok(d) => acked.lock().unwrap().push((phase, w, seq, d.offset)),
+                    Err((e, _)) => assert!(
+                        !matches!(
+                            e.rdkafka_error_code(),
+                            Some(RDKafkaErrorCode::Unknown | RDKafkaErrorCode::KafkaStorageError)
+                        ),
+                        "produce failed: {e:?}"
+                    ),
+                }
+                seq += 1;
+            }
+        }));
+    }
+    // A consumer's Fetch at the high watermark (parked up to 100 ms) over and over:
+    // error code -> count (i16::MIN: the partition missing from the response).
+    let fetch_codes = Arc::new(Mutex::new(BTreeMap::<i16, usize>::new()));
+    let fetcher = {
+        use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+        use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
+        let (bootstrap, codes, stop) = (b.bootstrap.clone(), fetch_codes.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut c = RawConn::connect(&bootstrap);
+            let (mut offset, mut correlation_id) = (0, 0);
+            while !stop.load(Ordering::SeqCst) {
+                correlation_id += 1;
+                let req = FetchRequest::default()
+                    .with_max_wait_ms(100)
+                    .with_min_bytes(1)
+                    .with_max_bytes(1 << 20)
+                    .with_replica_id(BrokerId(-1))
+                    .with_topics(vec![FetchTopic::default()
+                        .with_topic(TopicName(StrBytes::from_static_str(TOPIC)))
+                        .with_partitions(vec![FetchPartition::default()
+                            .with_partition(0)
+                            .with_fetch_offset(offset)
+                            .with_partition_max_bytes(1 << 16)])]);
+                let resp: FetchResponse = decode(
+                    c.request(&req, 11, correlation_id).expect("a Fetch answer"),
+                    11,
+                );
+                let part = resp.responses.first().and_then(|t| t.partitions.first());
+                let code = part.map_or(i16::MIN, |p| p.error_code);
+                *codes.lock().unwrap().entry(code).or_default() += 1;
+                offset = part
+                    .filter(|p| p.error_code == 0)
+                    .map_or(0, |p| p.high_watermark);
+            }
+        })
+    };
+    let a = admin(&b.bootstrap);
+    let acked_count = || acked.lock().unwrap().len();
+    for d in 1..=DELETES {
+        let before = acked_count();
+        wait_until("records acknowledged before a delete", 20, || {
+            acked_count() >= before + 30
+        });
+        let r = a
+            .delete_topics(&[TOPIC], &AdminOptions::new())
+            .await
+            .unwrap();
+        match &r[0] {
+            Ok(_) => {}
+            Err((_, code)) => assert_eq!(
+                *code,
+                RDKafkaErrorCode::UnknownTopicOrPartition,
+                "delete {d}: {r:?}"
+            ),
+        }
+        deletes_done.store(d, Ordering::SeqCst);
+    }
+    let after_last = || {
+        acked
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.0 == DELETES)
+            .count()
+    };
+    wait_until("records acknowledged after the last delete", 20, || {
+        after_last() >= 100
+    });
+    stop.store(true, Ordering::SeqCst);
+    for w in writers {
+        w.await.unwrap();
+    }
+    fetcher.join().unwrap();
+    let codes = fetch_codes.lock().unwrap().clone();
+    assert!(codes.get(&0).is_some_and(|n| *n > 0), "{codes:?}");
+    assert!(codes.keys().all(|c| [0, 1, 3, 6].contains(c)), "{codes:?}");
+    let expected: Vec<(usize, usize, i64)> = {
+        let mut v: Vec<_> = acked
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.0 == DELETES)
+            .map(|r| (r.1, r.2, r.3))
+            .collect();
+        v.sort_by_key(|r| r.2);
+        v
+    };
+    let check = |bootstrap: &str| {
+        let hw = high_watermark(bootstrap, TOPIC, 0);
+        let got = read_partition(bootstrap, TOPIC, 0, Offset::Beginning, hw as usize);
+        assert_eq!(
+            got.len() as i64,
+            hw,
+            "every record up to the high watermark"
+        );
+        let mut seen = std::collections::HashMap::new();
+        for (i, m) in got.iter().enumerate() {
+            assert_eq!(m.2, i as i64, "offsets contiguous from 0");
+            let value = String::from_utf8(m.1.clone().unwrap()).unwrap();
+            assert!(seen.insert(value.clone(), m.2).is_none(), "{value} twice");
+        }
+        let mut last_seq = [None; WRITERS];
+        for (w, seq, offset) in &expected {
+            assert_eq!(
+                seen.get(&format!("{w}:{seq}")),
+                Some(offset),
+                "acknowledged {w}:{seq} at {offset}"
+            );
+            assert!(last_seq[*w] < Some(*seq), "writer {w} in order");
+            last_seq[*w] = Some(*seq);
+        }
+    };
+    check(&b.bootstrap);
+    let topic_dir = dir.path().join(format!("{TOPIC}-0"));
+    let files: std::collections::BTreeSet<String> = std::fs::read_dir(&topic_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(files.contains("partition.metadata"), "{files:?}");
+    let logs: Vec<&String> = files.iter().filter(|f| f.ends_with(".log")).collect();
+    assert!(logs.len() > 1, "the new topic rolled: {files:?}");
+    for log in logs {
+        let stem = log.trim_end_matches(".log");
+        for ext in ["index", "timeindex"] {
+            assert!(
+                files.contains(&format!("{stem}.{ext}")),
+                "{stem}.{ext}: {files:?}"
+            );
+        }
+    }
+    drop((a, p));
+    let log = b.terminate();
+    for bad in ["panicked", "Directory not empty", "not fully applied"] {
+        assert!(!log.contains(bad), "broker log has {bad:?}:\n{log}");
+    }
+
+    let b = BinaryBroker::spawn(dir.path(), 0, &overrides);
+    check(&b.bootstrap);
+    let deleting = || {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| {
+                let name = e.as_ref().unwrap().file_name();
+                name.to_string_lossy().ends_with("-delete")
+            })
+            .count()
+    };
+    wait_until("no -delete directory is left", 10, || deleting() == 0);
+    let log = b.terminate();
+    assert!(!log.contains("panicked"), "{log}");
 }

@@ -509,6 +509,23 @@ async fn a_topic_created_again_never_reads_the_deleted_ones_records_from_a_broke
         .await
         .expect("delete_topics");
     assert!(deleted.iter().all(|r| r.is_ok()), "{deleted:?}");
+    // Nodes 1 and 2 apply the delete from the metadata as a single node does (issue 15):
+    // the directory is renamed `<topic>-0.<uuid>-delete`, then removed in the background.
+    for n in [1, 2] {
+        let dir = nodes.log_dir(n).to_path_buf();
+        poll_for(&format!("node {n} removed {TOPIC}-0"), 30, || {
+            let names: Vec<String> = std::fs::read_dir(&dir)
+                .map_err(|e| e.to_string())?
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|name| name.starts_with(TOPIC))
+                .collect();
+            if names.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{names:?}"))
+            }
+        });
+    }
     nodes.restart(3);
     nodes.wait_for_brokers(3, &[1, 2, 3], 30);
     assert!(nodes.log_dir(3).join(format!("{TOPIC}-0")).is_dir());
@@ -532,5 +549,19 @@ async fn a_topic_created_again_never_reads_the_deleted_ones_records_from_a_broke
             .contains("removed a stray partition directory"),
         "node 3 does not say it removed the stray directory"
     );
+    // The stray directory was renamed `-delete` and is removed in the background.
+    let dir = nodes.log_dir(3).to_path_buf();
+    poll_for("node 3 removed the renamed stray directory", 30, || {
+        let left: Vec<String> = std::fs::read_dir(&dir)
+            .map_err(|e| e.to_string())?
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.ends_with("-delete"))
+            .collect();
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{left:?}"))
+        }
+    });
     nodes.assert_no_panic();
 }
