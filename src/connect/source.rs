@@ -47,7 +47,8 @@ use crate::txn::producer::{TxnOwners, TxnProducer};
 /// `group.id` of a distributed worker; `connect-cluster` in Kafka's sample config).
 pub(crate) const CONNECT_GROUP_ID: &str = "connect-cluster";
 
-/// `transaction.timeout.ms` of an exactly-once source task's transactions, in ms (capped
+/// `transaction.timeout.ms` of an exactly-once source task's transactions, in ms (Kafka's
+/// producer default; twice `transaction.boundary.interval.ms` when that is longer; capped
 /// by `transaction.max.timeout.ms`): a task killed mid-transaction has it aborted by its
 /// successor's InitProducerId, or by the coordinator after this long.
 pub(crate) const TXN_TIMEOUT_MS: i32 = 60_000;
@@ -84,7 +85,15 @@ impl Exactly {
             groups: deps.ctx.groups.clone(),
             peers: deps.ingest.peers(),
         };
-        let timeout_ms = TXN_TIMEOUT_MS.min(deps.transaction_max_timeout_ms).max(1);
+        let boundary_ms = match c.transaction_boundary {
+            TransactionBoundary::Poll => 0,
+            TransactionBoundary::Interval(ms) => ms.saturating_mul(2),
+        };
+        let timeout_ms = i32::try_from(boundary_ms)
+            .unwrap_or(i32::MAX)
+            .max(TXN_TIMEOUT_MS)
+            .min(deps.transaction_max_timeout_ms)
+            .max(1);
         Some(Exactly {
             producer: TxnProducer::new(owners, transactional_id(&c.name), timeout_ms),
             boundary: c.transaction_boundary,

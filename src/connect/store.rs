@@ -257,6 +257,10 @@ impl SourceOffsets {
     /// While a transaction still holds records of `connector` without a marker (another
     /// incarnation's, completing), it waits, for at most `wait_ms`.
     ///
+    /// The read is of this broker's replica of `__connect_offsets`-0; when it hosts none
+    /// (a cluster where the connect leader is not among its replicas) the offsets known
+    /// in memory are kept, with a warning.
+    ///
     /// Errors: the topic cannot be read, or records stay pending past `wait_ms`, as a
     /// message.
     pub(crate) async fn reload_committed(
@@ -271,6 +275,13 @@ impl SourceOffsets {
                 .and_then(|k| k.as_array()?.first()?.as_str().map(|n| n == connector))
                 .unwrap_or(false)
         };
+        if self.topic.partitions().is_some() && self.topic.partition(0).is_none() {
+            tracing::warn!(
+                connector,
+                "{OFFSETS_TOPIC}-0 has no replica on this broker: the task starts from the offsets known in memory"
+            );
+            return Ok(());
+        }
         let replayed = loop {
             let replayed = if self.topic.partitions().is_some() {
                 self.topic
