@@ -4,7 +4,9 @@
 //! [`config`], [`watch`]; and REST-created ones, stored in `__connect_configs`,
 //! [`configs`]), the task of each connector (one per connector: `tasks.max` above 1 is
 //! accepted and runs one), the source task loop ([`source`]: poll → append through
-//! [`Ingest`] → store offsets in `__connect_offsets` → `commit`), the sink task loop
+//! [`Ingest`] → store offsets in `__connect_offsets` → `commit`; with
+//! `connect.exactly.once.source.support=enabled`, records and offsets in one transaction,
+//! KIP-618), the sink task loop
 //! ([`sink`]: read from the committed offsets of group `connect-<name>` → `put` → `flush`
 //! → commit through the group coordinator), the control plane ([`ConnectRuntime`]:
 //! create, update, delete, pause, resume, stop, restart, offsets — what the REST API in
