@@ -257,3 +257,74 @@ fn required_exactly_once_on_a_broker_with_it_disabled_is_refused() {
     assert_eq!(code, 201, "{created}");
     broker.stop();
 }
+
+/// Issue 14 (KIP-618): an exactly-once source's dead letters go in its transaction. A
+/// line too large for its topic, under `errors.tolerance=all`, reaches the dead-letter
+/// topic; read_committed, the topic holds the other lines and the dead-letter topic the
+/// large one, and both partitions were written by the producer of the task's
+/// transactional id (DescribeProducers).
+#[test]
+fn an_exactly_once_sources_dead_letters_are_written_in_its_transaction() {
+    let d = dirs();
+    std::fs::write(&d.input, "").unwrap();
+    let plugins = format!("connect.plugin.path={}", plugin_path().display());
+    let broker = TestBroker::start_in(
+        &d.data,
+        &[&plugins, "connect.exactly.once.source.support=enabled"],
+    );
+    let admin = broker.admin_url.clone();
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(crate::rdkafka_client::create_topic(
+            &broker.bootstrap,
+            "eos-small",
+            1,
+            &[("max.message.bytes", "2048")],
+        ));
+    let body = json!({"name": "eos-dlq-src", "config": {
+        "connector.class": "file-source", "file": d.input.display().to_string(),
+        "topic": "eos-small", "errors.tolerance": "all",
+        "errors.deadletterqueue.topic.name": "eos-dlq", "poll.interval.ms": "20"}});
+    let (code, created) = curl("POST", &format!("{admin}/connectors"), Some(&body));
+    assert_eq!(code, 201, "{created}");
+    wait_for_state(&admin, "eos-dlq-src", "RUNNING");
+    let large = "L".repeat(5000);
+    append(&d.input, &format!("small-a\n{large}\nsmall-b\n"));
+    let dead = crate::connect::read_topic(&broker.bootstrap, "eos-dlq", 1);
+    assert_eq!(dead.len(), 1, "{} dead letters", dead.len());
+    assert_eq!(dead[0].1, large);
+    let kept: Vec<String> = crate::connect::read_topic(&broker.bootstrap, "eos-small", 2)
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(kept, ["small-a", "small-b"]);
+    let weir = |args: &[&str]| {
+        let out = std::process::Command::new(crate::harness::weir_bin())
+            .arg("transaction")
+            .args(args)
+            .args(["-b", &broker.bootstrap])
+            .output()
+            .expect("run weir");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let listed = weir(&["list"]);
+    let producer_id = listed
+        .lines()
+        .find_map(|l| {
+            let cols: Vec<&str> = l.split('\t').collect();
+            (cols.first() == Some(&"connect-cluster-eos-dlq-src-0")).then(|| cols[2].to_string())
+        })
+        .unwrap_or_else(|| panic!("no transactional id of the task: {listed}"));
+    for topic in ["eos-dlq", "eos-small"] {
+        let producers = weir(&["describe-producers", "--topic", topic, "--partition", "0"]);
+        eprintln!("{topic}: {producers}");
+        assert!(
+            producers
+                .lines()
+                .skip(1)
+                .any(|l| l.split('\t').next() == Some(producer_id.as_str())),
+            "{topic}: producer {producer_id} not among {producers}"
+        );
+    }
+    broker.stop();
+}
