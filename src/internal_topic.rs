@@ -241,6 +241,32 @@ impl InternalTopic {
         records: &[(Bytes, Option<Bytes>)],
         transactional: Option<(i64, i16)>,
     ) -> Result<(), InternalTopicError> {
+        self.append_inner(partition, records, transactional, None)
+    }
+
+    /// As [`InternalTopic::append_as`] for a record the producer of `transactional_id`
+    /// writes itself in its transaction (an exactly-once source task's offsets): a
+    /// forwarded append names the id, for the leader's KIP-890 check (the partition
+    /// must have been added to the transaction first).
+    ///
+    /// Errors: as [`InternalTopic::append_as`].
+    pub(crate) fn append_transactional(
+        &self,
+        partition: i32,
+        records: &[(Bytes, Option<Bytes>)],
+        producer: (i64, i16),
+        transactional_id: &str,
+    ) -> Result<(), InternalTopicError> {
+        self.append_inner(partition, records, Some(producer), Some(transactional_id))
+    }
+
+    fn append_inner(
+        &self,
+        partition: i32,
+        records: &[(Bytes, Option<Bytes>)],
+        transactional: Option<(i64, i16)>,
+        transactional_id: Option<&str>,
+    ) -> Result<(), InternalTopicError> {
         if records.is_empty() {
             return Ok(());
         }
@@ -273,7 +299,7 @@ impl InternalTopic {
                 };
                 if leader != self.metadata.node_id() {
                     peers
-                        .produce_blocking(leader, self.name, partition, batch)
+                        .produce_blocking(leader, self.name, partition, batch, transactional_id)
                         .map_err(|(_, message)| fail(message))?;
                     return Ok(());
                 }

@@ -535,8 +535,8 @@ impl PeerClients {
         }
     }
 
-    /// [`PeerClients::produce`] for a caller that cannot await (a store appending under
-    /// its own lock): the calling thread waits, bounded by [`FORWARD_TIMEOUT_MS`] plus
+    /// [`PeerClients::produce`] (as `transactional_id`'s when given) for a caller that
+    /// cannot await (a store appending under its own lock): the calling thread waits, bounded by [`FORWARD_TIMEOUT_MS`] plus
     /// [`IO_TIMEOUT`], while the runtime's other threads go on (`block_in_place`).
     ///
     /// Errors: as [`PeerClients::produce`]; NOT_LEADER_OR_FOLLOWER when called outside a
@@ -547,6 +547,7 @@ impl PeerClients {
         topic: &str,
         partition: i32,
         batch: Bytes,
+        transactional_id: Option<&str>,
     ) -> Result<ProducedRemotely, (ResponseError, String)> {
         let handle = match tokio::runtime::Handle::try_current() {
             Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => h,
@@ -558,7 +559,14 @@ impl PeerClients {
             }
         };
         tokio::task::block_in_place(|| {
-            handle.block_on(self.produce(leader, topic, partition, batch, FORWARD_TIMEOUT_MS, None))
+            handle.block_on(self.produce(
+                leader,
+                topic,
+                partition,
+                batch,
+                FORWARD_TIMEOUT_MS,
+                transactional_id,
+            ))
         })
     }
 }

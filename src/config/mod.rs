@@ -206,6 +206,7 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("connect.plugin.path", KeyType::String, Some("connectors/target/wasm32-wasip2/release"), None, "Directory holding the built-in connector components (file_source.wasm, file_sink.wasm); relative to the working directory."),
     key("connect.allowed.paths", List, Some("connect-files"), None, "The ceiling of what connectors may open: comma-separated directories (anything under them) or files; a connector's `file` directory and `database` must lie inside one, and never overlap log.dirs or plugin.cache.dir. Relative to the working directory. Default: one dedicated directory, ./connect-files (not /tmp, which every local user can write, nor the working directory, which holds ./data); empty: no files at all."),
     key("connect.http.allowed.hosts", List, Some("localhost,127.0.0.1,::1"), None, "The ceiling of the hosts connectors may reach over HTTP: comma-separated `host` (any port) or `host:port` (`[v6]:port`), or `*` for any host; a connector's http.allowed.hosts (or http.url's host) must lie inside it. Default: loopback only; empty: no HTTP at all."),
+    key("connect.exactly.once.source.support", KeyType::String, Some("disabled"), None, "Kafka Connect's exactly.once.source.support (KIP-618): enabled writes each source task's records and their source offsets in one transaction of the transactional id connect-cluster-<connector>-0; disabled (at least once) and preparing (accepted for Kafka's rolling upgrade; runs as disabled) do not. A connector with exactly.once.support=required is refused unless enabled."),
 ];
 
 /// A topic-level key (Kafka's `TopicConfig`) and the broker key supplying its default.
@@ -714,6 +715,51 @@ pub struct BrokerConfig {
     /// `connect.http.allowed.hosts`: the hosts connectors may be granted; `None` for `*`
     /// (any host), empty: none.
     pub connect_http_allowed_hosts: Option<Vec<crate::plugin::HttpHost>>,
+    /// `connect.exactly.once.source.support` (Kafka Connect's
+    /// `exactly.once.source.support`, KIP-618).
+    pub connect_exactly_once_source: ExactlyOnceSourceSupport,
+}
+
+/// Kafka Connect's worker key `exactly.once.source.support` (KIP-618), weir's
+/// `connect.exactly.once.source.support`: whether source tasks write their records and
+/// source offsets in one transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExactlyOnceSourceSupport {
+    /// `disabled` (the default): at least once.
+    #[default]
+    Disabled,
+    /// `preparing`: Kafka's step of a rolling upgrade (its workers fence each other's
+    /// config writes); weir has no such step and runs source tasks as `disabled`.
+    Preparing,
+    /// `enabled`: every source task is exactly once.
+    Enabled,
+}
+
+impl ExactlyOnceSourceSupport {
+    /// Parses a value (case-insensitive, as Kafka's `ConfigDef` validator).
+    ///
+    /// Errors: [`ConfigError::InvalidValue`] naming `connect.exactly.once.source.support`
+    /// for any other value.
+    pub fn parse(value: &str) -> Result<ExactlyOnceSourceSupport, ConfigError> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "" | "disabled" => Ok(ExactlyOnceSourceSupport::Disabled),
+            "preparing" => Ok(ExactlyOnceSourceSupport::Preparing),
+            "enabled" => Ok(ExactlyOnceSourceSupport::Enabled),
+            other => Err(ConfigError::InvalidValue {
+                key: "connect.exactly.once.source.support".into(),
+                message: format!("`{other}`: expected disabled, preparing or enabled"),
+            }),
+        }
+    }
+
+    /// Kafka's spelling of the value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExactlyOnceSourceSupport::Disabled => "disabled",
+            ExactlyOnceSourceSupport::Preparing => "preparing",
+            ExactlyOnceSourceSupport::Enabled => "enabled",
+        }
+    }
 }
 
 /// The admin HTTP listener, from `admin.listeners` (`http://HOST:PORT`).
@@ -1006,6 +1052,9 @@ impl BrokerConfig {
                 .map(PathBuf::from)
                 .collect(),
             connect_http_allowed_hosts: parse_host_ceiling(&text("connect.http.allowed.hosts"))?,
+            connect_exactly_once_source: ExactlyOnceSourceSupport::parse(&text(
+                "connect.exactly.once.source.support",
+            ))?,
             raw,
         })
     }
@@ -1345,6 +1394,30 @@ mod tidy {
     use super::*;
 
     /// `config/weir.toml` documents every key, and parses as it stands.
+    #[test]
+    fn connect_exactly_once_source_support_takes_kafkas_three_values() {
+        let load = |o: &str| BrokerConfig::load(None, &[o.to_string()]);
+        assert_eq!(
+            BrokerConfig::defaults().connect_exactly_once_source,
+            ExactlyOnceSourceSupport::Disabled
+        );
+        for (v, want) in [
+            ("disabled", ExactlyOnceSourceSupport::Disabled),
+            ("preparing", ExactlyOnceSourceSupport::Preparing),
+            ("ENABLED", ExactlyOnceSourceSupport::Enabled),
+        ] {
+            let c = load(&format!("connect.exactly.once.source.support={v}")).unwrap();
+            assert_eq!(c.connect_exactly_once_source, want);
+        }
+        let e = load("connect.exactly.once.source.support=yes")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("connect.exactly.once.source.support") && e.contains("enabled"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn replica_selector_class_takes_kafkas_two_selectors_and_refuses_others() {
         let load = |o: &[&str]| {

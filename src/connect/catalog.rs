@@ -124,6 +124,33 @@ pub(crate) const SOURCE_KEYS: &[KeyDef] = &[
         "Common",
         "Wait after a poll that returned nothing (ms).",
     ),
+    key(
+        "exactly.once.support",
+        Str,
+        false,
+        Some("requested"),
+        "MEDIUM",
+        "Exactly Once Support",
+        "requested or required (KIP-618): required refuses the connector unless the broker's connect.exactly.once.source.support is enabled.",
+    ),
+    key(
+        "transaction.boundary",
+        Str,
+        false,
+        Some("poll"),
+        "MEDIUM",
+        "Exactly Once Support",
+        "Where an exactly-once task commits (KIP-618): poll (each poll) or interval (every transaction.boundary.interval.ms); connector is refused, no weir connector defines boundaries.",
+    ),
+    key(
+        "transaction.boundary.interval.ms",
+        Long,
+        false,
+        None,
+        "LOW",
+        "Exactly Once Support",
+        "With transaction.boundary=interval: ms between commits (default offset.flush.interval.ms).",
+    ),
 ];
 
 /// Keys of sink connectors.

@@ -28,6 +28,9 @@
 //! | `errors.retry.delay.max.ms` | longest wait between restarts (default 60000; waits start at 100 ms and double) |
 //! | `poll.interval.ms` | source: wait after a poll that returned nothing (default 200) |
 //! | `offset.flush.interval.ms` | sink: how often `flush` + offset commit run (default 10000), and always at stop |
+//! | `exactly.once.support` | source (KIP-618): `requested` (default) or `required`; `required` is refused unless the broker's `connect.exactly.once.source.support` is `enabled` |
+//! | `transaction.boundary` | source, exactly once (KIP-618): `poll` (default: one transaction per poll) or `interval` (one per `transaction.boundary.interval.ms`); `connector` is refused: no weir connector can define transaction boundaries (the WIT source world has no `TransactionContext`) |
+//! | `transaction.boundary.interval.ms` | with `transaction.boundary=interval`: ms between commits (default `offset.flush.interval.ms`) |
 //!
 //! A TOML value may be a string, integer, float or boolean (written as text), or an
 //! array of those (joined with commas); nested tables become dotted keys, so
@@ -88,6 +91,27 @@ pub(crate) enum ErrorTolerance {
     /// when set, and so does a source for a record its topic refuses; otherwise it is
     /// logged.
     All,
+}
+
+/// `exactly.once.support` of a source connector (KIP-618).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ExactlyOnceSupport {
+    /// `requested` (the default): exactly once when the broker has it enabled.
+    Requested,
+    /// `required`: refused unless the broker's `connect.exactly.once.source.support` is
+    /// `enabled` (weir's connectors always can: their position is their source offsets).
+    Required,
+}
+
+/// `transaction.boundary` of a source connector (KIP-618): where an exactly-once task
+/// commits. `connector` (the connector decides) is refused: no weir connector can.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TransactionBoundary {
+    /// `poll` (the default): one transaction per non-empty poll.
+    Poll,
+    /// `interval`: one transaction for all polls within this many ms
+    /// (`transaction.boundary.interval.ms`, default `offset.flush.interval.ms`).
+    Interval(u64),
 }
 
 /// A sink's `topics.regex`: Kafka Connect's pattern subscription, a Java regex matched
@@ -171,6 +195,10 @@ pub(crate) struct ConnectorConfig {
     pub poll_interval_ms: u64,
     /// `offset.flush.interval.ms`.
     pub offset_flush_interval_ms: u64,
+    /// `exactly.once.support` (sources; KIP-618).
+    pub exactly_once_support: ExactlyOnceSupport,
+    /// `transaction.boundary` (+ `transaction.boundary.interval.ms`; sources, exactly once).
+    pub transaction_boundary: TransactionBoundary,
     /// `key.converter`.
     pub key_converter: super::convert::Converter,
     /// `value.converter`.
@@ -665,6 +693,41 @@ impl ConnectorConfig {
         let retry_delay_max_ms = number("errors.retry.delay.max.ms", 60_000, 0)? as u64;
         let poll_interval_ms = number("poll.interval.ms", 200, 1)? as u64;
         let offset_flush_interval_ms = number("offset.flush.interval.ms", 10_000, 1)? as u64;
+        let exactly_once_support = match get("exactly.once.support").map(str::trim) {
+            None => ExactlyOnceSupport::Requested,
+            Some(v) if v.eq_ignore_ascii_case("requested") => ExactlyOnceSupport::Requested,
+            Some(v) if v.eq_ignore_ascii_case("required") => ExactlyOnceSupport::Required,
+            Some(other) => {
+                return Err(fail(
+                    Some("exactly.once.support"),
+                    format!("Invalid value {other} for configuration exactly.once.support: expected requested or required"),
+                ))
+            }
+        };
+        let boundary_interval_ms = number(
+            "transaction.boundary.interval.ms",
+            offset_flush_interval_ms as i64,
+            0,
+        )? as u64;
+        let transaction_boundary = match get("transaction.boundary").map(str::trim) {
+            None => TransactionBoundary::Poll,
+            Some(v) if v.eq_ignore_ascii_case("poll") => TransactionBoundary::Poll,
+            Some(v) if v.eq_ignore_ascii_case("interval") => {
+                TransactionBoundary::Interval(boundary_interval_ms)
+            }
+            Some(v) if v.eq_ignore_ascii_case("connector") => {
+                return Err(fail(
+                    Some("transaction.boundary"),
+                    "Invalid value connector for configuration transaction.boundary: no weir connector can define transaction boundaries (the WIT source world has no TransactionContext); use poll or interval".into(),
+                ))
+            }
+            Some(other) => {
+                return Err(fail(
+                    Some("transaction.boundary"),
+                    format!("Invalid value {other} for configuration transaction.boundary: expected poll, interval or connector"),
+                ))
+            }
+        };
         let key_converter = super::convert::Converter::from_keys(&keys, "key")
             .map_err(|(k, m)| fail(Some(&k), m))?;
         let value_converter = super::convert::Converter::from_keys(&keys, "value")
@@ -697,6 +760,8 @@ impl ConnectorConfig {
             retry_delay_max_ms,
             poll_interval_ms,
             offset_flush_interval_ms,
+            exactly_once_support,
+            transaction_boundary,
             key_converter,
             value_converter,
             transforms,
@@ -734,6 +799,52 @@ mod tests {
             a.component_path(Path::new("/p")),
             PathBuf::from("/p/file_source.wasm")
         );
+    }
+
+    #[test]
+    fn exactly_once_keys_parse_and_bad_values_name_their_key() {
+        let src = "name = \"s\"\nconnector.class = \"file-source\"\nfile = \"/tmp/x\"\n";
+        let c = parse(src).unwrap();
+        assert_eq!(c.exactly_once_support, ExactlyOnceSupport::Requested);
+        assert_eq!(c.transaction_boundary, TransactionBoundary::Poll);
+        let c = parse(&format!(
+            "{src}exactly.once.support = \"REQUIRED\"\ntransaction.boundary = \"interval\"\noffset.flush.interval.ms = 700\n"
+        ))
+        .unwrap();
+        assert_eq!(c.exactly_once_support, ExactlyOnceSupport::Required);
+        // The interval defaults to offset.flush.interval.ms, as Kafka's to the worker's.
+        assert_eq!(c.transaction_boundary, TransactionBoundary::Interval(700));
+        let c = parse(&format!(
+            "{src}transaction.boundary = \"interval\"\n\"transaction.boundary.interval.ms\" = 50\n"
+        ))
+        .unwrap();
+        assert_eq!(c.transaction_boundary, TransactionBoundary::Interval(50));
+        for (extra, key, reason) in [
+            (
+                "exactly.once.support = \"maybe\"\n",
+                "exactly.once.support",
+                "requested or required",
+            ),
+            (
+                "transaction.boundary = \"batch\"\n",
+                "transaction.boundary",
+                "poll, interval or connector",
+            ),
+            (
+                "transaction.boundary = \"connector\"\n",
+                "transaction.boundary",
+                "no weir connector can define",
+            ),
+            (
+                "\"transaction.boundary.interval.ms\" = -1\n",
+                "transaction.boundary.interval.ms",
+                "minimum 0",
+            ),
+        ] {
+            let e = parse(&format!("{src}{extra}")).unwrap_err();
+            assert_eq!(e.key.as_deref(), Some(key), "{extra}");
+            assert!(e.message.contains(reason), "{extra}: {}", e.message);
+        }
     }
 
     #[test]

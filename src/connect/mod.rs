@@ -4,7 +4,9 @@
 //! [`config`], [`watch`]; and REST-created ones, stored in `__connect_configs`,
 //! [`configs`]), the task of each connector (one per connector: `tasks.max` above 1 is
 //! accepted and runs one), the source task loop ([`source`]: poll → append through
-//! [`Ingest`] → store offsets in `__connect_offsets` → `commit`), the sink task loop
+//! [`Ingest`] → store offsets in `__connect_offsets` → `commit`; with
+//! `connect.exactly.once.source.support=enabled`, records and offsets in one transaction,
+//! KIP-618), the sink task loop
 //! ([`sink`]: read from the committed offsets of group `connect-<name>` → `put` → `flush`
 //! → commit through the group coordinator), the control plane ([`ConnectRuntime`]:
 //! create, update, delete, pause, resume, stop, restart, offsets — what the REST API in
@@ -222,6 +224,12 @@ pub(crate) struct ConnectSettings {
     /// The broker's ceiling on connectors' grants (`connect.allowed.paths`,
     /// `connect.http.allowed.hosts`, never `log.dirs` or `plugin.cache.dir`).
     pub ceiling: config::Ceiling,
+    /// `connect.exactly.once.source.support` (Kafka Connect's
+    /// `exactly.once.source.support`, KIP-618).
+    pub exactly_once_source: crate::config::ExactlyOnceSourceSupport,
+    /// `transaction.max.timeout.ms`: caps an exactly-once source task's transaction
+    /// timeout.
+    pub transaction_max_timeout_ms: i32,
 }
 
 /// The broker's owners connectors call, handed over by the composition root (`broker`):
@@ -236,6 +244,8 @@ pub(crate) struct Owners {
     pub replicas: Arc<ReplicaManager>,
     /// Consumer groups: sink progress as `connect-<name>`'s committed offsets.
     pub groups: Arc<GroupCoordinator>,
+    /// Transactions: an exactly-once source task's (KIP-618).
+    pub txn: Arc<crate::txn::TransactionCoordinator>,
 }
 
 /// A control-plane request refused, with Kafka Connect's HTTP status.
@@ -305,6 +315,10 @@ struct Deps {
     status_topic: InternalTopic,
     statuses: Arc<Mutex<BTreeMap<String, ConnectorStatus>>>,
     worker_id: String,
+    /// Whether source tasks run exactly once (`connect.exactly.once.source.support=enabled`).
+    exactly_once_source: bool,
+    /// `transaction.max.timeout.ms`.
+    transaction_max_timeout_ms: i32,
 }
 
 impl Deps {
@@ -494,6 +508,9 @@ impl ConnectRuntime {
             .context("cannot replay __connect_configs")?;
         let deps = Arc::new(Deps {
             worker_id: settings.worker_id.clone(),
+            exactly_once_source: settings.exactly_once_source
+                == crate::config::ExactlyOnceSourceSupport::Enabled,
+            transaction_max_timeout_ms: settings.transaction_max_timeout_ms,
             status_topic: store::connect_topic(
                 STATUS_TOPIC,
                 ctx.metadata.clone(),
@@ -778,7 +795,31 @@ impl ConnectRuntime {
     ) -> Result<ConnectorConfig, config::ConfigError> {
         let c = ConnectorConfig::from_map(origin, props)?;
         self.inner.settings.ceiling.check(origin, &c)?;
+        if let Some(message) = self.worker_refusal(&c) {
+            return Err(config::ConfigError {
+                path: origin.to_path_buf(),
+                key: Some("exactly.once.support".into()),
+                message,
+            });
+        }
         Ok(c)
+    }
+
+    /// Why this worker cannot run `c` as its config asks (KIP-618): a source with
+    /// `exactly.once.support=required` when `connect.exactly.once.source.support` is not
+    /// `enabled`. (Kafka Connect skips the check then; weir refuses, since it would run
+    /// the connector at least once.)
+    fn worker_refusal(&self, c: &ConnectorConfig) -> Option<String> {
+        let support = self.inner.settings.exactly_once_source;
+        (c.kind == ConnectorKind::Source
+            && c.exactly_once_support == config::ExactlyOnceSupport::Required
+            && support != crate::config::ExactlyOnceSourceSupport::Enabled)
+            .then(|| {
+                format!(
+                    "exactly.once.support=required: this broker's connect.exactly.once.source.support is {}, not enabled, so the connector would run at least once",
+                    support.as_str()
+                )
+            })
     }
 
     /// Everything wrong with connector properties `props`, by key: the static checks
@@ -797,6 +838,9 @@ impl ConnectRuntime {
         let mut add = |key: String, message: String| errors.entry(key).or_default().push(message);
         if let Err(e) = self.inner.settings.ceiling.check(Origin::Rest.path(), &c) {
             add(e.key.unwrap_or_else(|| "connector.class".into()), e.message);
+        }
+        if let Some(message) = self.worker_refusal(&c) {
+            add("exactly.once.support".into(), message);
         }
         let plugins = self.inner.deps.plugins.clone();
         let path = c.component_path(&self.inner.settings.plugin_path);

@@ -202,29 +202,156 @@ impl SourceOffsets {
         connector: &str,
         positions: &[SourcePosition],
     ) -> Result<(), String> {
-        let records: Vec<(Bytes, Option<Bytes>)> = positions
-            .iter()
-            .map(|p| {
-                let key = offset_key(connector, &p.source_partition);
-                let value: serde_json::Map<String, serde_json::Value> = p
-                    .source_offset
-                    .iter()
-                    .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
-                    .collect();
-                (
-                    Bytes::from(key),
-                    Some(Bytes::from(serde_json::Value::Object(value).to_string())),
-                )
-            })
-            .collect();
+        let records = offset_records(connector, positions);
         self.topic.append(0, &records).map_err(|e| e.to_string())?;
+        self.remember(connector, positions);
+        Ok(())
+    }
+
+    /// The topic and partition the offsets are written to, created if needed (an
+    /// exactly-once task adds it to its transaction before writing).
+    ///
+    /// Errors: the topic cannot be created, as a message.
+    pub(crate) fn partition(&self) -> Result<(&'static str, i32), String> {
+        self.topic.ensure().map_err(|e| e.to_string())?;
+        Ok((OFFSETS_TOPIC, 0))
+    }
+
+    /// KIP-618: writes `positions` of `connector` to `__connect_offsets` as one batch of
+    /// the open transaction of `producer` (its partition added first, see
+    /// [`SourceOffsets::partition`]). Nothing is remembered: call
+    /// [`SourceOffsets::remember`] once the transaction committed.
+    ///
+    /// Errors: the append fails (a fenced epoch among them), as a message.
+    pub(crate) fn write_transactional(
+        &self,
+        connector: &str,
+        positions: &[SourcePosition],
+        producer: &crate::txn::producer::BatchProducer,
+    ) -> Result<(), String> {
+        let records = offset_records(connector, positions);
+        self.topic
+            .append_transactional(
+                0,
+                &records,
+                (producer.producer_id, producer.producer_epoch),
+                &producer.transactional_id,
+            )
+            .map_err(|e| e.to_string())
+    }
+
+    /// Remembers `positions` of `connector` as stored (after they were written).
+    pub(crate) fn remember(&self, connector: &str, positions: &[SourcePosition]) {
         let mut latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
         let entry = latest.entry(connector.to_string()).or_default();
         for p in positions {
             entry.insert(offset_key(connector, &p.source_partition), p.clone());
         }
+    }
+
+    /// KIP-618: reads `connector`'s committed offsets again from `__connect_offsets`
+    /// (records of aborted transactions left out, committed ones at their marker) and
+    /// remembers exactly those. An exactly-once task calls it after its InitProducerId,
+    /// so a transaction its predecessor committed after this broker's start-up replay
+    /// (markers written late, after a crash) counts, and one it left open does not.
+    /// While a transaction still holds records of `connector` without a marker (another
+    /// incarnation's, completing), it waits, for at most `wait_ms`.
+    ///
+    /// The read is of this broker's replica of `__connect_offsets`-0; when it hosts none
+    /// (a cluster where the connect leader is not among its replicas) the offsets known
+    /// in memory are kept, with a warning.
+    ///
+    /// Errors: the topic cannot be read, or records stay pending past `wait_ms`, as a
+    /// message.
+    pub(crate) async fn reload_committed(
+        &self,
+        connector: &str,
+        wait_ms: u64,
+    ) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(wait_ms);
+        let ours = |key: &Bytes| {
+            serde_json::from_slice::<serde_json::Value>(key)
+                .ok()
+                .and_then(|k| k.as_array()?.first()?.as_str().map(|n| n == connector))
+                .unwrap_or(false)
+        };
+        if self.topic.partitions().is_some() && self.topic.partition(0).is_none() {
+            tracing::warn!(
+                connector,
+                "{OFFSETS_TOPIC}-0 has no replica on this broker: the task starts from the offsets known in memory"
+            );
+            return Ok(());
+        }
+        let replayed = loop {
+            let replayed = if self.topic.partitions().is_some() {
+                self.topic
+                    .replay_one_transactional(0)
+                    .map_err(|e| e.to_string())?
+            } else {
+                crate::internal_topic::ReplayedPartition::default()
+            };
+            if !replayed.pending.iter().any(|r| ours(&r.key)) {
+                break replayed;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(format!(
+                    "{OFFSETS_TOPIC} still holds offsets of {connector} in a transaction without a marker after {wait_ms} ms"
+                ));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        };
+        let mut fresh: BTreeMap<String, SourcePosition> = BTreeMap::new();
+        for r in replayed.records.into_iter().filter(|r| ours(&r.key)) {
+            let partition = serde_json::from_slice::<serde_json::Value>(&r.key)
+                .ok()
+                .and_then(|k| string_map(k.as_array()?.get(1)?));
+            let Some(partition) = partition else {
+                continue;
+            };
+            let canonical = offset_key(connector, &partition);
+            match r
+                .value
+                .and_then(|v| serde_json::from_slice::<serde_json::Value>(&v).ok())
+                .as_ref()
+                .and_then(string_map)
+            {
+                Some(offset) => {
+                    fresh.insert(
+                        canonical,
+                        SourcePosition {
+                            source_partition: partition,
+                            source_offset: offset,
+                        },
+                    );
+                }
+                None => {
+                    fresh.remove(&canonical);
+                }
+            }
+        }
+        let mut latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
+        latest.insert(connector.to_string(), fresh);
         Ok(())
     }
+}
+
+/// The `__connect_offsets` records of `positions` of `connector` (module doc's format).
+fn offset_records(connector: &str, positions: &[SourcePosition]) -> Vec<(Bytes, Option<Bytes>)> {
+    positions
+        .iter()
+        .map(|p| {
+            let key = offset_key(connector, &p.source_partition);
+            let value: serde_json::Map<String, serde_json::Value> = p
+                .source_offset
+                .iter()
+                .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+                .collect();
+            (
+                Bytes::from(key),
+                Some(Bytes::from(serde_json::Value::Object(value).to_string())),
+            )
+        })
+        .collect()
 }
 
 /// One change of KIP-875's `PATCH /connectors/{name}/offsets`: a source partition and

@@ -748,7 +748,7 @@ fn ceiling_broker(d: &crate::connect::Dirs) -> (crate::harness::TestBroker, std:
 /// POSTs connector `bad` with `config` and checks the refusal: 400 with Kafka Connect's
 /// error body listing one error, containing each of `want`; `PUT .../config` refuses it
 /// too.
-fn refused(admin: &str, config: Value, want: &[&str]) {
+pub(crate) fn refused(admin: &str, config: Value, want: &[&str]) {
     let body = json!({"name": "bad", "config": config});
     let (code, err) = curl("POST", &format!("{admin}/connectors"), Some(&body));
     assert_eq!(code, 400, "{err}");

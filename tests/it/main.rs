@@ -22,6 +22,7 @@ mod cluster_transforms;
 mod cluster_up;
 mod config;
 mod connect;
+mod connect_eos;
 mod connect_http;
 mod connect_regex;
 mod connect_rest;

@@ -919,7 +919,7 @@ async fn inline_deployments_install_one_slot_per_topic() {
 
 /// Every record of `topic` (`partitions` partitions) a consumer with `isolation` reads
 /// from the beginning until `quiet` passes with nothing new (at most 90 s): values.
-fn read_everything(
+pub(crate) fn read_everything(
     bootstrap: &str,
     topic: &str,
     partitions: i32,
