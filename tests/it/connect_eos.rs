@@ -174,10 +174,9 @@ fn kill_loop(label: &str, boundary: &str) {
     broker.terminate();
 }
 
-/// Issue 14 (KIP-618) test (b): bad values of the exactly-once keys are refused at create
-/// with 400 and the reason; good ones are accepted and shown by the REST config.
-#[test]
-fn bad_exactly_once_source_keys_are_refused_with_the_reason() {
+/// An in-process broker with the file-source plugin and
+/// `connect.exactly.once.source.support=enabled`, and its dirs with an empty input file.
+fn eos_broker() -> (crate::connect::Dirs, TestBroker) {
     let d = dirs();
     std::fs::write(&d.input, "").unwrap();
     let plugins = format!("connect.plugin.path={}", plugin_path().display());
@@ -185,6 +184,14 @@ fn bad_exactly_once_source_keys_are_refused_with_the_reason() {
         &d.data,
         &[&plugins, "connect.exactly.once.source.support=enabled"],
     );
+    (d, broker)
+}
+
+/// Issue 14 (KIP-618) test (b): bad values of the exactly-once keys are refused at create
+/// with 400 and the reason; good ones are accepted and shown by the REST config.
+#[test]
+fn bad_exactly_once_source_keys_are_refused_with_the_reason() {
+    let (d, broker) = eos_broker();
     let admin = broker.admin_url.clone();
     let file = d.input.display().to_string();
     let base = |key: &str, value: &str| json!({"connector.class": "file-source", "file": file, "topic": "t", key: value});
@@ -265,13 +272,7 @@ fn required_exactly_once_on_a_broker_with_it_disabled_is_refused() {
 /// transactional id (DescribeProducers).
 #[test]
 fn an_exactly_once_sources_dead_letters_are_written_in_its_transaction() {
-    let d = dirs();
-    std::fs::write(&d.input, "").unwrap();
-    let plugins = format!("connect.plugin.path={}", plugin_path().display());
-    let broker = TestBroker::start_in(
-        &d.data,
-        &[&plugins, "connect.exactly.once.source.support=enabled"],
-    );
+    let (d, broker) = eos_broker();
     let admin = broker.admin_url.clone();
     tokio::runtime::Runtime::new()
         .unwrap()
