@@ -527,8 +527,12 @@ async fn a_partition_moves_to_another_log_dir_while_a_producer_writes() {
             .unwrap_or(false)
     });
     let dest = dirs[to].display().to_string();
+    let high_watermark_before = crate::rdkafka_client::high_watermark(&b.bootstrap, MOVING, 0);
     let (ok, text) = cli_move(&b.bootstrap, MOVING, 0, &dest);
     assert!(ok, "{text}");
+    let high_watermark_after = crate::rdkafka_client::high_watermark(&b.bootstrap, MOVING, 0);
+    // The producer went on during the move (not a proof of overlap, a sign of it).
+    eprintln!("moved at offsets {high_watermark_before}..{high_watermark_after}");
     assert!(
         text.contains(&format!("Moved {MOVING}-0 on broker 1 to {dest}")),
         "{text}"
@@ -552,7 +556,8 @@ async fn a_partition_moves_to_another_log_dir_while_a_producer_writes() {
         .await
         .unwrap();
     assert!(delivered, "every record delivered");
-    assert!(written > 0);
+    assert!(written as i64 > high_watermark_after);
+    eprintln!("{written} records written");
     assert_eq!(partitions_in(&dirs[to], MOVING), [format!("{MOVING}-0")]);
     wait_until("the old copy is removed", 30, || {
         std::fs::read_dir(&dirs[from])
@@ -720,5 +725,66 @@ async fn a_full_log_dir_goes_offline_and_only_its_partitions_with_it() {
     .unwrap();
     assert_eq!(got[0].1.as_deref(), Some(&b"still here"[..]));
     drop(p);
+    b.stop();
+}
+
+/// Copies the files of directory `from` into a new directory `to`.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_a_stop_interrupted_leaves_exactly_one_copy() {
+    const T: &str = "interrupted";
+    let tmp = tempfile::tempdir().unwrap();
+    let (dirs_override, dirs) = three_dirs(tmp.path());
+    let b = TestBroker::start_in(tmp.path(), &[&dirs_override]);
+    create_topic(&b.bootstrap, T, 1, &[]).await;
+    let p = producer(&b.bootstrap, &[("acks", "all")]);
+    for i in 0..20 {
+        send(&p, T, 0, &format!("r{i}")).await;
+    }
+    drop(p);
+    b.stop();
+    let from = dirs
+        .iter()
+        .position(|d| partitions_in(d, T) == [format!("{T}-0")])
+        .unwrap();
+    let to = (from + 1) % 3;
+    let source = dirs[from].join(format!("{T}-0"));
+    let id = "0123456789abcdef0123456789abcdef";
+    let future = dirs[to].join(format!("{T}-0.{id}-future"));
+    let read_all = |bootstrap: String| {
+        std::thread::spawn(move || read_partition(&bootstrap, T, 0, Offset::Beginning, 20))
+            .join()
+            .unwrap()
+    };
+
+    // Stopped before the commit: the source is kept, the (partial) copy discarded.
+    copy_dir(&source, &future);
+    std::fs::remove_file(future.join("00000000000000000000.log")).unwrap();
+    let b = TestBroker::start_in(tmp.path(), &[&dirs_override]);
+    assert_eq!(read_all(b.bootstrap.clone()).len(), 20);
+    assert!(source.is_dir() && !dirs[to].join(format!("{T}-0")).exists());
+    wait_until("the uncommitted copy is removed", 30, || !future.exists());
+    b.stop();
+
+    // Stopped between the two renames (source renamed away, copy not yet in place): the
+    // copy, complete, becomes the partition.
+    copy_dir(&source, &future);
+    std::fs::rename(&source, dirs[from].join(format!("{T}-0.{id}-delete"))).unwrap();
+    let b = TestBroker::start_in(tmp.path(), &[&dirs_override]);
+    let got = read_all(b.bootstrap.clone());
+    assert_eq!(got.len(), 20);
+    assert_eq!(got[19].1.as_deref(), Some(&b"r19"[..]));
+    assert_eq!(partitions_in(&dirs[to], T), [format!("{T}-0")]);
+    assert!(!source.exists() && !future.exists());
+    wait_until("the old copy is removed", 30, || {
+        !dirs[from].join(format!("{T}-0.{id}-delete")).exists()
+    });
     b.stop();
 }
