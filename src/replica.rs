@@ -3004,6 +3004,66 @@ mod lifecycle_tests {
         }
     }
 
+    /// Two log dirs: a partition moved while its move waits (the maintenance lock held
+    /// here) shows as a future replica in the destination, then, moved, is read in full
+    /// from the new dir; an unknown dir and a partition not hosted are refused.
+    #[test]
+    fn a_moving_partition_shows_as_a_future_replica_then_serves_from_its_new_dir() {
+        let root = tempfile::tempdir().unwrap();
+        let (a, b) = (root.path().join("a"), root.path().join("b"));
+        let mut config = BrokerConfig::defaults();
+        config.log_dirs = vec![a.clone(), b.clone()];
+        std::fs::create_dir_all(&a).unwrap();
+        let m = Metadata::open(&a, 1).unwrap();
+        let rm = ReplicaManager::open(Arc::new(config), &m, Arc::new(Purgatory::new(10))).unwrap();
+        m.create_topic(spec("t", 2)).unwrap();
+        assert!(a.join("t-0").is_dir() && b.join("t-1").is_dir());
+        let p = rm.partition("t", 0).unwrap();
+        append(&p, 5);
+        let b_name = b.display().to_string();
+        assert_eq!(
+            rm.alter_replica_log_dir("t", 0, "/no/such/dir"),
+            Err(MoveRefusal::LogDirNotFound)
+        );
+        assert_eq!(
+            rm.alter_replica_log_dir("t", 9, &b_name),
+            Err(MoveRefusal::UnknownPartition)
+        );
+        // Already there: nothing to do.
+        rm.alter_replica_log_dir("t", 1, &b_name).unwrap();
+        let held = p.maintenance.lock().unwrap();
+        rm.alter_replica_log_dir("t", 0, &b_name).unwrap();
+        rm.alter_replica_log_dir("t", 0, &b_name).unwrap();
+        assert_eq!(
+            rm.alter_replica_log_dir("t", 0, &a.display().to_string()),
+            Err(MoveRefusal::MoveInProgress)
+        );
+        let dirs = rm.describe_log_dirs();
+        let in_b: Vec<(String, i32, bool)> = dirs[1]
+            .partitions
+            .iter()
+            .map(|p| (p.topic.clone(), p.partition, p.is_future))
+            .collect();
+        assert!(in_b.contains(&("t".to_string(), 0, true)), "{in_b:?}");
+        assert!(dirs[0]
+            .partitions
+            .iter()
+            .any(|p| p.partition == 0 && !p.is_future));
+        drop(held);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !rm.moves.lock().unwrap().is_empty() {
+            assert!(std::time::Instant::now() < deadline, "the move finishes");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(b.join("t-0").is_dir() && !a.join("t-0").exists());
+        assert!(Arc::ptr_eq(&p.log_dir(), &rm.log_dirs[1]));
+        let read = p.read(0, 1 << 20, FetchIsolation::LogEnd).unwrap();
+        assert_eq!(crate::log::last_offset_in(&read.bytes), Some(4));
+        append(&p, 1);
+        assert_eq!(p.offsets().log_end_offset, 6);
+        assert_eq!(rm.remove_deleted_dirs(), 1);
+    }
+
     #[test]
     fn partitions_follow_the_metadata() {
         let dir = tempfile::tempdir().unwrap();
