@@ -3062,6 +3062,32 @@ mod lifecycle_tests {
         append(&p, 1);
         assert_eq!(p.offsets().log_end_offset, 6);
         assert_eq!(rm.remove_deleted_dirs(), 1);
+
+        // A shutdown gives a move up: the copy goes, the partition stays where it is.
+        let held = p.maintenance.lock().unwrap();
+        rm.alter_replica_log_dir("t", 0, &a.display().to_string())
+            .unwrap();
+        let future = rm.moves.lock().unwrap()[&("t".to_string(), 0)]
+            .future
+            .clone();
+        assert!(future.is_dir());
+        let stopper = {
+            let rm = rm.clone();
+            std::thread::spawn(move || rm.stop_moves())
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !rm.moves.lock().unwrap()[&("t".to_string(), 0)]
+            .cancel
+            .load(Ordering::SeqCst)
+        {
+            assert!(std::time::Instant::now() < deadline, "stop_moves cancels");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        drop(held);
+        stopper.join().unwrap();
+        assert!(!future.exists() && b.join("t-0").is_dir() && !a.join("t-0").exists());
+        assert!(rm.moves.lock().unwrap().is_empty());
+        assert_eq!(p.offsets().log_end_offset, 6);
     }
 
     #[test]
