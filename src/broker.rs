@@ -268,6 +268,25 @@ pub(crate) fn lock_log_dir(log_dir: &std::path::Path) -> anyhow::Result<std::fs:
     }
 }
 
+/// Creates and locks every directory of the broker ([`BrokerConfig::all_dirs`]: each of
+/// `log.dirs`, and `metadata.log.dir`), in order, with [`lock_log_dir`]; the locks are
+/// held while the returned files are open. One weir per directory: another weir on any
+/// of them stops this start-up, naming that directory.
+///
+/// Errors: a directory cannot be created ("cannot create log.dirs D") or locked (as
+/// [`lock_log_dir`]); the locks taken before it are released.
+pub(crate) fn lock_log_dirs(config: &BrokerConfig) -> anyhow::Result<Vec<std::fs::File>> {
+    config
+        .all_dirs()
+        .into_iter()
+        .map(|dir| {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create log.dirs {}", dir.display()))?;
+            lock_log_dir(dir)
+        })
+        .collect()
+}
+
 /// Where a broker-only node remembers the port of its learner listener
 /// (`<log.dirs>/__cluster_metadata/learner.port`), so a restart binds the same one and
 /// the quorum replicates to it at the address it already knows.
@@ -292,7 +311,7 @@ fn bind_learner_listener(
         .find(|l| l.name == config.cluster.inter_broker_listener_name)
         .or(config.listeners.first())
         .map_or_else(|| "127.0.0.1".to_string(), |l| l.host.clone());
-    let path = config.log_dir.join(LEARNER_PORT_FILE);
+    let path = config.metadata_dir().join(LEARNER_PORT_FILE);
     let earlier: Option<u16> = std::fs::read_to_string(&path)
         .ok()
         .and_then(|t| t.trim().parse().ok());
@@ -334,16 +353,14 @@ async fn run_controller(
     controller_listener: Option<std::net::TcpListener>,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&config.log_dir)
-        .with_context(|| format!("cannot create log.dirs {}", config.log_dir.display()))?;
-    let _log_dir_lock = lock_log_dir(&config.log_dir)?;
+    let _log_dir_locks = lock_log_dirs(&config)?;
     let addr = controller_listener
         .as_ref()
         .and_then(|l| l.local_addr().ok())
         .context("a controller-only node needs its CONTROLLER listener")?;
     let metadata = Arc::new(
         Metadata::open_quorum(
-            &config.log_dir,
+            config.metadata_dir(),
             config.node_id,
             config.cluster.voters(config.node_id),
             controller_listener,
@@ -431,11 +448,9 @@ pub async fn run_on(
         .first()
         .map(|(_, e)| e.clone())
         .context("no listener to serve")?;
-    std::fs::create_dir_all(&config.log_dir)
-        .with_context(|| format!("cannot create log.dirs {}", config.log_dir.display()))?;
     // One broker per log directory (Kafka's `.lock`): two writers of one log lose data.
-    // The lock lives as long as this function, i.e. until every log is flushed.
-    let _log_dir_lock = lock_log_dir(&config.log_dir)?;
+    // The locks live as long as this function, i.e. until every log is flushed.
+    let _log_dir_locks = lock_log_dirs(&config)?;
     // A broker-only node is a Raft learner: the leader replicates the log to an internal
     // listener of its own (docs/cluster.md, "Broker-only and controller-only nodes").
     let (controller_listener, learner_addr) = if roles.controller || store != MetadataStore::Quorum
@@ -450,14 +465,16 @@ pub async fn run_on(
     let metadata = Arc::new(
         match store {
             MetadataStore::Quorum => Metadata::open_quorum(
-                &config.log_dir,
+                config.metadata_dir(),
                 config.node_id,
                 config.cluster.voters(config.node_id),
                 controller_listener,
                 config.cluster.controller_quorum_election_timeout_ms,
                 learner_addr,
             ),
-            MetadataStore::EarlierFileStore => Metadata::open(&config.log_dir, config.node_id),
+            MetadataStore::EarlierFileStore => {
+                Metadata::open(config.metadata_dir(), config.node_id)
+            }
         }
         .context("cannot open cluster metadata")?,
     );
@@ -488,7 +505,7 @@ pub async fn run_on(
     tracing::info!(
         topics = metadata.image().topic_count(),
         elapsed_ms = started.elapsed().as_millis() as u64,
-        log_dir = %config.log_dir.display(),
+        log_dirs = ?config.log_dirs,
         cluster_id = metadata.cluster_id(),
         "logs recovered"
     );
@@ -560,7 +577,11 @@ pub async fn run_on(
             ceiling: connect::config::Ceiling::new(
                 &config.connect_allowed_paths,
                 config.connect_http_allowed_hosts.clone(),
-                &[&config.log_dir, &config.plugin.cache_dir],
+                &config
+                    .all_dirs()
+                    .into_iter()
+                    .chain([config.plugin.cache_dir.as_path()])
+                    .collect::<Vec<_>>(),
             ),
             exactly_once_source: config.connect_exactly_once_source,
             transaction_max_timeout_ms: config.transaction.max_timeout_ms,
@@ -718,6 +739,7 @@ pub async fn run_on(
         });
     }
     while tasks.join_next().await.is_some() {}
+    replicas.stop_moves();
     replicas.flush_all();
     // After the flush: the checkpoint never names records the log has not made durable.
     if let Err(e) = replicas.checkpoint_high_watermarks() {

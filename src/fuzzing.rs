@@ -403,6 +403,9 @@ fn default_request(key: ApiKey) -> Option<RequestKind> {
         }
         ApiKey::ElectLeaders => RequestKind::ElectLeaders(ElectLeadersRequest::default()),
         ApiKey::DescribeLogDirs => RequestKind::DescribeLogDirs(DescribeLogDirsRequest::default()),
+        ApiKey::AlterReplicaLogDirs => {
+            RequestKind::AlterReplicaLogDirs(AlterReplicaLogDirsRequest::default())
+        }
         ApiKey::DeleteRecords => RequestKind::DeleteRecords(DeleteRecordsRequest::default()),
         ApiKey::WriteTxnMarkers => RequestKind::WriteTxnMarkers(WriteTxnMarkersRequest::default()),
         ApiKey::DescribeProducers => {
@@ -570,6 +573,16 @@ fn sample_request(key: ApiKey, version: i16) -> Option<RequestKind> {
                     .with_topic(topic())
                     .with_partitions(vec![0, 1])],
             )))
+        }
+        ApiKey::AlterReplicaLogDirs => {
+            use alter_replica_log_dirs_request::{AlterReplicaLogDir, AlterReplicaLogDirTopic};
+            RequestKind::AlterReplicaLogDirs(AlterReplicaLogDirsRequest::default().with_dirs(
+                vec![AlterReplicaLogDir::default()
+                    .with_path(StrBytes::from_static_str("/data/b"))
+                    .with_topics(vec![AlterReplicaLogDirTopic::default()
+                        .with_name(topic())
+                        .with_partitions(vec![0, 1])])],
+            ))
         }
         ApiKey::DescribeQuorum => {
             use describe_quorum_request::{PartitionData, TopicData};

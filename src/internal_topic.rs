@@ -465,7 +465,7 @@ impl InternalTopic {
 #[cfg(test)]
 pub(crate) fn test_owners(dir: &std::path::Path) -> (Arc<Metadata>, Arc<ReplicaManager>) {
     let mut config = crate::config::BrokerConfig::defaults();
-    config.log_dir = dir.to_path_buf();
+    config.set_single_dir(dir);
     let metadata = Arc::new(Metadata::open(dir, 1).unwrap());
     let replicas = ReplicaManager::open(
         Arc::new(config),

@@ -26,6 +26,13 @@
 //! [`FetchIsolation::ReadCommitted`] stop at the LSO and return the aborted transactions
 //! of the range read.
 //!
+//! Several log dirs (`log.dirs`, [`LogDir`]): each partition lives in one; a new one goes
+//! to the online dir with the fewest ([`ReplicaManager::place`]); a partition moves
+//! between them online ([`ReplicaManager::alter_replica_log_dir`], the file steps in
+//! `log::relocate`); the first I/O error of a partition takes its whole dir offline
+//! (KIP-112: its partitions answer KAFKA_STORAGE_ERROR). `docs/broker.md`, "Several log
+//! directories".
+//!
 //! Never does: decode requests or decide leadership (the role is set from the metadata).
 
 use std::collections::{BTreeMap, HashMap};
@@ -42,6 +49,7 @@ use crate::cluster::{
 };
 use crate::config::{BrokerConfig, DynamicLayers, TOPIC_KEYS};
 use crate::log::checkpoint::{self, HighWatermarks};
+use crate::log::relocate;
 use crate::log::topic_id::Claim;
 use crate::log::{
     AbortedTxn, AppendInfo, AppendOptions, CleanerThrottle, CleanupPolicy, CompactionPlan,
@@ -447,6 +455,55 @@ pub struct Partition {
     /// ([`Partition::retire`]): from then on nothing touches its files (they are renamed
     /// away for removal) and every operation on them answers [`LogError::Deleted`].
     deleted: AtomicBool,
+    /// The one of `log.dirs` holding the log's directory; changed only under the log's
+    /// write lock (a move between directories, `AlterReplicaLogDirs`).
+    log_dir: RwLock<Arc<LogDir>>,
+    /// Held by a move between log dirs for its whole length, and by compaction from plan
+    /// to install (tried only: a moving partition is not compacted that round), so a
+    /// move never copies a segment compaction is rewriting in place.
+    maintenance: Mutex<()>,
+    /// Truncations of the log so far (counted under its write lock): a move copies the
+    /// `.log` files whole again after one (`log::relocate`).
+    truncations: std::sync::atomic::AtomicU64,
+}
+
+/// One directory of `log.dirs` (Kafka's log dir), shared by the partitions in it.
+#[derive(Debug)]
+pub struct LogDir {
+    /// As configured.
+    path: PathBuf,
+    /// Set, never cleared, at the first I/O error of a partition in it (KIP-112; Kafka's
+    /// `LogDirFailureChannel`): its partitions answer KAFKA_STORAGE_ERROR (56), no new
+    /// partition is placed in it, DescribeLogDirs reports it with error 56. A restart
+    /// (after the disk is fixed) brings it back.
+    offline: AtomicBool,
+}
+
+impl LogDir {
+    /// A log dir at `path` (as configured), online.
+    pub fn new(path: PathBuf) -> LogDir {
+        LogDir {
+            path,
+            offline: AtomicBool::new(false),
+        }
+    }
+
+    /// The directory, as configured.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether an I/O error took it offline.
+    pub fn is_offline(&self) -> bool {
+        self.offline.load(Ordering::SeqCst)
+    }
+
+    /// Takes it offline because of `error` (logged once, at the first).
+    fn mark_offline(&self, error: &LogError) {
+        if !self.offline.swap(true, Ordering::SeqCst) {
+            tracing::error!(dir = %self.path.display(), %error, "log dir offline after an I/O error: its partitions answer KAFKA_STORAGE_ERROR until a restart");
+        }
+    }
 }
 
 /// An ISR change a leader asks the controller for (KIP-497 AlterPartition, here a
@@ -645,6 +702,11 @@ impl Partition {
             high_watermark_for(&role, node_id, leo, start, settings.min_insync_replicas).min(leo);
         let (high_watermark, _) = watch::channel(hw);
         let (log_end_offset, _) = watch::channel(leo);
+        let log_dir = Arc::new(LogDir::new(
+            log.dir()
+                .parent()
+                .map_or_else(PathBuf::new, Path::to_path_buf),
+        ));
         Partition {
             topic,
             index,
@@ -658,7 +720,28 @@ impl Partition {
             isr_change_pending: AtomicBool::new(false),
             leader_high_watermark: AtomicI64::new(-1),
             deleted: AtomicBool::new(false),
+            log_dir: RwLock::new(log_dir),
+            maintenance: Mutex::new(()),
+            truncations: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// This partition, placed in `log_dir` (the shared entry of the log dir its log's
+    /// directory is in; [`Partition::new_replica`] makes one of its own).
+    fn in_log_dir(self, log_dir: Arc<LogDir>) -> Partition {
+        *self
+            .log_dir
+            .write()
+            .expect("partition log dir lock poisoned") = log_dir;
+        self
+    }
+
+    /// The log dir holding this partition now.
+    pub fn log_dir(&self) -> Arc<LogDir> {
+        self.log_dir
+            .read()
+            .expect("partition log dir lock poisoned")
+            .clone()
     }
 
     /// Follows a metadata change of this partition's leader or ISR (Kafka's
@@ -747,7 +830,44 @@ impl Partition {
         if self.deleted.load(Ordering::SeqCst) {
             return Err(LogError::Deleted);
         }
+        self.check_online()?;
         Ok(log)
+    }
+
+    /// Whether the log dir holding this partition is offline (KIP-112): requests for it
+    /// answer KAFKA_STORAGE_ERROR (56).
+    pub fn is_offline(&self) -> bool {
+        self.log_dir
+            .read()
+            .expect("partition log dir lock poisoned")
+            .is_offline()
+    }
+
+    /// Errors: [`LogError::LogDirOffline`] when [`Partition::is_offline`].
+    fn check_online(&self) -> Result<(), LogError> {
+        let dir = self
+            .log_dir
+            .read()
+            .expect("partition log dir lock poisoned");
+        if dir.is_offline() {
+            return Err(LogError::LogDirOffline {
+                path: dir.path.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// `result` as is; an I/O error in it first takes this partition's log dir offline
+    /// (KIP-112: any I/O error in a log dir fails the whole dir, whose state is then
+    /// unknown).
+    fn failing_dir_on_io<T>(&self, result: Result<T, LogError>) -> Result<T, LogError> {
+        if let Err(e @ LogError::Io { .. }) = &result {
+            self.log_dir
+                .read()
+                .expect("partition log dir lock poisoned")
+                .mark_offline(e);
+        }
+        result
     }
 
     /// [`Partition::log_mut`] for what writes the files, refused as [`Partition::live_log`].
@@ -758,13 +878,14 @@ impl Partition {
         if self.deleted.load(Ordering::SeqCst) {
             return Err(LogError::Deleted);
         }
+        self.check_online()?;
         Ok(log)
     }
 
     /// Deletes this partition's files the way Kafka's `Partition.delete` and
     /// `LogManager.asyncDelete` do: under the log's write lock (so no read, append,
     /// retention or compaction step is in flight, and none starts later) it is marked
-    /// deleted and its directory `dir` is renamed to
+    /// deleted and its directory (in whichever log dir holds it) is renamed to
     /// `<topic>-<partition>.<uuid>-delete` ([`crate::log::delete::rename_for_delete`]);
     /// the caller removes that later. Waiters are woken: a parked acks=all produce answers
     /// NOT_LEADER_OR_FOLLOWER. The in-memory log (and its open files, unlinked once
@@ -773,10 +894,10 @@ impl Partition {
     ///
     /// Errors: [`LogError::Io`]: the rename failed; the partition stays deleted and the
     /// directory keeps its name.
-    fn retire(&self, dir: &Path) -> Result<Option<PathBuf>, LogError> {
+    fn retire(&self) -> Result<Option<PathBuf>, LogError> {
         let log = self.log_mut();
         self.deleted.store(true, Ordering::SeqCst);
-        let renamed = crate::log::delete::rename_for_delete(dir);
+        let renamed = crate::log::delete::rename_for_delete(log.dir());
         drop(log);
         self.high_watermark.send_modify(|_| {});
         self.log_end_offset.send_modify(|_| {});
@@ -1113,7 +1234,7 @@ impl Partition {
         self.set_follower_high_watermark(&log, leader_high_watermark);
         let hw = *self.high_watermark.borrow();
         log.prune_replicated_txns(hw);
-        result
+        self.failing_dir_on_io(result)
     }
 
     /// How many offsets this replica's log is behind the committed records (DescribeLogDirs
@@ -1153,6 +1274,7 @@ impl Partition {
     pub fn truncate_to(&self, offset: i64, now_ms: i64) -> Result<(), LogError> {
         let mut log = self.live_log_mut()?;
         let before = log.log_end_offset();
+        self.truncations.fetch_add(1, Ordering::SeqCst);
         // Also at or past the end: that drops an epoch assigned with no records after it.
         log.truncate_to(offset, now_ms)?;
         if log.log_end_offset() < before {
@@ -1176,6 +1298,7 @@ impl Partition {
         if offset <= before {
             return Ok(false);
         }
+        self.truncations.fetch_add(1, Ordering::SeqCst);
         log.truncate_fully_and_start_at(offset, now_ms)?;
         tracing::info!(topic = %self.topic, partition = self.index, log_end_offset = before, leader_log_start_offset = offset, "follower log ends before the leader's log start; restarted empty there");
         self.set_follower_high_watermark(&log, offset);
@@ -1273,7 +1396,7 @@ impl Partition {
         let log = self.live_log()?;
         let offsets = self.offsets_of(&log);
         let bound = isolation_bound(&offsets, isolation);
-        let read = log.read(fetch_offset, max_bytes, bound)?;
+        let read = self.failing_dir_on_io(log.read(fetch_offset, max_bytes, bound))?;
         let aborted_transactions = match isolation {
             FetchIsolation::ReadCommitted => Some(match crate::log::last_offset_in(&read.bytes) {
                 Some(last) => log.collect_aborted_txns(fetch_offset, last)?,
@@ -1356,7 +1479,7 @@ impl Partition {
         self.update_high_watermark(&log);
         let hw = *self.high_watermark.borrow();
         log.prune_replicated_txns(hw);
-        result
+        self.failing_dir_on_io(result)
     }
 
     /// Whether `producer_id` has a transaction open on this partition (a transactional
@@ -1415,7 +1538,7 @@ impl Partition {
         let hw = *self.high_watermark.borrow();
         log.prune_replicated_txns(hw);
         drop(log);
-        result?;
+        self.failing_dir_on_io(result)?;
         // `split_batches` never yields an empty list for non-empty input, and the produce
         // path refuses empty input before calling: an empty list here is our bug.
         Ok(first.expect("append called with no batches"))
@@ -1454,7 +1577,7 @@ impl Partition {
     /// by retention. See [`PartitionLog::apply_retention`] and [`PartitionLog::compact`].
     fn apply_retention(&self, now_ms: i64) -> Result<usize, LogError> {
         let mut log = self.live_log_mut()?;
-        let deleted = log.apply_retention(now_ms)?;
+        let deleted = self.failing_dir_on_io(log.apply_retention(now_ms))?;
         self.update_high_watermark(&log);
         Ok(deleted)
     }
@@ -1479,7 +1602,63 @@ impl Partition {
     }
 
     fn flush(&self) -> Result<(), LogError> {
-        self.live_log_mut()?.flush()
+        let result = self.live_log_mut()?.flush();
+        self.failing_dir_on_io(result)
+    }
+
+    /// A move's view of the files: the log's directory, its files' lengths and times
+    /// taken with appends stopped (the read lock, so every byte below a length is
+    /// written), when they were taken, and the truncation count then.
+    ///
+    /// Errors: [`LogError::Deleted`]; [`LogError::Io`] listing the directory.
+    fn files_for_move(&self) -> Result<(PathBuf, relocate::Snapshot, u64), LogError> {
+        let log = self.live_log()?;
+        let snapshot = relocate::snapshot(log.dir())?;
+        Ok((
+            log.dir().to_path_buf(),
+            snapshot,
+            self.truncations.load(Ordering::SeqCst),
+        ))
+    }
+
+    /// The end of a move (`AlterReplicaLogDirs`): under the write lock (no append, read or
+    /// truncation runs, none starts until it returns) the log is flushed, the copy brought
+    /// up to date ([`relocate::Copier::copy_pass`], `.log` files whole when a truncation
+    /// happened since `truncations_seen`), swapped in ([`relocate::Copier::commit`]) and
+    /// opened as the partition's log, now in `dest`; the old log and its files are
+    /// dropped. A log that cannot be opened from the copy puts the source back and keeps
+    /// the old log. Returns the renamed source directory, for removal.
+    ///
+    /// Errors: [`LogError::Deleted`] (deleted meanwhile: the caller drops the copy);
+    /// [`LogError::Io`] or [`LogError::Corrupt`] (the partition stays where it was).
+    fn finish_move(
+        &self,
+        copier: &mut relocate::Copier,
+        dest: Arc<LogDir>,
+        truncations_seen: u64,
+    ) -> Result<PathBuf, LogError> {
+        let mut log = self.live_log_mut()?;
+        log.flush()?;
+        let (files, taken) = relocate::snapshot(log.dir())?;
+        let truncated = self.truncations.load(Ordering::SeqCst) != truncations_seen;
+        copier.copy_pass(&files, taken, truncated)?;
+        let (new_dir, renamed) = copier.commit()?;
+        match PartitionLog::open(&new_dir, log.config().clone(), now_ms()) {
+            Ok(opened) => {
+                *log = opened;
+                *self
+                    .log_dir
+                    .write()
+                    .expect("partition log dir lock poisoned") = dest;
+                Ok(renamed)
+            }
+            Err(e) => {
+                if let Err(undo) = copier.undo_commit(&renamed) {
+                    tracing::error!(topic = %self.topic, partition = self.index, error = %undo, "cannot put a moved partition's source back; a restart keeps the copy");
+                }
+                Err(e)
+            }
+        }
     }
 
     fn set_log_config(&self, config: LogConfig) -> Result<(), LogError> {
@@ -1487,11 +1666,11 @@ impl Partition {
     }
 }
 
-/// This broker's log directory as DescribeLogDirs reports it
-/// ([`ReplicaManager::describe_log_dir`]).
+/// One of this broker's log directories as DescribeLogDirs reports it
+/// ([`ReplicaManager::describe_log_dirs`]).
 #[derive(Debug)]
 pub struct LogDirDescription {
-    /// The directory (the first of `log.dirs`), absolute.
+    /// The directory (one of `log.dirs`), absolute.
     pub path: PathBuf,
     /// Why it cannot be read, when it cannot (KAFKA_STORAGE_ERROR, 56).
     pub error: Option<std::io::Error>,
@@ -1499,7 +1678,8 @@ pub struct LogDirDescription {
     pub total_bytes: i64,
     /// Bytes of that file system still usable by this process (-1: unknown).
     pub usable_bytes: i64,
-    /// Every hosted partition (none when the directory cannot be read).
+    /// Every partition hosted in it (none when the directory cannot be read), and the
+    /// future replicas being copied into it (`is_future`).
     pub partitions: Vec<HostedPartitionSize>,
 }
 
@@ -1514,6 +1694,9 @@ pub struct HostedPartitionSize {
     pub size_bytes: u64,
     /// [`Partition::offset_lag`].
     pub offset_lag: i64,
+    /// A future replica: the copy of a partition being moved into this directory
+    /// (AlterReplicaLogDirs), not yet the one served.
+    pub is_future: bool,
 }
 
 /// Key of the partition map.
@@ -1522,7 +1705,10 @@ type PartitionKey = (String, i32);
 /// The partitions of this broker.
 #[derive(Debug)]
 pub struct ReplicaManager {
-    log_dir: PathBuf,
+    /// `log.dirs`, in order; every partition lives in one of them.
+    log_dirs: Vec<Arc<LogDir>>,
+    /// [`BrokerConfig::metadata_dir`]: where `replication-offset-checkpoint` is.
+    metadata_dir: PathBuf,
     broker: Arc<BrokerConfig>,
     partitions: RwLock<HashMap<PartitionKey, Arc<Partition>>>,
     purgatory: Arc<Purgatory>,
@@ -1533,7 +1719,7 @@ pub struct ReplicaManager {
     isr_changes: mpsc::Sender<IsrChange>,
     /// The other end, until the replication task takes it.
     isr_changes_rx: Mutex<Option<mpsc::Receiver<IsrChange>>>,
-    /// The log dir's `replication-offset-checkpoint` as read at start-up, less the
+    /// The metadata dir's `replication-offset-checkpoint` as read at start-up, less the
     /// partitions opened since (each takes its entry as its starting high watermark). What
     /// is left is written back with every checkpoint, so a partition the metadata has not
     /// opened yet keeps its entry.
@@ -1545,7 +1731,56 @@ pub struct ReplicaManager {
     /// start-up), removed by [`ReplicaManager::remove_deleted_dirs`]. Bounded by the
     /// partitions deleted between two runs.
     deleted_dirs: Mutex<Vec<PathBuf>>,
+    /// Moves between log dirs in progress (AlterReplicaLogDirs), at most one per
+    /// partition, each on a thread of its own that removes its entry when done.
+    moves: Mutex<HashMap<PartitionKey, Move>>,
 }
+
+/// A partition being moved to another log dir ([`ReplicaManager::alter_replica_log_dir`]).
+#[derive(Debug)]
+struct Move {
+    /// Where it goes.
+    dest: Arc<LogDir>,
+    /// The copy being made there (`<topic>-<partition>.<id>-future`).
+    future: PathBuf,
+    /// Set to give the move up (shutdown).
+    cancel: Arc<AtomicBool>,
+    /// The thread copying.
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Why [`ReplicaManager::alter_replica_log_dir`] refused, with Kafka's error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoveRefusal {
+    /// LOG_DIR_NOT_FOUND (57): the directory is none of `log.dirs`.
+    LogDirNotFound,
+    /// KAFKA_STORAGE_ERROR (56): the destination (or the partition's own dir) is offline.
+    StorageError,
+    /// UNKNOWN_TOPIC_OR_PARTITION (3): the partition is not hosted here.
+    UnknownPartition,
+    /// REASSIGNMENT_IN_PROGRESS (60): it is already moving to another directory.
+    MoveInProgress,
+}
+
+impl MoveRefusal {
+    /// The Kafka error code.
+    pub fn kafka_error(self) -> kafka_protocol::ResponseError {
+        use kafka_protocol::ResponseError as E;
+        match self {
+            MoveRefusal::LogDirNotFound => E::LogDirNotFound,
+            MoveRefusal::StorageError => E::KafkaStorageError,
+            MoveRefusal::UnknownPartition => E::UnknownTopicOrPartition,
+            MoveRefusal::MoveInProgress => E::ReassignmentInProgress,
+        }
+    }
+}
+
+/// Unlocked copy passes of a move before the locked last one, at most.
+const MOVE_UNLOCKED_PASSES: usize = 8;
+
+/// An unlocked pass copying fewer bytes than this ends the unlocked passes: the rest is
+/// copied with the partition's writes stopped.
+const MOVE_LOCKED_PASS_BYTES: u64 = 4 * 1024 * 1024;
 
 /// A marker appended by [`ReplicaManager::append_txn_marker`], not yet known replicated.
 #[derive(Debug, Clone)]
@@ -1686,6 +1921,48 @@ fn topic_changes(delta: &MetadataDelta) -> Result<Vec<TopicChange<'_>>, Listener
 /// off the metadata change.
 pub const DELETED_DIR_REMOVAL_INTERVAL_MS: u64 = 1_000;
 
+/// The copy passes and the swap of a move (see [`ReplicaManager::alter_replica_log_dir`]):
+/// returns the renamed source directory, or `None` when `cancel` was raised first.
+///
+/// Errors: those of [`relocate::Copier::copy_pass`] and [`Partition::finish_move`].
+fn copy_and_swap(
+    p: &Partition,
+    copier: &mut relocate::Copier,
+    dest: &Arc<LogDir>,
+    cancel: &AtomicBool,
+) -> Result<Option<PathBuf>, LogError> {
+    let mut truncations_seen = None;
+    for _ in 0..MOVE_UNLOCKED_PASSES {
+        if cancel.load(Ordering::SeqCst) {
+            return Ok(None);
+        }
+        let (_, (files, taken), truncations) = p.files_for_move()?;
+        let truncated = truncations_seen.is_some_and(|t| t != truncations);
+        truncations_seen = Some(truncations);
+        if copier.copy_pass(&files, taken, truncated)? < MOVE_LOCKED_PASS_BYTES {
+            break;
+        }
+    }
+    if cancel.load(Ordering::SeqCst) {
+        return Ok(None);
+    }
+    p.finish_move(copier, dest.clone(), truncations_seen.unwrap_or(0))
+        .map(Some)
+}
+
+/// Bytes of the regular files directly in `dir` (0 when it cannot be listed).
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.metadata().ok())
+                .filter(std::fs::Metadata::is_file)
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
 /// Removes `dir` and everything in it; a missing directory is fine.
 fn remove_partition_dir(dir: &Path) -> Result<(), LogError> {
     match std::fs::remove_dir_all(dir) {
@@ -1716,26 +1993,40 @@ impl ReplicaManager {
         purgatory: Arc<Purgatory>,
     ) -> Result<Arc<ReplicaManager>, ListenerError> {
         let (isr_changes, rx) = mpsc::channel(ISR_CHANGE_QUEUE);
-        let broker_log_dir = broker.log_dir.clone();
-        // Directories a stopped broker renamed for deletion and did not remove: never
-        // partitions, removed by the first `remove_deleted_dirs`. A log dir that cannot be
-        // listed is reported by DescribeLogDirs; the leftovers wait for the next start.
-        let deleted_dirs =
-            crate::log::delete::list_delete_dirs(&broker_log_dir).unwrap_or_else(|e| {
-                tracing::warn!(error = %e, "cannot look for deleted partition directories");
-                Vec::new()
-            });
+        let metadata_dir = broker.metadata_dir().to_path_buf();
+        // Directories a stopped broker renamed for deletion and did not remove, in every
+        // log dir: never partitions, removed by the first `remove_deleted_dirs`. A log dir
+        // that cannot be listed is reported by DescribeLogDirs; the leftovers wait for the
+        // next start.
+        // Moves a stop interrupted: committed ones are finished, the others' copies go.
+        let mut deleted_dirs = relocate::resolve_at_start(&broker.log_dirs).map_err(|e| {
+            ListenerError::new("cannot resolve interrupted partition moves".to_string(), e)
+        })?;
+        for dir in &broker.log_dirs {
+            match crate::log::delete::list_delete_dirs(dir) {
+                Ok(found) => deleted_dirs.extend(found),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot look for deleted partition directories")
+                }
+            }
+        }
         let rm = Arc::new(ReplicaManager {
-            log_dir: broker.log_dir.clone(),
+            log_dirs: broker
+                .log_dirs
+                .iter()
+                .map(|d| Arc::new(LogDir::new(d.clone())))
+                .collect(),
+            metadata_dir: metadata_dir.clone(),
             broker,
             partitions: RwLock::new(HashMap::new()),
             purgatory,
             created_dirs: Mutex::new(Vec::new()),
             isr_changes,
             isr_changes_rx: Mutex::new(Some(rx)),
-            unopened_high_watermarks: Mutex::new(checkpoint::read_high_watermarks(&broker_log_dir)),
+            unopened_high_watermarks: Mutex::new(checkpoint::read_high_watermarks(&metadata_dir)),
             checkpoint_write: Mutex::new(()),
             deleted_dirs: Mutex::new(deleted_dirs),
+            moves: Mutex::new(HashMap::new()),
         });
         metadata.register(rm.clone())?;
         Ok(rm)
@@ -1775,7 +2066,7 @@ impl ReplicaManager {
             return Ok(());
         };
         let (log_config, settings) = resolve(&self.broker, layers, &meta.configs);
-        let dir = partition_dir(&self.log_dir, &meta.name, index);
+        let (log_dir, dir) = self.place(&meta.name, index)?;
         if !dir.exists() {
             // Pushed before opening: a log that fails half way leaves its directory.
             created.push(dir.clone());
@@ -1803,16 +2094,19 @@ impl ReplicaManager {
             .lock()
             .expect("high watermark checkpoint lock poisoned")
             .remove(&(meta.name.clone(), index));
-        let p = Arc::new(Partition::new_replica(
-            meta.name.clone(),
-            index,
-            self.broker.node_id,
-            state,
-            settings,
-            log,
-            checkpointed_high_watermark,
-            Some(self.isr_changes.clone()),
-        ));
+        let p = Arc::new(
+            Partition::new_replica(
+                meta.name.clone(),
+                index,
+                self.broker.node_id,
+                state,
+                settings,
+                log,
+                checkpointed_high_watermark,
+                Some(self.isr_changes.clone()),
+            )
+            .in_log_dir(log_dir),
+        );
         self.write().insert((meta.name.clone(), index), p);
         Ok(())
     }
@@ -1846,19 +2140,83 @@ impl ReplicaManager {
     /// Errors: [`LogError::Io`]: the rename failed (the partition is gone from the map
     /// all the same).
     fn delete_partition(&self, topic: &str, index: i32) -> Result<(), LogError> {
-        let dir = partition_dir(&self.log_dir, topic, index);
         let removed = self.write().remove(&(topic.to_string(), index));
         let renamed = match removed {
-            Some(p) => p.retire(&dir)?,
-            None => crate::log::delete::rename_for_delete(&dir)?,
+            Some(p) => vec![p.retire()?],
+            None => self
+                .log_dirs
+                .iter()
+                .map(|d| {
+                    crate::log::delete::rename_for_delete(&partition_dir(&d.path, topic, index))
+                })
+                .collect::<Result<Vec<_>, _>>()?,
         };
-        if let Some(renamed) = renamed {
-            self.deleted_dirs
-                .lock()
-                .expect("deleted dirs lock poisoned")
-                .push(renamed);
-        }
+        self.deleted_dirs
+            .lock()
+            .expect("deleted dirs lock poisoned")
+            .extend(renamed.into_iter().flatten());
         Ok(())
+    }
+
+    /// Where partition `index` of `topic` lives: the one log dir already holding its
+    /// directory `<topic>-<index>` (looked for in every log dir, so a restart finds it
+    /// wherever it was placed or moved), else the log dir with the fewest hosted
+    /// partitions (Kafka's `LogManager.nextLogDirs` rule), ties going to the earlier in
+    /// `log.dirs`. Returns the log dir and the partition directory in it.
+    ///
+    /// Offline log dirs are never chosen for a new partition.
+    ///
+    /// Errors: [`LogError::Io`] ("Duplicate log directories found", Kafka's start-up
+    /// refusal) when two log dirs hold the directory: which one is current cannot be
+    /// told, so nothing is opened and the operator removes the stale one;
+    /// [`LogError::LogDirOffline`] when a new partition has no online log dir to go to.
+    fn place(&self, topic: &str, index: i32) -> Result<(Arc<LogDir>, PathBuf), LogError> {
+        let found: Vec<&Arc<LogDir>> = self
+            .log_dirs
+            .iter()
+            .filter(|d| partition_dir(&d.path, topic, index).is_dir())
+            .collect();
+        let chosen = match found.as_slice() {
+            [one] => (*one).clone(),
+            [] => {
+                let map = self.read();
+                let count = |d: &Arc<LogDir>| {
+                    map.values()
+                        .filter(|p| Arc::ptr_eq(&p.log_dir(), d))
+                        .count()
+                };
+                match self
+                    .log_dirs
+                    .iter()
+                    .filter(|d| !d.is_offline())
+                    .min_by_key(|d| count(d))
+                {
+                    Some(d) => d.clone(),
+                    None => {
+                        return Err(LogError::LogDirOffline {
+                            path: self.log_dirs[0].path.clone(),
+                        })
+                    }
+                }
+            }
+            [first, second, ..] => {
+                let (a, b) = (
+                    partition_dir(&first.path, topic, index),
+                    partition_dir(&second.path, topic, index),
+                );
+                return Err(LogError::Io {
+                    op: "find partition directory",
+                    path: a.clone(),
+                    source: std::io::Error::other(format!(
+                        "Duplicate log directories found: {} and {} (one is stale: remove it)",
+                        a.display(),
+                        b.display()
+                    )),
+                });
+            }
+        };
+        let dir = partition_dir(&chosen.path, topic, index);
+        Ok((chosen, dir))
     }
 
     /// Removes the directories of deleted partitions ([`ReplicaManager::delete_partition`])
@@ -2147,6 +2505,10 @@ impl ReplicaManager {
                     tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "retention failed")
                 }
             }
+            // A partition moving between log dirs is compacted after its move.
+            let Ok(_maintenance) = p.maintenance.try_lock() else {
+                continue;
+            };
             let Some(plan) = p.plan_compaction(now).filter(CompactionPlan::is_due) else {
                 continue;
             };
@@ -2222,7 +2584,7 @@ impl ReplicaManager {
         for p in self.partitions() {
             high_watermarks.insert((p.topic.clone(), p.index), p.high_watermark());
         }
-        checkpoint::write_high_watermarks(&self.log_dir, &high_watermarks)
+        checkpoint::write_high_watermarks(&self.metadata_dir, &high_watermarks)
     }
 
     /// The ISR changes leaders ask for, for the replication task (`replication.rs`);
@@ -2250,13 +2612,183 @@ impl ReplicaManager {
         self.read().values().cloned().collect()
     }
 
-    /// The log directory with every hosted partition's size and lag, and the size and
-    /// free space of its file system (DescribeLogDirs, KIP-113 / KIP-827). A directory
-    /// that cannot be listed gives its error and no partitions.
-    pub fn describe_log_dir(&self) -> LogDirDescription {
-        let path = std::path::absolute(&self.log_dir).unwrap_or_else(|_| self.log_dir.clone());
-        let error = std::fs::read_dir(&self.log_dir).err();
-        let (total_bytes, usable_bytes) = match rustix::fs::statvfs(&self.log_dir) {
+    /// Every log dir, in `log.dirs` order, with the size and lag of each partition hosted
+    /// in it, and the size and free space of its file system (DescribeLogDirs, KIP-113 /
+    /// KIP-827). A directory that cannot be listed gives its error and no partitions.
+    pub fn describe_log_dirs(&self) -> Vec<LogDirDescription> {
+        let partitions = self.partitions();
+        let mut out: Vec<LogDirDescription> = self
+            .log_dirs
+            .iter()
+            .map(|d| self.describe_log_dir(d, &partitions))
+            .collect();
+        let moves = self.moves.lock().expect("moves lock poisoned");
+        for ((topic, partition), m) in moves.iter() {
+            let Some(i) = self.log_dirs.iter().position(|d| Arc::ptr_eq(d, &m.dest)) else {
+                continue;
+            };
+            if out[i].error.is_some() {
+                continue;
+            }
+            out[i].partitions.push(HostedPartitionSize {
+                topic: topic.clone(),
+                partition: *partition,
+                size_bytes: dir_bytes(&m.future),
+                offset_lag: 0,
+                is_future: true,
+            });
+        }
+        out
+    }
+
+    /// The log dir among `log.dirs` that `path` names (compared as absolute paths, as
+    /// DescribeLogDirs reports them).
+    fn log_dir_named(&self, path: &str) -> Option<Arc<LogDir>> {
+        let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        let wanted = abs(Path::new(path));
+        self.log_dirs
+            .iter()
+            .find(|d| abs(&d.path) == wanted)
+            .cloned()
+    }
+
+    /// Moves partition `index` of `topic` to log dir `dest` while it keeps serving
+    /// (AlterReplicaLogDirs, KIP-113; Kafka's `ReplicaManager.alterReplicaLogDirs` and
+    /// `ReplicaAlterLogDirsThread`). Answers at once: the copy runs on a thread of its own
+    /// ([`relocate::Copier`]: passes with no lock, then a last one with the partition's
+    /// writes stopped, then the swap, [`Partition::finish_move`]), which DescribeLogDirs
+    /// shows as a future replica in `dest` until it is done. A partition already in `dest`,
+    /// or already moving there, is left as it is. A failed move is logged and leaves the
+    /// partition where it was.
+    ///
+    /// Errors (checked in this order): [`MoveRefusal::LogDirNotFound`],
+    /// [`MoveRefusal::StorageError`] (the destination is offline),
+    /// [`MoveRefusal::UnknownPartition`], [`MoveRefusal::StorageError`] (the partition's
+    /// own dir is offline, or the copy cannot start), [`MoveRefusal::MoveInProgress`]
+    /// (moving to another directory; Kafka would replace that move).
+    pub fn alter_replica_log_dir(
+        self: &Arc<Self>,
+        topic: &str,
+        index: i32,
+        dest: &str,
+    ) -> Result<(), MoveRefusal> {
+        let dest = self
+            .log_dir_named(dest)
+            .ok_or(MoveRefusal::LogDirNotFound)?;
+        if dest.is_offline() {
+            return Err(MoveRefusal::StorageError);
+        }
+        let p = self
+            .partition(topic, index)
+            .ok_or(MoveRefusal::UnknownPartition)?;
+        if p.is_offline() {
+            return Err(MoveRefusal::StorageError);
+        }
+        let key = (topic.to_string(), index);
+        let mut moves = self.moves.lock().expect("moves lock poisoned");
+        if let Some(m) = moves.get(&key) {
+            return if Arc::ptr_eq(&m.dest, &dest) {
+                Ok(())
+            } else {
+                Err(MoveRefusal::MoveInProgress)
+            };
+        }
+        if Arc::ptr_eq(&p.log_dir(), &dest) {
+            return Ok(());
+        }
+        let source = p.log().dir().to_path_buf();
+        let copier = relocate::Copier::new(&source, &dest.path).map_err(|e| {
+            tracing::warn!(%topic, partition = index, error = %e, "cannot start a partition move");
+            MoveRefusal::StorageError
+        })?;
+        let cancel = Arc::new(AtomicBool::new(false));
+        let future = copier.future_dir().to_path_buf();
+        let rm = self.clone();
+        let (d, c) = (dest.clone(), cancel.clone());
+        let thread = std::thread::Builder::new()
+            .name(format!("move {topic}-{index}"))
+            .spawn(move || rm.run_move(&p, copier, d, &c))
+            .map_err(|e| {
+                tracing::warn!(%topic, partition = index, error = %e, "cannot start a partition move thread");
+                MoveRefusal::StorageError
+            })?;
+        tracing::info!(%topic, partition = index, from = %source.display(), to = %dest.path.display(), "moving partition to another log dir");
+        moves.insert(
+            key,
+            Move {
+                dest,
+                future,
+                cancel,
+                thread: Some(thread),
+            },
+        );
+        Ok(())
+    }
+
+    /// The body of a move's thread (see [`ReplicaManager::alter_replica_log_dir`]).
+    fn run_move(
+        &self,
+        p: &Arc<Partition>,
+        mut copier: relocate::Copier,
+        dest: Arc<LogDir>,
+        cancel: &AtomicBool,
+    ) {
+        let _maintenance = p.maintenance.lock().expect("maintenance lock poisoned");
+        let result = copy_and_swap(p, &mut copier, &dest, cancel);
+        let key = (p.topic.clone(), p.index);
+        match result {
+            Ok(Some(renamed)) => {
+                tracing::info!(topic = %p.topic, partition = p.index, to = %dest.path.display(), "partition moved to another log dir");
+                self.deleted_dirs
+                    .lock()
+                    .expect("deleted dirs lock poisoned")
+                    .push(renamed);
+            }
+            Ok(None) => {
+                tracing::info!(topic = %p.topic, partition = p.index, "partition move given up (shutdown)");
+                copier.abort();
+            }
+            Err(LogError::Deleted) => copier.abort(),
+            Err(e) => {
+                tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "partition move failed; the partition stays where it was");
+                copier.abort();
+            }
+        }
+        self.moves.lock().expect("moves lock poisoned").remove(&key);
+    }
+
+    /// Gives up every move in progress and waits for their threads (shutdown, before the
+    /// logs are flushed): each removes its copy; a move past its commit finishes.
+    pub fn stop_moves(&self) {
+        let threads: Vec<std::thread::JoinHandle<()>> = {
+            let mut moves = self.moves.lock().expect("moves lock poisoned");
+            moves
+                .values_mut()
+                .filter_map(|m| {
+                    m.cancel.store(true, Ordering::SeqCst);
+                    m.thread.take()
+                })
+                .collect()
+        };
+        for t in threads {
+            if t.join().is_err() {
+                tracing::error!("a partition move thread panicked");
+            }
+        }
+    }
+
+    fn describe_log_dir(
+        &self,
+        dir: &Arc<LogDir>,
+        partitions: &[Arc<Partition>],
+    ) -> LogDirDescription {
+        let path = std::path::absolute(&dir.path).unwrap_or_else(|_| dir.path.clone());
+        let error = if dir.is_offline() {
+            Some(std::io::Error::other("offline after an I/O error"))
+        } else {
+            std::fs::read_dir(&dir.path).err()
+        };
+        let (total_bytes, usable_bytes) = match rustix::fs::statvfs(&dir.path) {
             Ok(s) => {
                 let bytes = |blocks: u64| {
                     i64::try_from(blocks.saturating_mul(s.f_frsize)).unwrap_or(i64::MAX)
@@ -2268,13 +2800,15 @@ impl ReplicaManager {
         let partitions = if error.is_some() {
             Vec::new()
         } else {
-            self.partitions()
+            partitions
                 .iter()
+                .filter(|p| Arc::ptr_eq(&p.log_dir(), dir))
                 .map(|p| HostedPartitionSize {
                     topic: p.topic.clone(),
                     partition: p.index,
                     size_bytes: p.log_gauges().size_bytes,
                     offset_lag: p.offset_lag(),
+                    is_future: false,
                 })
                 .collect()
         };
@@ -2411,7 +2945,7 @@ mod lifecycle_tests {
 
     fn open_in(dir: &Path) -> (Metadata, Result<Arc<ReplicaManager>, ListenerError>) {
         let mut config = BrokerConfig::defaults();
-        config.log_dir = dir.to_path_buf();
+        config.set_single_dir(dir);
         let metadata = Metadata::open(dir, 1).unwrap();
         let rm = ReplicaManager::open(Arc::new(config), &metadata, Arc::new(Purgatory::new(10)));
         (metadata, rm)
@@ -2468,6 +3002,92 @@ mod lifecycle_tests {
                 "{text:?}"
             );
         }
+    }
+
+    /// Two log dirs: a partition moved while its move waits (the maintenance lock held
+    /// here) shows as a future replica in the destination, then, moved, is read in full
+    /// from the new dir; an unknown dir and a partition not hosted are refused.
+    #[test]
+    fn a_moving_partition_shows_as_a_future_replica_then_serves_from_its_new_dir() {
+        let root = tempfile::tempdir().unwrap();
+        let (a, b) = (root.path().join("a"), root.path().join("b"));
+        let mut config = BrokerConfig::defaults();
+        config.log_dirs = vec![a.clone(), b.clone()];
+        std::fs::create_dir_all(&a).unwrap();
+        let m = Metadata::open(&a, 1).unwrap();
+        let rm = ReplicaManager::open(Arc::new(config), &m, Arc::new(Purgatory::new(10))).unwrap();
+        m.create_topic(spec("t", 2)).unwrap();
+        assert!(a.join("t-0").is_dir() && b.join("t-1").is_dir());
+        let p = rm.partition("t", 0).unwrap();
+        append(&p, 5);
+        let b_name = b.display().to_string();
+        assert_eq!(
+            rm.alter_replica_log_dir("t", 0, "/no/such/dir"),
+            Err(MoveRefusal::LogDirNotFound)
+        );
+        assert_eq!(
+            rm.alter_replica_log_dir("t", 9, &b_name),
+            Err(MoveRefusal::UnknownPartition)
+        );
+        // Already there: nothing to do.
+        rm.alter_replica_log_dir("t", 1, &b_name).unwrap();
+        let held = p.maintenance.lock().unwrap();
+        rm.alter_replica_log_dir("t", 0, &b_name).unwrap();
+        rm.alter_replica_log_dir("t", 0, &b_name).unwrap();
+        assert_eq!(
+            rm.alter_replica_log_dir("t", 0, &a.display().to_string()),
+            Err(MoveRefusal::MoveInProgress)
+        );
+        let dirs = rm.describe_log_dirs();
+        let in_b: Vec<(String, i32, bool)> = dirs[1]
+            .partitions
+            .iter()
+            .map(|p| (p.topic.clone(), p.partition, p.is_future))
+            .collect();
+        assert!(in_b.contains(&("t".to_string(), 0, true)), "{in_b:?}");
+        assert!(dirs[0]
+            .partitions
+            .iter()
+            .any(|p| p.partition == 0 && !p.is_future));
+        drop(held);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !rm.moves.lock().unwrap().is_empty() {
+            assert!(std::time::Instant::now() < deadline, "the move finishes");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(b.join("t-0").is_dir() && !a.join("t-0").exists());
+        assert!(Arc::ptr_eq(&p.log_dir(), &rm.log_dirs[1]));
+        let read = p.read(0, 1 << 20, FetchIsolation::LogEnd).unwrap();
+        assert_eq!(crate::log::last_offset_in(&read.bytes), Some(4));
+        append(&p, 1);
+        assert_eq!(p.offsets().log_end_offset, 6);
+        assert_eq!(rm.remove_deleted_dirs(), 1);
+
+        // A shutdown gives a move up: the copy goes, the partition stays where it is.
+        let held = p.maintenance.lock().unwrap();
+        rm.alter_replica_log_dir("t", 0, &a.display().to_string())
+            .unwrap();
+        let future = rm.moves.lock().unwrap()[&("t".to_string(), 0)]
+            .future
+            .clone();
+        assert!(future.is_dir());
+        let stopper = {
+            let rm = rm.clone();
+            std::thread::spawn(move || rm.stop_moves())
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !rm.moves.lock().unwrap()[&("t".to_string(), 0)]
+            .cancel
+            .load(Ordering::SeqCst)
+        {
+            assert!(std::time::Instant::now() < deadline, "stop_moves cancels");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        drop(held);
+        stopper.join().unwrap();
+        assert!(!future.exists() && b.join("t-0").is_dir() && !a.join("t-0").exists());
+        assert!(rm.moves.lock().unwrap().is_empty());
+        assert_eq!(p.offsets().log_end_offset, 6);
     }
 
     #[test]

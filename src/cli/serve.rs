@@ -40,14 +40,11 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<()> {
     rt.block_on(async move {
         // Fail on an unusable log.dirs before announcing the listener: a script waiting for
         // the "listening" line must not see it from a broker that is about to exit.
-        std::fs::create_dir_all(&config.log_dir).map_err(|e| {
-            anyhow::anyhow!("cannot create log.dirs {}: {e}", config.log_dir.display())
-        })?;
         // The lock `broker::run` takes for the broker's lifetime, taken and released
         // here to fail early. Two processes starting in the same instant can both pass;
         // the loser then fails in `broker::run`, with the same message, after its
         // listening line.
-        drop(crate::broker::lock_log_dir(&config.log_dir)?);
+        drop(crate::broker::lock_log_dirs(&config)?);
         let listeners = crate::broker::bind(&config).await?;
         for l in &listeners.kafka {
             println!("weir listening on {}", l.local_addr()?);

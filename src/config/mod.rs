@@ -102,7 +102,8 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("inter.broker.listener.name", KeyType::String, Some("PLAINTEXT"), None, "The listener brokers use to talk to each other."),
     key("broker.session.timeout.ms", Int, Some("9000"), Some(1), "A broker the controller has not heard from for this long is fenced (ms)."),
     key("broker.heartbeat.interval.ms", Int, Some("2000"), Some(1), "How often a broker heartbeats to the controller (ms); below broker.session.timeout.ms."),
-    key("log.dirs", KeyType::String, Some("./data"), None, "Directory holding partition logs and broker metadata."),
+    key("log.dirs", KeyType::String, Some("./data"), None, "Comma-separated directories holding partition logs (each locked by one broker); a new partition goes to the one with the fewest partitions, ties by this order."),
+    key("metadata.log.dir", KeyType::String, None, None, "Directory of the broker's own files: the cluster metadata log (__cluster_metadata, with meta.properties), replication-offset-checkpoint; default the first of log.dirs. May be one of log.dirs or apart."),
     key("num.partitions", Int, Some("1"), Some(1), "Partitions of an auto-created topic, and of CreateTopics with -1."),
     key("default.replication.factor", Int, Some("1"), Some(1), "Replication factor of auto-created topics."),
     key("log.segment.bytes", Int, Some("1073741824"), Some(14), "Roll a new segment when the active one would exceed this many bytes."),
@@ -170,7 +171,7 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("transaction.remove.expired.transaction.cleanup.interval.ms", Int, Some("3600000"), Some(1), "How often the coordinators look for expired transactional ids (ms)."),
     key("admin.listeners", List, Some("http://127.0.0.1:8083"), None, "The admin HTTP listener (transforms, HTTP produce, Connect REST API), as http://HOST:PORT; empty turns it off; port 0 picks a free port."),
     key("admin.max.inflight.request.bytes", Long, Some("268435456"), Some(1), "Most request-body bytes all admin HTTP requests together may hold at once (each counts its Content-Length, capped at its route's body limit, or that limit when chunked). A request that does not fit now gets 503 with Retry-After; one larger than this whole bound gets 413."),
-    key("plugin.cache.dir", KeyType::String, None, None, "Directory of compiled plugin components (<sha256>.cwasm); default <log.dirs>/__plugin_cache."),
+    key("plugin.cache.dir", KeyType::String, None, None, "Directory of compiled plugin components (<sha256>.cwasm); default <metadata.log.dir>/__plugin_cache (the first of log.dirs when unset)."),
     key("plugin.memory.max.bytes", Long, Some("67108864"), Some(65536), "Most linear memory one plugin instance may use (bytes)."),
     key("plugin.call.timeout.ms", Long, Some("1000"), Some(1), "Deadline of one plugin call (ms); a call past it fails and its instance is replaced."),
     key("partitioner.file", KeyType::String, Some(""), None, "Partitioner component (.wasm path on the broker host) for records the broker routes itself (HTTP produce, transform outputs) on topics that set no `partitioner`; empty: Kafka's default (murmur2 of the key; keyless records spread)."),
@@ -653,8 +654,11 @@ pub struct BrokerConfig {
     pub cluster: ClusterSettings,
     /// `advertised.listeners` (empty: use the bound listeners).
     pub advertised_listeners: Vec<Listener>,
-    /// `log.dirs` (the first directory; several directories are not supported yet).
-    pub log_dir: PathBuf,
+    /// `log.dirs`: every partition directory, in the order given (at least one, no two
+    /// alike). A partition lives in exactly one of them (`replica.rs`).
+    pub log_dirs: Vec<PathBuf>,
+    /// `metadata.log.dir`, `None` when unset: see [`BrokerConfig::metadata_dir`].
+    pub metadata_log_dir: Option<PathBuf>,
     /// `num.partitions`.
     pub num_partitions: i32,
     /// `default.replication.factor`.
@@ -774,7 +778,8 @@ pub struct AdminListener {
 /// The plugin host's settings (`plugin.*`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PluginSettings {
-    /// `plugin.cache.dir`, defaulting to `<log.dirs>/__plugin_cache`.
+    /// `plugin.cache.dir`, defaulting to `<metadata dir>/__plugin_cache`
+    /// ([`BrokerConfig::metadata_dir`]).
     pub cache_dir: PathBuf,
     /// `plugin.memory.max.bytes`.
     pub memory_max_bytes: usize,
@@ -904,6 +909,36 @@ impl BrokerConfig {
         }
     }
 
+    /// The directory of the broker's own files (`metadata.log.dir`, else the first of
+    /// `log.dirs`, as Kafka places its KRaft metadata log): `__cluster_metadata/` (the
+    /// Raft log, its `meta.properties`, `learner.port`), `replication-offset-checkpoint`
+    /// and an earlier weir's `__transforms/`. The other log dirs hold partitions and their
+    /// `.lock` only (docs/broker.md, "Several log directories").
+    pub fn metadata_dir(&self) -> &Path {
+        self.metadata_log_dir
+            .as_deref()
+            .unwrap_or(&self.log_dirs[0])
+    }
+
+    /// Every directory this broker writes and locks: `log.dirs`, then `metadata.log.dir`
+    /// when it is apart from them.
+    pub fn all_dirs(&self) -> Vec<&Path> {
+        let mut dirs: Vec<&Path> = self.log_dirs.iter().map(PathBuf::as_path).collect();
+        if let Some(m) = &self.metadata_log_dir {
+            let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+            if !dirs.iter().any(|d| abs(d) == abs(m)) {
+                dirs.push(m);
+            }
+        }
+        dirs
+    }
+
+    /// Points every directory at `dir` (one log dir, metadata there too): for tests.
+    pub fn set_single_dir(&mut self, dir: &Path) {
+        self.log_dirs = vec![dir.to_path_buf()];
+        self.metadata_log_dir = None;
+    }
+
     /// Builds the typed config.
     ///
     /// Errors: [`ConfigError::InvalidValue`] for a value that parses alone but not with the
@@ -930,21 +965,24 @@ impl BrokerConfig {
         let (cluster, listeners) =
             cluster::cluster_settings(&raw, node_id, listeners, &advertised_listeners)?;
         let offsets_topic_replication_factor = cluster.offsets_topic_replication_factor;
-        let log_dirs = text("log.dirs");
-        let log_dir = log_dirs.split(',').next().unwrap_or("./data").trim();
-        if log_dir.is_empty() {
-            return Err(ConfigError::InvalidValue {
-                key: "log.dirs".into(),
-                message: "empty".into(),
-            });
-        }
+        let log_dirs = parse_log_dirs(&text("log.dirs"))?;
+        let metadata_log_dir = raw
+            .value("metadata.log.dir")
+            .map(|d| d.trim().to_string())
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from);
+        let default_plugin_cache_dir = metadata_log_dir
+            .as_ref()
+            .unwrap_or(&log_dirs[0])
+            .join("__plugin_cache");
         let rf = int("default.replication.factor")?;
         Ok(BrokerConfig {
+            log_dirs,
+            metadata_log_dir,
             node_id,
             listeners,
             cluster,
             advertised_listeners,
-            log_dir: PathBuf::from(log_dir),
             num_partitions: int("num.partitions")? as i32,
             default_replication_factor: i16::try_from(rf).map_err(|_| {
                 ConfigError::InvalidValue {
@@ -1034,7 +1072,7 @@ impl BrokerConfig {
             plugin: PluginSettings {
                 cache_dir: match raw.value("plugin.cache.dir") {
                     Some(d) if !d.is_empty() => PathBuf::from(d),
-                    _ => PathBuf::from(log_dir).join("__plugin_cache"),
+                    _ => default_plugin_cache_dir,
                 },
                 memory_max_bytes: int("plugin.memory.max.bytes")? as usize,
                 call_timeout_ms: int("plugin.call.timeout.ms")? as u64,
@@ -1141,6 +1179,33 @@ fn parse_admin_listener(text: &str) -> Result<Option<AdminListener>, ConfigError
     }))
 }
 
+/// `log.dirs`: comma-separated directories, blanks around each trimmed.
+///
+/// Errors: [`ConfigError::InvalidValue`] naming `log.dirs` when the list is empty, an entry
+/// is empty, or one directory is named twice (after making it absolute: two names of one
+/// directory would let two partitions logs share it; Kafka refuses duplicates too).
+fn parse_log_dirs(text: &str) -> Result<Vec<PathBuf>, ConfigError> {
+    let invalid = |message: String| ConfigError::InvalidValue {
+        key: "log.dirs".into(),
+        message,
+    };
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for entry in text.split(',') {
+        let entry = entry.trim();
+        if entry.is_empty() {
+            return Err(invalid(format!("empty directory in `{text}`")));
+        }
+        let dir = PathBuf::from(entry);
+        let key = std::path::absolute(&dir).unwrap_or_else(|_| dir.clone());
+        if !seen.insert(key) {
+            return Err(invalid(format!("directory {entry} is named twice")));
+        }
+        dirs.push(dir);
+    }
+    Ok(dirs)
+}
+
 fn parse_listeners(key: &str, text: &str) -> Result<Vec<Listener>, ConfigError> {
     text.split(',')
         .map(str::trim)
@@ -1158,7 +1223,8 @@ mod tests {
         let c = BrokerConfig::defaults();
         assert_eq!(c.listeners[0].host, "127.0.0.1");
         assert_eq!(c.listeners[0].port, 9092);
-        assert_eq!(c.log_dir, PathBuf::from("./data"));
+        assert_eq!(c.log_dirs, [PathBuf::from("./data")]);
+        assert_eq!(c.metadata_dir(), Path::new("./data"));
         assert!(c.auto_create_topics_enable);
         assert_eq!(c.num_partitions, 1);
     }
@@ -1200,9 +1266,40 @@ mod tests {
         .unwrap();
         raw.apply_overrides(&["num.partitions=5"]).unwrap();
         let c = BrokerConfig::from_raw(raw).unwrap();
-        assert_eq!(c.log_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(c.log_dirs, [PathBuf::from("/tmp/x")]);
         assert_eq!(c.num_partitions, 5);
         assert_eq!(c.raw.get("log.retention.bytes"), Some("100"));
+    }
+
+    #[test]
+    fn several_log_dirs_with_the_metadata_in_the_first_unless_named() {
+        let load = |o: &[&str]| {
+            BrokerConfig::load(None, &o.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        };
+        let c = load(&["log.dirs=/d/a, /d/b ,/d/c"]).unwrap();
+        assert_eq!(
+            c.log_dirs,
+            [
+                PathBuf::from("/d/a"),
+                PathBuf::from("/d/b"),
+                PathBuf::from("/d/c")
+            ]
+        );
+        assert_eq!(c.metadata_dir(), Path::new("/d/a"));
+        assert_eq!(c.all_dirs().len(), 3);
+        assert_eq!(c.plugin.cache_dir, PathBuf::from("/d/a/__plugin_cache"));
+        let c = load(&["log.dirs=/d/a,/d/b", "metadata.log.dir=/m"]).unwrap();
+        assert_eq!(c.metadata_dir(), Path::new("/m"));
+        assert_eq!(
+            c.all_dirs(),
+            [Path::new("/d/a"), Path::new("/d/b"), Path::new("/m")]
+        );
+        let c = load(&["log.dirs=/d/a,/d/b", "metadata.log.dir=/d/b"]).unwrap();
+        assert_eq!(c.all_dirs().len(), 2);
+        for bad in ["log.dirs=/d/a,/d/a", "log.dirs=/d/a,,/d/b", "log.dirs="] {
+            let e = load(&[bad]).unwrap_err().to_string();
+            assert!(e.contains("log.dirs"), "{bad}: {e}");
+        }
     }
 
     #[test]

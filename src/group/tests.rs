@@ -33,7 +33,7 @@ fn settings(delay_ms: u64) -> GroupSettings {
 /// and "u" (2) when new), as a restarted broker would build it.
 fn open_in(dir: &Path, delay_ms: u64) -> Arc<GroupCoordinator> {
     let mut config = BrokerConfig::defaults();
-    config.log_dir = dir.to_path_buf();
+    config.set_single_dir(dir);
     config.group = settings(delay_ms);
     let config = Arc::new(config);
     let metadata = Arc::new(Metadata::open(dir, 1).unwrap());

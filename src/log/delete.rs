@@ -25,7 +25,14 @@ const MAX_NAME_BYTES: usize = 255;
 /// digits>-delete`, the `<topic>-<partition>` prefix cut so the name fits in 255 bytes.
 /// Unique: deleting the same partition twice never collides.
 pub fn delete_dir_name(dir_name: &str) -> String {
-    let suffix = format!(".{}{DELETE_DIR_SUFFIX}", uuid::Uuid::new_v4().as_simple());
+    delete_dir_name_with(dir_name, &uuid::Uuid::new_v4().as_simple().to_string())
+}
+
+/// [`delete_dir_name`] with the given id instead of a random one: a partition moved to
+/// another log dir leaves its old directory under the id of its future copy
+/// (`relocate.rs`), which is how start-up tells a committed move.
+pub fn delete_dir_name_with(dir_name: &str, id: &str) -> String {
+    let suffix = format!(".{id}{DELETE_DIR_SUFFIX}");
     let mut prefix = dir_name.to_string();
     let room = MAX_NAME_BYTES - suffix.len();
     while prefix.len() > room {

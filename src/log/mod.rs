@@ -39,6 +39,7 @@ mod index;
 pub mod plain;
 mod producer;
 pub mod records;
+pub mod relocate;
 pub mod rewrite;
 mod segment;
 pub mod topic_id;
@@ -196,6 +197,13 @@ pub enum LogError {
         #[source]
         source: std::io::Error,
     },
+    /// The log dir holding the partition is offline after an I/O error (KIP-112): nothing
+    /// touches its files until a restart. Kafka `KAFKA_STORAGE_ERROR` (56).
+    #[error("log dir {} is offline", path.display())]
+    LogDirOffline {
+        /// The log dir.
+        path: PathBuf,
+    },
     /// A read or ListOffsets outside `[log_start_offset, log_end_offset]`.
     /// Kafka `OFFSET_OUT_OF_RANGE` (1).
     #[error("offset {offset} is outside [{log_start_offset}, {log_end_offset}]")]
@@ -330,7 +338,9 @@ impl LogError {
     pub fn kafka_error(&self) -> kafka_protocol::ResponseError {
         use kafka_protocol::ResponseError;
         match self {
-            LogError::Io { .. } | LogError::Corrupt { .. } => ResponseError::KafkaStorageError,
+            LogError::Io { .. } | LogError::Corrupt { .. } | LogError::LogDirOffline { .. } => {
+                ResponseError::KafkaStorageError
+            }
             LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
             LogError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
             LogError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,

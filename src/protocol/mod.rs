@@ -29,6 +29,7 @@ mod add_offsets_to_txn;
 mod add_partitions_to_txn;
 mod alter_configs;
 mod alter_partition_reassignments;
+mod alter_replica_log_dirs;
 mod api_versions;
 mod create_partitions;
 mod create_topics;
@@ -121,6 +122,8 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::ListPartitionReassignments, 0, 0),
     api(ApiKey::ElectLeaders, 0, 2),
     api(ApiKey::DescribeLogDirs, 1, 4),
+    // v0 has no codec in the crate (Kafka 4.0 dropped it).
+    api(ApiKey::AlterReplicaLogDirs, 1, 2),
     api(ApiKey::DeleteRecords, 0, 2),
     api(ApiKey::AddPartitionsToTxn, 0, 4),
     api(ApiKey::AddOffsetsToTxn, 0, 3),
@@ -186,7 +189,8 @@ pub struct Context {
 ///
 /// Errors: NOT_LEADER_OR_FOLLOWER (6) when the partition exists but another broker leads
 /// it (this one hosts a follower replica, or none) — clients refresh Metadata and go to
-/// the leader; UNKNOWN_TOPIC_OR_PARTITION (3) when the metadata has no such partition.
+/// the leader; UNKNOWN_TOPIC_OR_PARTITION (3) when the metadata has no such partition;
+/// KAFKA_STORAGE_ERROR (56) when its log dir is offline (KIP-112).
 pub(crate) fn leader_partition(
     ctx: &Context,
     topic: &str,
@@ -194,6 +198,7 @@ pub(crate) fn leader_partition(
 ) -> Result<Arc<crate::replica::Partition>, kafka_protocol::ResponseError> {
     use kafka_protocol::ResponseError;
     match ctx.replicas.partition(topic, index) {
+        Some(p) if p.is_offline() => Err(ResponseError::KafkaStorageError),
         Some(p) if p.is_leader() => Ok(p),
         Some(_) => Err(ResponseError::NotLeaderOrFollower),
         None if ctx.metadata.image().partition(topic, index).is_some() => {
@@ -207,7 +212,8 @@ pub(crate) fn leader_partition(
 /// follower: what a consumer's Fetch v11+ reads (KIP-392, reads from followers).
 ///
 /// Errors: NOT_LEADER_OR_FOLLOWER (6) when the partition exists but this broker hosts no
-/// replica of it; UNKNOWN_TOPIC_OR_PARTITION (3) when the metadata has no such partition.
+/// replica of it; UNKNOWN_TOPIC_OR_PARTITION (3) when the metadata has no such partition;
+/// KAFKA_STORAGE_ERROR (56) when its log dir is offline (KIP-112).
 pub(crate) fn replica_partition(
     ctx: &Context,
     topic: &str,
@@ -215,6 +221,7 @@ pub(crate) fn replica_partition(
 ) -> Result<Arc<crate::replica::Partition>, kafka_protocol::ResponseError> {
     use kafka_protocol::ResponseError;
     match ctx.replicas.partition(topic, index) {
+        Some(p) if p.is_offline() => Err(ResponseError::KafkaStorageError),
         Some(p) => Ok(p),
         None if ctx.metadata.image().partition(topic, index).is_some() => {
             Err(ResponseError::NotLeaderOrFollower)
@@ -496,6 +503,9 @@ async fn dispatch(
         }
         RequestKind::DescribeLogDirs(r) => {
             ResponseKind::DescribeLogDirs(describe_log_dirs::handle(ctx, r, version))
+        }
+        RequestKind::AlterReplicaLogDirs(r) => {
+            ResponseKind::AlterReplicaLogDirs(alter_replica_log_dirs::handle(ctx, r, version))
         }
         RequestKind::DescribeQuorum(r) => {
             ResponseKind::DescribeQuorum(describe_quorum::handle(ctx, r, version).await)

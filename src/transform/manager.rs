@@ -267,7 +267,7 @@ impl TransformManager {
         ingest: Arc<Ingest>,
         plugins: Arc<PluginHost>,
     ) -> std::io::Result<TransformManager> {
-        let dir = ctx.config.log_dir.join("__transforms");
+        let dir = ctx.config.metadata_dir().join("__transforms");
         std::fs::create_dir_all(&dir)?;
         let changes = Arc::new(Changes::default());
         let sink = changes.clone();

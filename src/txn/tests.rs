@@ -15,7 +15,7 @@ use crate::replica::ReplicaManager;
 /// as a (re)started broker builds it; `timeout_check_ms` is the abort timer's period.
 fn open_in(dir: &Path) -> Arc<TransactionCoordinator> {
     let mut config = BrokerConfig::defaults();
-    config.log_dir = dir.to_path_buf();
+    config.set_single_dir(dir);
     config.transaction.state_log_num_partitions = 3;
     config.transaction.max_timeout_ms = 60_000;
     config.transaction.id_expiration_ms = 60_000;
