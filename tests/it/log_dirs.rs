@@ -649,6 +649,15 @@ fn list_and_fetch_errors(bootstrap: &str, topic: &str, partition: i32) -> (i16, 
     (list_error, r.responses[0].partitions[0].error_code)
 }
 
+/// KIP-112: a log dir that fails takes only its own partitions offline. The failure is
+/// the one users meet most, a full disk: the second dir is a 2 MiB tmpfs filled by
+/// 64 KiB records until one fails (ENOSPC). Where a tmpfs cannot be mounted (no
+/// CAP_SYS_ADMIN), the dir fails another real way instead, said on stderr: the
+/// partition's directory is replaced by a plain file under the running broker (a disk
+/// pulled or a directory removed by hand), so the next segment roll (256 KiB segments)
+/// fails (ENOTDIR). Either way: the produce fails, DescribeLogDirs reports that dir with
+/// KafkaStorageError, ListOffsets and Fetch answer 56 on its partition and 0 on the
+/// other dir's, which still takes and serves records.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_log_dir_goes_offline_and_only_its_partitions_with_it() {
     const FULL: &str = "filling";
@@ -660,18 +669,26 @@ async fn a_full_log_dir_goes_offline_and_only_its_partitions_with_it() {
         .args(["-t", "tmpfs", "-o", "size=2m", "tmpfs"])
         .arg(&small)
         .output();
-    if !mounted.as_ref().is_ok_and(|o| o.status.success()) {
-        // Not root, or no CAP_SYS_ADMIN: no small file system to fill. Said, not faked.
-        eprintln!("SKIPPED a_full_log_dir_goes_offline...: cannot mount a tmpfs ({mounted:?})");
-        return;
-    }
-    let _unmount = Mounted(small.clone());
+    let _unmount = if mounted.as_ref().is_ok_and(|o| o.status.success()) {
+        Some(Mounted(small.clone()))
+    } else {
+        eprintln!(
+            "a_full_log_dir_goes_offline...: cannot mount a tmpfs ({mounted:?}); the dir \
+             fails by its partition directory replaced with a file instead"
+        );
+        None
+    };
     let list = format!("log.dirs={},{}", big.display(), small.display());
     let b = TestBroker::start_in(tmp.path(), &[&list]);
-    create_topic(&b.bootstrap, FULL, 4, &[]).await;
+    create_topic(&b.bootstrap, FULL, 4, &[("segment.bytes", "262144")]).await;
     let index = |n: &String| -> i32 { n.rsplit_once('-').unwrap().1.parse().unwrap() };
     let healthy = index(&partitions_in(&big, FULL)[0]);
     let filled = index(&partitions_in(&small, FULL)[0]);
+    if _unmount.is_none() {
+        let dir = small.join(format!("{FULL}-{filled}"));
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::write(&dir, b"not a directory").unwrap();
+    }
     // Fill the 2 MiB dir: 64 KiB records to partition 1 until one fails (ENOSPC).
     let p = producer(
         &b.bootstrap,
@@ -698,7 +715,7 @@ async fn a_full_log_dir_goes_offline_and_only_its_partitions_with_it() {
             break;
         }
     }
-    assert!(failed.is_some(), "3 MiB went into a 2 MiB file system");
+    assert!(failed.is_some(), "6 MiB went into a failed log dir");
     // The dir is offline: DescribeLogDirs says so; its partition answers 56 to ListOffsets
     // and Fetch; the other dir's partition works on.
     let seen = cli_dirs(&b.bootstrap, FULL);
