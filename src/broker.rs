@@ -432,7 +432,10 @@ fn configure_open_files(config: &BrokerConfig) {
         n => n,
     };
     fdcache::configure(max_open);
-    tracing::info!(max_open = fdcache::stats().max_open, "segment file descriptor cache bound (log.open.files.max)");
+    tracing::info!(
+        max_open = fdcache::stats().max_open,
+        "segment file descriptor cache bound (log.open.files.max)"
+    );
 }
 
 /// [`run`] with the metadata on `store`.

@@ -43,7 +43,6 @@
 //!   or compaction of the ring (kept at most about twice the live entries).
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -108,7 +107,9 @@ pub(crate) fn global() -> &'static FdCache {
 /// Sets the process-wide bound (`log.open.files.max`, at least [`MIN_OPEN`]); the next
 /// open closes idle slots down to it.
 pub fn configure(max_open: usize) {
-    GLOBAL.max_open.store(max_open.max(MIN_OPEN), Ordering::Relaxed);
+    GLOBAL
+        .max_open
+        .store(max_open.max(MIN_OPEN), Ordering::Relaxed);
 }
 
 /// The process-wide cache's figures now.
@@ -157,7 +158,9 @@ pub fn raise_nofile_limit() -> std::io::Result<NofileLimit> {
 /// operation), at least [`MIN_OPEN`]; 1,048,576 when unlimited.
 pub fn derived_max_open(soft_nofile: Option<u64>) -> usize {
     let soft = soft_nofile.unwrap_or(2 << 20);
-    usize::try_from(soft / 2).unwrap_or(usize::MAX).max(MIN_OPEN)
+    usize::try_from(soft / 2)
+        .unwrap_or(usize::MAX)
+        .max(MIN_OPEN)
 }
 
 impl FdCache {
@@ -384,7 +387,7 @@ impl Slot {
         which: IndexFile,
         bytes: &[u8],
     ) -> Result<(), LogError> {
-        self.with_index(which, "write", |f| f.write_all(bytes))
+        self.with_index(which, "write", |f| std::io::Write::write_all(f, bytes))
     }
 
     /// The `.log` was renamed to `path` (the cleaner's copy put in place): reopen there.
@@ -435,6 +438,7 @@ pub(crate) fn slot_for(dir: &Path, base_offset: i64, log_path: PathBuf) -> Arc<S
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
     use std::os::unix::fs::FileExt;
 
     fn leaked(max: usize) -> &'static FdCache {
@@ -492,7 +496,11 @@ mod tests {
         for s in &slots[..5] {
             s.log().unwrap();
         }
-        assert_eq!(slots[0].open_count(), 0, "all were referenced: the oldest goes");
+        assert_eq!(
+            slots[0].open_count(),
+            0,
+            "all were referenced: the oldest goes"
+        );
         for s in &slots[5..] {
             slots[2].log().unwrap();
             s.log().unwrap();
@@ -526,7 +534,10 @@ mod tests {
         let offset = std::fs::read(dir.path().join("a.index")).unwrap();
         assert_eq!(offset.len(), 40);
         assert_eq!(offset[32..], [4u8; 8]);
-        assert_eq!(std::fs::read(dir.path().join("a.timeindex")).unwrap().len(), 60);
+        assert_eq!(
+            std::fs::read(dir.path().join("a.timeindex")).unwrap().len(),
+            60
+        );
         // An fsync through a reopened handle works (and flushes the inode).
         a.close();
         a.log().unwrap().sync_data().unwrap();

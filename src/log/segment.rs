@@ -213,15 +213,14 @@ impl Segment {
         now_ms: i64,
     ) -> Result<Segment, LogError> {
         let log_path = file_path(dir, base_offset, "log");
-        let log = OpenOptions::new()
+        // Truncated: a stale file of the same name (a crash mid-delete) holds nothing we
+        // keep. Closed at once: the descriptor cache opens it on first use.
+        OpenOptions::new()
             .create(true)
             .write(true)
+            .truncate(true)
             .open(&log_path)
             .map_err(io_error("create", &log_path))?;
-        // A stale file of the same name (a crash mid-delete) holds nothing we keep.
-        log.set_len(0).map_err(io_error("truncate", &log_path))?;
-        // Closed now: the descriptor cache opens it on first use.
-        drop(log);
         remove_if_exists(&file_path(dir, base_offset, "txnindex"))?;
         let mut segment = Segment {
             id: next_segment_id(),

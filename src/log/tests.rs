@@ -166,7 +166,10 @@ fn files_closed_between_operations_lose_nothing() {
         }
     }
     assert!(log.segment_count() > 3, "segments: {}", log.segment_count());
-    assert!(log.open_files() > 0, "appends reopened the active segment's files");
+    assert!(
+        log.open_files() > 0,
+        "appends reopened the active segment's files"
+    );
     log.close_files();
     assert_eq!(log.open_files(), 0);
     assert_eq!(read_all(&log), expected);
@@ -181,9 +184,8 @@ fn files_closed_between_operations_lose_nothing() {
     // The index written through reopened handles is whole: a reopen trusts it.
     log.close_files();
     drop(log);
-    let (mut log, warnings) = with_warnings(|| {
-        PartitionLog::open(dir.path(), small_config(1_000), NOW_MS).unwrap()
-    });
+    let (mut log, warnings) =
+        with_warnings(|| PartitionLog::open(dir.path(), small_config(1_000), NOW_MS).unwrap());
     assert!(warnings.is_empty(), "{warnings:?}");
     assert_eq!(read_all(&log), expected);
     log.close_files();

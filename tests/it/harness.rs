@@ -195,17 +195,13 @@ impl BinaryBroker {
     /// (util-linux `prlimit` execs the broker: the child's pid is the broker's).
     pub fn spawn_with_nofile(dir: &Path, nofile: u64, overrides: &[&str]) -> BinaryBroker {
         let mut cmd = Command::new("prlimit");
-        cmd.arg(format!("--nofile={nofile}:{nofile}")).arg(weir_bin());
+        cmd.arg(format!("--nofile={nofile}:{nofile}"))
+            .arg(weir_bin());
         BinaryBroker::spawn_command(cmd, dir, 0, overrides)
     }
 
     /// `cmd` (which runs the `weir` binary) with `serve` and the test overrides.
-    fn spawn_command(
-        mut cmd: Command,
-        dir: &Path,
-        port: u16,
-        overrides: &[&str],
-    ) -> BinaryBroker {
+    fn spawn_command(mut cmd: Command, dir: &Path, port: u16, overrides: &[&str]) -> BinaryBroker {
         cmd.arg("serve")
             .arg("--override")
             .arg(format!("listeners=PLAINTEXT://127.0.0.1:{port}"))

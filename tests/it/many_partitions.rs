@@ -49,7 +49,10 @@ struct FdSampler {
 
 impl FdSampler {
     fn start(pid: u32) -> FdSampler {
-        let (max, stop) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
+        let (max, stop) = (
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicBool::new(false)),
+        );
         let (m, s) = (max.clone(), stop.clone());
         let thread = std::thread::spawn(move || {
             while !s.load(Ordering::Relaxed) {
@@ -151,7 +154,8 @@ fn consume_all(bootstrap: &str, rounds: i64) {
         for partition in 0..PARTITIONS_PER_TOPIC {
             for round in 0..rounds {
                 assert_eq!(
-                    seen.get(&(name.clone(), partition, round)).map(String::as_str),
+                    seen.get(&(name.clone(), partition, round))
+                        .map(String::as_str),
                     Some(format!("{round}:{name}/{partition}").as_str()),
                 );
             }
@@ -213,7 +217,13 @@ async fn ten_thousand_partitions_under_a_1024_descriptor_limit() {
 /// Mounts a tmpfs of `inodes` inodes at `at`; false when this process cannot (not root).
 fn mount_tiny_tmpfs(at: &Path, inodes: u32) -> bool {
     std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", &format!("size=64m,nr_inodes={inodes}"), "tmpfs"])
+        .args([
+            "-t",
+            "tmpfs",
+            "-o",
+            &format!("size=64m,nr_inodes={inodes}"),
+            "tmpfs",
+        ])
         .arg(at)
         .status()
         .is_ok_and(|s| s.success())
@@ -269,7 +279,10 @@ async fn a_create_the_disk_cannot_hold_fails_whole_and_names_the_cause() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n.starts_with("too-big"))
         .collect();
-    assert!(leftovers.is_empty(), "half-created partitions left: {leftovers:?}");
+    assert!(
+        leftovers.is_empty(),
+        "half-created partitions left: {leftovers:?}"
+    );
     let (code, message) = create("fits", 3);
     assert_eq!(code, 0, "{message}");
     let (code, message) = create("too-big", 3);
