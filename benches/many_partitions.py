@@ -78,7 +78,6 @@ consumer = Consumer({
     "bootstrap.servers": bootstrap,
     "group.id": "many-partitions-bench",
     "enable.auto.commit": False,
-    "queued.min.messages": 1000,
     "fetch.wait.max.ms": 50,
 })
 consumer.assign([TopicPartition(name, p, 0) for name, p in targets])
@@ -86,7 +85,7 @@ got = 0
 start = time.monotonic()
 deadline = start + 900
 while got < records and time.monotonic() < deadline:
-    for m in consumer.consume(10000, 0.5):
+    for m in consumer.consume(10000, 0.1):
         if m.error() is None:
             got += 1
 fetch_s = time.monotonic() - start

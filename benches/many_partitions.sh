@@ -23,7 +23,7 @@ cleanup() {
     wait 2>/dev/null || true
     rm -rf "$work"
 }
-trap cleanup EXIT
+trap cleanup EXIT INT TERM
 for size in $sizes; do
     data="$work/data-$size"
     wrap=()
