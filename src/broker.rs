@@ -424,6 +424,37 @@ pub async fn run(
     run_on(config, listeners, shutdown, MetadataStore::Quorum).await
 }
 
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit and bounds the segment descriptor
+/// cache (`log.open.files.max`, 0: half the soft limit), logging the figures. A failure
+/// to raise the limit is logged and the current one used.
+fn configure_open_files(config: &BrokerConfig) {
+    use crate::log::fdcache;
+    let soft = match fdcache::raise_nofile_limit() {
+        Ok(limit) => {
+            tracing::info!(
+                soft_before = ?limit.soft_before,
+                soft = ?limit.soft,
+                hard = ?limit.hard,
+                "RLIMIT_NOFILE"
+            );
+            limit.soft
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot raise RLIMIT_NOFILE");
+            rustix::process::getrlimit(rustix::process::Resource::Nofile).current
+        }
+    };
+    let max_open = match config.log_open_files_max {
+        0 => fdcache::derived_max_open(soft),
+        n => n,
+    };
+    fdcache::configure(max_open);
+    tracing::info!(
+        max_open = fdcache::stats().max_open,
+        "segment file descriptor cache bound (log.open.files.max)"
+    );
+}
+
 /// [`run`] with the metadata on `store`.
 ///
 /// Errors: as [`run`].
@@ -497,6 +528,7 @@ pub async fn run_on(
     } else {
         None
     };
+    configure_open_files(&config);
     let purgatory = Arc::new(Purgatory::new(config.fetch_purgatory_max_size));
     let started = std::time::Instant::now();
     // The replica manager opens every partition of the metadata image, then follows it.

@@ -24,6 +24,9 @@
 //! | `weir_partition_size_bytes` | gauge | `topic`, `partition` | bytes of the partition's segments, at scrape time (Kafka's `Size`) |
 //! | `weir_group_lag` | gauge | `group`, `topic`, `partition` | high watermark − committed offset, in records, at scrape time |
 //! | `weir_connector_tasks` | gauge | `connector`, `state` | tasks of the connector in each of Kafka Connect's task states, at scrape time |
+//! | `weir_log_open_files` | gauge | | segment descriptors the process-wide cache holds open (`log::fdcache`), at scrape time |
+//! | `weir_log_open_files_max` | gauge | | its bound, `log.open.files.max` (resolved) |
+//! | `weir_log_open_file_evictions_total` | counter | | idle segments whose files the cache closed to stay within the bound |
 //!
 //! `plugin` is the component's file name. A connector's `state` is one of `UNASSIGNED`,
 //! `RUNNING`, `PAUSED`, `STOPPED`, `RESTARTING`, `FAILED`; every state is listed for every
@@ -103,6 +106,12 @@ pub const PARTITION_SIZE_BYTES: &str = "weir_partition_size_bytes";
 pub const GROUP_LAG: &str = "weir_group_lag";
 /// `weir_connector_tasks{connector,state}`: gauge, at scrape time.
 pub const CONNECTOR_TASKS: &str = "weir_connector_tasks";
+/// `weir_log_open_files`: gauge, segment descriptors held open by the cache (process-wide).
+pub const LOG_OPEN_FILES: &str = "weir_log_open_files";
+/// `weir_log_open_files_max`: gauge, the cache's bound (`log.open.files.max`).
+pub const LOG_OPEN_FILES_MAX: &str = "weir_log_open_files_max";
+/// `weir_log_open_file_evictions_total`: counter, slots the cache closed (process-wide).
+pub const LOG_OPEN_FILE_EVICTIONS_TOTAL: &str = "weir_log_open_file_evictions_total";
 
 /// Bucket bounds (`le`) of every duration histogram, in seconds: from a warm plugin call
 /// (~1 µs, in the first bucket) to a long-polled Fetch (`fetch.max.wait.ms` 500 ms by
@@ -489,9 +498,23 @@ impl Scrape {
                 CONNECTOR_TASKS,
                 "Tasks of a connector in each of Kafka Connect's task states.",
             ),
+            (
+                LOG_OPEN_FILES,
+                "Segment file descriptors the process-wide cache holds open.",
+            ),
+            (
+                LOG_OPEN_FILES_MAX,
+                "Bound of the segment file descriptor cache (log.open.files.max).",
+            ),
         ] {
             describe(&recorder, Kind::Gauge, name, help);
         }
+        describe(
+            &recorder,
+            Kind::Counter,
+            LOG_OPEN_FILE_EVICTIONS_TOTAL,
+            "Idle segments whose files the descriptor cache closed to stay within its bound.",
+        );
         Scrape { recorder }
     }
 
@@ -520,6 +543,19 @@ impl Scrape {
             gauges.log_end_offset as f64,
         );
         self.gauge(PARTITION_SIZE_BYTES, labels(), gauges.size_bytes as f64);
+    }
+
+    /// The segment descriptor cache's figures (process-wide: brokers sharing a process,
+    /// as in tests, share it).
+    pub fn log_open_files(&self, stats: crate::log::fdcache::OpenFileStats) {
+        self.gauge(LOG_OPEN_FILES, Vec::new(), stats.open as f64);
+        self.gauge(LOG_OPEN_FILES_MAX, Vec::new(), stats.max_open as f64);
+        self.recorder
+            .register_counter(
+                &Key::from_parts(LOG_OPEN_FILE_EVICTIONS_TOTAL, Vec::<Label>::new()),
+                &METADATA,
+            )
+            .absolute(stats.evictions);
     }
 
     /// Group `group`'s lag on a partition, in records.

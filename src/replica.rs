@@ -3248,7 +3248,7 @@ mod lifecycle_tests {
         let rm = rm.unwrap();
         std::fs::write(dir.path().join("t-1"), "in the way").unwrap();
         let e = m.create_topic(spec("t", 3)).unwrap_err();
-        assert_eq!(e.error, ResponseError::UnknownServerError);
+        assert_eq!(e.error, ResponseError::KafkaStorageError);
         assert!(
             e.message.contains("cannot create the partition logs of t"),
             "{e:?}"

@@ -56,6 +56,7 @@ async fn scrape(State(state): State<Arc<AdminState>>) -> Response {
 /// Reads the scrape-time gauges from the owners.
 fn collect(state: &AdminState, connectors: &BTreeMap<String, ConnectorStatus>) -> Scrape {
     let scrape = Scrape::new();
+    scrape.log_open_files(crate::log::fdcache::stats());
     let mut high_watermarks: HashMap<(String, i32), i64> = HashMap::new();
     for p in state.replicas.partitions() {
         scrape.partition(&p.topic, p.index, p.log_gauges());

@@ -71,19 +71,40 @@ impl std::error::Error for TopicError {}
 const CREATE_ATTEMPTS: u32 = 3;
 
 /// UNKNOWN_SERVER_ERROR (-1) for a change the metadata or a listener could not make; the
-/// message says which and whether anything changed.
+/// message says which and whether anything changed. A change not made because of a file
+/// system error (a partition log that cannot be created: no descriptor left, no space,
+/// the path in the way) is KAFKA_STORAGE_ERROR (56) instead, the code Produce and Fetch
+/// give for the same failure, so the client sees the class of the cause and the message
+/// (the OS error and the path) says which; nothing was created.
 fn server_error(name: &str, what: &str, e: UpdateError<TopicError>) -> TopicError {
     match e {
         UpdateError::Refused(e) => e,
         UpdateError::NotApplied(e) => {
             tracing::error!(topic = name, error = %e, "cannot {what}; nothing changed");
-            TopicError::new(ResponseError::UnknownServerError, e.to_string())
+            let code = if caused_by_io(&e) {
+                ResponseError::KafkaStorageError
+            } else {
+                ResponseError::UnknownServerError
+            };
+            TopicError::new(code, e.to_string())
         }
         UpdateError::Incomplete(e) => {
             tracing::error!(topic = name, error = %e, "{what}: recorded, but not finished");
             TopicError::new(ResponseError::UnknownServerError, e.to_string())
         }
     }
+}
+
+/// Whether an OS error is somewhere in `e`'s chain of causes.
+fn caused_by_io(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if c.is::<std::io::Error>() {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// A topic to create, with every value given (callers resolve Kafka's -1 defaults).

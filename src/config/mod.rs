@@ -117,6 +117,7 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("producer.id.expiration.ms", Int, Some("86400000"), Some(1), "An idempotent producer that has appended nothing to a partition for this long (ms, on the broker's clock, never its batches' timestamps) is forgotten there; its next batch is then accepted with any sequence (KIP-360), so a retry after that is appended again."),
     key("producer.id.expiration.check.interval.ms", Int, Some("600000"), Some(1), "How often idle producer ids are looked for (ms)."),
     key("log.index.interval.bytes", Int, Some("4096"), Some(0), "Bytes of log between two sparse offset-index entries."),
+    key("log.open.files.max", Int, Some("0"), Some(0), "weir-specific: most segment files (.log, and the active segment's .index and .timeindex) open at once over all partitions; idle segments are closed and reopened on demand, so a broker hosts more partitions than its file-descriptor limit. 0 derives it from RLIMIT_NOFILE (raised to the hard limit at start-up): half the soft limit. Reads in flight may hold a few more."),
     key("log.index.size.max.bytes", Int, Some("10485760"), Some(4), "Largest offset index of a segment; a full index rolls the segment."),
     key("log.flush.interval.messages", Long, Some("9223372036854775807"), Some(1), "fsync a partition after this many records (default: leave it to the OS)."),
     key("log.flush.interval.ms", Long, Some("9223372036854775807"), Some(0), "fsync a partition when its oldest unflushed record is this old (ms); the default leaves it to the OS."),
@@ -686,6 +687,9 @@ pub struct BrokerConfig {
     pub connections_max_idle_ms: u64,
     /// `fetch.purgatory.max.size`.
     pub fetch_purgatory_max_size: usize,
+    /// `log.open.files.max`: segment descriptors open at once over all partitions (0:
+    /// derived from `RLIMIT_NOFILE` at start-up, `log::fdcache::derived_max_open`).
+    pub log_open_files_max: usize,
     /// `fetch.max.bytes`.
     pub fetch_max_bytes: usize,
     /// `max.incremental.fetch.session.cache.slots`: fetch sessions cached (0: none).
@@ -1008,6 +1012,7 @@ impl BrokerConfig {
             queued_max_requests: int("queued.max.requests")? as usize,
             connections_max_idle_ms: int("connections.max.idle.ms")? as u64,
             fetch_purgatory_max_size: int("fetch.purgatory.max.size")? as usize,
+            log_open_files_max: int("log.open.files.max")? as usize,
             fetch_max_bytes: int("fetch.max.bytes")? as usize,
             max_incremental_fetch_session_cache_slots: int(
                 "max.incremental.fetch.session.cache.slots",

@@ -818,9 +818,23 @@ impl PartitionLog {
                 .or_default()
                 .push((entry.first_offset, entry.last_offset));
         }
+        // Each snapshot holds its `.log` open until the plan is done (outside the
+        // descriptor cache's bound: one partition's segments at a time).
+        let snapshots = match self
+            .segments
+            .iter()
+            .map(Segment::snapshot)
+            .collect::<Result<Vec<_>, _>>()
+        {
+            Ok(snapshots) => snapshots,
+            Err(e) => {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "cannot open the segments to compact; compaction skipped");
+                return plan;
+            }
+        };
         plan.txns.ongoing = ongoing;
         plan.stats.bytes_before = total;
-        plan.segments = self.segments.iter().map(Segment::snapshot).collect();
+        plan.segments = snapshots;
         plan.cleanable = end;
         plan
     }

@@ -35,6 +35,7 @@ pub mod codec;
 mod compact;
 pub mod delete;
 mod epoch;
+pub mod fdcache;
 mod index;
 pub mod plain;
 mod producer;
@@ -1160,6 +1161,18 @@ impl PartitionLog {
     /// The config in use.
     pub fn config(&self) -> &LogConfig {
         &self.config
+    }
+
+    /// Closes every segment's files, as the descriptor cache may at any time (tests).
+    #[cfg(test)]
+    pub(crate) fn close_files(&self) {
+        self.segments.iter().for_each(Segment::close_files);
+    }
+
+    /// Descriptors the segments hold open (tests).
+    #[cfg(test)]
+    pub(crate) fn open_files(&self) -> usize {
+        self.segments.iter().map(Segment::open_files).sum()
     }
 
     /// Flushes if `flush_ms` has passed since the last flush and records are unflushed

@@ -8,7 +8,9 @@
 //! or replaced by the partition log, which decides its entries; it is deleted and fsynced
 //! with the segment.
 //! Never does: assign offsets, decide when to roll or delete (the partition log does),
-//! producer state, or anything about requests.
+//! producer state, or anything about requests, or hold a file descriptor of its own: its
+//! files live in a [`Slot`] of the process-wide descriptor cache (`fdcache.rs`), which may
+//! close them whenever the segment is idle and reopens them on the next use.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -22,6 +24,7 @@ use bytes::Bytes;
 use super::batch::{
     self, BatchHeader, ValidatedBatch, ATTRIBUTES_AT, BATCH_HEADER_BYTES, MAGIC_V2,
 };
+use super::fdcache::{self, IndexFile, Slot};
 use super::index::{self, Indexes, OffsetEntry, TimeEntry, OFFSET_ENTRY_BYTES, TIME_ENTRY_BYTES};
 use super::txn::{self, AbortedTxn, TxnMarker};
 use super::LogError;
@@ -60,11 +63,10 @@ pub(crate) struct RecoveryReport {
     pub reason: Option<String>,
 }
 
-/// Index-writing state of the active segment.
+/// Index-writing state of the active segment (its index files are appended to through
+/// the segment's [`Slot`]).
 #[derive(Debug)]
 struct Writers {
-    offset_index: File,
-    time_index: File,
     bytes_since_last_index_entry: u64,
 }
 
@@ -85,8 +87,9 @@ pub(crate) struct Segment {
     /// When this process created or opened the segment (fallback for `segment_ms`).
     pub created_ms: i64,
     log_path: PathBuf,
-    /// Shared with [`SegmentSnapshot`]s, which read it while the partition is unlocked.
-    log: Arc<File>,
+    /// The segment's open files, closed by the descriptor cache when idle. A
+    /// [`SegmentSnapshot`] holds the `.log`'s handle itself while it reads unlocked.
+    slot: Arc<Slot>,
     dir: PathBuf,
     indexes: OnceLock<Indexes>,
     writers: Option<Writers>,
@@ -210,14 +213,14 @@ impl Segment {
         now_ms: i64,
     ) -> Result<Segment, LogError> {
         let log_path = file_path(dir, base_offset, "log");
-        let log = OpenOptions::new()
+        // Truncated: a stale file of the same name (a crash mid-delete) holds nothing we
+        // keep. Closed at once: the descriptor cache opens it on first use.
+        OpenOptions::new()
             .create(true)
-            .read(true)
-            .append(true)
+            .write(true)
+            .truncate(true)
             .open(&log_path)
             .map_err(io_error("create", &log_path))?;
-        // A stale file of the same name (a crash mid-delete) holds nothing we keep.
-        log.set_len(0).map_err(io_error("truncate", &log_path))?;
         remove_if_exists(&file_path(dir, base_offset, "txnindex"))?;
         let mut segment = Segment {
             id: next_segment_id(),
@@ -228,8 +231,8 @@ impl Segment {
             offset_of_max_timestamp: base_offset,
             first_batch_timestamp_ms: None,
             created_ms: now_ms,
+            slot: fdcache::slot_for(dir, base_offset, log_path.clone()),
             log_path,
-            log: Arc::new(log),
             dir: dir.to_path_buf(),
             indexes: OnceLock::new(),
             writers: None,
@@ -316,8 +319,9 @@ impl Segment {
         index_interval_bytes: u32,
         now_ms: i64,
     ) -> Result<Segment, LogError> {
-        let log = open_existing(&log_path)?;
-        let size_bytes = log.metadata().map_err(io_error("stat", &log_path))?.len();
+        let size_bytes = std::fs::metadata(&log_path)
+            .map_err(io_error("open", &log_path))?
+            .len();
         Ok(Segment {
             id: next_segment_id(),
             base_offset,
@@ -327,8 +331,8 @@ impl Segment {
             offset_of_max_timestamp: base_offset,
             first_batch_timestamp_ms: None,
             created_ms: now_ms,
+            slot: fdcache::slot_for(dir, base_offset, log_path.clone()),
             log_path,
-            log: Arc::new(log),
             dir: dir.to_path_buf(),
             indexes: OnceLock::new(),
             writers: None,
@@ -391,7 +395,7 @@ impl Segment {
             let (start_position, start_relative) =
                 start.map_or((0, 0), |e| (u64::from(e.position), e.relative_offset));
             let expected = base_offset + i64::from(start_relative);
-            let scan_file = Arc::clone(&segment.log);
+            let scan_file = segment.slot.log()?;
             let mut scanner = Scanner::new(&scan_file, &log_path_copy, start_position, file_bytes);
             let first = scanner.next(true)?;
             let first_ok = match &first {
@@ -449,7 +453,8 @@ impl Segment {
             let truncated_bytes = file_bytes - end;
             if truncated_bytes > 0 {
                 segment
-                    .log
+                    .slot
+                    .log()?
                     .set_len(end)
                     .map_err(io_error("truncate", &segment.log_path))?;
                 tracing::warn!(
@@ -532,6 +537,7 @@ impl Segment {
             .map_err(io_error("rename", &cleaned.log_path))?;
         sync_dir(&self.dir)?;
         cleaned.log_path = self.log_path.clone();
+        cleaned.slot.set_log_path(self.log_path.clone());
         for (extension, path) in [
             ("index", self.offset_index_path()),
             ("timeindex", self.time_index_path()),
@@ -544,16 +550,17 @@ impl Segment {
         Ok(())
     }
 
-    /// This segment's `.log` as it is now (see [`SegmentSnapshot`]).
-    pub(super) fn snapshot(&self) -> SegmentSnapshot {
-        SegmentSnapshot {
+    /// This segment's `.log` as it is now (see [`SegmentSnapshot`]); the snapshot holds
+    /// the open handle until dropped. Errors: `Io` (reopening it).
+    pub(super) fn snapshot(&self) -> Result<SegmentSnapshot, LogError> {
+        Ok(SegmentSnapshot {
             id: self.id,
             base_offset: self.base_offset,
             next_offset: self.next_offset,
             size_bytes: self.size_bytes,
-            log: Arc::clone(&self.log),
+            log: self.slot.log()?,
             log_path: self.log_path.clone(),
-        }
+        })
     }
 
     fn offset_index_path(&self) -> PathBuf {
@@ -564,21 +571,10 @@ impl Segment {
         file_path(&self.dir, self.base_offset, "timeindex")
     }
 
-    /// Makes this the active segment: opens the index files for appending.
+    /// Makes this the active segment: its index files are appended to from now on
+    /// (opened by the slot when first written).
     fn install_indexes(&mut self, indexes: Indexes, bytes_since: u64) -> Result<(), LogError> {
-        let offset_path = self.offset_index_path();
-        let time_path = self.time_index_path();
-        let offset_index = OpenOptions::new()
-            .append(true)
-            .open(&offset_path)
-            .map_err(io_error("open", &offset_path))?;
-        let time_index = OpenOptions::new()
-            .append(true)
-            .open(&time_path)
-            .map_err(io_error("open", &time_path))?;
         self.writers = Some(Writers {
-            offset_index,
-            time_index,
             bytes_since_last_index_entry: bytes_since,
         });
         self.indexes = OnceLock::new();
@@ -620,10 +616,10 @@ impl Segment {
                 position: u32::try_from(scanned.position)
                     .expect("segment positions fit u32: segment_bytes <= i32::MAX"),
             };
-            if let Some(writers) = self.writers.as_mut() {
-                let path = file_path(&self.dir, self.base_offset, "index");
-                index::write_offset_entry(&mut writers.offset_index, entry)
-                    .map_err(io_error("write", &path))?;
+            if self.writers.is_some() {
+                self.slot.with_index(IndexFile::Offset, "write", |f| {
+                    index::write_offset_entry(f, entry)
+                })?;
             }
             indexes.offset.push(entry);
             *bytes_since = 0;
@@ -644,10 +640,10 @@ impl Segment {
                 timestamp_ms: self.max_timestamp_ms,
                 relative_offset: self.relative(self.offset_of_max_timestamp),
             };
-            if let Some(writers) = self.writers.as_mut() {
-                let path = file_path(&self.dir, self.base_offset, "timeindex");
-                index::write_time_entry(&mut writers.time_index, entry)
-                    .map_err(io_error("write", &path))?;
+            if self.writers.is_some() {
+                self.slot.with_index(IndexFile::Time, "write", |f| {
+                    index::write_time_entry(f, entry)
+                })?;
             }
             indexes.time.push(entry);
         }
@@ -683,19 +679,23 @@ impl Segment {
             self.next_offset
         );
         let position = self.size_bytes;
+        let log = self.slot.log()?;
         let written = if batch.len() <= SINGLE_WRITE_MAX_BYTES {
             scratch.clear();
             scratch.extend_from_slice(batch.header());
             scratch.extend_from_slice(batch.records());
-            (&*self.log).write_all(scratch)
+            (&*log).write_all(scratch)
         } else {
-            (&*self.log)
+            (&*log)
                 .write_all(batch.header())
-                .and_then(|()| (&*self.log).write_all(batch.records()))
+                .and_then(|()| (&*log).write_all(batch.records()))
         };
+        drop(log);
         if let Err(source) = written {
             // Undo a partial write so the file stays a sequence of whole batches.
-            let _ = self.log.set_len(position);
+            if let Ok(log) = self.slot.log() {
+                let _ = log.set_len(position);
+            }
             return Err(LogError::Io {
                 op: "append",
                 path: self.log_path.clone(),
@@ -737,22 +737,24 @@ impl Segment {
             self.sync()?;
         }
         self.writers = None;
+        self.slot.close_indexes();
         self.indexes = OnceLock::new();
         Ok(())
     }
 
-    /// fsyncs the log and (for the active segment) both index files.
+    /// fsyncs the log and (for the active segment) both index files. A handle the
+    /// descriptor cache closed is reopened: fsync flushes the inode's dirty pages, written
+    /// through whichever descriptor (see `fdcache.rs`).
     pub(super) fn sync(&self) -> Result<(), LogError> {
-        self.log
+        self.slot
+            .log()?
             .sync_data()
             .map_err(io_error("fsync", &self.log_path))?;
-        if let Some(w) = &self.writers {
-            w.offset_index
-                .sync_data()
-                .map_err(io_error("fsync", &self.offset_index_path()))?;
-            w.time_index
-                .sync_data()
-                .map_err(io_error("fsync", &self.time_index_path()))?;
+        if self.writers.is_some() {
+            self.slot
+                .with_index(IndexFile::Offset, "fsync", |f| f.sync_data())?;
+            self.slot
+                .with_index(IndexFile::Time, "fsync", |f| f.sync_data())?;
             let txn_path = self.txn_index_path();
             if let Ok(file) = File::open(&txn_path) {
                 file.sync_data().map_err(io_error("fsync", &txn_path))?;
@@ -815,7 +817,7 @@ impl Segment {
             first_batch_timestamp_ms: None,
             created_ms: self.created_ms,
             log_path: self.log_path.clone(),
-            log: Arc::clone(&self.log),
+            slot: Arc::clone(&self.slot),
             dir: self.dir.clone(),
             indexes: OnceLock::new(),
             writers: None,
@@ -824,7 +826,8 @@ impl Segment {
         };
         let mut indexes = Indexes::default();
         let mut bytes_since = 0;
-        let mut scanner = Scanner::new(&self.log, &self.log_path, 0, self.size_bytes);
+        let log = self.slot.log()?;
+        let mut scanner = Scanner::new(&log, &self.log_path, 0, self.size_bytes);
         scanner.chunk_bytes = HEADER_SCAN_CHUNK_BYTES;
         let mut expected = self.base_offset;
         while let Step::Batch(s) = scanner.next(false)? {
@@ -848,14 +851,13 @@ impl Segment {
         if self.size_bytes < BATCH_HEADER_BYTES as u64 {
             return Ok(None);
         }
-        let header = self.header_at(0)?;
+        let header = self.header_at(&*self.slot.log()?, 0)?;
         Ok(Some(header.max_timestamp).filter(|ts| *ts >= 0))
     }
 
-    fn header_at(&self, position: u64) -> Result<BatchHeader, LogError> {
+    fn header_at(&self, log: &File, position: u64) -> Result<BatchHeader, LogError> {
         let mut raw = [0u8; BATCH_HEADER_BYTES];
-        self.log
-            .read_exact_at(&mut raw, position)
+        log.read_exact_at(&mut raw, position)
             .map_err(io_error("read", &self.log_path))?;
         Ok(BatchHeader::parse(&raw))
     }
@@ -878,11 +880,12 @@ impl Segment {
         let mut expected = self.base_offset + start.map_or(0, |e| i64::from(e.relative_offset));
         let exact_first = start.is_some();
         let mut first = true;
+        let log = self.slot.log()?;
         while position < self.size_bytes {
             if self.size_bytes - position < BATCH_HEADER_BYTES as u64 {
                 return Err(self.corrupt(position, "partial batch header".into()));
             }
-            let header = self.header_at(position)?;
+            let header = self.header_at(&log, position)?;
             let total = header.total_bytes();
             if header.magic != MAGIC_V2
                 || total < BATCH_HEADER_BYTES as i64
@@ -921,9 +924,10 @@ impl Segment {
     /// as `FileExt::read_at` into an initialised buffer would.
     fn read_bytes_at(&self, position: u64, len: usize) -> Result<Vec<u8>, LogError> {
         let mut buffer = Vec::with_capacity(len);
+        let log = self.slot.log()?;
         while buffer.len() < len {
             let at = position + buffer.len() as u64;
-            match rustix::io::pread(&self.log, rustix::buffer::spare_capacity(&mut buffer), at) {
+            match rustix::io::pread(&*log, rustix::buffer::spare_capacity(&mut buffer), at) {
                 Ok(0) => break,
                 Ok(_) => {}
                 Err(rustix::io::Errno::INTR) => {}
@@ -998,8 +1002,9 @@ impl Segment {
         let Some((mut position, _)) = self.locate(start)? else {
             return Ok(None);
         };
+        let log = self.slot.log()?;
         while position < self.size_bytes {
-            let header = self.header_at(position)?;
+            let header = self.header_at(&log, position)?;
             let total = header.total_bytes();
             if total < BATCH_HEADER_BYTES as i64 || position + total as u64 > self.size_bytes {
                 return Err(self.corrupt(position, format!("bad header {header:?}")));
@@ -1026,7 +1031,8 @@ impl Segment {
             return Ok(batch_level);
         }
         let mut bytes = vec![0u8; header.total_bytes() as usize];
-        self.log
+        self.slot
+            .log()?
             .read_exact_at(&mut bytes, position)
             .map_err(io_error("read", &self.log_path))?;
         Ok(batch::first_record_at_or_after(&bytes, target_ms).unwrap_or(batch_level))
@@ -1062,7 +1068,8 @@ impl Segment {
         &self,
         mut f: impl FnMut(&BatchHeader, Option<TxnMarker>),
     ) -> Result<(), LogError> {
-        let mut scanner = Scanner::new(&self.log, &self.log_path, 0, self.size_bytes);
+        let log = self.slot.log()?;
+        let mut scanner = Scanner::new(&log, &self.log_path, 0, self.size_bytes);
         scanner.chunk_bytes = HEADER_SCAN_CHUNK_BYTES;
         while let Step::Batch(s) = scanner.next(false)? {
             let marker = if s.header.is_control() {
@@ -1119,8 +1126,10 @@ impl Segment {
     /// `offset` goes entirely, as in Kafka), then rebuilds its indexes and makes it active.
     pub(super) fn truncate_to(&mut self, offset: i64, now_ms: i64) -> Result<(), LogError> {
         self.writers = None;
+        self.slot.close_indexes();
         if let Some((position, _)) = self.locate(offset)? {
-            self.log
+            self.slot
+                .log()?
                 .set_len(position)
                 .map_err(io_error("truncate", &self.log_path))?;
             for path in [self.offset_index_path(), self.time_index_path()] {
@@ -1134,12 +1143,22 @@ impl Segment {
         Ok(())
     }
 
+    /// Closes the segment's files as the descriptor cache's eviction does (tests).
+    #[cfg(test)]
+    pub(super) fn close_files(&self) {
+        self.slot.close();
+    }
+
+    /// Descriptors the segment's slot holds open (tests).
+    #[cfg(test)]
+    pub(super) fn open_files(&self) -> usize {
+        self.slot.open_count()
+    }
+
     /// Last modification time of the `.log` file in ms (retention fallback for segments
     /// without timestamps).
     pub(super) fn modified_ms(&self) -> Result<i64, LogError> {
-        let modified = self
-            .log
-            .metadata()
+        let modified = std::fs::metadata(&self.log_path)
             .and_then(|m| m.modified())
             .map_err(io_error("stat", &self.log_path))?;
         Ok(modified

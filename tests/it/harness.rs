@@ -180,7 +180,7 @@ impl BinaryBroker {
         port: u16,
         overrides: &[&str],
     ) -> BinaryBroker {
-        let mut cmd = match netns {
+        let cmd = match netns {
             Some(ns) => {
                 let mut c = Command::new("ip");
                 c.args(["netns", "exec", ns]).arg(weir_bin());
@@ -188,6 +188,20 @@ impl BinaryBroker {
             }
             None => Command::new(weir_bin()),
         };
+        BinaryBroker::spawn_command(cmd, dir, port, overrides)
+    }
+
+    /// As [`BinaryBroker::spawn`], with `RLIMIT_NOFILE` soft and hard set to `nofile`
+    /// (util-linux `prlimit` execs the broker: the child's pid is the broker's).
+    pub fn spawn_with_nofile(dir: &Path, nofile: u64, overrides: &[&str]) -> BinaryBroker {
+        let mut cmd = Command::new("prlimit");
+        cmd.arg(format!("--nofile={nofile}:{nofile}"))
+            .arg(weir_bin());
+        BinaryBroker::spawn_command(cmd, dir, 0, overrides)
+    }
+
+    /// `cmd` (which runs the `weir` binary) with `serve` and the test overrides.
+    fn spawn_command(mut cmd: Command, dir: &Path, port: u16, overrides: &[&str]) -> BinaryBroker {
         cmd.arg("serve")
             .arg("--override")
             .arg(format!("listeners=PLAINTEXT://127.0.0.1:{port}"))

@@ -45,6 +45,7 @@ mod leader_election;
 mod lifecycle;
 mod listeners;
 mod log_dirs;
+mod many_partitions;
 mod metrics;
 mod netns;
 mod plugins;
