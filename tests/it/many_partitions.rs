@@ -235,14 +235,12 @@ fn name(s: &str) -> TopicName {
 
 /// A log dir that runs out of inodes half way through a topic's partitions: the create
 /// fails whole with KAFKA_STORAGE_ERROR naming the OS error and the path, no directory of
-/// it is left behind, and the broker goes on creating topics that fit.
+/// it is left behind, and the broker goes on creating topics that fit. Where no tmpfs can
+/// be mounted, a plain file named like partition 250's directory makes the create fail
+/// half way instead (said on stderr).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_create_the_disk_cannot_hold_fails_whole_and_names_the_cause() {
     let dir = tempfile::tempdir().unwrap();
-    if !mount_tiny_tmpfs(dir.path(), 400) {
-        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
-        return;
-    }
     struct Unmount<'a>(&'a Path);
     impl Drop for Unmount<'_> {
         fn drop(&mut self) {
@@ -252,7 +250,16 @@ async fn a_create_the_disk_cannot_hold_fails_whole_and_names_the_cause() {
                 .status();
         }
     }
-    let _unmount = Unmount(dir.path());
+    // Where no tmpfs can be mounted (no CAP_SYS_ADMIN), partition 250's directory cannot
+    // be made for another real reason, said on stderr: a plain file holds its name.
+    let blocker = dir.path().join("too-big-250");
+    let (_unmount, os_error) = if mount_tiny_tmpfs(dir.path(), 400) {
+        (Some(Unmount(dir.path())), "No space left on device")
+    } else {
+        eprintln!("cannot mount a tmpfs here: a file named too-big-250 blocks the create instead");
+        std::fs::write(&blocker, b"not a partition").unwrap();
+        (None, "")
+    };
     let broker = BinaryBroker::spawn(dir.path(), 0, &[]);
     let create = |topic: &str, partitions: i32| {
         create_raw(
@@ -270,12 +277,13 @@ async fn a_create_the_disk_cannot_hold_fails_whole_and_names_the_cause() {
         "KAFKA_STORAGE_ERROR: {message}"
     );
     assert!(
-        message.contains("No space left on device") && message.contains("too-big-"),
+        message.contains(os_error) && message.contains("(os error") && message.contains("too-big-"),
         "names the OS error and the path: {message}"
     );
     let leftovers: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
         .filter_map(|e| e.ok())
+        .filter(|e| e.path() != blocker)
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n.starts_with("too-big"))
         .collect();
@@ -283,6 +291,7 @@ async fn a_create_the_disk_cannot_hold_fails_whole_and_names_the_cause() {
         leftovers.is_empty(),
         "half-created partitions left: {leftovers:?}"
     );
+    let _ = std::fs::remove_file(&blocker);
     let (code, message) = create("fits", 3);
     assert_eq!(code, 0, "{message}");
     let (code, message) = create("too-big", 3);
