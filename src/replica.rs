@@ -37,7 +37,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
@@ -420,6 +420,25 @@ pub fn select_read_replica(
         .map(|c| c.broker_id)
 }
 
+/// Bumped after every change the follower fetchers act on: a partition's role stored
+/// anew ([`Partition::apply_state`]) or a partition entering or leaving a broker's map.
+/// The fetcher manager (`replication.rs`) walks the partitions only when it moved, not
+/// every round: at 100,000 partitions a walk every 100 ms (copying each role) took most
+/// of the broker's CPU. Process-wide, so no plumbing: a change on another broker of the
+/// same process (tests) only costs the others one walk that finds nothing new.
+static ROLES_VERSION: AtomicU64 = AtomicU64::new(0);
+
+/// The current [`ROLES_VERSION`]; read before a walk, a change made during it shows as
+/// a new version at the next look.
+pub(crate) fn roles_version() -> u64 {
+    ROLES_VERSION.load(Ordering::SeqCst)
+}
+
+/// Marks a change of roles or of the partition map, after it is made.
+fn roles_changed() {
+    ROLES_VERSION.fetch_add(1, Ordering::SeqCst);
+}
+
 /// One hosted partition: the single owner of its log, its high watermark and its replica
 /// role. Callers get offsets, reads bounded by the high watermark and appends; never the
 /// log itself.
@@ -785,6 +804,7 @@ impl Partition {
             }
             *role = new;
         }
+        roles_changed();
         self.isr_change_pending.store(false, Ordering::SeqCst);
         self.update_high_watermark(&log);
         drop(log);
@@ -2108,6 +2128,7 @@ impl ReplicaManager {
             .in_log_dir(log_dir),
         );
         self.write().insert((meta.name.clone(), index), p);
+        roles_changed();
         Ok(())
     }
 
@@ -2141,6 +2162,7 @@ impl ReplicaManager {
     /// all the same).
     fn delete_partition(&self, topic: &str, index: i32) -> Result<(), LogError> {
         let removed = self.write().remove(&(topic.to_string(), index));
+        roles_changed();
         let renamed = match removed {
             Some(p) => vec![p.retire()?],
             None => self
@@ -2275,6 +2297,7 @@ impl ReplicaManager {
                 }
             }
         }
+        roles_changed();
         for dir in created {
             if let Err(e) = remove_partition_dir(&dir) {
                 tracing::error!(error = %e, "cannot remove a partition directory of a topic change not made");

@@ -14,8 +14,9 @@
 //! noticed in its fetch, `Partition::read_for_follower`) are committed to the metadata
 //! log as `PartitionChanged` records checked by partition epoch (`Metadata::alter_isr`).
 //!
-//! Fetchers follow the roles the metadata gives (`replica.rs`), polled every
-//! [`RECONCILE_INTERVAL`]; a partition that stops being followed from a leader leaves
+//! Fetchers follow the roles the metadata gives (`replica.rs`), looked at every
+//! [`RECONCILE_INTERVAL`] and walked only when they changed (`replica::roles_version`);
+//! a partition that stops being followed from a leader leaves
 //! that leader's fetcher at its next round. Every wait is bounded; everything ends on the
 //! shutdown watch.
 //!
@@ -148,61 +149,69 @@ async fn fetcher_manager(
 ) {
     let me = config.node_id;
     let mut fetchers: HashMap<i32, (FollowedSet, tokio::task::JoinHandle<()>)> = HashMap::new();
+    let mut walked_at: Option<u64> = None;
     loop {
-        let mut wanted: BTreeMap<i32, Vec<(Arc<Partition>, i32)>> = BTreeMap::new();
-        for p in replicas.partitions() {
-            if let ReplicaRole::Follower {
-                leader_id,
-                leader_epoch,
-            } = p.replica_role()
-            {
-                if leader_id >= 0 && leader_id != me {
-                    wanted.entry(leader_id).or_default().push((p, leader_epoch));
+        // Walk the partitions only when a role or the partition map changed since the
+        // last walk, or a fetcher ended (`replica::roles_version`).
+        let version = crate::replica::roles_version();
+        if walked_at != Some(version) || fetchers.values().any(|(_, t)| t.is_finished()) {
+            walked_at = Some(version);
+            let mut wanted: BTreeMap<i32, Vec<(Arc<Partition>, i32)>> = BTreeMap::new();
+            for p in replicas.partitions() {
+                if let ReplicaRole::Follower {
+                    leader_id,
+                    leader_epoch,
+                } = p.replica_role()
+                {
+                    if leader_id >= 0 && leader_id != me {
+                        wanted.entry(leader_id).or_default().push((p, leader_epoch));
+                    }
                 }
             }
-        }
-        fetchers.retain(|leader, (_, task)| {
-            let keep = wanted.contains_key(leader) && !task.is_finished();
-            if !keep {
-                task.abort();
-            }
-            keep
-        });
-        for (leader, parts) in wanted {
-            let set = match fetchers.get(&leader) {
-                Some((set, _)) => set.clone(),
-                None => {
-                    let set: FollowedSet = Arc::default();
-                    let task = tokio::spawn(fetcher(
-                        leader,
-                        set.clone(),
-                        metadata.clone(),
-                        config.clone(),
-                        shutdown.clone(),
-                    ));
-                    fetchers.insert(leader, (set.clone(), task));
-                    set
+            fetchers.retain(|leader, (_, task)| {
+                let keep = wanted.contains_key(leader) && !task.is_finished();
+                if !keep {
+                    task.abort();
                 }
-            };
-            let mut followed = set.lock().expect("fetcher set lock poisoned");
-            let keys: std::collections::HashSet<Key> = parts
-                .iter()
-                .map(|(p, _)| (p.topic.clone(), p.index))
-                .collect();
-            followed.retain(|k, _| keys.contains(k));
-            for (p, leader_epoch) in parts {
-                let key = (p.topic.clone(), p.index);
-                match followed.get_mut(&key) {
-                    Some(f) if f.leader_epoch == leader_epoch && Arc::ptr_eq(&f.partition, &p) => {}
-                    _ => {
-                        followed.insert(
-                            key,
-                            Followed {
-                                partition: p,
-                                leader_epoch,
-                                truncated: false,
-                            },
-                        );
+                keep
+            });
+            for (leader, parts) in wanted {
+                let set = match fetchers.get(&leader) {
+                    Some((set, _)) => set.clone(),
+                    None => {
+                        let set: FollowedSet = Arc::default();
+                        let task = tokio::spawn(fetcher(
+                            leader,
+                            set.clone(),
+                            metadata.clone(),
+                            config.clone(),
+                            shutdown.clone(),
+                        ));
+                        fetchers.insert(leader, (set.clone(), task));
+                        set
+                    }
+                };
+                let mut followed = set.lock().expect("fetcher set lock poisoned");
+                let keys: std::collections::HashSet<Key> = parts
+                    .iter()
+                    .map(|(p, _)| (p.topic.clone(), p.index))
+                    .collect();
+                followed.retain(|k, _| keys.contains(k));
+                for (p, leader_epoch) in parts {
+                    let key = (p.topic.clone(), p.index);
+                    match followed.get_mut(&key) {
+                        Some(f)
+                            if f.leader_epoch == leader_epoch && Arc::ptr_eq(&f.partition, &p) => {}
+                        _ => {
+                            followed.insert(
+                                key,
+                                Followed {
+                                    partition: p,
+                                    leader_epoch,
+                                    truncated: false,
+                                },
+                            );
+                        }
                     }
                 }
             }
