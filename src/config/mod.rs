@@ -15,6 +15,10 @@
 mod cluster;
 mod dynamic;
 
+/// KIP-848's server-side assignors and consumer-group settings, defined with the group
+/// coordinator.
+pub use crate::group::assignor::AssignorKind;
+pub use crate::group::consumer::ConsumerGroupSettings;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -157,6 +161,11 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("group.min.session.timeout.ms", Int, Some("6000"), Some(1), "Smallest session.timeout.ms a member may ask for (INVALID_SESSION_TIMEOUT below it)."),
     key("group.max.session.timeout.ms", Int, Some("1800000"), Some(1), "Largest session.timeout.ms a member may ask for (INVALID_SESSION_TIMEOUT above it)."),
     key("group.max.size", Int, Some("2147483647"), Some(1), "Most members one consumer group may have (GROUP_MAX_SIZE_REACHED above it)."),
+    key("group.coordinator.rebalance.protocols", List, Some("classic,consumer"), None, "The group protocols the coordinator speaks: classic (JoinGroup/SyncGroup) and consumer (KIP-848's ConsumerGroupHeartbeat, advertised only when listed); classic is required."),
+    key("group.consumer.session.timeout.ms", Int, Some("45000"), Some(1), "A consumer-protocol member (KIP-848) that sends no heartbeat for this long is removed from its group (ms)."),
+    key("group.consumer.heartbeat.interval.ms", Int, Some("5000"), Some(1), "How often consumer-protocol members (KIP-848) are told to heartbeat (ms)."),
+    key("group.consumer.assignors", List, Some("uniform,range"), None, "Server-side assignors of consumer-protocol groups (KIP-848), the first the default: uniform (balanced, sticky) and range; Kafka's class names (org.apache.kafka.coordinator.group.assignor.UniformAssignor, ...RangeAssignor) are accepted."),
+    key("group.consumer.max.size", Int, Some("2147483647"), Some(1), "Most members one consumer-protocol group may have (GROUP_MAX_SIZE_REACHED above it)."),
     key("offsets.topic.num.partitions", Int, Some("50"), Some(1), "Partitions of __consumer_offsets, fixed when it is first created."),
     key("offsets.topic.segment.bytes", Int, Some("104857600"), Some(14), "Segment size of __consumer_offsets (bytes)."),
     key("offsets.retention.minutes", Int, Some("10080"), Some(1), "Committed offsets of a group are dropped this long after it became empty (minutes)."),
@@ -879,6 +888,10 @@ pub struct GroupSettings {
     pub offsets_retention_check_interval_ms: u64,
     /// `offset.metadata.max.bytes`.
     pub offset_metadata_max_bytes: usize,
+    /// Whether `group.coordinator.rebalance.protocols` lists `consumer` (KIP-848).
+    pub consumer_protocol_enabled: bool,
+    /// `group.consumer.*` (KIP-848).
+    pub consumer: ConsumerGroupSettings,
 }
 
 /// The transaction coordinator's settings, Kafka's names (`TransactionStateManagerConfig`,
@@ -1056,6 +1069,15 @@ impl BrokerConfig {
                 offsets_retention_check_interval_ms: int("offsets.retention.check.interval.ms")?
                     as u64,
                 offset_metadata_max_bytes: int("offset.metadata.max.bytes")? as usize,
+                consumer_protocol_enabled: parse_rebalance_protocols(&text(
+                    "group.coordinator.rebalance.protocols",
+                ))?,
+                consumer: ConsumerGroupSettings {
+                    session_timeout_ms: int("group.consumer.session.timeout.ms")? as i32,
+                    heartbeat_interval_ms: int("group.consumer.heartbeat.interval.ms")? as i32,
+                    max_size: int("group.consumer.max.size")? as usize,
+                    assignors: parse_assignors(&text("group.consumer.assignors"))?,
+                },
             },
             transaction: TransactionSettings {
                 state_log_num_partitions: int("transaction.state.log.num.partitions")? as i32,
@@ -1189,6 +1211,66 @@ fn parse_admin_listener(text: &str) -> Result<Option<AdminListener>, ConfigError
 /// Errors: [`ConfigError::InvalidValue`] naming `log.dirs` when the list is empty, an entry
 /// is empty, or one directory is named twice (after making it absolute: two names of one
 /// directory would let two partitions logs share it; Kafka refuses duplicates too).
+/// `group.coordinator.rebalance.protocols`: whether `consumer` is listed. `classic` must
+/// be (as Kafka requires); `share` and `streams` are refused (not built).
+fn parse_rebalance_protocols(text: &str) -> Result<bool, ConfigError> {
+    let bad = |message: String| ConfigError::InvalidValue {
+        key: "group.coordinator.rebalance.protocols".to_string(),
+        message,
+    };
+    let mut consumer = false;
+    let mut classic = false;
+    for p in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match p.to_ascii_lowercase().as_str() {
+            "classic" => classic = true,
+            "consumer" => consumer = true,
+            other => {
+                return Err(bad(format!(
+                    "unknown or unsupported group protocol `{other}` (classic, consumer)"
+                )))
+            }
+        }
+    }
+    if !classic {
+        return Err(bad("the classic protocol must be enabled".to_string()));
+    }
+    Ok(consumer)
+}
+
+/// `group.consumer.assignors` as one of the static orders (the settings stay `Copy`).
+fn parse_assignors(text: &str) -> Result<&'static [AssignorKind], ConfigError> {
+    use AssignorKind::{Range, Uniform};
+    let mut kinds = Vec::new();
+    for name in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let short = name.rsplit('.').next().unwrap_or(name);
+        let kind = match short {
+            "uniform" | "UniformAssignor" => Uniform,
+            "range" | "RangeAssignor" => Range,
+            _ => {
+                return Err(ConfigError::InvalidValue {
+                    key: "group.consumer.assignors".to_string(),
+                    message: format!("unknown assignor `{name}` (uniform, range)"),
+                })
+            }
+        };
+        if !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    }
+    Ok(match kinds.as_slice() {
+        [Range, Uniform] => &[Range, Uniform],
+        [Range] => &[Range],
+        [Uniform] => &[Uniform],
+        [] => {
+            return Err(ConfigError::InvalidValue {
+                key: "group.consumer.assignors".to_string(),
+                message: "at least one assignor is needed".to_string(),
+            })
+        }
+        _ => &[Uniform, Range],
+    })
+}
+
 fn parse_log_dirs(text: &str) -> Result<Vec<PathBuf>, ConfigError> {
     let invalid = |message: String| ConfigError::InvalidValue {
         key: "log.dirs".into(),

@@ -18,6 +18,8 @@
 //! All state sits behind one `std` mutex, never held across `.await`; a parked request
 //! waits on its oneshot with the lock released.
 
+pub(crate) mod assignor;
+pub(crate) mod consumer;
 pub(crate) mod store;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -40,6 +42,7 @@ use crate::replica::ReplicationWait;
 /// Longest an offset commit waits for the in-sync replicas (Kafka's
 /// `offsets.commit.timeout.ms` default).
 pub(crate) const OFFSET_COMMIT_TIMEOUT_MS: u64 = 5000;
+pub(crate) use consumer::{ConsumerGroupDescription, ConsumerGroupSettings};
 pub(crate) use store::{CommittedOffset, OffsetStore, StoreRecord, OFFSETS_TOPIC};
 
 /// A group's state (Kafka's `GroupState`, names as ListGroups/DescribeGroups report them).
@@ -293,8 +296,13 @@ pub struct GroupListing {
     pub group_id: String,
     /// Protocol type ("" for groups that only hold offsets).
     pub protocol_type: String,
-    /// State.
+    /// State (of a classic group; a consumer-protocol group's is in `state_name`).
     pub state: GroupState,
+    /// The state's name as ListGroups reports it ("Stable", ..., and for
+    /// consumer-protocol groups "Assigning" / "Reconciling").
+    pub state_name: &'static str,
+    /// "classic" or "consumer" (ListGroups v5, KIP-848).
+    pub group_type: &'static str,
 }
 
 struct Member {
@@ -359,6 +367,10 @@ struct Group {
     pending_txn: BTreeMap<i64, BTreeMap<(String, i32), CommittedOffset>>,
     /// Wall-clock time the group last became empty (offset expiry, KIP-211).
     empty_since_ms: Option<i64>,
+    /// Set for a group of the consumer protocol (KIP-848, `consumer.rs`); its classic
+    /// fields then stay unused but `state`, which mirrors it: Empty with no members,
+    /// else Stable (so offset expiry, deletion and simple commits treat both kinds alike).
+    consumer: Option<Box<consumer::ConsumerGroup>>,
 }
 
 impl Group {
@@ -379,18 +391,40 @@ impl Group {
             offsets: BTreeMap::new(),
             pending_txn: BTreeMap::new(),
             empty_since_ms: Some(now_ms()),
+            consumer: None,
         }
     }
 
     /// A group as `__consumer_offsets` left it: Empty, with its protocol type,
     /// generation and committed offsets (members rejoin).
-    fn loaded(id: &str, loaded: store::LoadedGroup) -> Group {
+    fn loaded(id: &str, loaded: store::LoadedGroup, settings: &ConsumerGroupSettings) -> Group {
         let mut g = Group::new(id);
         g.protocol_type = loaded.protocol_type.filter(|p| !p.is_empty());
         g.generation = loaded.generation_id;
         g.offsets = loaded.offsets;
         g.pending_txn = loaded.pending;
+        if let Some(epoch) = loaded.consumer_group_epoch {
+            g.protocol_type = Some("consumer".to_string());
+            g.consumer = Some(Box::new(consumer::ConsumerGroup::new(epoch, settings)));
+        }
         g
+    }
+
+    /// Keeps `state` in step with a consumer-protocol group's members.
+    fn sync_consumer_state(&mut self) {
+        let Some(c) = &self.consumer else { return };
+        let empty = c.is_empty();
+        if empty && self.state != GroupState::Empty {
+            self.empty_since_ms = Some(now_ms());
+        }
+        if !empty {
+            self.empty_since_ms = None;
+        }
+        self.state = if empty {
+            GroupState::Empty
+        } else {
+            GroupState::Stable
+        };
     }
 
     fn max_rebalance_timeout_ms(&self) -> u64 {
@@ -707,6 +741,16 @@ struct Prepared {
     accepted: Vec<(usize, (String, i32), CommittedOffset)>,
 }
 
+/// The tombstones removing a group's metadata record (a classic group's, and a
+/// consumer-protocol group's when it is one).
+fn group_tombstones(g: &Group) -> Vec<StoreRecord> {
+    let mut out = vec![StoreRecord::group_tombstone(&g.id)];
+    if g.consumer.is_some() {
+        out.push(StoreRecord::consumer_group_tombstone(&g.id));
+    }
+    out
+}
+
 fn new_member_id(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::new_v4())
 }
@@ -750,7 +794,7 @@ impl GroupCoordinator {
         let loaded = store.load()?;
         let mut groups = HashMap::new();
         for (id, l) in loaded {
-            groups.insert(id.clone(), Group::loaded(&id, l));
+            groups.insert(id.clone(), Group::loaded(&id, l, &settings.consumer));
         }
         if !groups.is_empty() {
             tracing::info!(
@@ -805,7 +849,7 @@ impl GroupCoordinator {
             let mut groups = self.lock();
             groups.retain(|id, _| partition_for(id, partitions) != index);
             for (id, l) in found {
-                groups.insert(id.clone(), Group::loaded(&id, l));
+                groups.insert(id.clone(), Group::loaded(&id, l, &self.settings.consumer));
             }
         }
         loaded.insert(index, epoch);
@@ -876,6 +920,146 @@ impl GroupCoordinator {
         Ok(())
     }
 
+    /// An empty consumer-protocol group becomes a classic one, keeping its committed
+    /// offsets (KIP-848's downgrade of an empty group), as a classic member joins it.
+    fn convert_to_classic(&self, g: &mut Group) {
+        let records = [StoreRecord::consumer_group_tombstone(&g.id)];
+        if let Err(e) = self.store.append(&g.id, &records) {
+            tracing::warn!(group = %g.id, error = %e, "cannot store the conversion to a classic group");
+        }
+        if let Some(c) = g.consumer.take() {
+            g.generation = c.group_epoch();
+        }
+        g.protocol_type = None;
+        g.state = GroupState::Empty;
+        tracing::info!(group = %g.id, "empty consumer-protocol group converted to the classic protocol");
+    }
+
+    /// ConsumerGroupHeartbeat (key 68, KIP-848): joins, heartbeats and leaves of
+    /// consumer-protocol members, answered at once (never parked). A new group is made on
+    /// a join (epoch 0); an empty classic group is converted, keeping its offsets.
+    ///
+    /// Errors (in the result): INVALID_REQUEST (42) for an empty group id, INVALID_GROUP_ID
+    /// (24) for one over 32767 bytes, COORDINATOR_NOT_AVAILABLE (15), GROUP_ID_NOT_FOUND
+    /// (69) for a classic group with members (online migration is not supported),
+    /// UNKNOWN_MEMBER_ID (25) for a heartbeat to no group; the rest as
+    /// [`consumer::ConsumerGroup::heartbeat`].
+    pub(crate) fn consumer_heartbeat(
+        &self,
+        req: &consumer::HeartbeatRequest,
+    ) -> consumer::HeartbeatResult {
+        use consumer::HeartbeatResult;
+        if req.group_id.is_empty() {
+            return HeartbeatResult::error(
+                ResponseError::InvalidRequest,
+                "GroupId can't be empty.",
+            );
+        }
+        if let Some(e) = check_group_id(&req.group_id, false) {
+            return HeartbeatResult::error(e, "The group id is too long.");
+        }
+        if let Err(e) = self.ensure_offsets_topic() {
+            return HeartbeatResult::error(e, "The group coordinator is not available.");
+        }
+        let image = self.metadata.image();
+        let now = Instant::now();
+        let settings = self.settings.consumer;
+        let mut groups = self.lock();
+        let mut records = Vec::new();
+        if !groups.contains_key(&req.group_id) {
+            if req.member_epoch != 0 {
+                return HeartbeatResult::error(
+                    ResponseError::UnknownMemberId,
+                    format!("Consumer group {} not found.", req.group_id),
+                );
+            }
+            groups.insert(req.group_id.clone(), Group::new(&req.group_id));
+        }
+        let Some(g) = groups.get_mut(&req.group_id) else {
+            return HeartbeatResult::error(ResponseError::CoordinatorNotAvailable, "");
+        };
+        if g.state == GroupState::Dead {
+            return HeartbeatResult::error(ResponseError::CoordinatorNotAvailable, "");
+        }
+        if g.consumer.is_none() {
+            if g.state != GroupState::Empty || !g.members.is_empty() || !g.pending.is_empty() {
+                return HeartbeatResult::error(
+                    ResponseError::GroupIdNotFound,
+                    format!(
+                        "Group {} is not a consumer group (it has classic members).",
+                        req.group_id
+                    ),
+                );
+            }
+            if req.member_epoch != 0 {
+                return HeartbeatResult::error(
+                    ResponseError::UnknownMemberId,
+                    format!("Consumer group {} not found.", req.group_id),
+                );
+            }
+            if g.protocol_type.is_some() {
+                records.push(StoreRecord::group_tombstone(&g.id));
+                tracing::info!(group = %g.id, "empty classic group converted to the consumer protocol");
+            }
+            g.consumer = Some(Box::new(consumer::ConsumerGroup::new(
+                g.generation.max(0),
+                &settings,
+            )));
+            g.protocol_type = Some("consumer".to_string());
+            g.protocol = None;
+            g.leader = None;
+        }
+        let Some(c) = g.consumer.as_mut() else {
+            return HeartbeatResult::error(ResponseError::CoordinatorNotAvailable, "");
+        };
+        let epoch_before = c.group_epoch();
+        let result = c.heartbeat(req, now, &image, &settings);
+        if c.group_epoch() != epoch_before || !records.is_empty() {
+            records.push(StoreRecord::consumer_group(&g.id, c.group_epoch()));
+        }
+        g.sync_consumer_state();
+        if !records.is_empty() {
+            if let Err(e) = self.store.append(&g.id, &records) {
+                tracing::warn!(group = %g.id, error = %e, "cannot store consumer group metadata");
+            }
+        }
+        result
+    }
+
+    /// ConsumerGroupDescribe (key 69, KIP-848) of one group.
+    ///
+    /// Errors: GROUP_ID_NOT_FOUND (69) for no group or a classic one, with a message.
+    pub(crate) fn consumer_describe(
+        &self,
+        group_id: &str,
+    ) -> Result<ConsumerGroupDescription, (ResponseError, String)> {
+        let groups = self.lock();
+        let Some(g) = groups.get(group_id).filter(|g| g.state != GroupState::Dead) else {
+            return Err((
+                ResponseError::GroupIdNotFound,
+                format!("Group {group_id} not found."),
+            ));
+        };
+        match &g.consumer {
+            Some(c) => Ok(c.describe(&self.metadata.image())),
+            None => Err((
+                ResponseError::GroupIdNotFound,
+                format!("Group {group_id} is not a consumer group."),
+            )),
+        }
+    }
+
+    /// "consumer" or "classic" for an existing group (KIP-848 group types).
+    pub fn group_type(&self, group_id: &str) -> Option<&'static str> {
+        self.lock().get(group_id).map(|g| {
+            if g.consumer.is_some() {
+                "consumer"
+            } else {
+                "classic"
+            }
+        })
+    }
+
     /// JoinGroup: answers at once (errors, MEMBER_ID_REQUIRED, a rejoin that changes
     /// nothing) or when the join phase completes.
     ///
@@ -921,6 +1105,15 @@ impl GroupCoordinator {
         };
         if g.state == GroupState::Dead {
             return err(ResponseError::CoordinatorNotAvailable);
+        }
+        if let Some(c) = &g.consumer {
+            if !c.is_empty() {
+                // Classic members inside a consumer-protocol group (KIP-848's online
+                // migration) are not supported: the group must empty first.
+                tracing::info!(group = %g.id, "classic JoinGroup refused: the group has consumer-protocol members");
+                return err(ResponseError::InconsistentGroupProtocol);
+            }
+            self.convert_to_classic(g);
         }
         if !g.supports(&req.protocol_type, &req.protocols) {
             return err(ResponseError::InconsistentGroupProtocol);
@@ -1373,7 +1566,14 @@ impl GroupCoordinator {
             return all(ResponseError::CoordinatorNotAvailable);
         };
         let simple = req.generation_id < 0 && g.state == GroupState::Empty;
-        if !simple {
+        if let Some(c) = g.consumer.as_mut() {
+            if !simple {
+                if let Err(e) = c.validate_member(&req.member_id, req.generation_id, Instant::now())
+                {
+                    return all(e);
+                }
+            }
+        } else if !simple {
             if g.state == GroupState::Dead {
                 return all(ResponseError::CoordinatorNotAvailable);
             }
@@ -1501,7 +1701,14 @@ impl GroupCoordinator {
         if g.state == GroupState::Dead {
             return all(ResponseError::CoordinatorNotAvailable);
         }
-        if let Some(instance) = &req.group_instance_id {
+        if let Some(c) = g.consumer.as_mut() {
+            if !req.member_id.is_empty() || req.generation_id >= 0 {
+                if let Err(e) = c.validate_member(&req.member_id, req.generation_id, Instant::now())
+                {
+                    return all(e);
+                }
+            }
+        } else if let Some(instance) = &req.group_instance_id {
             if g.static_members
                 .get(instance)
                 .is_some_and(|current| current != &req.member_id)
@@ -1509,10 +1716,13 @@ impl GroupCoordinator {
                 return all(ResponseError::FencedInstanceId);
             }
         }
-        if !req.member_id.is_empty() && !g.members.contains_key(&req.member_id) {
+        if g.consumer.is_none()
+            && !req.member_id.is_empty()
+            && !g.members.contains_key(&req.member_id)
+        {
             return all(ResponseError::UnknownMemberId);
         }
-        if req.generation_id >= 0 && req.generation_id != g.generation {
+        if g.consumer.is_none() && req.generation_id >= 0 && req.generation_id != g.generation {
             return all(ResponseError::IllegalGeneration);
         }
         let Prepared {
@@ -1623,6 +1833,15 @@ impl GroupCoordinator {
                 group_id: g.id.clone(),
                 protocol_type: g.protocol_type.clone().unwrap_or_default(),
                 state: g.state,
+                state_name: match &g.consumer {
+                    Some(c) => c.state_name(),
+                    None => g.state.name(),
+                },
+                group_type: if g.consumer.is_some() {
+                    "consumer"
+                } else {
+                    "classic"
+                },
             })
             .collect();
         out.sort_by(|a, b| a.group_id.cmp(&b.group_id));
@@ -1632,7 +1851,7 @@ impl GroupCoordinator {
     /// DescribeGroups for one group; `None` if it does not exist.
     pub fn describe(&self, group_id: &str) -> Option<GroupDescription> {
         let groups = self.lock();
-        let g = groups.get(group_id)?;
+        let g = groups.get(group_id).filter(|g| g.consumer.is_none())?;
         let stable = g.state == GroupState::Stable;
         let protocol = if stable {
             g.protocol.clone().unwrap_or_default()
@@ -1684,7 +1903,7 @@ impl GroupCoordinator {
             .keys()
             .map(|(t, p)| StoreRecord::offset_tombstone(group_id, t, *p))
             .collect();
-        records.push(StoreRecord::group_tombstone(group_id));
+        records.extend(group_tombstones(g));
         if let Err(e) = self.store.append(group_id, &records) {
             tracing::error!(group = group_id, error = %e, "group not deleted");
             return Some(ResponseError::CoordinatorNotAvailable);
@@ -1707,7 +1926,11 @@ impl GroupCoordinator {
         let Some(g) = groups.get_mut(group_id) else {
             return Err(ResponseError::GroupIdNotFound);
         };
-        let subscribed = if g.members.is_empty() {
+        let subscribed = if let Some(c) = &g.consumer {
+            c.subscribed_topics(&self.metadata.image())
+                .into_iter()
+                .collect()
+        } else if g.members.is_empty() {
             Vec::new()
         } else {
             match g.subscribed_topics() {
@@ -1772,6 +1995,20 @@ impl GroupCoordinator {
     pub fn expire(&self, now: Instant) {
         let mut groups = self.lock();
         for g in groups.values_mut() {
+            if let Some(c) = g.consumer.as_mut() {
+                let gone = c.expire(now, &self.settings.consumer);
+                if !gone.is_empty() {
+                    for (member, reason) in &gone {
+                        tracing::info!(group = %g.id, member = %member, group_epoch = c.group_epoch(), "consumer group member removed: {reason}");
+                    }
+                    let record = StoreRecord::consumer_group(&g.id, c.group_epoch());
+                    if let Err(e) = self.store.append(&g.id, &[record]) {
+                        tracing::warn!(group = %g.id, error = %e, "cannot store consumer group metadata");
+                    }
+                    g.sync_consumer_state();
+                }
+                continue;
+            }
             let before = g.pending.len();
             g.pending.retain(|_, deadline| *deadline > now);
             if g.pending.len() != before {
@@ -1865,7 +2102,7 @@ impl GroupCoordinator {
                 .collect();
             let now_dead = expired.len() == g.offsets.len() && g.pending.is_empty();
             if now_dead {
-                records.push(StoreRecord::group_tombstone(&g.id));
+                records.extend(group_tombstones(g));
             }
             if records.is_empty() {
                 continue;
@@ -1930,5 +2167,7 @@ impl GroupCoordinator {
     }
 }
 
+#[cfg(test)]
+mod consumer_tests;
 #[cfg(test)]
 mod tests;

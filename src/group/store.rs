@@ -48,6 +48,9 @@ pub(crate) struct LoadedGroup {
     /// Offsets committed in transactions with no marker yet, by producer id
     /// (TxnOffsetCommit; they count once the COMMIT marker is written).
     pub pending: BTreeMap<i64, BTreeMap<(String, i32), CommittedOffset>>,
+    /// The group epoch of a consumer-protocol group (KIP-848's `ConsumerGroupMetadata`
+    /// record), if the group is one.
+    pub consumer_group_epoch: Option<i32>,
 }
 
 /// A record to append: key bytes and value bytes (`None` is a tombstone).
@@ -173,7 +176,37 @@ fn group_value(
     b.freeze()
 }
 
+/// Key of a consumer-protocol group's metadata record (KIP-848 `ConsumerGroupMetadataKey`):
+/// version 3, group.
+fn consumer_group_key(group: &str) -> Bytes {
+    let mut b = BytesMut::with_capacity(4 + group.len());
+    b.put_i16(3);
+    put_string(&mut b, group);
+    b.freeze()
+}
+
 impl StoreRecord {
+    /// A consumer-protocol group's metadata (`ConsumerGroupMetadataValue` v0, a flexible
+    /// version: the group epoch, then no tagged fields).
+    pub(crate) fn consumer_group(group: &str, group_epoch: i32) -> StoreRecord {
+        let mut v = BytesMut::with_capacity(7);
+        v.put_i16(0);
+        v.put_i32(group_epoch);
+        v.put_u8(0);
+        StoreRecord {
+            key: consumer_group_key(group),
+            value: Some(v.freeze()),
+        }
+    }
+
+    /// Removes a consumer-protocol group's metadata (deleted, or converted to classic).
+    pub(crate) fn consumer_group_tombstone(group: &str) -> StoreRecord {
+        StoreRecord {
+            key: consumer_group_key(group),
+            value: None,
+        }
+    }
+
     /// An offset commit.
     pub(crate) fn offset(
         group: &str,
@@ -230,6 +263,10 @@ enum Decoded {
     Group {
         group: String,
         value: Option<(String, i32)>,
+    },
+    ConsumerGroup {
+        group: String,
+        epoch: Option<i32>,
     },
 }
 
@@ -298,6 +335,21 @@ fn decode_record(key: &Bytes, value: Option<&Bytes>) -> Option<Decoded> {
                 }
             };
             Some(Decoded::Group { group, value })
+        }
+        3 => {
+            let group = get_string(&mut k)?;
+            let epoch = match value {
+                None => None,
+                Some(v) => {
+                    let mut v = v.clone();
+                    if v.remaining() < 6 {
+                        return None;
+                    }
+                    let _version = v.get_i16();
+                    Some(v.get_i32())
+                }
+            };
+            Some(Decoded::ConsumerGroup { group, epoch })
         }
         _ => None,
     }
@@ -456,7 +508,9 @@ fn groups_of(records: Vec<crate::internal_topic::ReplayedRecord>) -> BTreeMap<St
             ),
         }
     }
-    groups.retain(|_, g| g.protocol_type.is_some() || !g.offsets.is_empty());
+    groups.retain(|_, g| {
+        g.protocol_type.is_some() || g.consumer_group_epoch.is_some() || !g.offsets.is_empty()
+    });
     groups
 }
 
@@ -485,9 +539,20 @@ fn apply(groups: &mut BTreeMap<String, LoadedGroup>, d: Decoded) {
                 g.generation_id = generation_id;
             }
             None => {
-                groups.remove(&group);
+                if let Some(g) = groups.get_mut(&group) {
+                    // A group converted to the consumer protocol keeps its offsets.
+                    g.protocol_type = None;
+                    g.generation_id = 0;
+                }
             }
         },
+        Decoded::ConsumerGroup { group, epoch } => {
+            if let Some(g) = groups.get_mut(&group) {
+                g.consumer_group_epoch = epoch;
+            } else if let Some(epoch) = epoch {
+                groups.entry(group).or_default().consumer_group_epoch = Some(epoch);
+            }
+        }
     }
 }
 

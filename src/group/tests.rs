@@ -9,9 +9,9 @@ use crate::cluster::{Metadata, NewTopic};
 use crate::config::BrokerConfig;
 use crate::purgatory::Purgatory;
 
-struct Fixture {
-    dir: tempfile::TempDir,
-    coord: Arc<GroupCoordinator>,
+pub(super) struct Fixture {
+    pub(super) dir: tempfile::TempDir,
+    pub(super) coord: Arc<GroupCoordinator>,
 }
 
 fn settings(delay_ms: u64) -> GroupSettings {
@@ -26,12 +26,22 @@ fn settings(delay_ms: u64) -> GroupSettings {
         offsets_retention_ms: 60_000,
         offsets_retention_check_interval_ms: 1000,
         offset_metadata_max_bytes: 16,
+        consumer_protocol_enabled: true,
+        consumer: crate::config::ConsumerGroupSettings {
+            session_timeout_ms: 45_000,
+            heartbeat_interval_ms: 5_000,
+            max_size: 100,
+            assignors: &[
+                crate::config::AssignorKind::Uniform,
+                crate::config::AssignorKind::Range,
+            ],
+        },
     }
 }
 
 /// A coordinator over the broker state in `dir` (created with topics "t" (4 partitions)
 /// and "u" (2) when new), as a restarted broker would build it.
-fn open_in(dir: &Path, delay_ms: u64) -> Arc<GroupCoordinator> {
+pub(super) fn open_in(dir: &Path, delay_ms: u64) -> Arc<GroupCoordinator> {
     let mut config = BrokerConfig::defaults();
     config.set_single_dir(dir);
     config.group = settings(delay_ms);
@@ -53,13 +63,13 @@ fn open_in(dir: &Path, delay_ms: u64) -> Arc<GroupCoordinator> {
     Arc::new(GroupCoordinator::open(metadata, replicas, config.group).unwrap())
 }
 
-fn fixture(delay_ms: u64) -> Fixture {
+pub(super) fn fixture(delay_ms: u64) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let coord = open_in(dir.path(), delay_ms);
     Fixture { dir, coord }
 }
 
-fn join_req(group: &str, member_id: &str, metadata: &'static [u8]) -> JoinRequest {
+pub(super) fn join_req(group: &str, member_id: &str, metadata: &'static [u8]) -> JoinRequest {
     JoinRequest {
         group_id: group.into(),
         member_id: member_id.into(),
@@ -77,7 +87,7 @@ fn join_req(group: &str, member_id: &str, metadata: &'static [u8]) -> JoinReques
     }
 }
 
-fn sync_req(group: &str, generation_id: i32, member_id: &str) -> SyncRequest {
+pub(super) fn sync_req(group: &str, generation_id: i32, member_id: &str) -> SyncRequest {
     SyncRequest {
         group_id: group.into(),
         generation_id,
@@ -488,7 +498,9 @@ async fn commits_are_checked_and_survive_a_restart() {
         vec![GroupListing {
             group_id: "simple".into(),
             protocol_type: String::new(),
-            state: GroupState::Empty
+            state: GroupState::Empty,
+            state_name: "Empty",
+            group_type: "classic",
         }]
     );
 }

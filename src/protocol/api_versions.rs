@@ -8,14 +8,24 @@
 //! Errors returned: UNSUPPORTED_VERSION (35).
 
 use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::ApiKey;
 use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
 use kafka_protocol::ResponseError;
 
 use super::SUPPORTED_APIS;
 
-fn api_keys() -> Vec<ApiVersion> {
+/// The advertised APIs: all of [`SUPPORTED_APIS`], but KIP-848's two when the consumer
+/// group protocol is off (`group.coordinator.rebalance.protocols`), as Kafka does.
+fn api_keys(consumer_protocol: bool) -> Vec<ApiVersion> {
     SUPPORTED_APIS
         .iter()
+        .filter(|a| {
+            consumer_protocol
+                || !matches!(
+                    a.key,
+                    ApiKey::ConsumerGroupHeartbeat | ApiKey::ConsumerGroupDescribe
+                )
+        })
         .map(|a| {
             ApiVersion::default()
                 .with_api_key(a.key as i16)
@@ -26,10 +36,14 @@ fn api_keys() -> Vec<ApiVersion> {
 }
 
 /// Handles a decodable ApiVersions request.
-pub(super) fn handle(_request: ApiVersionsRequest, _version: i16) -> ApiVersionsResponse {
+pub(super) fn handle(
+    _request: ApiVersionsRequest,
+    _version: i16,
+    consumer_protocol: bool,
+) -> ApiVersionsResponse {
     ApiVersionsResponse::default()
         .with_error_code(0)
-        .with_api_keys(api_keys())
+        .with_api_keys(api_keys(consumer_protocol))
 }
 
 /// The answer to an ApiVersions request at a version weir does not know, to be encoded as
@@ -37,5 +51,5 @@ pub(super) fn handle(_request: ApiVersionsRequest, _version: i16) -> ApiVersions
 pub(super) fn unsupported_version() -> ApiVersionsResponse {
     ApiVersionsResponse::default()
         .with_error_code(ResponseError::UnsupportedVersion.code())
-        .with_api_keys(api_keys())
+        .with_api_keys(api_keys(true))
 }

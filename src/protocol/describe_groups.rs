@@ -3,6 +3,8 @@
 //! field keeps its "not requested" default), KIP-1043 (v6: error message, and
 //! GROUP_ID_NOT_FOUND for a group that does not exist).
 //!
+//! A consumer-protocol group (KIP-848) is not described here, as Kafka: GROUP_ID_NOT_FOUND
+//! (v6+) with a message saying so; ConsumerGroupDescribe describes it.
 //! Before v6 an unknown group is described as state "Dead" with no error, as Kafka does.
 //! Member metadata and assignment are filled only for Stable groups (Kafka's `summary`).
 //! Per group: NOT_COORDINATOR (16) on a broker that does not coordinate the group
@@ -35,12 +37,16 @@ pub(super) fn handle(
                     .with_group_state(StrBytes::from_static_str(GroupState::Dead.name()))
                     .with_protocol_type(StrBytes::default())
                     .with_protocol_data(StrBytes::default());
+                let message = match ctx.groups.group_type(id.0.as_str()) {
+                    Some(kind) => format!(
+                        "Group {} is not a classic group (it is a {kind} group).",
+                        id.0.as_str()
+                    ),
+                    None => format!("Group {} not found.", id.0.as_str()),
+                };
                 return if version >= 6 {
                     out.with_error_code(ResponseError::GroupIdNotFound.code())
-                        .with_error_message(Some(StrBytes::from_string(format!(
-                            "Group {} not found.",
-                            id.0.as_str()
-                        ))))
+                        .with_error_message(Some(StrBytes::from_string(message)))
                 } else {
                     out
                 };

@@ -1,5 +1,5 @@
 //! ListGroups (key 16), v0–v5. Protocol guide "ListGroups"; KIP-518 (v4: states filter),
-//! KIP-848 (v5: types filter; every group here is "classic").
+//! KIP-848 (v5: types filter; "classic" or "consumer").
 //!
 //! State names compare case-insensitively, as Kafka's `ConsumerGroupState.parse`.
 
@@ -29,17 +29,17 @@ pub(super) fn handle(
         .groups
         .list()
         .into_iter()
-        .filter(|g| states.is_empty() || states.contains(&g.state.name().to_ascii_lowercase()))
-        .filter(|_| types.is_empty() || types.iter().any(|t| t == "classic"))
+        .filter(|g| states.is_empty() || states.contains(&g.state_name.to_ascii_lowercase()))
+        .filter(|g| types.is_empty() || types.iter().any(|t| t == g.group_type))
         .map(|g| {
             let mut out = ListedGroup::default()
                 .with_group_id(GroupId(StrBytes::from_string(g.group_id)))
                 .with_protocol_type(StrBytes::from_string(g.protocol_type));
             if version >= 4 {
-                out = out.with_group_state(StrBytes::from_static_str(g.state.name()));
+                out = out.with_group_state(StrBytes::from_static_str(g.state_name));
             }
             if version >= 5 {
-                out = out.with_group_type(StrBytes::from_static_str("classic"));
+                out = out.with_group_type(StrBytes::from_static_str(g.group_type));
             }
             out
         })

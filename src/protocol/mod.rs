@@ -31,6 +31,8 @@ mod alter_configs;
 mod alter_partition_reassignments;
 mod alter_replica_log_dirs;
 mod api_versions;
+mod consumer_group_describe;
+mod consumer_group_heartbeat;
 mod create_partitions;
 mod create_topics;
 mod delete_groups;
@@ -134,6 +136,10 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::DescribeProducers, 0, 0),
     api(ApiKey::DescribeTransactions, 0, 0),
     api(ApiKey::ListTransactions, 0, 1),
+    // KIP-848; not advertised when group.coordinator.rebalance.protocols leaves out
+    // `consumer` (api_versions.rs).
+    api(ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    api(ApiKey::ConsumerGroupDescribe, 0, 1),
 ];
 
 /// The supported range of `key`, if it is implemented.
@@ -412,7 +418,17 @@ async fn dispatch(
     peer: SocketAddr,
 ) -> Option<ResponseKind> {
     Some(match request {
-        RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(r, version)),
+        RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(
+            r,
+            version,
+            ctx.config.group.consumer_protocol_enabled,
+        )),
+        RequestKind::ConsumerGroupHeartbeat(r) => ResponseKind::ConsumerGroupHeartbeat(
+            consumer_group_heartbeat::handle(ctx, r, version, client_id, peer),
+        ),
+        RequestKind::ConsumerGroupDescribe(r) => {
+            ResponseKind::ConsumerGroupDescribe(consumer_group_describe::handle(ctx, r, version))
+        }
         RequestKind::Metadata(r) => ResponseKind::Metadata(metadata::handle(ctx, r, version)),
         RequestKind::Produce(r) => {
             return produce::handle(ctx, r, version, client_id)

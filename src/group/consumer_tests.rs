@@ -1,0 +1,338 @@
+//! The consumer protocol (KIP-848) through the coordinator: joins, incremental
+//! revocation before assignment, epochs and fencing, sessions, static members, commits,
+//! conversion from and to classic groups, reload. Virtual time (`start_paused`).
+
+use std::collections::BTreeSet;
+
+use super::consumer::{HeartbeatRequest, HeartbeatResult};
+use super::tests::{fixture, open_in};
+use super::*;
+
+fn join(group: &str, member: &str, topics: &[&str]) -> HeartbeatRequest {
+    HeartbeatRequest {
+        group_id: group.into(),
+        member_id: member.into(),
+        member_epoch: 0,
+        rebalance_timeout_ms: 30_000,
+        subscribed_topic_names: Some(topics.iter().map(|t| t.to_string()).collect()),
+        owned: Some(Vec::new()),
+        client_id: "c".into(),
+        client_host: "/127.0.0.1".into(),
+        version: 1,
+        ..HeartbeatRequest::default()
+    }
+}
+
+/// A heartbeat at `epoch` saying the member holds `owned` partitions of "t".
+fn beat(
+    c: &GroupCoordinator,
+    group: &str,
+    member: &str,
+    epoch: i32,
+    owned: &[i32],
+) -> HeartbeatResult {
+    let id = c.metadata.image().topic("t").unwrap().id;
+    c.consumer_heartbeat(&HeartbeatRequest {
+        group_id: group.into(),
+        member_id: member.into(),
+        member_epoch: epoch,
+        rebalance_timeout_ms: -1,
+        owned: Some(vec![(id, owned.to_vec())]),
+        version: 1,
+        ..HeartbeatRequest::default()
+    })
+}
+
+/// The partitions of "t" in an answer's assignment.
+fn parts(c: &GroupCoordinator, r: &HeartbeatResult) -> Option<BTreeSet<i32>> {
+    let id = c.metadata.image().topic("t").unwrap().id;
+    r.assignment.as_ref().map(|a| {
+        a.iter()
+            .filter(|(t, _)| *t == id)
+            .flat_map(|(_, p)| p.iter().copied())
+            .collect()
+    })
+}
+
+fn set(p: &[i32]) -> Option<BTreeSet<i32>> {
+    Some(p.iter().copied().collect())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_second_member_gets_partitions_only_after_the_first_revokes_them() {
+    let f = fixture(0);
+    let c = &f.coord;
+    let a = c.consumer_heartbeat(&join("g", "A", &["t"]));
+    assert_eq!(a.error, None);
+    assert_eq!(a.member_epoch, 1);
+    assert_eq!(parts(c, &a), set(&[0, 1, 2, 3]));
+    assert_eq!(c.list()[0].group_type, "consumer");
+    assert_eq!(c.list()[0].state_name, "Stable");
+
+    let b = c.consumer_heartbeat(&join("g", "B", &["t"]));
+    assert_eq!(b.error, None);
+    // B's partitions are still A's: B is at the new epoch with nothing yet.
+    assert_eq!(b.member_epoch, 2);
+    assert_eq!(parts(c, &b), set(&[]));
+    assert_eq!(c.list()[0].state_name, "Reconciling");
+
+    // A is told to give up two partitions first, keeping its epoch.
+    let a = beat(c, "g", "A", 1, &[0, 1, 2, 3]);
+    assert_eq!(a.error, None);
+    assert_eq!(a.member_epoch, 1);
+    let kept = parts(c, &a).unwrap();
+    assert_eq!(kept.len(), 2);
+    // Until A acknowledges, B gets nothing.
+    let b = beat(c, "g", "B", 2, &[]);
+    assert_eq!(b.member_epoch, 2);
+    assert!(parts(c, &b).is_none_or(|p| p.is_empty()));
+    // A acknowledges: it moves to the new epoch with what it kept...
+    let kept: Vec<i32> = kept.into_iter().collect();
+    let a = beat(c, "g", "A", 1, &kept);
+    assert_eq!(a.member_epoch, 2);
+    // ...and B gets the rest.
+    let b = beat(c, "g", "B", 2, &[]);
+    let theirs = parts(c, &b).unwrap();
+    assert_eq!(theirs.len(), 2);
+    assert!(theirs.iter().all(|p| !kept.contains(p)));
+    let theirs: Vec<i32> = theirs.into_iter().collect();
+    let b = beat(c, "g", "B", 2, &theirs);
+    assert_eq!(b.assignment, None, "nothing changed: no assignment sent");
+    assert_eq!(c.list()[0].state_name, "Stable");
+    let d = c.consumer_describe("g").unwrap();
+    assert_eq!(
+        (d.group_epoch, d.assignment_epoch, d.state),
+        (2, 2, "Stable")
+    );
+    assert_eq!(d.assignor_name, "uniform");
+    for m in &d.members {
+        assert_eq!(m.member_epoch, 2);
+        assert_eq!(m.assignment, m.target_assignment);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wrong_epochs_and_unknown_members_are_fenced() {
+    let f = fixture(0);
+    let c = &f.coord;
+    let a = c.consumer_heartbeat(&join("g", "A", &["t"]));
+    assert_eq!(a.member_epoch, 1);
+    assert_eq!(
+        beat(c, "g", "A", 5, &[0, 1, 2, 3]).error,
+        Some(ResponseError::FencedMemberEpoch)
+    );
+    assert_eq!(
+        beat(c, "g", "nobody", 1, &[]).error,
+        Some(ResponseError::UnknownMemberId)
+    );
+    assert_eq!(
+        beat(c, "other", "A", 1, &[]).error,
+        Some(ResponseError::UnknownMemberId)
+    );
+    let mut bad = join("g", "C", &["t"]);
+    bad.server_assignor = Some("sticky".into());
+    assert_eq!(
+        c.consumer_heartbeat(&bad).error,
+        Some(ResponseError::UnsupportedAssignor)
+    );
+    let mut bad = join("g", "C", &[]);
+    bad.subscribed_topic_names = None;
+    assert_eq!(
+        c.consumer_heartbeat(&bad).error,
+        Some(ResponseError::InvalidRequest)
+    );
+    let mut bad = join("g", "C", &[]);
+    bad.subscribed_topic_regex = Some("(".into());
+    assert_eq!(
+        c.consumer_heartbeat(&bad).error,
+        Some(ResponseError::InvalidRegularExpression)
+    );
+    let mut bad = join("", "C", &["t"]);
+    bad.group_id.clear();
+    assert_eq!(
+        c.consumer_heartbeat(&bad).error,
+        Some(ResponseError::InvalidRequest)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_silent_member_is_removed_after_its_session_and_the_other_gets_everything() {
+    let f = fixture(0);
+    let c = &f.coord;
+    c.consumer_heartbeat(&join("g", "A", &["t"]));
+    c.consumer_heartbeat(&join("g", "B", &["t"]));
+    let a = beat(c, "g", "A", 1, &[0, 1, 2, 3]);
+    let kept: Vec<i32> = parts(c, &a).unwrap().into_iter().collect();
+    beat(c, "g", "A", 1, &kept);
+    for _ in 0..10 {
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let a = beat(
+            c,
+            "g",
+            "A",
+            c.consumer_describe("g").unwrap().members[0].member_epoch,
+            &kept,
+        );
+        assert_eq!(a.error, None);
+        c.expire(Instant::now());
+    }
+    let d = c.consumer_describe("g").unwrap();
+    assert_eq!(d.members.len(), 1, "B timed out");
+    let epoch = d.members[0].member_epoch;
+    let a = beat(c, "g", "A", epoch, &kept);
+    assert_eq!(parts(c, &a), set(&[0, 1, 2, 3]));
+    assert!(a.member_epoch > epoch);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_static_member_coming_back_keeps_its_partitions_without_a_rebalance() {
+    let f = fixture(0);
+    let c = &f.coord;
+    let mut a = join("g", "A1", &["t"]);
+    a.instance_id = Some("a".into());
+    let r = c.consumer_heartbeat(&a);
+    assert_eq!(parts(c, &r), set(&[0, 1, 2, 3]));
+    // Another incarnation while the first is active: refused.
+    let mut a2 = a.clone();
+    a2.member_id = "A2".into();
+    assert_eq!(
+        c.consumer_heartbeat(&a2).error,
+        Some(ResponseError::UnreleasedInstanceId)
+    );
+    // The first leaves for a while (-2), the second takes over its partitions.
+    let mut leave = a.clone();
+    leave.member_epoch = -2;
+    assert_eq!(c.consumer_heartbeat(&leave).member_epoch, -2);
+    let epoch = c.consumer_describe("g").unwrap().group_epoch;
+    let r = c.consumer_heartbeat(&a2);
+    assert_eq!(r.error, None);
+    assert_eq!(parts(c, &r), set(&[0, 1, 2, 3]));
+    assert_eq!(
+        c.consumer_describe("g").unwrap().group_epoch,
+        epoch,
+        "no rebalance"
+    );
+    // The old incarnation is fenced.
+    assert_eq!(
+        beat(c, "g", "A1", 1, &[]).error,
+        Some(ResponseError::UnknownMemberId)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn commits_check_the_member_epoch() {
+    let f = fixture(0);
+    let c = &f.coord;
+    let a = c.consumer_heartbeat(&join("g", "A", &["t"]));
+    let commit = |epoch: i32, member: &str| CommitRequest {
+        group_id: "g".into(),
+        generation_id: epoch,
+        member_id: member.into(),
+        group_instance_id: None,
+        offsets: vec![OffsetToCommit {
+            topic: "t".into(),
+            partition: 0,
+            offset: 7,
+            leader_epoch: -1,
+            metadata: None,
+        }],
+    };
+    assert_eq!(c.commit(&commit(a.member_epoch, "A")), vec![None]);
+    assert_eq!(
+        c.commit(&commit(a.member_epoch + 1, "A")),
+        vec![Some(ResponseError::StaleMemberEpoch)]
+    );
+    assert_eq!(
+        c.commit(&commit(a.member_epoch, "B")),
+        vec![Some(ResponseError::UnknownMemberId)]
+    );
+    // A commit outside group management is refused while members are in.
+    assert_eq!(
+        c.commit(&commit(-1, "")),
+        vec![Some(ResponseError::UnknownMemberId)]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn groups_convert_between_protocols_when_empty_and_keep_their_offsets() {
+    let f = fixture(0);
+    let c = &f.coord;
+    // A classic member commits and leaves.
+    let joined = c.join(super::tests::join_req("g", "", b"m")).await;
+    assert_eq!(joined.error, None);
+    let synced = c
+        .sync(super::tests::sync_req(
+            "g",
+            joined.generation_id,
+            &joined.member_id,
+        ))
+        .await;
+    assert_eq!(synced.error, None);
+    let commit = CommitRequest {
+        group_id: "g".into(),
+        generation_id: joined.generation_id,
+        member_id: joined.member_id.clone(),
+        group_instance_id: None,
+        offsets: vec![OffsetToCommit {
+            topic: "t".into(),
+            partition: 1,
+            offset: 42,
+            leader_epoch: -1,
+            metadata: None,
+        }],
+    };
+    assert_eq!(c.commit(&commit), vec![None]);
+    // While it is in, the consumer protocol is refused.
+    assert_eq!(
+        c.consumer_heartbeat(&join("g", "A", &["t"])).error,
+        Some(ResponseError::GroupIdNotFound)
+    );
+    c.leave("g", &[(joined.member_id.clone(), None)]).unwrap();
+    // Empty: a consumer-protocol member converts it, offsets kept.
+    let a = c.consumer_heartbeat(&join("g", "A", &["t"]));
+    assert_eq!(a.error, None);
+    assert!(a.member_epoch > joined.generation_id);
+    assert_eq!(c.group_type("g"), Some("consumer"));
+    let fetched = c.fetch_offsets("g", Some(&[("t".into(), vec![1])]));
+    assert_eq!(fetched[0].1[0].1.as_ref().map(|o| o.offset), Some(42));
+    // A classic member cannot join while the consumer member is in.
+    assert_eq!(
+        c.join(super::tests::join_req("g", "", b"m")).await.error,
+        Some(ResponseError::InconsistentGroupProtocol)
+    );
+    // The group and its kind come back after a restart (members rejoin).
+    let dir = f.dir;
+    drop(f.coord);
+    let c = open_in(dir.path(), 0);
+    assert_eq!(c.group_type("g"), Some("consumer"));
+    let fetched = c.fetch_offsets("g", Some(&[("t".into(), vec![1])]));
+    assert_eq!(fetched[0].1[0].1.as_ref().map(|o| o.offset), Some(42));
+    assert_eq!(
+        beat(&c, "g", "A", a.member_epoch, &[]).error,
+        Some(ResponseError::UnknownMemberId)
+    );
+    let again = c.consumer_heartbeat(&join("g", "A", &["t"]));
+    assert!(again.member_epoch > a.member_epoch, "epochs never go back");
+    // Back to classic once empty.
+    let mut leave = join("g", "A", &["t"]);
+    leave.member_epoch = -1;
+    assert_eq!(c.consumer_heartbeat(&leave).member_epoch, -1);
+    let joined = c.join(super::tests::join_req("g", "", b"m")).await;
+    assert_eq!(joined.error, None);
+    assert_eq!(c.group_type("g"), Some("classic"));
+    let fetched = c.fetch_offsets("g", Some(&[("t".into(), vec![1])]));
+    assert_eq!(fetched[0].1[0].1.as_ref().map(|o| o.offset), Some(42));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_regex_subscription_takes_every_matching_topic() {
+    let f = fixture(0);
+    let c = &f.coord;
+    let mut r = join("g", "A", &[]);
+    r.subscribed_topic_names = None;
+    r.subscribed_topic_regex = Some("t|u".into());
+    let a = c.consumer_heartbeat(&r);
+    assert_eq!(a.error, None);
+    let total: usize = a.assignment.unwrap().iter().map(|(_, p)| p.len()).sum();
+    assert_eq!(total, 6, "t (4) and u (2)");
+}
