@@ -3,6 +3,13 @@
 //! ```text
 //! cargo bench --bench groups [-- ROUNDS]
 //! ```
+//! Figures 1 and 2 are taken for both group protocols, classic and KIP-848's consumer
+//! protocol (`group.protocol=consumer`, heartbeats every 500 ms by the broker's
+//! `group.consumer.heartbeat.interval.ms`); figure 2 also counts how often one of the nine
+//! stable members was left with no partition during a join (classic with librdkafka's
+//! default eager assignors: every member gives up everything; consumer protocol: members
+//! keep what they keep).
+//!
 //! Three figures, all measured in the same run against the same broker:
 //! 1. **subscribe → first record** for a new consumer in a new group, ROUNDS times (default
 //!    5), with the broker's default `group.initial.rebalance.delay.ms` (3000, Kafka's): the
@@ -89,10 +96,27 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-fn subscribe_to_first_record(bootstrap: &str, rounds: usize) {
+/// The client settings of a member of `protocol` ("classic" or "consumer").
+fn protocol_settings(protocol: &str) -> Vec<(&'static str, &'static str)> {
+    if protocol == "consumer" {
+        vec![("group.protocol", "consumer")]
+    } else {
+        vec![
+            ("heartbeat.interval.ms", "500"),
+            ("session.timeout.ms", "10000"),
+        ]
+    }
+}
+
+fn subscribe_to_first_record(bootstrap: &str, rounds: usize, protocol: &str) {
     let mut times = Vec::new();
     for i in 0..rounds {
-        let c = consumer(bootstrap, &format!("first-{i}"), &[]);
+        let extra = if protocol == "consumer" {
+            protocol_settings(protocol)
+        } else {
+            Vec::new()
+        };
+        let c = consumer(bootstrap, &format!("first-{protocol}-{i}"), &extra);
         let t0 = Instant::now();
         c.subscribe(&["bench-small"]).unwrap();
         loop {
@@ -105,12 +129,20 @@ fn subscribe_to_first_record(bootstrap: &str, rounds: usize) {
     }
     times.sort_by(f64::total_cmp);
     let p50 = percentile(&times, 0.5);
-    println!(
-        "subscribe->first record (new group, group.initial.rebalance.delay.ms=3000): p50 {:.3} s, max {:.3} s; overhead beyond the delay p50 {:.3} s",
-        p50,
-        times[times.len() - 1],
-        p50 - 3.0
-    );
+    if protocol == "consumer" {
+        println!(
+            "[consumer protocol] subscribe->first record (new group; KIP-848 has no initial rebalance delay): p50 {:.3} s, max {:.3} s",
+            p50,
+            times[times.len() - 1],
+        );
+    } else {
+        println!(
+            "[classic] subscribe->first record (new group, group.initial.rebalance.delay.ms=3000): p50 {:.3} s, max {:.3} s; overhead beyond the delay p50 {:.3} s",
+            p50,
+            times[times.len() - 1],
+            p50 - 3.0
+        );
+    }
 }
 
 /// A member polling on its own thread; `assigned` is its partition count after the last
@@ -118,29 +150,28 @@ fn subscribe_to_first_record(bootstrap: &str, rounds: usize) {
 struct Member {
     stop: Arc<AtomicBool>,
     assigned: Arc<Mutex<Option<usize>>>,
+    /// Times its assignment went from some partitions to none.
+    emptied: Arc<AtomicUsize>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Member {
-    fn start(bootstrap: &str, group: &str) -> Member {
-        let c = consumer(
-            bootstrap,
-            group,
-            &[
-                ("heartbeat.interval.ms", "500"),
-                ("session.timeout.ms", "10000"),
-            ],
-        );
+    fn start(bootstrap: &str, group: &str, protocol: &str) -> Member {
+        let c = consumer(bootstrap, group, &protocol_settings(protocol));
         c.subscribe(&["bench-small"]).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let assigned = Arc::new(Mutex::new(None));
-        let (s, a) = (stop.clone(), assigned.clone());
+        let emptied = Arc::new(AtomicUsize::new(0));
+        let (s, a, e) = (stop.clone(), assigned.clone(), emptied.clone());
         let thread = std::thread::spawn(move || {
             while !s.load(Ordering::Relaxed) {
                 let _ = c.poll(Duration::from_millis(20));
                 if let Ok(tpl) = c.assignment() {
                     let n = tpl.count();
                     let mut g = a.lock().unwrap();
+                    if n == 0 && g.is_some_and(|before| before > 0) {
+                        e.fetch_add(1, Ordering::Relaxed);
+                    }
                     if n > 0 || g.is_some() {
                         *g = Some(n);
                     }
@@ -152,6 +183,7 @@ impl Member {
         Member {
             stop,
             assigned,
+            emptied,
             thread: Some(thread),
         }
     }
@@ -168,8 +200,11 @@ impl Member {
     }
 }
 
-fn ten_member_rebalance(bootstrap: &str, rounds: usize) {
-    let members: Vec<Member> = (0..9).map(|_| Member::start(bootstrap, "ten")).collect();
+fn ten_member_rebalance(bootstrap: &str, rounds: usize, protocol: &str) {
+    let group = format!("ten-{protocol}");
+    let members: Vec<Member> = (0..9)
+        .map(|_| Member::start(bootstrap, &group, protocol))
+        .collect();
     let settled = |ms: &[Member], n: usize| {
         ms.iter().filter_map(Member::assigned).sum::<usize>() == 12
             && ms.iter().filter(|m| m.assigned().is_some()).count() == n
@@ -179,10 +214,14 @@ fn ten_member_rebalance(bootstrap: &str, rounds: usize) {
         assert!(Instant::now() < deadline, "9 members did not settle");
         std::thread::sleep(Duration::from_millis(20));
     }
+    let emptied_before: usize = members
+        .iter()
+        .map(|m| m.emptied.load(Ordering::Relaxed))
+        .sum();
     let mut times = Vec::new();
     for _ in 0..rounds * 4 {
         let t0 = Instant::now();
-        let tenth = Member::start(bootstrap, "ten");
+        let tenth = Member::start(bootstrap, &group, protocol);
         while tenth.assigned().is_none() {
             assert!(
                 t0.elapsed() < Duration::from_secs(60),
@@ -201,12 +240,18 @@ fn ten_member_rebalance(bootstrap: &str, rounds: usize) {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+    let emptied: usize = members
+        .iter()
+        .map(|m| m.emptied.load(Ordering::Relaxed))
+        .sum::<usize>()
+        - emptied_before;
     times.sort_by(f64::total_cmp);
     println!(
-        "10-member group, a member joins -> it holds an assignment ({} joins, heartbeat.interval.ms=500): p50 {:.3} s, p99 {:.3} s",
+        "[{protocol}] 10-member group, a member joins -> it holds an assignment ({} joins and leaves, heartbeats every 500 ms): p50 {:.3} s, p99 {:.3} s; a stable member left with no partition {} times",
         times.len(),
         percentile(&times, 0.5),
-        percentile(&times, 0.99)
+        percentile(&times, 0.99),
+        emptied
     );
     for m in members {
         m.close();
@@ -273,13 +318,21 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(5);
     let dir = tempfile::tempdir().unwrap();
-    let broker = harness::TestBroker::start_in(dir.path(), &["admin.listeners="]);
+    let broker = harness::TestBroker::start_in(
+        dir.path(),
+        &[
+            "admin.listeners=",
+            "group.consumer.heartbeat.interval.ms=500",
+        ],
+    );
     let bootstrap = broker.bootstrap.clone();
     create_topic(&bootstrap, "bench-small", 12);
     create_topic(&bootstrap, "bench-big", 6);
     produce(&bootstrap, "bench-small", 1200, 100);
-    subscribe_to_first_record(&bootstrap, rounds);
-    ten_member_rebalance(&bootstrap, rounds);
+    for protocol in ["classic", "consumer"] {
+        subscribe_to_first_record(&bootstrap, rounds, protocol);
+        ten_member_rebalance(&bootstrap, rounds, protocol);
+    }
     let records = 2_000_000;
     produce(&bootstrap, "bench-big", records, 100);
     consume_throughput(&bootstrap, records);

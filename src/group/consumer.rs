@@ -86,8 +86,6 @@ pub(crate) struct HeartbeatRequest {
     pub client_id: String,
     /// Peer address ("/127.0.0.1").
     pub client_host: String,
-    /// Request version.
-    pub version: i16,
 }
 
 /// A ConsumerGroupHeartbeat answer.
@@ -934,7 +932,8 @@ fn fenced(received: i32, expected: i32) -> HeartbeatResult {
 /// Kafka's `throwIfConsumerGroupHeartbeatRequestIsInvalid`.
 fn validate(r: &HeartbeatRequest, settings: &ConsumerGroupSettings) -> Result<(), HeartbeatResult> {
     let invalid = |m: &str| Err(HeartbeatResult::error(ResponseError::InvalidRequest, m));
-    if r.member_id.is_empty() && (r.version >= 1 || r.member_epoch != 0) {
+    // v1 members name themselves (KIP-1082); one that does not yet is named here, as v0.
+    if r.member_id.is_empty() && r.member_epoch != 0 {
         return invalid("MemberId can't be empty.");
     }
     match r.member_epoch {

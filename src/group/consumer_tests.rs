@@ -18,7 +18,6 @@ fn join(group: &str, member: &str, topics: &[&str]) -> HeartbeatRequest {
         owned: Some(Vec::new()),
         client_id: "c".into(),
         client_host: "/127.0.0.1".into(),
-        version: 1,
         ..HeartbeatRequest::default()
     }
 }
@@ -38,7 +37,6 @@ fn beat(
         member_epoch: epoch,
         rebalance_timeout_ms: -1,
         owned: Some(vec![(id, owned.to_vec())]),
-        version: 1,
         ..HeartbeatRequest::default()
     })
 }

@@ -22,7 +22,7 @@ use crate::group::consumer::HeartbeatRequest;
 pub(super) fn handle(
     ctx: &Context,
     request: ConsumerGroupHeartbeatRequest,
-    version: i16,
+    _version: i16,
     client_id: &str,
     peer: SocketAddr,
 ) -> ConsumerGroupHeartbeatResponse {
@@ -63,7 +63,6 @@ pub(super) fn handle(
         }),
         client_id: client_id.to_string(),
         client_host: format!("/{}", peer.ip()),
-        version,
     };
     let r = ctx.groups.consumer_heartbeat(&req);
     if let Some(e) = r.error {

@@ -6,13 +6,25 @@
 //! non-internal topic with a committed offset (OffsetFetch for all of them, keeping the
 //! ones at 0 or above), so an empty group still shows what it committed.
 //!
+//! A group of the consumer protocol (KIP-848) is described with ConsumerGroupDescribe
+//! (key 69) at its coordinator (FindCoordinator first) instead of DescribeGroups, which
+//! does not describe such groups: `--members` then adds each member's EPOCH, ASSIGNMENT
+//! and TARGET-ASSIGNMENT, `--state` the GROUP-EPOCH and TARGET-ASSIGNMENT-EPOCH, as
+//! `kafka-consumer-groups.sh --verbose` does for them.
+//!
 //! COORDINATOR in `--state`: rdkafka 0.39 exposes neither FindCoordinator nor the broker
 //! that answered DescribeGroups, so it is the cluster's only broker, or `-` when the
 //! cluster has several.
 
 use std::collections::BTreeMap;
 
+use anyhow::Context as _;
 use clap::Args;
+use kafka_protocol::messages::consumer_group_describe_response::DescribedGroup;
+use kafka_protocol::messages::{
+    ApiKey, ConsumerGroupDescribeRequest, FindCoordinatorRequest, GroupId,
+};
+use kafka_protocol::protocol::StrBytes;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::groups::GroupInfo;
 use rdkafka::metadata::Metadata;
@@ -23,6 +35,7 @@ use super::{
     write_stdout, GROUP_REQUEST_TIMEOUT,
 };
 use crate::cli::client::{CliContext, KafkaErrorText};
+use crate::cli::wire::{error_text, version_of, Conn};
 use crate::cli::ClientArgs;
 
 /// `weir group describe` options.
@@ -59,6 +72,30 @@ struct Owner {
 pub(super) fn run(args: DescribeArgs) -> anyhow::Result<()> {
     let group = args.group.as_str();
     let (consumer, metadata) = consumer(&args.client, Some(group))?;
+    if let Some(d) = describe_consumer_group(&args.client.bootstrap_server, group)? {
+        note_state(group, d.group_state.as_str());
+        let text = if args.state {
+            consumer_state_view(&d, &metadata)
+        } else if args.members {
+            consumer_members_view(&d)
+        } else {
+            let mut owners: BTreeMap<TopicPartition, Owner> = BTreeMap::new();
+            for m in &d.members {
+                let owner = Owner {
+                    consumer_id: m.member_id.to_string(),
+                    host: m.client_host.to_string(),
+                    client_id: m.client_id.to_string(),
+                };
+                for t in &m.assignment.topic_partitions {
+                    for p in &t.partitions {
+                        owners.insert((t.topic_name.0.to_string(), *p), owner.clone());
+                    }
+                }
+            }
+            offsets_view(&consumer, group, owners, &metadata)?
+        };
+        return write_stdout(&text);
+    }
     let groups = fetch_groups(&consumer, Some(group))?;
     let info = find_live_group(&groups, group).ok_or_else(|| does_not_exist(group))?;
     note_state(group, info.state());
@@ -67,9 +104,179 @@ pub(super) fn run(args: DescribeArgs) -> anyhow::Result<()> {
     } else if args.members {
         members_view(info)
     } else {
-        offsets_view(&consumer, info, &metadata)?
+        offsets_view(&consumer, info.name(), owners_of(info), &metadata)?
     };
     write_stdout(&text)
+}
+
+/// ConsumerGroupDescribe of `group` at its coordinator; `None` when the group is not a
+/// consumer-protocol one (or does not exist, or the broker predates KIP-848): the
+/// classic path describes it then.
+///
+/// Errors: no broker reachable; FindCoordinator or ConsumerGroupDescribe failing with
+/// another error than GROUP_ID_NOT_FOUND (the broker's error and message).
+fn describe_consumer_group(bootstrap: &str, group: &str) -> anyhow::Result<Option<DescribedGroup>> {
+    let (mut conn, versions) = Conn::bootstrap(bootstrap)?;
+    if version_of(&versions, ApiKey::ConsumerGroupDescribe, 0).is_none() {
+        return Ok(None);
+    }
+    let version = version_of(&versions, ApiKey::FindCoordinator, 3)
+        .context("the broker does not offer FindCoordinator")?;
+    let found = conn.call(
+        &FindCoordinatorRequest::default()
+            .with_key(StrBytes::from_string(group.to_string()))
+            .with_key_type(0),
+        version,
+    )?;
+    anyhow::ensure!(
+        found.error_code == 0,
+        "FindCoordinator: {}",
+        error_text(found.error_code, found.error_message.as_ref())
+    );
+    let addr = format!("{}:{}", found.host, found.port);
+    let (mut conn, versions) = Conn::bootstrap(&addr)
+        .with_context(|| format!("coordinator {} ({addr})", found.node_id.0))?;
+    let Some(version) = version_of(&versions, ApiKey::ConsumerGroupDescribe, 0) else {
+        return Ok(None);
+    };
+    let response = conn.call(
+        &ConsumerGroupDescribeRequest::default()
+            .with_group_ids(vec![GroupId(StrBytes::from_string(group.to_string()))]),
+        version,
+    )?;
+    let d = response
+        .groups
+        .into_iter()
+        .next()
+        .context("ConsumerGroupDescribe answered no group")?;
+    if d.error_code == kafka_protocol::ResponseError::GroupIdNotFound.code() {
+        return Ok(None);
+    }
+    anyhow::ensure!(
+        d.error_code == 0,
+        "ConsumerGroupDescribe of {group}: {}",
+        error_text(d.error_code, d.error_message.as_ref())
+    );
+    Ok(Some(d))
+}
+
+/// `topic:p,p;topic:p` for an assignment (Kafka's verbose members view), `-` when empty.
+fn assignment_text(
+    a: &kafka_protocol::messages::consumer_group_describe_response::Assignment,
+) -> String {
+    let parts: Vec<String> = a
+        .topic_partitions
+        .iter()
+        .filter(|t| !t.partitions.is_empty())
+        .map(|t| {
+            let mut p = t.partitions.clone();
+            p.sort_unstable();
+            let p: Vec<String> = p.iter().map(i32::to_string).collect();
+            format!("{}:{}", t.topic_name.0, p.join(","))
+        })
+        .collect();
+    if parts.is_empty() {
+        "-".to_string()
+    } else {
+        parts.join(";")
+    }
+}
+
+fn consumer_state_view(d: &DescribedGroup, metadata: &Metadata) -> String {
+    let coordinator = match metadata.brokers() {
+        [only] => format!("{}:{}  ({})", only.host(), only.port(), only.id()),
+        _ => "-".to_string(),
+    };
+    let rows = vec![vec![
+        d.group_id.0.to_string(),
+        coordinator,
+        d.assignor_name.to_string(),
+        d.group_state.to_string(),
+        d.group_epoch.to_string(),
+        d.assignment_epoch.to_string(),
+        d.members.len().to_string(),
+    ]];
+    table(
+        &[
+            "GROUP",
+            "COORDINATOR (ID)",
+            "ASSIGNMENT-STRATEGY",
+            "STATE",
+            "GROUP-EPOCH",
+            "TARGET-ASSIGNMENT-EPOCH",
+            "#MEMBERS",
+        ],
+        &rows,
+        &[15, 25, 20, 20, 12, 24, 0],
+    )
+}
+
+fn consumer_members_view(d: &DescribedGroup) -> String {
+    let rows: Vec<Vec<String>> = d
+        .members
+        .iter()
+        .map(|m| {
+            let partitions: usize = m
+                .assignment
+                .topic_partitions
+                .iter()
+                .map(|t| t.partitions.len())
+                .sum();
+            vec![
+                d.group_id.0.to_string(),
+                m.member_id.to_string(),
+                m.instance_id
+                    .as_ref()
+                    .map_or_else(|| "-".to_string(), |i| i.to_string()),
+                m.client_host.to_string(),
+                m.client_id.to_string(),
+                partitions.to_string(),
+                m.member_epoch.to_string(),
+                assignment_text(&m.assignment),
+                assignment_text(&m.target_assignment),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    table(
+        &[
+            "GROUP",
+            "CONSUMER-ID",
+            "GROUP-INSTANCE-ID",
+            "HOST",
+            "CLIENT-ID",
+            "#PARTITIONS",
+            "EPOCH",
+            "ASSIGNMENT",
+            "TARGET-ASSIGNMENT",
+        ],
+        &rows,
+        &[15, 15, 17, 15, 15, 11, 5, 15, 0],
+    )
+}
+
+/// Who each assigned partition belongs to, from the classic members' assignments.
+fn owners_of(info: &GroupInfo) -> BTreeMap<TopicPartition, Owner> {
+    let mut owners: BTreeMap<TopicPartition, Owner> = BTreeMap::new();
+    for m in info.members() {
+        let owner = Owner {
+            consumer_id: m.id().to_string(),
+            host: m.client_host().to_string(),
+            client_id: m.client_id().to_string(),
+        };
+        for (topic, partitions) in m
+            .assignment()
+            .and_then(parse_assignment)
+            .unwrap_or_default()
+        {
+            for p in partitions {
+                owners.insert((topic.clone(), p), owner.clone());
+            }
+        }
+    }
+    owners
 }
 
 fn state_view(info: &GroupInfo, metadata: &Metadata) -> String {
@@ -128,26 +335,10 @@ fn members_view(info: &GroupInfo) -> String {
 
 fn offsets_view(
     consumer: &BaseConsumer<CliContext>,
-    info: &GroupInfo,
+    group: &str,
+    owners: BTreeMap<TopicPartition, Owner>,
     metadata: &Metadata,
 ) -> anyhow::Result<String> {
-    let mut owners: BTreeMap<TopicPartition, Owner> = BTreeMap::new();
-    for m in info.members() {
-        let owner = Owner {
-            consumer_id: m.id().to_string(),
-            host: m.client_host().to_string(),
-            client_id: m.client_id().to_string(),
-        };
-        for (topic, partitions) in m
-            .assignment()
-            .and_then(parse_assignment)
-            .unwrap_or_default()
-        {
-            for p in partitions {
-                owners.insert((topic.clone(), p), owner.clone());
-            }
-        }
-    }
     let mut asked: Vec<TopicPartition> = all_partitions(metadata);
     asked.extend(owners.keys().cloned());
     asked.sort();
@@ -177,7 +368,7 @@ fn offsets_view(
         };
         let dash = || "-".to_string();
         rows.push(vec![
-            info.name().to_string(),
+            group.to_string(),
             tp.0.clone(),
             tp.1.to_string(),
             offset.map_or_else(dash, |o| o.to_string()),

@@ -34,14 +34,16 @@ const GROUP_REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 /// group's (Kafka's `Topic.INTERNAL_TOPICS`).
 const INTERNAL_TOPICS: [&str; 2] = ["__consumer_offsets", "__transaction_state"];
 
-/// Group states, as DescribeGroups names them (Kafka's `ConsumerGroupState`, classic
-/// protocol).
-pub(super) const GROUP_STATES: [&str; 5] = [
+/// Group states, as ListGroups names them (Kafka's `GroupState`: the classic protocol's,
+/// and Assigning / Reconciling of consumer-protocol groups, KIP-848).
+pub(super) const GROUP_STATES: [&str; 7] = [
     "Empty",
     "PreparingRebalance",
     "CompletingRebalance",
     "Stable",
     "Dead",
+    "Assigning",
+    "Reconciling",
 ];
 
 /// Group subcommands.
@@ -64,7 +66,8 @@ pub(super) struct ListArgs {
     #[command(flatten)]
     pub client: ClientArgs,
     /// Only groups in this state (Empty, PreparingRebalance, CompletingRebalance, Stable,
-    /// Dead; any case); repeatable.
+    /// Dead, and Assigning, Reconciling for consumer-protocol groups; any case);
+    /// repeatable.
     #[arg(long = "state", value_name = "STATE", value_parser = parse_state)]
     pub states: Vec<String>,
 }
@@ -159,7 +162,7 @@ fn does_not_exist(group: &str) -> anyhow::Error {
 fn note_state(group: &str, state: &str) {
     match state {
         "Empty" => eprintln!("Consumer group '{group}' has no active members."),
-        "PreparingRebalance" | "CompletingRebalance" => {
+        "PreparingRebalance" | "CompletingRebalance" | "Assigning" | "Reconciling" => {
             eprintln!("Warning: Consumer group '{group}' is rebalancing.")
         }
         _ => {}
@@ -214,16 +217,36 @@ fn table(header: &[&str], rows: &[Vec<String>], min_widths: &[usize]) -> String 
     out
 }
 
+/// ListGroups (v4+: with states, and v5 consumer-protocol groups' states too) at every
+/// broker of the cluster, each answering for the groups it coordinates, as Kafka's admin
+/// client does.
+///
+/// Errors: a broker that cannot be reached, or answers with an error.
 fn list(args: ListArgs) -> anyhow::Result<()> {
-    let (consumer, _) = consumer(&args.client, None)?;
-    let groups = fetch_groups(&consumer, None)?;
-    let mut rows: Vec<Vec<String>> = groups
-        .groups()
-        .iter()
-        .filter(|g| args.states.is_empty() || args.states.iter().any(|s| s == g.state()))
-        .map(|g| vec![g.name().to_string(), g.state().to_string()])
-        .collect();
+    use kafka_protocol::messages::{ApiKey, ListGroupsRequest};
+    let (_consumer, metadata) = consumer(&args.client, None)?;
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for broker in metadata.brokers() {
+        let addr = format!("{}:{}", broker.host(), broker.port());
+        let (mut conn, versions) = super::wire::Conn::bootstrap(&addr)?;
+        let version = super::wire::version_of(&versions, ApiKey::ListGroups, 5)
+            .filter(|v| *v >= 4)
+            .ok_or_else(|| anyhow::anyhow!("broker {addr} does not offer ListGroups v4+"))?;
+        let response = conn.call(&ListGroupsRequest::default(), version)?;
+        anyhow::ensure!(
+            response.error_code == 0,
+            "ListGroups at {addr}: {}",
+            super::wire::error_text(response.error_code, None)
+        );
+        for g in response.groups {
+            let state = g.group_state.to_string();
+            if args.states.is_empty() || args.states.contains(&state) {
+                rows.push(vec![g.group_id.0.to_string(), state]);
+            }
+        }
+    }
     rows.sort();
+    rows.dedup();
     write_stdout(&table(&["GROUP", "STATE"], &rows, &[15, 0]))
 }
 
