@@ -244,6 +244,13 @@ async fn commits_check_the_member_epoch() {
         c.commit(&commit(a.member_epoch, "B")),
         vec![Some(ResponseError::UnknownMemberId)]
     );
+    // OffsetFetch v9 checks the same; -1 (an admin) is not checked.
+    assert_eq!(c.validate_offset_fetch("g", "A", a.member_epoch), Ok(()));
+    assert_eq!(
+        c.validate_offset_fetch("g", "A", a.member_epoch + 1),
+        Err(ResponseError::StaleMemberEpoch)
+    );
+    assert_eq!(c.validate_offset_fetch("g", "", -1), Ok(()));
     // A commit outside group management is refused while members are in.
     assert_eq!(
         c.commit(&commit(-1, "")),

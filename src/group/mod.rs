@@ -1049,6 +1049,28 @@ impl GroupCoordinator {
         }
     }
 
+    /// OffsetFetch v9 from a member of a consumer-protocol group (Kafka's
+    /// `ConsumerGroup.validateOffsetFetch`): with a member epoch of 0 or more, the member
+    /// must be known and at that epoch. Nothing to check for -1 (an admin or a consumer
+    /// outside group management) or a classic group.
+    ///
+    /// Errors: UNKNOWN_MEMBER_ID (25), STALE_MEMBER_EPOCH (113).
+    pub fn validate_offset_fetch(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        member_epoch: i32,
+    ) -> Result<(), ResponseError> {
+        if member_epoch < 0 {
+            return Ok(());
+        }
+        let mut groups = self.lock();
+        match groups.get_mut(group_id).and_then(|g| g.consumer.as_mut()) {
+            Some(c) => c.validate_member(member_id, member_epoch, Instant::now()),
+            None => Ok(()),
+        }
+    }
+
     /// "consumer" or "classic" for an existing group (KIP-848 group types).
     pub fn group_type(&self, group_id: &str) -> Option<&'static str> {
         self.lock().get(group_id).map(|g| {

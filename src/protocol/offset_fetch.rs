@@ -58,6 +58,16 @@ pub(super) fn handle(
                         .with_group_id(g.group_id)
                         .with_error_code(e.code());
                 }
+                // v9 (KIP-848): a consumer-protocol member reads at its current epoch.
+                if let Err(e) = ctx.groups.validate_offset_fetch(
+                    g.group_id.0.as_str(),
+                    g.member_id.as_ref().map_or("", |m| m.as_str()),
+                    g.member_epoch,
+                ) {
+                    return OffsetFetchResponseGroup::default()
+                        .with_group_id(g.group_id)
+                        .with_error_code(e.code());
+                }
                 let topics = g.topics.map(|ts| {
                     ts.into_iter()
                         .map(|t| (t.name.0.to_string(), t.partition_indexes))

@@ -5,11 +5,22 @@ Usage:
     python3 tests/compat/group_member.py BOOTSTRAP TOPIC GROUP CLIENT [options]
 
     CLIENT      confluent-kafka | kafka-python
-    --assignor NAME       range | roundrobin | cooperative-sticky (confluent-kafka only)
+    --group-protocol classic|consumer   group.protocol (confluent-kafka only; default
+                          classic). `consumer` is KIP-848's protocol (ConsumerGroupHeartbeat,
+                          server-side assignor): session.timeout.ms, heartbeat.interval.ms
+                          and partition.assignment.strategy are then not set (librdkafka
+                          refuses them; the broker's group.consumer.* settings rule), and
+                          rebalances are incremental like cooperative-sticky
+    --assignor NAME       classic: range | roundrobin | cooperative-sticky (the last
+                          confluent-kafka only); consumer: the server-side assignor asked
+                          for, group.remote.assignor (uniform | range)
     --instance-id ID      group.instance.id (static membership, KIP-345)
-    --session-ms N        session.timeout.ms (default 6000)
+    --session-ms N        session.timeout.ms (default 6000; classic only)
     --reset earliest|latest   auto.offset.reset (default earliest)
     --max N               stop (commit, leave) after reading N records
+    --pattern             subscribe to the regex `^TOPIC.*` instead of TOPIC (confluent-kafka
+                          only; with the consumer protocol librdkafka sends it to the broker
+                          as subscribed_topic_regex); TOPIC is then a prefix, not a topic
 
 What it does: subscribes to TOPIC in GROUP, reads records, and commits each record's
 offset synchronously right after reading it (so "duplicates only after the last commit"
@@ -21,6 +32,11 @@ Output, one event per line on stdout, flushed at once:
     record P O VALUE      a record read
     committed P O         the offset committed after a record (the next offset to read)
     closed                after a clean close
+With --pattern the records may come from several topics, so after every "assigned" line
+there is also
+    owned T:P,T:P,...     the full assignment with topic names ("owned -" when none)
+(the "assigned" line then lists the partition numbers of all topics together), and the
+VALUE of a record tells its topic only if the producer put that in.
 Client chatter goes to stderr.
 """
 
@@ -55,44 +71,61 @@ def run_confluent(a, stop):
         "group.id": a.group,
         "auto.offset.reset": a.reset,
         "enable.auto.commit": False,
-        "session.timeout.ms": a.session_ms,
-        "heartbeat.interval.ms": max(100, a.session_ms // 10),
         "topic.metadata.refresh.interval.ms": 1000,
     }
-    if a.assignor:
-        conf["partition.assignment.strategy"] = a.assignor
+    consumer_protocol = a.group_protocol == "consumer"
+    if consumer_protocol:
+        conf["group.protocol"] = "consumer"
+        if a.assignor:
+            conf["group.remote.assignor"] = a.assignor
+    else:
+        conf["session.timeout.ms"] = a.session_ms
+        conf["heartbeat.interval.ms"] = max(100, a.session_ms // 10)
+        if a.assignor:
+            conf["partition.assignment.strategy"] = a.assignor
     if a.instance_id:
         conf["group.instance.id"] = a.instance_id
     c = Consumer(conf)
-    owned = set()
+    # With the consumer protocol librdkafka's rebalance protocol is COOPERATIVE: each
+    # callback carries only the partitions added or taken away.
+    incremental = consumer_protocol or a.assignor == "cooperative-sticky"
+    owned = set()  # (topic, partition)
+
+    def report():
+        show({p for _, p in owned})
+        if a.pattern:
+            emit("owned " + (",".join("%s:%d" % tp for tp in sorted(owned)) if owned else "-"))
 
     def on_assign(consumer, parts):
-        if a.assignor == "cooperative-sticky":
+        if incremental:
             consumer.incremental_assign(parts)
-            owned.update(p.partition for p in parts)
         else:
             owned.clear()
-            owned.update(p.partition for p in parts)
-        show(owned)
+        owned.update((p.topic, p.partition) for p in parts)
+        report()
 
     def on_revoke(consumer, parts):
-        if a.assignor == "cooperative-sticky":
+        if incremental:
             consumer.incremental_unassign(parts)
-            owned.difference_update(p.partition for p in parts)
+            owned.difference_update((p.topic, p.partition) for p in parts)
         else:
             owned.clear()
-        show(owned)
+        report()
 
-    c.subscribe([a.topic], on_assign=on_assign, on_revoke=on_revoke)
+    subscription = ["^" + a.topic + ".*"] if a.pattern else [a.topic]
+    c.subscribe(subscription, on_assign=on_assign, on_revoke=on_revoke)
     n = 0
     while not stop.is_set() and (a.max is None or n < a.max):
         m = c.poll(0.2)
-        if m is None or m.error():
+        if m is None:
+            continue
+        if m.error():
+            print("consumer error: %s" % m.error(), file=sys.stderr)
             continue
         emit("record %d %d %s" % (m.partition(), m.offset(), (m.value() or b"").decode()))
         n += 1
         try:
-            c.commit(offsets=[TopicPartition(a.topic, m.partition(), m.offset() + 1)], asynchronous=False)
+            c.commit(offsets=[TopicPartition(m.topic(), m.partition(), m.offset() + 1)], asynchronous=False)
             emit("committed %d %d" % (m.partition(), m.offset() + 1))
         except Exception as e:  # a commit refused during a rebalance: the record may come again
             print("commit failed: %s" % e, file=sys.stderr)
@@ -158,7 +191,11 @@ def main():
     p.add_argument("--session-ms", type=int, default=6000)
     p.add_argument("--reset", default="earliest", choices=["earliest", "latest"])
     p.add_argument("--max", type=int)
+    p.add_argument("--group-protocol", default="classic", choices=["classic", "consumer"])
+    p.add_argument("--pattern", action="store_true")
     a = p.parse_args()
+    if a.client != "confluent-kafka" and (a.group_protocol != "classic" or a.pattern):
+        p.error("--group-protocol consumer and --pattern are for confluent-kafka only")
     stop = threading.Event()
     threading.Thread(target=stdin_closed, args=(stop,), daemon=True).start()
     # A member that outlives its test would hold the group: bound its life.

@@ -17,7 +17,7 @@ use rdkafka::ClientConfig;
 use crate::harness::{repo_root, wait_until, TestBroker};
 
 /// One group member process and what it has printed so far.
-struct Member {
+pub(crate) struct Member {
     name: String,
     child: Child,
     stdin: Option<ChildStdin>,
@@ -27,7 +27,13 @@ struct Member {
 impl Member {
     /// Starts `group_member.py` (confluent-kafka, kafka-python) or `group_member.js`
     /// (kafkajs) with extra options.
-    fn spawn(client: &str, bootstrap: &str, topic: &str, group: &str, extra: &[&str]) -> Member {
+    pub(crate) fn spawn(
+        client: &str,
+        bootstrap: &str,
+        topic: &str,
+        group: &str,
+        extra: &[&str],
+    ) -> Member {
         let mut cmd = if client == "kafkajs" {
             let mut c = Command::new("node");
             c.arg("tests/compat/group_member.js");
@@ -62,12 +68,12 @@ impl Member {
         }
     }
 
-    fn lines(&self) -> Vec<String> {
+    pub(crate) fn lines(&self) -> Vec<String> {
         self.lines.lock().unwrap().clone()
     }
 
     /// The last reported assignment (`None` before the first).
-    fn assignment(&self) -> Option<BTreeSet<i32>> {
+    pub(crate) fn assignment(&self) -> Option<BTreeSet<i32>> {
         self.lines()
             .iter()
             .rev()
@@ -80,7 +86,7 @@ impl Member {
             })
     }
 
-    fn assignment_changes(&self) -> usize {
+    pub(crate) fn assignment_changes(&self) -> usize {
         self.lines()
             .iter()
             .filter(|l| l.starts_with("assigned "))
@@ -88,12 +94,12 @@ impl Member {
     }
 
     /// `(partition, offset)` of every record read, in order.
-    fn records(&self) -> Vec<(i32, i64)> {
+    pub(crate) fn records(&self) -> Vec<(i32, i64)> {
         self.events("record ")
     }
 
     /// Last committed offset per partition.
-    fn last_commits(&self) -> BTreeMap<i32, i64> {
+    pub(crate) fn last_commits(&self) -> BTreeMap<i32, i64> {
         self.events("committed ").into_iter().collect()
     }
 
@@ -112,14 +118,14 @@ impl Member {
     }
 
     /// Clean stop: stdin closes, the member commits and leaves the group.
-    fn close(&mut self) {
+    pub(crate) fn close(&mut self) {
         self.stdin.take();
         wait_until(&format!("{} closes", self.name), 60, || {
             matches!(self.child.try_wait(), Ok(Some(_)))
         });
     }
 
-    fn kill9(&mut self) {
+    pub(crate) fn kill9(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -132,7 +138,7 @@ impl Drop for Member {
     }
 }
 
-fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
+pub(crate) fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .create()
@@ -148,7 +154,7 @@ fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
 }
 
 /// Produces `n` records, record i to partition i % partitions, acks=all.
-fn produce(bootstrap: &str, topic: &str, partitions: i32, n: usize, tag: &str) {
+pub(crate) fn produce(bootstrap: &str, topic: &str, partitions: i32, n: usize, tag: &str) {
     let p: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("acks", "all")
@@ -176,12 +182,12 @@ fn produce(bootstrap: &str, topic: &str, partitions: i32, n: usize, tag: &str) {
     p.flush(Duration::from_secs(30)).unwrap();
 }
 
-fn assignments(members: &[&Member]) -> Vec<Option<BTreeSet<i32>>> {
+pub(crate) fn assignments(members: &[&Member]) -> Vec<Option<BTreeSet<i32>>> {
     members.iter().map(|m| m.assignment()).collect()
 }
 
 /// True when the members' assignments are disjoint and cover 0..partitions.
-fn covers(members: &[&Member], partitions: i32) -> bool {
+pub(crate) fn covers(members: &[&Member], partitions: i32) -> bool {
     let mut seen = BTreeSet::new();
     for a in assignments(members) {
         let Some(a) = a else { return false };
@@ -194,7 +200,7 @@ fn covers(members: &[&Member], partitions: i32) -> bool {
     seen == (0..partitions).collect()
 }
 
-fn all_records(members: &[&Member]) -> Vec<(i32, i64)> {
+pub(crate) fn all_records(members: &[&Member]) -> Vec<(i32, i64)> {
     members.iter().flat_map(|m| m.records()).collect()
 }
 

@@ -28,6 +28,7 @@ mod connect_regex;
 mod connect_rest;
 mod connect_sqlite;
 mod connect_state;
+mod consumer_protocol;
 mod crash;
 mod delete_records;
 mod duplicate_registration;
