@@ -23,6 +23,7 @@
 //! (UNKNOWN_MEMBER_ID) and rejoin with epoch 0, as after a classic group's reload.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::ResponseError;
@@ -185,6 +186,10 @@ struct Member {
     last_heartbeat: Instant,
     /// Set while UNREVOKED_PARTITIONS: fenced if the revocation is not acknowledged by then.
     revocation_deadline: Option<Instant>,
+    /// [`Member::resolved_topics`] at the image it was computed from (a regex is matched
+    /// against every topic once per metadata change, not per heartbeat); cleared when the
+    /// subscription changes.
+    resolved: Option<(Arc<MetadataImage>, Arc<BTreeSet<String>>)>,
 }
 
 impl Member {
@@ -206,7 +211,20 @@ impl Member {
             pending_revocation: Partitions::new(),
             last_heartbeat: now,
             revocation_deadline: None,
+            resolved: None,
         }
+    }
+
+    /// [`Member::resolved_topics`], cached per metadata image.
+    fn resolved_at(&mut self, image: &Arc<MetadataImage>) -> Arc<BTreeSet<String>> {
+        if let Some((at, topics)) = &self.resolved {
+            if Arc::ptr_eq(at, image) {
+                return topics.clone();
+            }
+        }
+        let topics = Arc::new(self.resolved_topics(image));
+        self.resolved = Some((image.clone(), topics.clone()));
+        topics
     }
 
     /// The existing topics this member subscribes to (names, and regex matches among the
@@ -425,12 +443,14 @@ impl ConsumerGroup {
 
     /// Recomputes the subscribed topics' metadata; returns whether it changed (which
     /// bumps the group epoch).
-    fn refresh_subscription_metadata(&mut self, image: &MetadataImage) -> bool {
+    fn refresh_subscription_metadata(&mut self, image: &Arc<MetadataImage>) -> bool {
         let mut now: BTreeMap<String, (Uuid, i32)> = BTreeMap::new();
-        for m in self.members.values() {
-            for t in m.resolved_topics(image) {
-                if let Some(meta) = image.topic(&t) {
-                    now.insert(t, (meta.id, meta.partitions));
+        for m in self.members.values_mut() {
+            for t in m.resolved_at(image).iter() {
+                if !now.contains_key(t) {
+                    if let Some(meta) = image.topic(t) {
+                        now.insert(t.clone(), (meta.id, meta.partitions));
+                    }
                 }
             }
         }
@@ -468,14 +488,18 @@ impl ConsumerGroup {
     }
 
     /// A new target assignment when the group epoch moved past it.
-    fn maybe_compute_target(&mut self, image: &MetadataImage, settings: &ConsumerGroupSettings) {
+    fn maybe_compute_target(
+        &mut self,
+        image: &Arc<MetadataImage>,
+        settings: &ConsumerGroupSettings,
+    ) {
         if self.group_epoch <= self.assignment_epoch && !self.members.is_empty() {
             return;
         }
         let members: BTreeMap<String, BTreeSet<String>> = self
             .members
-            .values()
-            .map(|m| (m.member_id.clone(), m.resolved_topics(image)))
+            .values_mut()
+            .map(|m| (m.member_id.clone(), (*m.resolved_at(image)).clone()))
             .collect();
         let topics: BTreeMap<String, i32> = self
             .subscription_metadata
@@ -505,14 +529,17 @@ impl ConsumerGroup {
     fn reconcile(&mut self, member_id: &str, owned: Option<&Partitions>, now: Instant) -> bool {
         let target_epoch = self.assignment_epoch;
         let target: Partitions = self.target.get(member_id).cloned().unwrap_or_default();
-        // Partitions other members hold (or still give up): not assignable yet.
+        // Partitions of the target other members still hold (or give up): not assignable
+        // yet. Only the topics of the target are looked at.
         let mut held_elsewhere = Partitions::new();
         for m in self.members.values().filter(|m| m.member_id != member_id) {
             for (t, p) in m.assigned.iter().chain(m.pending_revocation.iter()) {
-                held_elsewhere
-                    .entry(t.clone())
-                    .or_default()
-                    .extend(p.iter().copied());
+                if let Some(wanted) = target.get(t) {
+                    let held: Vec<i32> = p.intersection(wanted).copied().collect();
+                    if !held.is_empty() {
+                        held_elsewhere.entry(t.clone()).or_default().extend(held);
+                    }
+                }
             }
         }
         let Some(m) = self.members.get_mut(member_id) else {
@@ -571,7 +598,7 @@ impl ConsumerGroup {
         &mut self,
         r: &HeartbeatRequest,
         now: Instant,
-        image: &MetadataImage,
+        image: &Arc<MetadataImage>,
         settings: &ConsumerGroupSettings,
     ) -> HeartbeatResult {
         if let Err(e) = validate(r, settings) {
@@ -624,6 +651,7 @@ impl ConsumerGroup {
                 let names: BTreeSet<String> = names.iter().cloned().collect();
                 if names != m.subscribed_topic_names {
                     m.subscribed_topic_names = names;
+                    m.resolved = None;
                     changed_subscription = true;
                 }
             }
@@ -631,6 +659,7 @@ impl ConsumerGroup {
                 let old = m.subscribed_topic_regex.as_ref().map(|(s, _)| s.as_str());
                 if old != re.as_ref().map(|(s, _)| s.as_str()) {
                     m.subscribed_topic_regex = re;
+                    m.resolved = None;
                     changed_subscription = true;
                 }
             }
