@@ -12,8 +12,9 @@
 #     real brokers;
 #  4. runs librdkafka's own integration tests on the allow-lists (tests/compat/): the
 #     default scenario, then, side by side, `noautocreate` against a broker without
-#     auto-creation and the 3-broker lists against clusters of three weir nodes (one
-#     without auto-creation, one with it for the default-scenario list).
+#     auto-creation, the 3-broker lists against clusters of three weir nodes (one
+#     without auto-creation, one with it for the default-scenario list), and the
+#     consumer-group-protocol list (KIP-848) on a broker of its own.
 #
 # CARGO_TARGET_DIR defaults to /var/tmp/weir-target so a second run on the same machine
 # reuses the build (a fresh clone otherwise rebuilds wasmtime-sized dependencies).
@@ -206,7 +207,7 @@ run_lrk_suite "$lrk_default" "$lrk_boot" LRK_PARALLEL="${LRK_PARALLEL:-3}"
 
 # The two short scenarios run side by side (separate brokers, ports, data and log dirs):
 # each one's output goes to a file, printed when both are done; either failing fails the run.
-step "librdkafka's own test suite: scenario noautocreate, and 3 brokers (allow-lists, in parallel)"
+step "librdkafka's own test suite: scenario noautocreate, 3 brokers, and the consumer group protocol (allow-lists, in parallel)"
 lrk_noauto="$(mktemp -d /tmp/weir-lrk.XXXXXX)"
 start_lrk_broker "$lrk_noauto" --override auto.create.topics.enable=false
 lrk_noauto_boot="$lrk_boot"
@@ -225,6 +226,11 @@ lrk_three_auto="$(mktemp -d /tmp/weir-lrk.XXXXXX)"
 start_lrk_cluster "$lrk_three_auto" 3 --override default.replication.factor=3 \
     --override replica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector
 lrk_three_auto_boot="$lrk_boot"
+# the default scenario again with every consumer on the consumer group protocol (KIP-848:
+# the suite's TEST_CONSUMER_GROUP_PROTOCOL=consumer), on a broker of its own
+lrk_consumer="$(mktemp -d /tmp/weir-lrk.XXXXXX)"
+start_lrk_broker "$lrk_consumer"
+lrk_consumer_boot="$lrk_boot"
 lrk_out="$(mktemp -d /tmp/weir-lrk-out.XXXXXX)"
 lrk_dirs+=("$lrk_out")
 (run_lrk_suite "$lrk_noauto" "$lrk_noauto_boot" TEST_SCENARIO=noautocreate \
@@ -241,14 +247,27 @@ lrk_jobs+=("$lrk_noauto_job")
         LRK_LOG_DIR="$lrk_three_auto/lrk-logs-default") >"$lrk_out/three" 2>&1 &
 lrk_three_job=$!
 lrk_jobs+=("$lrk_three_job")
+(run_lrk_suite "$lrk_consumer" "$lrk_consumer_boot" TEST_CONSUMER_GROUP_PROTOCOL=consumer \
+    LRK_ALLOWLIST=tests/compat/librdkafka-allowlist-consumer-protocol.txt \
+    LRK_LOG_DIR="$lrk_consumer/lrk-logs" LRK_PARALLEL=2) >"$lrk_out/consumer" 2>&1 &
+lrk_consumer_job=$!
+lrk_jobs+=("$lrk_consumer_job")
 lrk_failed=0
 wait "$lrk_noauto_job" || lrk_failed=1
 wait "$lrk_three_job" || lrk_failed=$((lrk_failed + 2))
+lrk_consumer_failed=0
+wait "$lrk_consumer_job" || lrk_consumer_failed=1
 lrk_jobs=()  # done: their pids may be reused
 echo "--- scenario noautocreate, 1 broker ($lrk_noauto_boot)"
 cat "$lrk_out/noauto"
 echo "--- 3 brokers ($lrk_three_boot; default scenario: $lrk_three_auto_boot)"
 cat "$lrk_out/three"
+echo "--- consumer group protocol, 1 broker ($lrk_consumer_boot)"
+cat "$lrk_out/consumer"
+if [ "$lrk_consumer_failed" != 0 ]; then
+    echo "librdkafka suite failed: consumer group protocol" >&2
+    exit 1
+fi
 case "$lrk_failed" in
     0) ;;
     1) echo "librdkafka suite failed: scenario noautocreate" >&2; exit 1 ;;

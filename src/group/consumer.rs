@@ -605,6 +605,15 @@ impl ConsumerGroup {
             return e;
         }
         let regex = match r.subscribed_topic_regex.as_deref() {
+            Some(re) if re.len() > MAX_REGEX_BYTES => {
+                return HeartbeatResult::error(
+                    ResponseError::InvalidRegularExpression,
+                    format!(
+                    "SubscribedTopicRegex is {} bytes, more than the {MAX_REGEX_BYTES} allowed.",
+                    re.len()
+                ),
+                )
+            }
             Some(re) if !re.is_empty() => match regex::Regex::new(&format!("^(?:{re})$")) {
                 Ok(compiled) => Some(Some((re.to_string(), compiled))),
                 Err(e) => {
@@ -805,6 +814,12 @@ impl ConsumerGroup {
             m.previous_member_epoch = 0;
             return Ok(member_id);
         }
+        if r.subscribed_topic_names.is_none() && r.subscribed_topic_regex.is_none() {
+            return Err(HeartbeatResult::error(
+                ResponseError::InvalidRequest,
+                "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.",
+            ));
+        }
         if self.members.len() >= settings.max_size {
             return Err(HeartbeatResult::error(
                 ResponseError::GroupMaxSizeReached,
@@ -951,6 +966,11 @@ impl ConsumerGroup {
     }
 }
 
+/// The longest SubscribedTopicRegex compiled (Kafka sets none). The regex is compiled
+/// under the coordinator's lock: a 10 MB one took 7 s there (debug build) and stalled
+/// every group's heartbeats meanwhile. 32 KiB is far more than any topic regex needs.
+const MAX_REGEX_BYTES: usize = 32 * 1024;
+
 fn fenced(received: i32, expected: i32) -> HeartbeatResult {
     HeartbeatResult::error(
         ResponseError::FencedMemberEpoch,
@@ -966,21 +986,16 @@ fn validate(r: &HeartbeatRequest, settings: &ConsumerGroupSettings) -> Result<()
         return invalid("MemberId can't be empty.");
     }
     match r.member_epoch {
-        0 => {
-            if r.rebalance_timeout_ms == -1 {
-                return invalid("RebalanceTimeoutMs must be provided in first request.");
-            }
-            if r.owned
-                .as_ref()
-                .is_none_or(|o| o.iter().any(|(_, p)| !p.is_empty()))
-            {
-                return invalid("TopicPartitions must be empty when (re-)joining.");
-            }
-            if r.subscribed_topic_names.is_none() && r.subscribed_topic_regex.is_none() {
-                return invalid(
-                    "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.",
-                );
-            }
+        // Kafka also refuses a join without a rebalance timeout or with null owned
+        // partitions; librdkafka 2.12 sends such partial epoch-0 heartbeats when its
+        // subscription changes quickly (librdkafka's test 0045), so they mean "unchanged"
+        // here. A new member without any subscription is refused in `join`.
+        0 if r
+            .owned
+            .as_ref()
+            .is_some_and(|o| o.iter().any(|(_, p)| !p.is_empty())) =>
+        {
+            return invalid("TopicPartitions must be empty when (re-)joining.");
         }
         LEAVE_GROUP_STATIC_MEMBER_EPOCH if r.instance_id.is_none() => {
             return invalid("InstanceId can't be null.");

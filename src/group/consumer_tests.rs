@@ -145,6 +145,18 @@ async fn wrong_epochs_and_unknown_members_are_fenced() {
         c.consumer_heartbeat(&bad).error,
         Some(ResponseError::InvalidRegularExpression)
     );
+    // A partial epoch-0 heartbeat of a known member (librdkafka sends those when its
+    // subscription changes quickly) rejoins it, subscription unchanged.
+    let partial = HeartbeatRequest {
+        group_id: "g".into(),
+        member_id: "A".into(),
+        member_epoch: 0,
+        rebalance_timeout_ms: -1,
+        ..HeartbeatRequest::default()
+    };
+    let r = c.consumer_heartbeat(&partial);
+    assert_eq!(r.error, None);
+    assert_eq!(parts(c, &r), set(&[0, 1, 2, 3]));
     let mut bad = join("", "C", &["t"]);
     bad.group_id.clear();
     assert_eq!(
@@ -340,4 +352,52 @@ async fn a_regex_subscription_takes_every_matching_topic() {
     assert_eq!(a.error, None);
     let total: usize = a.assignment.unwrap().iter().map(|(_, p)| p.len()).sum();
     assert_eq!(total, 6, "t (4) and u (2)");
+}
+
+/// Hostile regexes are refused at once (the regex is compiled under the coordinator's
+/// lock): 10 MB of `a|` (7 s to compile, debug build, before the length bound), a short
+/// one whose program is huge; a regex of many topic names under the bound is taken.
+#[tokio::test(start_paused = true)]
+async fn huge_regexes_are_refused_quickly() {
+    let f = fixture(0);
+    let c = &f.coord;
+    let with_regex = |re: String| {
+        let mut r = join("g", "A", &[]);
+        r.subscribed_topic_names = None;
+        r.subscribed_topic_regex = Some(re);
+        r
+    };
+    for (what, re) in [
+        ("10 MB of a|", "a|".repeat(5 << 20)),
+        ("a huge program", r"(?:\w{1000}){1000}".to_string()),
+    ] {
+        let started = std::time::Instant::now();
+        let r = c.consumer_heartbeat(&with_regex(re));
+        let took = started.elapsed();
+        assert_eq!(
+            r.error,
+            Some(ResponseError::InvalidRegularExpression),
+            "{what}"
+        );
+        assert!(
+            took < std::time::Duration::from_secs(1),
+            "{what}: refused after {took:?}"
+        );
+        assert!(
+            r.error_message.as_ref().is_some_and(|m| m.len() < 1024),
+            "{what}: a short message"
+        );
+    }
+    // 2500 names in an alternation (about 27 KB), `t` among them: taken.
+    let names: Vec<String> = (0..2500).map(|i| format!("topic-{i:04}")).collect();
+    let r = c.consumer_heartbeat(&with_regex(format!("t|{}", names.join("|"))));
+    let short = |m: &Option<String>| {
+        m.as_deref()
+            .map(|m| m.chars().take(200).collect::<String>())
+    };
+    assert_eq!(r.error, None, "{:?}", short(&r.error_message));
+    let total: usize = r.assignment.unwrap().iter().map(|(_, p)| p.len()).sum();
+    assert_eq!(total, 4, "t's 4 partitions");
+    let r = c.consumer_heartbeat(&with_regex(r"[\w.-]+".to_string()));
+    assert_eq!(r.error, None, "{:?}", short(&r.error_message));
 }

@@ -65,6 +65,26 @@ pub(super) fn handle(
         client_host: format!("/{}", peer.ip()),
     };
     let r = ctx.groups.consumer_heartbeat(&req);
+    if r.error == Some(ResponseError::InvalidRequest) {
+        // A malformed heartbeat: one line per peer per 10 s.
+        static WARNINGS: std::sync::OnceLock<crate::server::warn_limit::PeerWarnings> =
+            std::sync::OnceLock::new();
+        let warnings = WARNINGS.get_or_init(crate::server::warn_limit::PeerWarnings::new);
+        if let Some(suppressed) = warnings.admit(peer.ip(), std::time::Instant::now()) {
+            tracing::warn!(
+                %peer,
+                group = %req.group_id,
+                member = %req.member_id,
+                member_epoch = req.member_epoch,
+                owned = ?req.owned.as_ref().map(Vec::len),
+                names = ?req.subscribed_topic_names.as_ref().map(Vec::len),
+                regex = ?req.subscribed_topic_regex,
+                suppressed,
+                "ConsumerGroupHeartbeat refused: {}",
+                r.error_message.as_deref().unwrap_or("")
+            );
+        }
+    }
     if let Some(e) = r.error {
         return error(e, r.error_message).with_member_id(r.member_id.map(StrBytes::from_string));
     }

@@ -16,7 +16,7 @@
 //! limited per peer IP by `warn_limit::PeerWarnings`: at most one line per peer per 10 s,
 //! the next one saying how many were suppressed, so a client cannot fill the log.
 
-mod warn_limit;
+pub(crate) mod warn_limit;
 
 use std::future::Future;
 use std::net::SocketAddr;
