@@ -587,47 +587,21 @@ impl ConsumerGroup {
     }
 
     /// Handles one ConsumerGroupHeartbeat (Kafka's `GroupMetadataManager
-    /// .consumerGroupHeartbeat`). The caller checked the group id and that this broker
-    /// coordinates the group.
+    /// .consumerGroupHeartbeat`). The caller checked the request ([`check`]: what it
+    /// gives is `checked`), the group id and that this broker coordinates the group.
     ///
-    /// Errors (in the result): INVALID_REQUEST (42) for a request missing what its epoch
-    /// needs, UNSUPPORTED_ASSIGNOR (112), INVALID_REGULAR_EXPRESSION (128),
-    /// UNKNOWN_MEMBER_ID (25), FENCED_MEMBER_EPOCH (110), FENCED_INSTANCE_ID (82),
+    /// Errors (in the result): INVALID_REQUEST (42) for a new member without a
+    /// subscription, UNKNOWN_MEMBER_ID (25), FENCED_MEMBER_EPOCH (110), FENCED_INSTANCE_ID (82),
     /// UNRELEASED_INSTANCE_ID (111), GROUP_MAX_SIZE_REACHED (81).
     pub(crate) fn heartbeat(
         &mut self,
         r: &HeartbeatRequest,
+        checked: CheckedRequest,
         now: Instant,
         image: &Arc<MetadataImage>,
         settings: &ConsumerGroupSettings,
     ) -> HeartbeatResult {
-        if let Err(e) = validate(r, settings) {
-            return e;
-        }
-        let regex = match r.subscribed_topic_regex.as_deref() {
-            Some(re) if re.len() > MAX_REGEX_BYTES => {
-                return HeartbeatResult::error(
-                    ResponseError::InvalidRegularExpression,
-                    format!(
-                    "SubscribedTopicRegex is {} bytes, more than the {MAX_REGEX_BYTES} allowed.",
-                    re.len()
-                ),
-                )
-            }
-            Some(re) if !re.is_empty() => match regex::Regex::new(&format!("^(?:{re})$")) {
-                Ok(compiled) => Some(Some((re.to_string(), compiled))),
-                Err(e) => {
-                    return HeartbeatResult::error(
-                        ResponseError::InvalidRegularExpression,
-                        format!(
-                            "SubscribedTopicRegex `{re}` is not a valid regular expression: {e}"
-                        ),
-                    )
-                }
-            },
-            Some(_) => Some(None),
-            None => None,
-        };
+        let regex = checked.regex;
         match r.member_epoch {
             LEAVE_GROUP_MEMBER_EPOCH => return self.leave(r),
             LEAVE_GROUP_STATIC_MEMBER_EPOCH => return self.leave_static(r, now),
@@ -978,9 +952,61 @@ fn fenced(received: i32, expected: i32) -> HeartbeatResult {
     )
 }
 
-/// Kafka's `throwIfConsumerGroupHeartbeatRequestIsInvalid`.
+/// A heartbeat that passed [`check`]: its regex, compiled (`None`: unchanged; `Some(None)`:
+/// none).
+#[derive(Debug)]
+pub(crate) struct CheckedRequest {
+    regex: Option<Option<(String, regex::Regex)>>,
+}
+
+/// Checks a heartbeat before any group is looked at (Kafka's
+/// `throwIfConsumerGroupHeartbeatRequestIsInvalid`), outside the coordinator's lock, and
+/// compiles its regex.
+///
+/// Errors: INVALID_REQUEST (42) with Kafka's message, UNSUPPORTED_ASSIGNOR (112),
+/// INVALID_REGULAR_EXPRESSION (128) for a regex that does not compile or is over
+/// [`MAX_REGEX_BYTES`].
+pub(crate) fn check(
+    r: &HeartbeatRequest,
+    settings: &ConsumerGroupSettings,
+) -> Result<CheckedRequest, HeartbeatResult> {
+    validate(r, settings)?;
+    let regex = match r.subscribed_topic_regex.as_deref() {
+        Some(re) if re.len() > MAX_REGEX_BYTES => {
+            return Err(HeartbeatResult::error(
+                ResponseError::InvalidRegularExpression,
+                format!(
+                    "SubscribedTopicRegex is {} bytes, more than the {MAX_REGEX_BYTES} allowed.",
+                    re.len()
+                ),
+            ))
+        }
+        Some(re) if !re.is_empty() => match regex::Regex::new(&format!("^(?:{re})$")) {
+            Ok(compiled) => Some(Some((re.to_string(), compiled))),
+            Err(e) => {
+                return Err(HeartbeatResult::error(
+                    ResponseError::InvalidRegularExpression,
+                    format!("SubscribedTopicRegex `{re}` is not a valid regular expression: {e}"),
+                ))
+            }
+        },
+        Some(_) => Some(None),
+        None => None,
+    };
+    Ok(CheckedRequest { regex })
+}
+
 fn validate(r: &HeartbeatRequest, settings: &ConsumerGroupSettings) -> Result<(), HeartbeatResult> {
     let invalid = |m: &str| Err(HeartbeatResult::error(ResponseError::InvalidRequest, m));
+    if r.group_id.trim().is_empty() {
+        return invalid("GroupId can't be empty.");
+    }
+    if r.instance_id.as_ref().is_some_and(|i| i.trim().is_empty()) {
+        return invalid("InstanceId can't be empty.");
+    }
+    if r.rack_id.as_ref().is_some_and(|i| i.trim().is_empty()) {
+        return invalid("RackId can't be empty.");
+    }
     // v1 members name themselves (KIP-1082); one that does not yet is named here, as v0.
     if r.member_id.is_empty() && r.member_epoch != 0 {
         return invalid("MemberId can't be empty.");

@@ -157,6 +157,21 @@ async fn wrong_epochs_and_unknown_members_are_fenced() {
     let r = c.consumer_heartbeat(&partial);
     assert_eq!(r.error, None);
     assert_eq!(parts(c, &r), set(&[0, 1, 2, 3]));
+    for (instance, rack) in [(Some(" "), None), (None, Some(""))] {
+        let mut bad = join("g", "C", &["t"]);
+        bad.instance_id = instance.map(str::to_string);
+        bad.rack_id = rack.map(str::to_string);
+        let r = c.consumer_heartbeat(&bad);
+        assert_eq!(r.error, Some(ResponseError::InvalidRequest), "{r:?}");
+    }
+    // A refused join leaves no group behind.
+    let mut bad = join("z", "C", &[]);
+    bad.subscribed_topic_names = None;
+    assert_eq!(
+        c.consumer_heartbeat(&bad).error,
+        Some(ResponseError::InvalidRequest)
+    );
+    assert_eq!(c.group_type("z"), None);
     let mut bad = join("", "C", &["t"]);
     bad.group_id.clear();
     assert_eq!(

@@ -949,12 +949,11 @@ impl GroupCoordinator {
         req: &consumer::HeartbeatRequest,
     ) -> consumer::HeartbeatResult {
         use consumer::HeartbeatResult;
-        if req.group_id.is_empty() {
-            return HeartbeatResult::error(
-                ResponseError::InvalidRequest,
-                "GroupId can't be empty.",
-            );
-        }
+        let settings = self.settings.consumer;
+        let checked = match consumer::check(req, &settings) {
+            Ok(c) => c,
+            Err(e) => return e,
+        };
         if let Some(e) = check_group_id(&req.group_id, false) {
             return HeartbeatResult::error(e, "The group id is too long.");
         }
@@ -963,9 +962,12 @@ impl GroupCoordinator {
         }
         let image = self.metadata.image();
         let now = Instant::now();
-        let settings = self.settings.consumer;
         let mut groups = self.lock();
         let mut records = Vec::new();
+        // A join refused (no subscription, group full, ...) leaves no trace: a group made
+        // or converted for it is dropped or converted back.
+        let mut created = false;
+        let mut converted_from = None;
         if !groups.contains_key(&req.group_id) {
             if req.member_epoch != 0 {
                 return HeartbeatResult::error(
@@ -974,6 +976,7 @@ impl GroupCoordinator {
                 );
             }
             groups.insert(req.group_id.clone(), Group::new(&req.group_id));
+            created = true;
         }
         let Some(g) = groups.get_mut(&req.group_id) else {
             return HeartbeatResult::error(ResponseError::CoordinatorNotAvailable, "");
@@ -999,8 +1002,8 @@ impl GroupCoordinator {
             }
             if g.protocol_type.is_some() {
                 records.push(StoreRecord::group_tombstone(&g.id));
-                tracing::info!(group = %g.id, "empty classic group converted to the consumer protocol");
             }
+            converted_from = Some((g.protocol_type.take(), g.protocol.clone(), g.leader.clone()));
             g.consumer = Some(Box::new(consumer::ConsumerGroup::new(
                 g.generation.max(0),
                 &settings,
@@ -1013,7 +1016,21 @@ impl GroupCoordinator {
             return HeartbeatResult::error(ResponseError::CoordinatorNotAvailable, "");
         };
         let epoch_before = c.group_epoch();
-        let result = c.heartbeat(req, now, &image, &settings);
+        let result = c.heartbeat(req, checked, now, &image, &settings);
+        if result.error.is_some() && c.is_empty() {
+            if created {
+                groups.remove(&req.group_id);
+            } else if let Some((protocol_type, protocol, leader)) = converted_from {
+                g.consumer = None;
+                g.protocol_type = protocol_type;
+                g.protocol = protocol;
+                g.leader = leader;
+            }
+            return result;
+        }
+        if converted_from.as_ref().is_some_and(|(t, _, _)| t.is_some()) {
+            tracing::info!(group = %g.id, "empty classic group converted to the consumer protocol");
+        }
         if c.group_epoch() != epoch_before || !records.is_empty() {
             records.push(StoreRecord::consumer_group(&g.id, c.group_epoch()));
         }

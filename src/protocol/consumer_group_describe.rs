@@ -4,7 +4,9 @@
 //!
 //! Per group: GROUP_ID_NOT_FOUND (69) for an unknown group or a classic one (the admin
 //! client then falls back to DescribeGroups, as with Kafka), NOT_COORDINATOR (16) on a
-//! broker that does not coordinate it, INVALID_GROUP_ID (24) for an empty id. Authorized
+//! broker that does not coordinate it, INVALID_GROUP_ID (24) for an empty id,
+//! UNSUPPORTED_VERSION (35) when `group.coordinator.rebalance.protocols` leaves out
+//! `consumer` (then the API is not advertised either). Authorized
 //! operations are not computed (no ACLs): the field keeps its "not requested" default.
 
 use kafka_protocol::messages::consumer_group_describe_response::{
@@ -45,6 +47,11 @@ pub(super) fn handle(
         .map(|id| {
             let out = DescribedGroup::default().with_group_id(id.clone());
             let group = id.0.as_str();
+            if !ctx.config.group.consumer_protocol_enabled {
+                // As Kafka: every group UNSUPPORTED_VERSION (35) when
+                // group.coordinator.rebalance.protocols leaves out `consumer`.
+                return out.with_error_code(ResponseError::UnsupportedVersion.code());
+            }
             if group.is_empty() {
                 return out.with_error_code(ResponseError::InvalidGroupId.code());
             }

@@ -41,6 +41,14 @@ pub(super) fn handle(
             ),
         );
     }
+    // The request is checked before the coordinator is (as Kafka): an empty group id is
+    // INVALID_REQUEST on every broker.
+    if request.group_id.0.trim().is_empty() {
+        return error(
+            ResponseError::InvalidRequest,
+            Some("GroupId can't be empty.".to_string()),
+        );
+    }
     if let Err(e) = super::find_coordinator::check_coordinator(ctx, request.group_id.0.as_str()) {
         return error(e, None);
     }
