@@ -423,6 +423,12 @@ fn default_request(key: ApiKey) -> Option<RequestKind> {
         ApiKey::ListTransactions => {
             RequestKind::ListTransactions(ListTransactionsRequest::default())
         }
+        ApiKey::ConsumerGroupHeartbeat => {
+            RequestKind::ConsumerGroupHeartbeat(ConsumerGroupHeartbeatRequest::default())
+        }
+        ApiKey::ConsumerGroupDescribe => {
+            RequestKind::ConsumerGroupDescribe(ConsumerGroupDescribeRequest::default())
+        }
         _ => return None,
     })
 }

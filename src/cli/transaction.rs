@@ -30,14 +30,13 @@
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use kafka_protocol::messages::{
-    ApiKey, DescribeTransactionsRequest, FindCoordinatorRequest, ListTransactionsRequest,
-    TransactionalId,
+    ApiKey, DescribeTransactionsRequest, ListTransactionsRequest, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::consumer::Consumer as _;
 
 use super::client::{self, CliContext, KafkaErrorText};
-use super::wire::{error_text, version_of, Conn};
+use super::wire::{connect_coordinator, error_text, version_of, Conn};
 use super::ClientArgs;
 
 /// Transaction subcommands (kafka-transactions.sh's verbs).
@@ -391,23 +390,8 @@ fn list(args: &ListArgs) -> anyhow::Result<()> {
 
 fn describe(args: &DescribeArgs) -> anyhow::Result<()> {
     let (mut conn, versions) = Conn::bootstrap(&args.client.bootstrap_server)?;
-    let version = version_of(&versions, ApiKey::FindCoordinator, 3)
-        .context("the broker does not offer FindCoordinator")?;
-    let found = conn.call(
-        &FindCoordinatorRequest::default()
-            .with_key(StrBytes::from_string(args.transactional_id.clone()))
-            .with_key_type(1),
-        version,
-    )?;
-    anyhow::ensure!(
-        found.error_code == 0,
-        "FindCoordinator: {}",
-        error_text(found.error_code, found.error_message.as_ref())
-    );
-    let coordinator = found.node_id.0;
-    let addr = format!("{}:{}", found.host, found.port);
-    let (mut conn, versions) =
-        Conn::bootstrap(&addr).with_context(|| format!("coordinator {coordinator} ({addr})"))?;
+    let (coordinator, mut conn, versions) =
+        connect_coordinator(&mut conn, &versions, &args.transactional_id, 1)?;
     let version = version_of(&versions, ApiKey::DescribeTransactions, 0)
         .context("the coordinator does not offer DescribeTransactions (key 65)")?;
     let response = conn.call(

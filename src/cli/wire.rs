@@ -146,6 +146,37 @@ impl Conn {
     }
 }
 
+/// FindCoordinator (v3 at most: one key) for `key` of `key_type` (0 a group, 1 a
+/// transactional id) through `conn`, then a connection to the coordinator: its node id,
+/// the connection and the versions it offers.
+///
+/// Errors: the broker does not offer FindCoordinator; its error (name, code, message);
+/// the coordinator cannot be reached.
+pub(super) fn connect_coordinator(
+    conn: &mut Conn,
+    versions: &ApiVersionsResponse,
+    key: &str,
+    key_type: i8,
+) -> anyhow::Result<(i32, Conn, ApiVersionsResponse)> {
+    let version = version_of(versions, ApiKey::FindCoordinator, 3)
+        .context("the broker does not offer FindCoordinator")?;
+    let found = conn.call(
+        &kafka_protocol::messages::FindCoordinatorRequest::default()
+            .with_key(StrBytes::from_string(key.to_string()))
+            .with_key_type(key_type),
+        version,
+    )?;
+    anyhow::ensure!(
+        found.error_code == 0,
+        "FindCoordinator: {}",
+        error_text(found.error_code, found.error_message.as_ref())
+    );
+    let addr = format!("{}:{}", found.host, found.port);
+    let (conn, versions) = Conn::bootstrap(&addr)
+        .with_context(|| format!("coordinator {} ({addr})", found.node_id.0))?;
+    Ok((found.node_id.0, conn, versions))
+}
+
 /// The version of `key` to use: the highest both sides speak, if any.
 pub(super) fn version_of(versions: &ApiVersionsResponse, key: ApiKey, ours: i16) -> Option<i16> {
     let a = versions.api_keys.iter().find(|a| a.api_key == key as i16)?;

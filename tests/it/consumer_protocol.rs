@@ -455,6 +455,84 @@ fn consumer_group_describe_shows_epochs_and_assignment() {
     reported.sort();
     assert_eq!(described, reported, "the broker's and the clients' view");
 
+    // `weir group describe` shows the same: member epochs and target assignments
+    // (--members), the group and target epochs (--state).
+    let cli = |extra: &str| {
+        let out = std::process::Command::new(crate::harness::weir_bin())
+            .args([
+                "group",
+                "describe",
+                "--bootstrap-server",
+                &b.bootstrap,
+                "cg",
+                extra,
+            ])
+            .output()
+            .expect("run weir group describe");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).expect("utf-8")
+    };
+    let members = cli("--members");
+    let mut lines = members.lines();
+    let header: Vec<&str> = lines.next().expect("header").split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "GROUP",
+            "CONSUMER-ID",
+            "GROUP-INSTANCE-ID",
+            "HOST",
+            "CLIENT-ID",
+            "#PARTITIONS",
+            "EPOCH",
+            "ASSIGNMENT",
+            "TARGET-ASSIGNMENT"
+        ],
+        "{members}"
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(rows.len(), 2, "{members}");
+    for row in &rows {
+        let m = g
+            .members
+            .iter()
+            .find(|m| m.member_id.as_str() == row[1])
+            .unwrap_or_else(|| panic!("{} not described: {members}", row[1]));
+        assert_eq!(row[5], "3", "{members}");
+        assert_eq!(row[6], m.member_epoch.to_string(), "{members}");
+        let parts: Vec<String> = partitions_of(&m.assignment, "described")
+            .iter()
+            .map(i32::to_string)
+            .collect();
+        let expected = format!("described:{}", parts.join(","));
+        assert_eq!(
+            (row[7], row[8]),
+            (expected.as_str(), expected.as_str()),
+            "{members}"
+        );
+    }
+    let state = cli("--state");
+    let row: Vec<&str> = state
+        .lines()
+        .nth(1)
+        .expect("a row")
+        .split_whitespace()
+        .collect();
+    // GROUP, COORDINATOR (two words), ASSIGNMENT-STRATEGY, STATE, GROUP-EPOCH,
+    // TARGET-ASSIGNMENT-EPOCH, #MEMBERS
+    assert_eq!(
+        (row[0], row[3], row[4], row[5], row[6], row[7]),
+        (
+            "cg",
+            "uniform",
+            "Stable",
+            g.group_epoch.to_string().as_str(),
+            g.assignment_epoch.to_string().as_str(),
+            "2"
+        ),
+        "{state}"
+    );
+
     let g1 = describe(&b.bootstrap, "cg", 1);
     assert_eq!(g1.error_code, 0);
     assert_eq!(g1.members.len(), 2);

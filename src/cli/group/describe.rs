@@ -21,9 +21,7 @@ use std::collections::BTreeMap;
 use anyhow::Context as _;
 use clap::Args;
 use kafka_protocol::messages::consumer_group_describe_response::DescribedGroup;
-use kafka_protocol::messages::{
-    ApiKey, ConsumerGroupDescribeRequest, FindCoordinatorRequest, GroupId,
-};
+use kafka_protocol::messages::{ApiKey, ConsumerGroupDescribeRequest, GroupId};
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::groups::GroupInfo;
@@ -35,7 +33,7 @@ use super::{
     write_stdout, GROUP_REQUEST_TIMEOUT,
 };
 use crate::cli::client::{CliContext, KafkaErrorText};
-use crate::cli::wire::{error_text, version_of, Conn};
+use crate::cli::wire::{connect_coordinator, error_text, version_of, Conn};
 use crate::cli::ClientArgs;
 
 /// `weir group describe` options.
@@ -120,22 +118,7 @@ fn describe_consumer_group(bootstrap: &str, group: &str) -> anyhow::Result<Optio
     if version_of(&versions, ApiKey::ConsumerGroupDescribe, 0).is_none() {
         return Ok(None);
     }
-    let version = version_of(&versions, ApiKey::FindCoordinator, 3)
-        .context("the broker does not offer FindCoordinator")?;
-    let found = conn.call(
-        &FindCoordinatorRequest::default()
-            .with_key(StrBytes::from_string(group.to_string()))
-            .with_key_type(0),
-        version,
-    )?;
-    anyhow::ensure!(
-        found.error_code == 0,
-        "FindCoordinator: {}",
-        error_text(found.error_code, found.error_message.as_ref())
-    );
-    let addr = format!("{}:{}", found.host, found.port);
-    let (mut conn, versions) = Conn::bootstrap(&addr)
-        .with_context(|| format!("coordinator {} ({addr})", found.node_id.0))?;
+    let (_, mut conn, versions) = connect_coordinator(&mut conn, &versions, group, 0)?;
     let Some(version) = version_of(&versions, ApiKey::ConsumerGroupDescribe, 0) else {
         return Ok(None);
     };
