@@ -525,50 +525,57 @@ impl ConsumerGroup {
     }
 
     /// Moves `member_id` toward its target (Kafka's `CurrentAssignmentBuilder`); `owned`
-    /// is what its heartbeat says it holds. Returns whether its assignment changed.
-    fn reconcile(&mut self, member_id: &str, owned: Option<&Partitions>, now: Instant) -> bool {
+    /// is what its heartbeat says it holds. A member at the target epoch with nothing to
+    /// do returns at once: the other members' partitions are looked at only when this one
+    /// wants partitions its target gives it.
+    fn reconcile(&mut self, member_id: &str, owned: Option<&Partitions>, now: Instant) {
         let target_epoch = self.assignment_epoch;
         let target: Partitions = self.target.get(member_id).cloned().unwrap_or_default();
+        let wanted = {
+            let Some(m) = self.members.get_mut(member_id) else {
+                return;
+            };
+            if m.state == MemberState::UnrevokedPartitions {
+                let released = owned.is_some_and(|o| !overlaps(o, &m.pending_revocation));
+                if !released {
+                    return;
+                }
+                m.pending_revocation.clear();
+                m.revocation_deadline = None;
+                m.state = MemberState::Stable;
+            }
+            if m.member_epoch == target_epoch && m.state == MemberState::Stable {
+                return;
+            }
+            let revoke = minus(&m.assigned, &target);
+            if !revoke.is_empty() {
+                m.assigned = intersect(&m.assigned, &target);
+                m.pending_revocation = revoke;
+                m.state = MemberState::UnrevokedPartitions;
+                m.revocation_deadline =
+                    Some(now + Duration::from_millis(m.rebalance_timeout_ms.max(0) as u64));
+                return;
+            }
+            minus(&target, &m.assigned)
+        };
         // Partitions of the target other members still hold (or give up): not assignable
-        // yet. Only the topics of the target are looked at.
+        // yet. Only the wanted partitions are looked for.
         let mut held_elsewhere = Partitions::new();
-        for m in self.members.values().filter(|m| m.member_id != member_id) {
-            for (t, p) in m.assigned.iter().chain(m.pending_revocation.iter()) {
-                if let Some(wanted) = target.get(t) {
-                    let held: Vec<i32> = p.intersection(wanted).copied().collect();
-                    if !held.is_empty() {
-                        held_elsewhere.entry(t.clone()).or_default().extend(held);
+        if !wanted.is_empty() {
+            for m in self.members.values().filter(|m| m.member_id != member_id) {
+                for (t, p) in m.assigned.iter().chain(m.pending_revocation.iter()) {
+                    if let Some(w) = wanted.get(t) {
+                        let held: Vec<i32> = p.intersection(w).copied().collect();
+                        if !held.is_empty() {
+                            held_elsewhere.entry(t.clone()).or_default().extend(held);
+                        }
                     }
                 }
             }
         }
         let Some(m) = self.members.get_mut(member_id) else {
-            return false;
+            return;
         };
-        let before = m.assigned.clone();
-        if m.state == MemberState::UnrevokedPartitions {
-            let released = owned.is_some_and(|o| !overlaps(o, &m.pending_revocation));
-            if !released {
-                return false;
-            }
-            m.pending_revocation.clear();
-            m.revocation_deadline = None;
-            m.state = MemberState::Stable;
-        }
-        if m.member_epoch == target_epoch && m.state == MemberState::Stable {
-            return false;
-        }
-        let kept = intersect(&m.assigned, &target);
-        let revoke = minus(&m.assigned, &target);
-        if !revoke.is_empty() {
-            m.assigned = kept;
-            m.pending_revocation = revoke;
-            m.state = MemberState::UnrevokedPartitions;
-            m.revocation_deadline =
-                Some(now + Duration::from_millis(m.rebalance_timeout_ms.max(0) as u64));
-            return m.assigned != before;
-        }
-        let wanted = minus(&target, &m.assigned);
         let free = minus(&wanted, &held_elsewhere);
         let unreleased = count(&free) < count(&wanted);
         for (t, p) in free {
@@ -583,7 +590,6 @@ impl ConsumerGroup {
             m.previous_member_epoch = m.member_epoch;
             m.member_epoch = target_epoch;
         }
-        m.assigned != before
     }
 
     /// Handles one ConsumerGroupHeartbeat (Kafka's `GroupMetadataManager
