@@ -18,7 +18,7 @@ mod dynamic;
 /// KIP-848's server-side assignors and consumer-group settings, defined with the group
 /// coordinator.
 pub use crate::group::assignor::AssignorKind;
-pub use crate::group::consumer::ConsumerGroupSettings;
+pub use crate::group::consumer::{ConsumerGroupSettings, MigrationPolicy};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -165,6 +165,7 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("group.consumer.session.timeout.ms", Int, Some("45000"), Some(1), "A consumer-protocol member (KIP-848) that sends no heartbeat for this long is removed from its group (ms)."),
     key("group.consumer.heartbeat.interval.ms", Int, Some("5000"), Some(1), "How often consumer-protocol members (KIP-848) are told to heartbeat (ms)."),
     key("group.consumer.assignors", List, Some("uniform,range"), None, "Server-side assignors of consumer-protocol groups (KIP-848), the first the default: uniform (balanced, sticky) and range; Kafka's class names (org.apache.kafka.coordinator.group.assignor.UniformAssignor, ...RangeAssignor) are accepted."),
+    key("group.consumer.migration.policy", KeyType::String, Some("bidirectional"), None, "Whether a group with members changes protocol as they restart (KIP-848's online migration): upgrade (a classic group becomes a consumer-protocol group when a consumer-protocol member joins; its classic members stay in it), downgrade (back when the last consumer-protocol member leaves), bidirectional (both), disabled (neither)."),
     key("group.consumer.max.size", Int, Some("2147483647"), Some(1), "Most members one consumer-protocol group may have (GROUP_MAX_SIZE_REACHED above it)."),
     key("offsets.topic.num.partitions", Int, Some("50"), Some(1), "Partitions of __consumer_offsets, fixed when it is first created."),
     key("offsets.topic.segment.bytes", Int, Some("104857600"), Some(14), "Segment size of __consumer_offsets (bytes)."),
@@ -1077,6 +1078,17 @@ impl BrokerConfig {
                     heartbeat_interval_ms: int("group.consumer.heartbeat.interval.ms")? as i32,
                     max_size: int("group.consumer.max.size")? as usize,
                     assignors: parse_assignors(&text("group.consumer.assignors"))?,
+                    migration_policy: {
+                        let policy = text("group.consumer.migration.policy");
+                        MigrationPolicy::parse(&policy).ok_or_else(|| {
+                            ConfigError::InvalidValue {
+                                key: "group.consumer.migration.policy".to_string(),
+                                message: format!(
+                                "`{policy}` is none of disabled, downgrade, upgrade, bidirectional"
+                            ),
+                            }
+                        })?
+                    },
                 },
             },
             transaction: TransactionSettings {

@@ -33,6 +33,15 @@ use uuid::Uuid;
 use super::assignor::{self, AssignmentSpec, AssignorKind, TargetAssignment};
 use crate::cluster::MetadataImage;
 
+mod classic;
+use classic::ClassicMember;
+pub use classic::MigrationPolicy;
+#[cfg(test)]
+pub(crate) use classic::{decode_assignment, decode_subscription, encode_assignment};
+pub(crate) use classic::{
+    ClassicJoin, ClassicJoinRequest, ClassicMemberState, CONSUMER_PROTOCOL_TYPE,
+};
+
 /// Partitions by topic name.
 pub(crate) type Partitions = BTreeMap<String, BTreeSet<i32>>;
 
@@ -56,6 +65,8 @@ pub struct ConsumerGroupSettings {
     pub max_size: usize,
     /// `group.consumer.assignors`, the first the default.
     pub assignors: &'static [AssignorKind],
+    /// `group.consumer.migration.policy`: whether non-empty groups change protocol.
+    pub migration_policy: MigrationPolicy,
 }
 
 /// A ConsumerGroupHeartbeat request (key 68, v0–v1), decoded.
@@ -139,6 +150,8 @@ pub(crate) struct ConsumerMemberDescription {
     pub assignment: Vec<(Uuid, String, Vec<i32>)>,
     /// What the target assignment gives it.
     pub target_assignment: Vec<(Uuid, String, Vec<i32>)>,
+    /// Whether it takes part through the classic protocol (JoinGroup, SyncGroup).
+    pub classic: bool,
 }
 
 /// One consumer-protocol group as ConsumerGroupDescribe reports it.
@@ -190,6 +203,8 @@ struct Member {
     /// against every topic once per metadata change, not per heartbeat); cleared when the
     /// subscription changes.
     resolved: Option<(Arc<MetadataImage>, Arc<BTreeSet<String>>)>,
+    /// Set for a member of the classic protocol (online migration, `classic.rs`).
+    classic: Option<ClassicMember>,
 }
 
 impl Member {
@@ -212,6 +227,7 @@ impl Member {
             last_heartbeat: now,
             revocation_deadline: None,
             resolved: None,
+            classic: None,
         }
     }
 
@@ -406,7 +422,8 @@ impl ConsumerGroup {
     /// OffsetCommit / TxnOffsetCommit / OffsetFetch by a member (Kafka's
     /// `ConsumerGroup.validateOffsetCommit`): the member must be known and at its epoch.
     ///
-    /// Errors: UNKNOWN_MEMBER_ID (25), STALE_MEMBER_EPOCH (113).
+    /// Errors: UNKNOWN_MEMBER_ID (25), STALE_MEMBER_EPOCH (113) (ILLEGAL_GENERATION (22)
+    /// for a classic member).
     pub(crate) fn validate_member(
         &mut self,
         member_id: &str,
@@ -417,7 +434,12 @@ impl ConsumerGroup {
             return Err(ResponseError::UnknownMemberId);
         };
         if m.member_epoch != member_epoch {
-            return Err(ResponseError::StaleMemberEpoch);
+            // Classic clients know ILLEGAL_GENERATION, not STALE_MEMBER_EPOCH.
+            return Err(if m.classic.is_some() {
+                ResponseError::IllegalGeneration
+            } else {
+                ResponseError::StaleMemberEpoch
+            });
         }
         m.last_heartbeat = now;
         Ok(())
@@ -548,7 +570,9 @@ impl ConsumerGroup {
                 return;
             }
             let revoke = minus(&m.assigned, &target);
-            if !revoke.is_empty() {
+            // Kafka's `ownsRevokedPartitions`: a member that says it holds none of them
+            // (an eager classic member rejoins holding nothing) has nothing to give up.
+            if !revoke.is_empty() && owned.is_none_or(|o| overlaps(o, &revoke)) {
                 m.assigned = intersect(&m.assigned, &target);
                 m.pending_revocation = revoke;
                 m.state = MemberState::UnrevokedPartitions;
@@ -559,25 +583,14 @@ impl ConsumerGroup {
             minus(&target, &m.assigned)
         };
         // Partitions of the target other members still hold (or give up): not assignable
-        // yet. Only the wanted partitions are looked for.
-        let mut held_elsewhere = Partitions::new();
-        if !wanted.is_empty() {
-            for m in self.members.values().filter(|m| m.member_id != member_id) {
-                for (t, p) in m.assigned.iter().chain(m.pending_revocation.iter()) {
-                    if let Some(w) = wanted.get(t) {
-                        let held: Vec<i32> = p.intersection(w).copied().collect();
-                        if !held.is_empty() {
-                            held_elsewhere.entry(t.clone()).or_default().extend(held);
-                        }
-                    }
-                }
-            }
-        }
+        // yet.
+        let held_elsewhere = self.held_by_others(member_id, &wanted);
         let Some(m) = self.members.get_mut(member_id) else {
             return;
         };
         let free = minus(&wanted, &held_elsewhere);
         let unreleased = count(&free) < count(&wanted);
+        m.assigned = intersect(&m.assigned, &target);
         for (t, p) in free {
             m.assigned.entry(t).or_default().extend(p);
         }
@@ -590,6 +603,26 @@ impl ConsumerGroup {
             m.previous_member_epoch = m.member_epoch;
             m.member_epoch = target_epoch;
         }
+    }
+
+    /// The partitions of `wanted` that members other than `member_id` hold or are giving
+    /// up. Only the wanted partitions are looked for (nothing when none is wanted).
+    fn held_by_others(&self, member_id: &str, wanted: &Partitions) -> Partitions {
+        let mut held_elsewhere = Partitions::new();
+        if wanted.is_empty() {
+            return held_elsewhere;
+        }
+        for m in self.members.values().filter(|m| m.member_id != member_id) {
+            for (t, p) in m.assigned.iter().chain(m.pending_revocation.iter()) {
+                if let Some(w) = wanted.get(t) {
+                    let held: Vec<i32> = p.intersection(w).copied().collect();
+                    if !held.is_empty() {
+                        held_elsewhere.entry(t.clone()).or_default().extend(held);
+                    }
+                }
+            }
+        }
+        held_elsewhere
     }
 
     /// Handles one ConsumerGroupHeartbeat (Kafka's `GroupMetadataManager
@@ -702,10 +735,17 @@ impl ConsumerGroup {
         if r.member_epoch == 0 {
             return self.join(r, now, settings);
         }
-        let Some(m) = self.members.get(&r.member_id) else {
+        let Some(m) = self
+            .members
+            .get(&r.member_id)
+            .filter(|m| m.classic.is_none())
+        else {
             return Err(HeartbeatResult::error(
                 ResponseError::UnknownMemberId,
-                format!("Member {} is not a member of the group.", r.member_id),
+                format!(
+                    "Member {} is not a consumer-protocol member of the group.",
+                    r.member_id
+                ),
             ));
         };
         if let Some(instance) = &r.instance_id {
@@ -754,10 +794,12 @@ impl ConsumerGroup {
         if let Some(instance) = &r.instance_id {
             if let Some(old_id) = self.static_members.get(instance).cloned() {
                 if old_id != member_id {
-                    let away = self
-                        .members
-                        .get(&old_id)
-                        .is_some_and(|m| m.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH);
+                    // A classic static member never leaves (classic static members do
+                    // not send LeaveGroup): one restarting on this protocol replaces it
+                    // at once, as in Kafka.
+                    let away = self.members.get(&old_id).is_some_and(|m| {
+                        m.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH || m.classic.is_some()
+                    });
                     if !away {
                         return Err(HeartbeatResult::error(
                             ResponseError::UnreleasedInstanceId,
@@ -771,6 +813,7 @@ impl ConsumerGroup {
                         m.member_epoch = 0;
                         m.previous_member_epoch = 0;
                         m.last_heartbeat = now;
+                        m.classic = None;
                         self.members.insert(member_id.clone(), m);
                     }
                     if let Some(t) = self.target.remove(&old_id) {
@@ -792,6 +835,7 @@ impl ConsumerGroup {
             m.revocation_deadline = None;
             m.member_epoch = 0;
             m.previous_member_epoch = 0;
+            m.classic = None;
             return Ok(member_id);
         }
         if r.subscribed_topic_names.is_none() && r.subscribed_topic_regex.is_none() {
@@ -894,6 +938,11 @@ impl ConsumerGroup {
             .members
             .values()
             .filter_map(|m| {
+                if let Some(c) = &m.classic {
+                    return c
+                        .expired(m.last_heartbeat, now)
+                        .map(|why| (m.member_id.clone(), why));
+                }
                 if now.duration_since(m.last_heartbeat) > session {
                     Some((m.member_id.clone(), "session timed out"))
                 } else if m.revocation_deadline.is_some_and(|d| d <= now) {
@@ -940,6 +989,7 @@ impl ConsumerGroup {
                         self.target.get(&m.member_id).unwrap_or(&empty),
                         image,
                     ),
+                    classic: m.classic.is_some(),
                 })
                 .collect(),
         }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use super::consumer::{HeartbeatRequest, HeartbeatResult};
+use super::consumer::{HeartbeatRequest, HeartbeatResult, Partitions};
 use super::tests::{fixture, open_in};
 use super::*;
 
@@ -314,7 +314,8 @@ async fn groups_convert_between_protocols_when_empty_and_keep_their_offsets() {
         }],
     };
     assert_eq!(c.commit(&commit), vec![None]);
-    // While it is in, the consumer protocol is refused.
+    // While it is in, the consumer protocol is refused: its metadata ("m") is not the
+    // consumer embedded protocol, so the group cannot be upgraded with it inside.
     assert_eq!(
         c.consumer_heartbeat(&join("g", "A", &["t"])).error,
         Some(ResponseError::GroupIdNotFound)
@@ -327,7 +328,7 @@ async fn groups_convert_between_protocols_when_empty_and_keep_their_offsets() {
     assert_eq!(c.group_type("g"), Some("consumer"));
     let fetched = c.fetch_offsets("g", Some(&[("t".into(), vec![1])]));
     assert_eq!(fetched[0].1[0].1.as_ref().map(|o| o.offset), Some(42));
-    // A classic member cannot join while the consumer member is in.
+    // Nor can such a classic member join while the consumer member is in.
     assert_eq!(
         c.join(super::tests::join_req("g", "", b"m")).await.error,
         Some(ResponseError::InconsistentGroupProtocol)
@@ -415,4 +416,196 @@ async fn huge_regexes_are_refused_quickly() {
     assert_eq!(total, 4, "t's 4 partitions");
     let r = c.consumer_heartbeat(&with_regex(r"[\w.-]+".to_string()));
     assert_eq!(r.error, None, "{:?}", short(&r.error_message));
+}
+
+/// A ConsumerProtocolSubscription v1 of topic "t" saying the member owns `owned`.
+fn subscription(owned: &[i32]) -> Bytes {
+    use kafka_protocol::messages::consumer_protocol_subscription::TopicPartition;
+    use kafka_protocol::messages::{ConsumerProtocolSubscription, TopicName};
+    use kafka_protocol::protocol::{Encodable, StrBytes};
+    let s = ConsumerProtocolSubscription::default()
+        .with_topics(vec![StrBytes::from_static_str("t")])
+        .with_owned_partitions(vec![TopicPartition::default()
+            .with_topic(TopicName(StrBytes::from_static_str("t")))
+            .with_partitions(owned.to_vec())]);
+    let mut buf = bytes::BytesMut::new();
+    buf.extend_from_slice(&1i16.to_be_bytes());
+    s.encode(&mut buf, 1).unwrap();
+    buf.freeze()
+}
+
+fn classic_join(member: &str, owned: &[i32]) -> JoinRequest {
+    JoinRequest {
+        protocols: vec![("range".into(), subscription(owned))],
+        ..super::tests::join_req("g", member, b"")
+    }
+}
+
+/// The partitions of "t" in a SyncGroup assignment.
+fn synced_parts(r: &SyncResult) -> BTreeSet<i32> {
+    let a = consumer::decode_assignment(&r.assignment).expect("a consumer protocol assignment");
+    a.get("t").cloned().unwrap_or_default()
+}
+
+/// KIP-848's online migration: a classic group with a member becomes a consumer-protocol
+/// group when a consumer-protocol member joins; the classic member stays, is told to
+/// rejoin, and gets its share by JoinGroup/SyncGroup at the member epoch; its commits
+/// keep working; when the consumer-protocol member leaves, the group is classic again
+/// and rebalances, the classic member's offsets kept.
+#[tokio::test(start_paused = true)]
+async fn a_classic_group_with_members_migrates_online_and_back() {
+    let f = fixture(0);
+    let c = &f.coord;
+    // A stable classic group: one member holding all four partitions.
+    let j = c.join(classic_join("", &[])).await;
+    assert_eq!(j.error, None);
+    assert_eq!(j.leader_id, j.member_id);
+    let m1 = j.member_id.clone();
+    let all: Partitions = [("t".to_string(), (0..4).collect())].into();
+    let mut sync = super::tests::sync_req("g", j.generation_id, &m1);
+    sync.assignments = vec![(m1.clone(), consumer::encode_assignment(&all, 1))];
+    let s = c.sync(sync).await;
+    assert_eq!(synced_parts(&s), (0..4).collect());
+    let g1 = j.generation_id;
+
+    // A consumer-protocol member joins: the group is upgraded with the classic member in
+    // it, which keeps its partitions until it rejoins.
+    let a = c.consumer_heartbeat(&join("g", "A", &["t"]));
+    assert_eq!(a.error, None, "{a:?}");
+    assert_eq!(c.group_type("g"), Some("consumer"));
+    assert_eq!(
+        parts(c, &a),
+        set(&[]),
+        "the classic member still holds everything"
+    );
+    let d = c.consumer_describe("g").unwrap();
+    assert_eq!(d.members.len(), 2);
+    assert!(d
+        .members
+        .iter()
+        .any(|m| m.member_id == m1 && m.classic && m.member_epoch == g1));
+
+    // The classic member commits at its generation, then is told to rejoin.
+    let commit = CommitRequest {
+        group_id: "g".into(),
+        generation_id: g1,
+        member_id: m1.clone(),
+        group_instance_id: None,
+        offsets: vec![OffsetToCommit {
+            topic: "t".into(),
+            partition: 3,
+            offset: 7,
+            leader_epoch: -1,
+            metadata: None,
+        }],
+    };
+    assert_eq!(c.commit(&commit), vec![None]);
+    assert_eq!(
+        c.heartbeat("g", g1, &m1, None),
+        Some(ResponseError::RebalanceInProgress)
+    );
+    // An eager member rejoins owning nothing: answered at once at the new epoch.
+    let j = c.join(classic_join(&m1, &[])).await;
+    assert_eq!(j.error, None, "{j:?}");
+    assert_eq!(j.member_id, m1);
+    assert_eq!(j.generation_id, a.member_epoch);
+    assert_eq!(j.protocol_name.as_deref(), Some("range"));
+    assert!(
+        j.members.is_empty() && j.leader_id.is_empty(),
+        "the broker assigns"
+    );
+    let s = c
+        .sync(super::tests::sync_req("g", j.generation_id, &m1))
+        .await;
+    assert_eq!(s.error, None);
+    let mine = synced_parts(&s);
+    assert_eq!(mine.len(), 2, "{mine:?}");
+    assert_eq!(c.heartbeat("g", j.generation_id, &m1, None), None);
+    // A stale generation is ILLEGAL_GENERATION for a classic member, as classic clients
+    // expect.
+    let mut stale = commit.clone();
+    stale.generation_id = g1;
+    assert_eq!(
+        c.commit(&stale),
+        vec![Some(ResponseError::IllegalGeneration)]
+    );
+    // The consumer-protocol member gets the other two.
+    let a2 = beat(c, "g", "A", a.member_epoch, &[]);
+    let theirs = parts(c, &a2).unwrap();
+    assert_eq!(theirs.len(), 2);
+    assert!(theirs.is_disjoint(&mine));
+
+    // It leaves: the group goes back to the classic protocol and rebalances.
+    let mut leave = join("g", "A", &["t"]);
+    leave.member_epoch = -1;
+    assert_eq!(c.consumer_heartbeat(&leave).error, None);
+    assert_eq!(c.group_type("g"), Some("classic"));
+    let hb = c.heartbeat("g", j.generation_id, &m1, None);
+    assert_eq!(hb, Some(ResponseError::RebalanceInProgress));
+    let j = c.join(classic_join(&m1, &[])).await;
+    assert_eq!(j.error, None, "{j:?}");
+    assert_eq!(j.leader_id, m1);
+    assert!(
+        j.generation_id > a2.member_epoch,
+        "generations never go back"
+    );
+    let fetched = c.fetch_offsets("g", Some(&[("t".into(), vec![3])]));
+    assert_eq!(fetched[0].1[0].1.as_ref().map(|o| o.offset), Some(7));
+}
+
+/// With `group.consumer.migration.policy=disabled` a classic group with members is not
+/// upgraded (GROUP_ID_NOT_FOUND, as before online migration) and stays as it was.
+#[tokio::test(start_paused = true)]
+async fn no_online_upgrade_when_the_policy_is_disabled() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = super::tests::open_with(dir.path(), |s| {
+        s.consumer.migration_policy = crate::config::MigrationPolicy::Disabled;
+    });
+    let j = c.join(classic_join("", &[])).await;
+    assert_eq!(j.error, None);
+    let r = c.consumer_heartbeat(&join("g", "A", &["t"]));
+    assert_eq!(r.error, Some(ResponseError::GroupIdNotFound));
+    assert!(r.error_message.unwrap_or_default().contains("disabled"));
+    assert_eq!(c.group_type("g"), Some("classic"));
+    assert_eq!(c.heartbeat("g", j.generation_id, &j.member_id, None), None);
+}
+
+/// Every truncation of a subscription, and bytes that are none, are refused without a
+/// panic: INCONSISTENT_GROUP_PROTOCOL from a JoinGroup to a consumer-protocol group.
+#[tokio::test(start_paused = true)]
+async fn malformed_subscriptions_of_classic_members_are_refused() {
+    let full = subscription(&[1]);
+    for n in 0..full.len() {
+        let _ = consumer::decode_subscription(&full[..n]);
+    }
+    assert!(consumer::decode_subscription(&full).is_some());
+    assert_eq!(
+        consumer::decode_subscription(&[0xff, 0xff, 0, 0]),
+        None,
+        "negative version"
+    );
+    assert_eq!(
+        consumer::decode_assignment(&[0, 0, 0x7f, 0xff, 0xff, 0xff]),
+        None
+    );
+    let f = fixture(0);
+    let c = &f.coord;
+    assert_eq!(c.consumer_heartbeat(&join("g", "A", &["t"])).error, None);
+    let mut bad = classic_join("", &[]);
+    bad.protocols = vec![("range".into(), full.slice(..full.len() - 3))];
+    assert_eq!(
+        c.join(bad).await.error,
+        Some(ResponseError::InconsistentGroupProtocol)
+    );
+    let mut other_type = classic_join("", &[]);
+    other_type.protocol_type = "connect".into();
+    assert_eq!(
+        c.join(other_type).await.error,
+        Some(ResponseError::InconsistentGroupProtocol)
+    );
+    assert_eq!(
+        c.consumer_describe("g").unwrap().members.len(),
+        1,
+        "nothing joined"
+    );
 }

@@ -935,15 +935,163 @@ impl GroupCoordinator {
         tracing::info!(group = %g.id, "empty consumer-protocol group converted to the classic protocol");
     }
 
+    /// The consumer-protocol group a classic group with members would become (KIP-848's
+    /// online upgrade, Kafka's `convertToConsumerGroup`); `g` is not changed (see
+    /// [`GroupCoordinator::finish_upgrade`]).
+    ///
+    /// Errors: why it cannot (the policy, another protocol type, too many members, a
+    /// member whose bytes are not the consumer embedded protocol).
+    fn consumer_group_from_classic(
+        &self,
+        g: &Group,
+        now: Instant,
+    ) -> Result<consumer::ConsumerGroup, String> {
+        let settings = &self.settings.consumer;
+        if !settings.migration_policy.upgrade_enabled() {
+            return Err("the online upgrade is disabled (group.consumer.migration.policy)".into());
+        }
+        if g.protocol_type.as_deref() != Some(consumer::CONSUMER_PROTOCOL_TYPE) {
+            return Err("its members do not use the consumer embedded protocol".into());
+        }
+        if g.members.len() >= settings.max_size {
+            return Err(format!(
+                "it has {} members and group.consumer.max.size is {}",
+                g.members.len(),
+                settings.max_size
+            ));
+        }
+        let members = g
+            .members
+            .values()
+            .map(|m| consumer::ClassicMemberState {
+                member_id: m.member_id.clone(),
+                instance_id: m.instance_id.clone(),
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                session_timeout_ms: m.session_timeout_ms,
+                rebalance_timeout_ms: m.rebalance_timeout_ms,
+                protocols: m.protocols.clone(),
+                assignment: m.assignment.clone(),
+            })
+            .collect();
+        consumer::ConsumerGroup::from_classic(
+            g.generation,
+            g.protocol.as_deref(),
+            members,
+            settings,
+            now,
+        )
+    }
+
+    /// Makes `g` the consumer-protocol group `c`: the classic members' parked JoinGroup
+    /// and SyncGroup requests are answered REBALANCE_IN_PROGRESS (they rejoin into the
+    /// new group) and the classic group's record is replaced.
+    fn finish_upgrade(&self, g: &mut Group, c: consumer::ConsumerGroup) {
+        for m in g.members.values_mut() {
+            if let Some(w) = m.join_waiter.take() {
+                let _ = w.send(JoinResult::error(
+                    &m.member_id,
+                    ResponseError::RebalanceInProgress,
+                ));
+            }
+            if let Some(w) = m.sync_waiter.take() {
+                let _ = w.send(SyncResult::error(ResponseError::RebalanceInProgress));
+            }
+        }
+        let members = g.members.len();
+        g.members.clear();
+        g.pending.clear();
+        g.static_members.clear();
+        g.leader = None;
+        g.protocol = None;
+        g.join_deadline = None;
+        g.sync_deadline = None;
+        g.initial_delay = None;
+        g.protocol_type = Some(consumer::CONSUMER_PROTOCOL_TYPE.to_string());
+        let records = [
+            StoreRecord::group_tombstone(&g.id),
+            StoreRecord::consumer_group(&g.id, c.group_epoch()),
+        ];
+        g.consumer = Some(Box::new(c));
+        g.sync_consumer_state();
+        if let Err(e) = self.store.append(&g.id, &records) {
+            tracing::warn!(group = %g.id, error = %e, "cannot store the upgrade to a consumer group");
+        }
+        tracing::info!(group = %g.id, classic_members = members, "classic group upgraded to the consumer protocol with its members (online migration)");
+    }
+
+    /// A consumer-protocol group whose members are all classic ones goes back to the
+    /// classic protocol (KIP-848's online downgrade, Kafka's `convertToClassicGroup`):
+    /// each member with its target assignment, generation = the highest member epoch, then
+    /// a classic rebalance. Nothing happens when the policy or `group.max.size` forbids it.
+    /// Returns whether it happened.
+    fn maybe_downgrade(&self, g: &mut Group, now: Instant) -> bool {
+        let Some(c) = &g.consumer else { return false };
+        if !c.only_classic_members()
+            || !self.settings.consumer.migration_policy.downgrade_enabled()
+            || c.len() > self.settings.max_size
+        {
+            return false;
+        }
+        let Some(c) = g.consumer.take() else {
+            return false;
+        };
+        g.generation = c.max_member_epoch().max(0);
+        g.protocol_type = Some(consumer::CONSUMER_PROTOCOL_TYPE.to_string());
+        g.members.clear();
+        g.static_members.clear();
+        g.pending.clear();
+        for m in c.to_classic() {
+            if let Some(instance) = &m.instance_id {
+                g.static_members
+                    .insert(instance.clone(), m.member_id.clone());
+            }
+            g.members.insert(
+                m.member_id.clone(),
+                Member {
+                    member_id: m.member_id,
+                    instance_id: m.instance_id,
+                    client_id: m.client_id,
+                    client_host: m.client_host,
+                    session_timeout_ms: m.session_timeout_ms,
+                    rebalance_timeout_ms: m.rebalance_timeout_ms,
+                    protocols: m.protocols,
+                    assignment: m.assignment,
+                    join_waiter: None,
+                    sync_waiter: None,
+                    synced: true,
+                    last_heartbeat: now,
+                },
+            );
+        }
+        g.leader = g.members.keys().next().cloned();
+        g.protocol = g.select_protocol();
+        g.state = GroupState::Stable;
+        g.empty_since_ms = None;
+        if let Err(e) = self
+            .store
+            .append(&g.id, &[StoreRecord::consumer_group_tombstone(&g.id)])
+        {
+            tracing::warn!(group = %g.id, error = %e, "cannot store the downgrade to a classic group");
+        }
+        g.persist_group(&self.store);
+        tracing::info!(group = %g.id, generation = g.generation, members = g.members.len(), "the last consumer-protocol member left: group back to the classic protocol with its classic members (online migration)");
+        g.prepare_rebalance(now, &self.settings, "downgraded from the consumer protocol");
+        true
+    }
+
     /// ConsumerGroupHeartbeat (key 68, KIP-848): joins, heartbeats and leaves of
     /// consumer-protocol members, answered at once (never parked). A new group is made on
-    /// a join (epoch 0); an empty classic group is converted, keeping its offsets.
+    /// a join (epoch 0); an empty classic group is converted, keeping its offsets; a
+    /// classic group with members is upgraded with them (online migration,
+    /// `group.consumer.migration.policy`). When the last consumer-protocol member leaves
+    /// a group of classic members, it goes back to the classic protocol.
     ///
     /// Errors (in the result): INVALID_REQUEST (42) for an empty group id, INVALID_GROUP_ID
     /// (24) for one over 32767 bytes, COORDINATOR_NOT_AVAILABLE (15), GROUP_ID_NOT_FOUND
-    /// (69) for a classic group with members (online migration is not supported),
-    /// UNKNOWN_MEMBER_ID (25) for a heartbeat to no group; the rest as
-    /// [`consumer::ConsumerGroup::heartbeat`].
+    /// (69) for a classic group with members that cannot be upgraded (the message says
+    /// why) or a heartbeat other than a join to one, UNKNOWN_MEMBER_ID (25) for a
+    /// heartbeat to no group; the rest as [`consumer::ConsumerGroup::heartbeat`].
     pub(crate) fn consumer_heartbeat(
         &self,
         req: &consumer::HeartbeatRequest,
@@ -986,13 +1134,31 @@ impl GroupCoordinator {
         }
         if g.consumer.is_none() {
             if g.state != GroupState::Empty || !g.members.is_empty() || !g.pending.is_empty() {
-                return HeartbeatResult::error(
-                    ResponseError::GroupIdNotFound,
-                    format!(
-                        "Group {} is not a consumer group (it has classic members).",
-                        req.group_id
-                    ),
-                );
+                let upgrade = if req.member_epoch == 0 {
+                    self.consumer_group_from_classic(g, now)
+                } else {
+                    Err("only a joining member (epoch 0) upgrades it".to_string())
+                };
+                let mut c = match upgrade {
+                    Ok(c) => c,
+                    Err(why) => {
+                        tracing::info!(group = %g.id, "classic group not upgraded to the consumer protocol: {why}");
+                        return HeartbeatResult::error(
+                            ResponseError::GroupIdNotFound,
+                            format!(
+                                "Group {} is not a consumer group (it has classic members) and cannot be upgraded: {why}.",
+                                req.group_id
+                            ),
+                        );
+                    }
+                };
+                // The join is tried on the group-to-be: a refused one leaves the classic
+                // group as it was.
+                let result = c.heartbeat(req, checked, now, &image, &settings);
+                if result.error.is_none() {
+                    self.finish_upgrade(g, c);
+                }
+                return result;
             }
             if req.member_epoch != 0 {
                 return HeartbeatResult::error(
@@ -1033,6 +1199,9 @@ impl GroupCoordinator {
         }
         if c.group_epoch() != epoch_before || !records.is_empty() {
             records.push(StoreRecord::consumer_group(&g.id, c.group_epoch()));
+        }
+        if self.maybe_downgrade(g, now) {
+            return result;
         }
         g.sync_consumer_state();
         if !records.is_empty() {
@@ -1132,6 +1301,7 @@ impl GroupCoordinator {
         if let Err(e) = self.ensure_offsets_topic() {
             return err(e);
         }
+        let image = self.metadata.image();
         let mut groups = self.lock();
         if !groups.contains_key(&req.group_id) {
             if !req.member_id.is_empty() {
@@ -1145,12 +1315,58 @@ impl GroupCoordinator {
         if g.state == GroupState::Dead {
             return err(ResponseError::CoordinatorNotAvailable);
         }
-        if let Some(c) = &g.consumer {
+        if let Some(c) = g.consumer.as_mut() {
             if !c.is_empty() {
-                // Classic members inside a consumer-protocol group (KIP-848's online
-                // migration) are not supported: the group must empty first.
-                tracing::info!(group = %g.id, "classic JoinGroup refused: the group has consumer-protocol members");
-                return err(ResponseError::InconsistentGroupProtocol);
+                // A classic member inside a consumer-protocol group (KIP-848's online
+                // migration): answered at once, the broker assigns.
+                let epoch_before = c.group_epoch();
+                let joined = c.classic_join(
+                    &consumer::ClassicJoinRequest {
+                        member_id: &req.member_id,
+                        instance_id: req.group_instance_id.as_deref(),
+                        require_known_member_id: req.require_known_member_id,
+                        session_timeout_ms: req.session_timeout_ms,
+                        rebalance_timeout_ms: req.rebalance_timeout_ms,
+                        protocol_type: &req.protocol_type,
+                        protocols: &req.protocols,
+                        client_id: &req.client_id,
+                        client_host: &req.client_host,
+                    },
+                    now,
+                    &image,
+                    &self.settings.consumer,
+                );
+                let result = match joined {
+                    Err(e) => JoinResult::error(&req.member_id, e),
+                    Ok(consumer::ClassicJoin::MemberIdRequired(id)) => {
+                        JoinResult::error(&id, ResponseError::MemberIdRequired)
+                    }
+                    Ok(consumer::ClassicJoin::Joined {
+                        member_id,
+                        generation,
+                        protocol_name,
+                    }) => JoinResult {
+                        error: None,
+                        generation_id: generation,
+                        protocol_type: Some(consumer::CONSUMER_PROTOCOL_TYPE.to_string()),
+                        protocol_name: Some(protocol_name),
+                        leader_id: String::new(),
+                        member_id,
+                        members: Vec::new(),
+                        skip_assignment: false,
+                    },
+                };
+                if c.group_epoch() != epoch_before {
+                    let record = StoreRecord::consumer_group(&g.id, c.group_epoch());
+                    if let Err(e) = self.store.append(&g.id, &[record]) {
+                        tracing::warn!(group = %g.id, error = %e, "cannot store consumer group metadata");
+                    }
+                }
+                // A static classic member replacing the last consumer-protocol one.
+                if !self.maybe_downgrade(g, now) {
+                    g.sync_consumer_state();
+                }
+                return Ready(result);
             }
             self.convert_to_classic(g);
         }
@@ -1387,6 +1603,27 @@ impl GroupCoordinator {
         let Some(g) = groups.get_mut(&req.group_id) else {
             return Ok(SyncResult::error(ResponseError::UnknownMemberId));
         };
+        if let Some(c) = g.consumer.as_mut() {
+            // A classic member of a consumer-protocol group (online migration).
+            return Ok(
+                match c.classic_sync(
+                    &req.member_id,
+                    req.group_instance_id.as_deref(),
+                    req.generation_id,
+                    req.protocol_type.as_deref(),
+                    req.protocol_name.as_deref(),
+                    Instant::now(),
+                ) {
+                    Ok((assignment, protocol_name)) => SyncResult {
+                        error: None,
+                        protocol_type: Some(consumer::CONSUMER_PROTOCOL_TYPE.to_string()),
+                        protocol_name: Some(protocol_name),
+                        assignment,
+                    },
+                    Err(e) => SyncResult::error(e),
+                },
+            );
+        }
         if !g.members.contains_key(&req.member_id) {
             return Ok(SyncResult::error(ResponseError::UnknownMemberId));
         }
@@ -1495,6 +1732,15 @@ impl GroupCoordinator {
         let Some(g) = groups.get_mut(group_id) else {
             return Some(ResponseError::UnknownMemberId);
         };
+        if let Some(c) = g.consumer.as_mut() {
+            // A classic member of a consumer-protocol group (online migration).
+            return c.classic_heartbeat(
+                member_id,
+                group_instance_id,
+                generation_id,
+                Instant::now(),
+            );
+        }
         if let Some(instance) = group_instance_id {
             if let Some(current) = g.static_members.get(instance) {
                 if current != member_id {
@@ -1537,6 +1783,23 @@ impl GroupCoordinator {
         let Some(g) = groups.get_mut(group_id) else {
             return Ok(vec![Some(ResponseError::UnknownMemberId); members.len()]);
         };
+        if let Some(c) = g.consumer.as_mut() {
+            // Classic members of a consumer-protocol group (online migration).
+            let results: Vec<Option<ResponseError>> = members
+                .iter()
+                .map(|(member_id, instance)| c.classic_leave(member_id, instance.as_deref()).err())
+                .collect();
+            if results.iter().any(Option::is_none) {
+                let record = StoreRecord::consumer_group(&g.id, c.group_epoch());
+                if let Err(e) = self.store.append(&g.id, &[record]) {
+                    tracing::warn!(group = %g.id, error = %e, "cannot store consumer group metadata");
+                }
+                if !self.maybe_downgrade(g, now) {
+                    g.sync_consumer_state();
+                }
+            }
+            return Ok(results);
+        }
         let mut results = Vec::with_capacity(members.len());
         let mut removed = 0;
         for (member_id, instance) in members {
@@ -2044,7 +2307,9 @@ impl GroupCoordinator {
                     if let Err(e) = self.store.append(&g.id, &[record]) {
                         tracing::warn!(group = %g.id, error = %e, "cannot store consumer group metadata");
                     }
-                    g.sync_consumer_state();
+                    if !self.maybe_downgrade(g, now) {
+                        g.sync_consumer_state();
+                    }
                 }
                 continue;
             }

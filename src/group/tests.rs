@@ -35,6 +35,7 @@ fn settings(delay_ms: u64) -> GroupSettings {
                 crate::config::AssignorKind::Uniform,
                 crate::config::AssignorKind::Range,
             ],
+            migration_policy: crate::config::MigrationPolicy::Bidirectional,
         },
     }
 }
@@ -42,9 +43,18 @@ fn settings(delay_ms: u64) -> GroupSettings {
 /// A coordinator over the broker state in `dir` (created with topics "t" (4 partitions)
 /// and "u" (2) when new), as a restarted broker would build it.
 pub(super) fn open_in(dir: &Path, delay_ms: u64) -> Arc<GroupCoordinator> {
+    open_with(dir, |s| s.initial_rebalance_delay_ms = delay_ms)
+}
+
+/// [`open_in`] with no initial delay and settings changed by `change`.
+pub(super) fn open_with(
+    dir: &Path,
+    change: impl FnOnce(&mut GroupSettings),
+) -> Arc<GroupCoordinator> {
     let mut config = BrokerConfig::defaults();
     config.set_single_dir(dir);
-    config.group = settings(delay_ms);
+    config.group = settings(0);
+    change(&mut config.group);
     let config = Arc::new(config);
     let metadata = Arc::new(Metadata::open(dir, 1).unwrap());
     let replicas =

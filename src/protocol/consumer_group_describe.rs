@@ -88,7 +88,8 @@ pub(super) fn handle(
                         )
                         .with_assignment(assignment(m.assignment))
                         .with_target_assignment(assignment(m.target_assignment))
-                        .with_member_type(1)
+                        // KIP-1099: 0 a classic member (online migration), 1 a consumer one.
+                        .with_member_type(if m.classic { 0 } else { 1 })
                 })
                 .collect();
             out.with_group_state(StrBytes::from_static_str(d.state))

@@ -807,3 +807,160 @@ fn regex_subscription_picks_up_new_topics() {
     let twos: BTreeSet<&String> = vals.iter().filter(|v| v.starts_with("two-")).collect();
     assert_eq!(twos.len(), 30, "rx-two's records: {twos:?}");
 }
+
+/// The member types ConsumerGroupDescribe v1 reports (0 classic, 1 consumer, KIP-1099),
+/// sorted.
+fn member_types(bootstrap: &str, group: &str) -> Vec<i8> {
+    let g = describe(bootstrap, group, 1);
+    assert_eq!(g.error_code, 0, "{g:?}");
+    let mut types: Vec<i8> = g.members.iter().map(|m| m.member_type).collect();
+    types.sort();
+    types
+}
+
+/// Waits until `members` together have read offsets 0..`per_partition` of partitions
+/// 0..4.
+fn wait_all_read(members: &[&Member], per_partition: i64) {
+    poll_for("every record is read", 60, || {
+        let read: BTreeSet<(i32, i64)> = members.iter().flat_map(|m| m.records()).collect();
+        let missing: Vec<(i32, i64)> = (0..4)
+            .flat_map(|p| (0..per_partition).map(move |o| (p, o)))
+            .filter(|r| !read.contains(r))
+            .collect();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("not read yet: {missing:?}"))
+        }
+    });
+}
+
+fn group_type_is(bootstrap: &str, group: &str, kind: &str) -> bool {
+    list_groups(bootstrap, &[kind])
+        .iter()
+        .any(|g| g.group_id.0.as_str() == group)
+}
+
+/// KIP-848's online migration with real clients, a rolling restart each way, records
+/// produced between every step. Up: a classic group of a confluent-kafka member (eager
+/// `range`) and a kafka-python member; each in turn leaves and comes back as a
+/// confluent-kafka consumer-protocol member. The first one back upgrades the group with
+/// the remaining classic member inside it (which rebalances through JoinGroup/SyncGroup
+/// with the broker assigning). Down: each consumer-protocol member in turn comes back as a
+/// classic confluent-kafka member (`cooperative-sticky`); when the last consumer-protocol
+/// member leaves, the group is classic again. Nothing is lost: every record is read, and
+/// a record is read twice only if the commit after its first read failed.
+#[test]
+fn a_classic_group_migrates_online_as_members_restart_and_back() {
+    let b = broker();
+    create_topic(&b.bootstrap, "roll", 4);
+    let classic =
+        |client: &str, extra: &[&str]| Member::spawn(client, &b.bootstrap, "roll", "roll", extra);
+    let step = |tag: &str| produce(&b.bootstrap, "roll", 4, 40, tag);
+    let mut gone: Vec<Member> = Vec::new();
+
+    let mut c1 = classic("confluent-kafka", &["--assignor", "range"]);
+    let mut c2 = classic("kafka-python", &[]);
+    wait_until("two classic members share the 4 partitions", 60, || {
+        covers(&[&c1, &c2], 4)
+    });
+    assert!(group_type_is(&b.bootstrap, "roll", "classic"));
+    step("classic");
+    wait_all_read(&[&c1, &c2], 10);
+
+    // Up, first member: the group becomes a consumer-protocol group with c2 in it.
+    c1.close();
+    gone.push(c1);
+    let mut k1 = member(&b, "roll", "roll", &[]);
+    poll_for("the upgraded group is shared by c2 and k1", 60, || {
+        if covers(&[&c2, &k1], 4) && group_type_is(&b.bootstrap, "roll", "consumer") {
+            Ok(())
+        } else {
+            Err(format!(
+                "c2 {:?}, k1 {:?}",
+                c2.assignment(),
+                k1.assignment()
+            ))
+        }
+    });
+    describe_stable(&b.bootstrap, "roll", 2);
+    assert_eq!(
+        member_types(&b.bootstrap, "roll"),
+        vec![0, 1],
+        "one classic, one consumer member"
+    );
+    step("mixed-up");
+    wait_all_read(&[&gone[0], &c2, &k1], 20);
+    assert!(
+        values(&c2).iter().any(|v| v.starts_with("mixed-up")),
+        "the classic member in the consumer-protocol group read nothing"
+    );
+
+    // Up, second member: only consumer-protocol members left.
+    c2.close();
+    gone.push(c2);
+    let k2 = member(&b, "roll", "roll", &[]);
+    wait_until("k1 and k2 share the 4 partitions", 60, || {
+        covers(&[&k1, &k2], 4)
+    });
+    describe_stable(&b.bootstrap, "roll", 2);
+    assert_eq!(member_types(&b.bootstrap, "roll"), vec![1, 1]);
+    step("consumer");
+    wait_all_read(&[&gone[0], &gone[1], &k1, &k2], 30);
+
+    // Down, first member: a classic member joins the consumer-protocol group.
+    k1.close();
+    gone.push(k1);
+    let c3 = classic("confluent-kafka", &["--assignor", "cooperative-sticky"]);
+    wait_until("k2 and c3 share the 4 partitions", 60, || {
+        covers(&[&k2, &c3], 4)
+    });
+    describe_stable(&b.bootstrap, "roll", 2);
+    assert_eq!(member_types(&b.bootstrap, "roll"), vec![0, 1]);
+    step("mixed-down");
+    wait_all_read(&[&gone[0], &gone[1], &gone[2], &k2, &c3], 40);
+    assert!(
+        values(&c3).iter().any(|v| v.starts_with("mixed-down")),
+        "the classic member in the consumer-protocol group read nothing"
+    );
+
+    // Down, second member: the last consumer-protocol member leaves; classic again.
+    let mut k2 = k2;
+    k2.close();
+    gone.push(k2);
+    wait_until("the group is classic again", 30, || {
+        group_type_is(&b.bootstrap, "roll", "classic")
+    });
+    let c4 = classic("confluent-kafka", &["--assignor", "cooperative-sticky"]);
+    wait_until("c3 and c4 share the 4 partitions", 60, || {
+        covers(&[&c3, &c4], 4)
+    });
+    step("classic-again");
+
+    let everyone: Vec<&Member> = gone.iter().chain([&c3, &c4]).collect();
+    wait_all_read(&everyone, 50);
+    // A record read again after a read whose commit succeeded would be a lost commit:
+    // count, per record, the reads followed by their successful commit (a member writes
+    // "committed P O+1" right after "record P O" when the commit succeeds).
+    let mut committed_reads: BTreeMap<(i32, i64), usize> = BTreeMap::new();
+    for m in &everyone {
+        let lines = m.lines();
+        for w in lines.windows(2) {
+            let Some(rest) = w[0].strip_prefix("record ") else {
+                continue;
+            };
+            let mut it = rest.split(' ');
+            let (p, o): (i32, i64) = (
+                it.next().unwrap().parse().unwrap(),
+                it.next().unwrap().parse().unwrap(),
+            );
+            let reads = committed_reads.entry((p, o)).or_default();
+            if w[1] == format!("committed {p} {}", o + 1) {
+                *reads += 1;
+            }
+        }
+    }
+    for ((p, o), n) in &committed_reads {
+        assert!(*n <= 1, "{p}/{o} was read and committed {n} times");
+    }
+}
