@@ -964,3 +964,124 @@ fn a_classic_group_migrates_online_as_members_restart_and_back() {
         assert!(*n <= 1, "{p}/{o} was read and committed {n} times");
     }
 }
+
+/// A directory holding `librdkafka.so.1` → the librdkafka that confluent-kafka's wheel
+/// carries (2.12 or later, which speaks KIP-848). Debian's kcat links librdkafka 2.0.2,
+/// which predates the consumer protocol; pointed at this one with LD_LIBRARY_PATH (the
+/// same ABI, `.so.1`) it is a KIP-848 client, as a user would run it.
+fn kip848_librdkafka_dir() -> tempfile::TempDir {
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import confluent_kafka, glob, os; \
+             print(glob.glob(os.path.dirname(confluent_kafka.__file__) + '.libs/librdkafka*.so*')[0])",
+        ])
+        .output()
+        .expect("python3 (tests/install-deps.sh)");
+    assert!(
+        out.status.success(),
+        "confluent-kafka's librdkafka not found: {out:?}"
+    );
+    let lib = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(&lib, dir.path().join("librdkafka.so.1")).unwrap();
+    dir
+}
+
+/// kcat as a consumer-protocol member (`-G` with `-X group.protocol=consumer`): it gets
+/// every partition from the broker's assignor, reads every record, and the group is a
+/// consumer group that `weir group list --type` and ListGroups report as such.
+#[test]
+fn kcat_reads_as_a_consumer_protocol_member() {
+    let b = broker();
+    create_topic(&b.bootstrap, "kc", 4);
+    produce(&b.bootstrap, "kc", 4, 80, "kcat");
+    let lib = kip848_librdkafka_dir();
+    let version = std::process::Command::new("kcat")
+        .arg("-V")
+        .env("LD_LIBRARY_PATH", lib.path())
+        .output()
+        .expect("kcat (tests/install-deps.sh)");
+    let version = String::from_utf8_lossy(&version.stdout).to_string();
+    assert!(
+        !version.contains("librdkafka 2.0."),
+        "kcat did not pick up the newer librdkafka: {version}"
+    );
+    let mut kcat = std::process::Command::new("timeout")
+        .args(["60", "kcat", "-b", &b.bootstrap, "-G", "kcg", "-X"])
+        .arg("group.protocol=consumer")
+        .args(["-u", "-o", "beginning", "-f", "%p %o %s\n", "kc"])
+        .env("LD_LIBRARY_PATH", lib.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("kcat");
+    let stdout = kcat.stdout.take().unwrap();
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let sink = lines.clone();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            sink.lock().unwrap().push(line);
+        }
+    });
+    describe_stable(&b.bootstrap, "kcg", 1);
+    let g = describe(&b.bootstrap, "kcg", 1);
+    let member = &g.members[0];
+    assert_eq!(member.member_type, 1, "a consumer-protocol member: {g:?}");
+    assert_eq!(partitions_of(&member.assignment, "kc"), all(4));
+    wait_until("kcat reads the 80 records", 60, || {
+        lines.lock().unwrap().len() >= 80
+    });
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["group", "list", "--type", "-b", &b.bootstrap])
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        listed.lines().next(),
+        Some("GROUP           STATE               TYPE"),
+        "{listed}"
+    );
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["kcg", "Stable", "consumer"]),
+        "{listed}"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["group", "list", "--type", "classic", "-b", &b.bootstrap])
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("kcg"),
+        "{out:?}"
+    );
+    // SIGTERM (`timeout` passes it on): kcat leaves the group (epoch -1) and exits.
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &kcat.id().to_string()])
+        .status();
+    let _ = kcat.wait();
+    let _ = reader.join();
+    let read: BTreeSet<(i32, i64)> = lines
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            let mut it = l.split(' ');
+            (
+                it.next().unwrap().parse().unwrap(),
+                it.next().unwrap().parse().unwrap(),
+            )
+        })
+        .collect();
+    let want: BTreeSet<(i32, i64)> = (0..4).flat_map(|p| (0..20).map(move |o| (p, o))).collect();
+    assert_eq!(read, want);
+    wait_until("kcat left the group", 30, || {
+        describe(&b.bootstrap, "kcg", 0).members.is_empty()
+    });
+}

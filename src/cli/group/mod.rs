@@ -70,6 +70,20 @@ pub(super) struct ListArgs {
     /// repeatable.
     #[arg(long = "state", value_name = "STATE", value_parser = parse_state)]
     pub states: Vec<String>,
+    /// Show each group's type (classic or consumer, KIP-848) in a TYPE column; with
+    /// values, only groups of those types (comma-separated, any case), as
+    /// kafka-consumer-groups.sh --list --type.
+    #[arg(long = "type", value_name = "TYPE", num_args = 0.., value_delimiter = ',', value_parser = parse_type)]
+    pub types: Option<Vec<String>>,
+}
+
+/// `classic` or `consumer`, any case.
+fn parse_type(text: &str) -> Result<String, String> {
+    let t = text.trim().to_ascii_lowercase();
+    match t.as_str() {
+        "classic" | "consumer" => Ok(t),
+        _ => Err(format!("unknown group type `{text}` (classic, consumer)")),
+    }
 }
 
 /// `weir group delete` options (as `kafka-consumer-groups.sh --delete --group`).
@@ -240,14 +254,31 @@ fn list(args: ListArgs) -> anyhow::Result<()> {
         );
         for g in response.groups {
             let state = g.group_state.to_string();
-            if args.states.is_empty() || args.states.contains(&state) {
-                rows.push(vec![g.group_id.0.to_string(), state]);
+            // Brokers before ListGroups v5 name no type: their groups are classic.
+            let kind = match g.group_type.as_str() {
+                "" => "classic".to_string(),
+                t => t.to_ascii_lowercase(),
+            };
+            let wanted_type = match &args.types {
+                Some(types) => types.is_empty() || types.contains(&kind),
+                None => true,
+            };
+            if (args.states.is_empty() || args.states.contains(&state)) && wanted_type {
+                let mut row = vec![g.group_id.0.to_string(), state];
+                if args.types.is_some() {
+                    row.push(kind);
+                }
+                rows.push(row);
             }
         }
     }
     rows.sort();
     rows.dedup();
-    write_stdout(&table(&["GROUP", "STATE"], &rows, &[15, 0]))
+    if args.types.is_some() {
+        write_stdout(&table(&["GROUP", "STATE", "TYPE"], &rows, &[15, 19, 0]))
+    } else {
+        write_stdout(&table(&["GROUP", "STATE"], &rows, &[15, 0]))
+    }
 }
 
 fn delete(args: DeleteArgs) -> anyhow::Result<()> {
