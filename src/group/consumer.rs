@@ -276,6 +276,13 @@ pub(crate) struct ConsumerGroup {
     /// The subscribed topics as last seen: name → (id, partition count). A difference
     /// bumps the group epoch.
     subscription_metadata: BTreeMap<String, (Uuid, i32)>,
+    /// The image and member removal count `subscription_metadata` was computed at: while
+    /// both are the same and every member's resolved topics are of that image (a new
+    /// member or a changed subscription has none), it is still right and a heartbeat
+    /// does not rebuild it (O(members × topics)).
+    metadata_seen: Option<(Arc<MetadataImage>, u64)>,
+    /// Members removed so far.
+    removals: u64,
 }
 
 fn count(p: &Partitions) -> usize {
@@ -382,6 +389,8 @@ impl ConsumerGroup {
                 .copied()
                 .unwrap_or(AssignorKind::Uniform),
             subscription_metadata: BTreeMap::new(),
+            metadata_seen: None,
+            removals: 0,
         }
     }
 
@@ -459,6 +468,7 @@ impl ConsumerGroup {
             }
         }
         self.target.remove(member_id);
+        self.removals += 1;
         self.bump();
         true
     }
@@ -466,6 +476,19 @@ impl ConsumerGroup {
     /// Recomputes the subscribed topics' metadata; returns whether it changed (which
     /// bumps the group epoch).
     fn refresh_subscription_metadata(&mut self, image: &Arc<MetadataImage>) -> bool {
+        let unchanged = self
+            .metadata_seen
+            .as_ref()
+            .is_some_and(|(at, removals)| Arc::ptr_eq(at, image) && *removals == self.removals)
+            && self.members.values().all(|m| {
+                m.resolved
+                    .as_ref()
+                    .is_some_and(|(at, _)| Arc::ptr_eq(at, image))
+            });
+        if unchanged {
+            return false;
+        }
+        self.metadata_seen = Some((image.clone(), self.removals));
         let mut now: BTreeMap<String, (Uuid, i32)> = BTreeMap::new();
         for m in self.members.values_mut() {
             for t in m.resolved_at(image).iter() {

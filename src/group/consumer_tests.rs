@@ -609,3 +609,22 @@ async fn malformed_subscriptions_of_classic_members_are_refused() {
         "nothing joined"
     );
 }
+
+/// The subscribed topics' metadata is not rebuilt by every heartbeat, but a change is
+/// still noticed at the next one: a steady member's heartbeats keep the group epoch; a
+/// subscribed topic that grows bumps it and the new partitions are assigned.
+#[tokio::test(start_paused = true)]
+async fn a_subscribed_topic_that_grows_bumps_the_group_epoch() {
+    let f = fixture(0);
+    let c = &f.coord;
+    let a = c.consumer_heartbeat(&join("g", "A", &["t"]));
+    assert_eq!(parts(c, &a), set(&[0, 1, 2, 3]));
+    for _ in 0..3 {
+        let steady = beat(c, "g", "A", a.member_epoch, &[0, 1, 2, 3]);
+        assert_eq!(steady.member_epoch, a.member_epoch, "nothing changed");
+    }
+    c.metadata.add_partitions("t", 6, &[]).unwrap();
+    let grown = beat(c, "g", "A", a.member_epoch, &[0, 1, 2, 3]);
+    assert!(grown.member_epoch > a.member_epoch, "{grown:?}");
+    assert_eq!(parts(c, &grown), set(&[0, 1, 2, 3, 4, 5]));
+}
