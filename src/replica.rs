@@ -941,6 +941,30 @@ impl Partition {
         self.role().clone()
     }
 
+    /// As a follower, the leader it follows and that leadership's epoch (`leader_id`,
+    /// `leader_epoch`); `None` as leader. What the fetcher manager walks the partitions
+    /// for, without copying a leader's ISR and follower map as [`Self::replica_role`] does.
+    pub fn followed_leader(&self) -> Option<(i32, i32)> {
+        match &*self.role() {
+            ReplicaRole::Follower {
+                leader_id,
+                leader_epoch,
+            } => Some((*leader_id, *leader_epoch)),
+            ReplicaRole::Leader { .. } => None,
+        }
+    }
+
+    /// Whether this broker leads the partition with another broker in the ISR: the only
+    /// partitions [`Self::maybe_shrink_isr`] can act on (a leader alone in its ISR, as
+    /// every partition of a single node is, has nobody to drop; a follower joining is
+    /// noticed in its fetch).
+    pub fn leads_with_followers_in_isr(&self) -> bool {
+        match &*self.role() {
+            ReplicaRole::Leader { isr, .. } => isr.iter().any(|id| *id != self.node_id),
+            ReplicaRole::Follower { .. } => false,
+        }
+    }
+
     fn offsets_of(&self, log: &PartitionLog) -> PartitionOffsets {
         let log_start_offset = log.log_start_offset();
         let log_end_offset = log.log_end_offset();
@@ -3670,6 +3694,40 @@ mod tests {
         // The change is refused: the ISR alone holds the high watermark again.
         p.isr_change_done(asked.partition_epoch, false);
         assert_eq!(p.high_watermark(), 6);
+    }
+
+    /// What the replication task's walks ask without copying a role: the ISR check
+    /// looks only at a leader with another broker in its ISR; the fetchers only at a
+    /// follower, with its leader and epoch.
+    #[test]
+    fn the_replication_walks_see_leaders_with_followers_and_followed_leaders() {
+        let open = |leader: i32, isr: Vec<i32>| {
+            let dir = tempfile::tempdir().unwrap();
+            let log = PartitionLog::open(dir.path(), LogConfig::default(), 0).unwrap();
+            let (_, settings) = resolve(
+                &BrokerConfig::defaults(),
+                DynamicLayers::default(),
+                &BTreeMap::new(),
+            );
+            let state = PartitionState {
+                replicas: vec![1, 2],
+                isr,
+                leader,
+                leader_epoch: 4,
+                partition_epoch: 0,
+                adding_replicas: Vec::new(),
+                removing_replicas: Vec::new(),
+            };
+            let p = Partition::new_replica("t".into(), 0, 1, &state, settings, log, None, None);
+            (p.leads_with_followers_in_isr(), p.followed_leader())
+        };
+        assert_eq!(open(1, vec![1, 2]), (true, None));
+        assert_eq!(
+            open(1, vec![1]),
+            (false, None),
+            "alone in its ISR: nothing to shrink"
+        );
+        assert_eq!(open(2, vec![1, 2]), (false, Some((2, 4))));
     }
 
     /// KIP-98 on a leader with a lagging follower: the last stable offset stays at an

@@ -13,6 +13,8 @@
 //! for `replica.lag.time.max.ms`; shrink and expand requests (a follower catching up is
 //! noticed in its fetch, `Partition::read_for_follower`) are committed to the metadata
 //! log as `PartitionChanged` records checked by partition epoch (`Metadata::alter_isr`).
+//! The lag check looks only at partitions led here with another broker in the ISR,
+//! listed again only when roles changed.
 //!
 //! Fetchers follow the roles the metadata gives (`replica.rs`), looked at every
 //! [`RECONCILE_INTERVAL`] and walked only when they changed (`replica::roles_version`);
@@ -41,7 +43,7 @@ use crate::cluster::Metadata;
 use crate::config::BrokerConfig;
 use crate::log::{split_fetched, LogError};
 use crate::peer::{broker_address, PeerConn};
-use crate::replica::{now_ms, Partition, ReplicaManager, ReplicaRole};
+use crate::replica::{now_ms, Partition, ReplicaManager};
 
 /// How often the fetcher set is brought in line with the partitions' roles.
 pub(crate) const RECONCILE_INTERVAL: Duration = Duration::from_millis(100);
@@ -104,6 +106,8 @@ async fn isr_task(
     let tick = Duration::from_millis((lag_ms / 2).clamp(100, 5000) as u64);
     let mut interval = tokio::time::interval(tick);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut led: Vec<Arc<Partition>> = Vec::new();
+    let mut led_at: Option<u64> = None;
     loop {
         tokio::select! {
             r = shutdown.changed() => {
@@ -112,8 +116,20 @@ async fn isr_task(
                 }
             }
             _ = interval.tick() => {
+                // Only partitions led here with another broker in the ISR can shrink; the
+                // list is rebuilt when roles changed (`replica::roles_version`), not
+                // every tick: at 100,000 single-replica partitions the walk found nothing.
+                let version = crate::replica::roles_version();
+                if led_at != Some(version) {
+                    led_at = Some(version);
+                    led = replicas
+                        .partitions()
+                        .into_iter()
+                        .filter(|p| p.leads_with_followers_in_isr())
+                        .collect();
+                }
                 let now = now_ms();
-                for p in replicas.partitions() {
+                for p in &led {
                     p.maybe_shrink_isr(now, lag_ms);
                 }
             }
@@ -158,11 +174,7 @@ async fn fetcher_manager(
             walked_at = Some(version);
             let mut wanted: BTreeMap<i32, Vec<(Arc<Partition>, i32)>> = BTreeMap::new();
             for p in replicas.partitions() {
-                if let ReplicaRole::Follower {
-                    leader_id,
-                    leader_epoch,
-                } = p.replica_role()
-                {
+                if let Some((leader_id, leader_epoch)) = p.followed_leader() {
                     if leader_id >= 0 && leader_id != me {
                         wanted.entry(leader_id).or_default().push((p, leader_epoch));
                     }
