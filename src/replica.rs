@@ -492,6 +492,10 @@ pub struct Partition {
     /// Truncations of the log so far (counted under its write lock): a move copies the
     /// `.log` files whole again after one (`log::relocate`).
     truncations: std::sync::atomic::AtomicU64,
+    /// Bumped at every change of the published high watermark; shared by every partition
+    /// of a [`ReplicaManager`], whose checkpoint is written only when it moved
+    /// ([`ReplicaManager::checkpoint_high_watermarks`]).
+    high_watermark_changes: Arc<AtomicU64>,
 }
 
 /// One directory of `log.dirs` (Kafka's log dir), shared by the partitions in it.
@@ -750,7 +754,21 @@ impl Partition {
             log_dir: RwLock::new(log_dir),
             maintenance: Mutex::new(()),
             truncations: std::sync::atomic::AtomicU64::new(0),
+            high_watermark_changes: Arc::default(),
         }
+    }
+
+    /// This partition, counting its high watermark changes in `changes` (its manager's,
+    /// [`ReplicaManager::checkpoint_high_watermarks`]; [`Partition::new_replica`] makes
+    /// a counter of its own).
+    fn counting_high_watermark_changes_in(mut self, changes: Arc<AtomicU64>) -> Partition {
+        self.high_watermark_changes = changes;
+        self
+    }
+
+    /// Notes a change of the published high watermark, after it is made.
+    fn high_watermark_changed(&self) {
+        self.high_watermark_changes.fetch_add(1, Ordering::SeqCst);
     }
 
     /// This partition, placed in `log_dir` (the shared entry of the log dir its log's
@@ -1006,13 +1024,16 @@ impl Partition {
         let leo = log.log_end_offset();
         let min_isr = self.settings().min_insync_replicas;
         let role = self.role();
-        self.high_watermark.send_if_modified(|hw| {
+        let changed = self.high_watermark.send_if_modified(|hw| {
             let new = high_watermark_for(&role, self.node_id, leo, *hw, min_isr).min(leo);
             let changed = new != *hw;
             *hw = new;
             changed
         });
         drop(role);
+        if changed {
+            self.high_watermark_changed();
+        }
         self.log_end_offset.send_if_modified(|end| {
             let changed = *end != leo;
             *end = leo;
@@ -1307,11 +1328,14 @@ impl Partition {
     fn set_follower_high_watermark(&self, log: &PartitionLog, leader_high_watermark: i64) {
         let leo = log.log_end_offset();
         let hw = leader_high_watermark.clamp(log.log_start_offset(), leo);
-        self.high_watermark.send_if_modified(|current| {
+        let changed = self.high_watermark.send_if_modified(|current| {
             let changed = *current != hw;
             *current = hw;
             changed
         });
+        if changed {
+            self.high_watermark_changed();
+        }
         self.log_end_offset.send_if_modified(|end| {
             let changed = *end != leo;
             *end = leo;
@@ -1776,9 +1800,14 @@ pub struct ReplicaManager {
     /// is left is written back with every checkpoint, so a partition the metadata has not
     /// opened yet keeps its entry.
     unopened_high_watermarks: Mutex<HighWatermarks>,
+    /// Bumped at every high watermark change of a hosted partition (each counts into it,
+    /// `Partition::high_watermark_changes`) and every change of the partition map.
+    high_watermark_changes: Arc<AtomicU64>,
     /// Held while a checkpoint is written (the periodic task and shutdown share one temp
-    /// file).
-    checkpoint_write: Mutex<()>,
+    /// file); holds the [`Self::high_watermark_changes`] count the last written checkpoint
+    /// covers (`None`: none written by this process), so an unchanged one is not written
+    /// again.
+    checkpoint_write: Mutex<Option<u64>>,
     /// Renamed directories of deleted partitions (and `-delete` leftovers found at
     /// start-up), removed by [`ReplicaManager::remove_deleted_dirs`]. Bounded by the
     /// partitions deleted between two runs.
@@ -2076,7 +2105,8 @@ impl ReplicaManager {
             isr_changes,
             isr_changes_rx: Mutex::new(Some(rx)),
             unopened_high_watermarks: Mutex::new(checkpoint::read_high_watermarks(&metadata_dir)),
-            checkpoint_write: Mutex::new(()),
+            high_watermark_changes: Arc::default(),
+            checkpoint_write: Mutex::new(None),
             deleted_dirs: Mutex::new(deleted_dirs),
             moves: Mutex::new(HashMap::new()),
         });
@@ -2159,10 +2189,12 @@ impl ReplicaManager {
                 checkpointed_high_watermark,
                 Some(self.isr_changes.clone()),
             )
-            .in_log_dir(log_dir),
+            .in_log_dir(log_dir)
+            .counting_high_watermark_changes_in(self.high_watermark_changes.clone()),
         );
         self.write().insert((meta.name.clone(), index), p);
         roles_changed();
+        self.partition_map_changed();
         Ok(())
     }
 
@@ -2197,6 +2229,7 @@ impl ReplicaManager {
     fn delete_partition(&self, topic: &str, index: i32) -> Result<(), LogError> {
         let removed = self.write().remove(&(topic.to_string(), index));
         roles_changed();
+        self.partition_map_changed();
         let renamed = match removed {
             Some(p) => vec![p.retire()?],
             None => self
@@ -2357,6 +2390,7 @@ impl ReplicaManager {
             }
         }
         roles_changed();
+        self.partition_map_changed();
         for dir in created {
             if let Err(e) = remove_partition_dir(&dir) {
                 tracing::error!(error = %e, "cannot remove a partition directory of a topic change not made");
@@ -2649,24 +2683,50 @@ impl ReplicaManager {
     /// not opened since start-up) to `replication-offset-checkpoint` in the log dir,
     /// atomically (Kafka's `ReplicaManager.checkpointHighWatermarks`): what a restarted
     /// replica starts from ([`Partition`]'s `new_replica`). Called every
-    /// `replica.high.watermark.checkpoint.interval.ms` and at clean shutdown. Blocking
+    /// `replica.high.watermark.checkpoint.interval.ms` and at clean shutdown; writes
+    /// nothing when no high watermark moved and no partition came or went since the last
+    /// write (at 100,000 partitions each write copied and formatted every entry). Blocking
     /// file I/O (fsync): call it off the async workers.
     ///
     /// Errors: `LogError::Io` (the previous checkpoint stays; the next call retries).
     pub fn checkpoint_high_watermarks(&self) -> Result<(), LogError> {
-        let _writing = self
+        let mut written = self
             .checkpoint_write
             .lock()
             .expect("high watermark checkpoint write lock poisoned");
-        let mut high_watermarks = self
+        // Read before the values: a change while they are read shows at the next call.
+        let changes = self.high_watermark_changes.load(Ordering::SeqCst);
+        if *written == Some(changes) {
+            return Ok(());
+        }
+        let unopened = self
             .unopened_high_watermarks
             .lock()
             .expect("high watermark checkpoint lock poisoned")
             .clone();
-        for p in self.partitions() {
-            high_watermarks.insert((p.topic.clone(), p.index), p.high_watermark());
+        let partitions = self.partitions();
+        let mut high_watermarks: BTreeMap<(&str, i32), i64> = unopened
+            .iter()
+            .map(|((topic, index), hw)| ((topic.as_str(), *index), *hw))
+            .collect();
+        for p in &partitions {
+            high_watermarks.insert((p.topic.as_str(), p.index), p.high_watermark());
         }
-        checkpoint::write_high_watermarks(&self.metadata_dir, &high_watermarks)
+        checkpoint::write_high_watermark_entries(
+            &self.metadata_dir,
+            high_watermarks.len(),
+            high_watermarks
+                .iter()
+                .map(|((topic, index), hw)| (*topic, *index, *hw)),
+        )?;
+        *written = Some(changes);
+        Ok(())
+    }
+
+    /// Notes that a partition entered or left the map (after the change): the next
+    /// checkpoint is written even if no high watermark moved.
+    fn partition_map_changed(&self) {
+        self.high_watermark_changes.fetch_add(1, Ordering::SeqCst);
     }
 
     /// The ISR changes leaders ask for, for the replication task (`replication.rs`);
@@ -3085,6 +3145,50 @@ mod lifecycle_tests {
                 "{text:?}"
             );
         }
+    }
+
+    /// The periodic checkpoint writes only when something it holds changed: nothing
+    /// moved → no write (the file removed here stays absent); a high watermark moved, a
+    /// topic created or deleted → written again with the new entries.
+    #[test]
+    fn the_checkpoint_is_written_only_when_a_high_watermark_or_the_partitions_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let checkpoint = dir.path().join("replication-offset-checkpoint");
+        let (m, rm) = open_in(dir.path());
+        let rm = rm.unwrap();
+        let t = m.create_topic(spec("t", 2)).unwrap();
+        rm.checkpoint_high_watermarks().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&checkpoint).unwrap(),
+            "0\n2\nt 0 0\nt 1 0\n"
+        );
+        std::fs::remove_file(&checkpoint).unwrap();
+        rm.checkpoint_high_watermarks().unwrap();
+        assert!(!checkpoint.exists(), "nothing changed: not written again");
+
+        append(&rm.partition("t", 1).unwrap(), 3);
+        rm.checkpoint_high_watermarks().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&checkpoint).unwrap(),
+            "0\n2\nt 0 0\nt 1 3\n"
+        );
+        std::fs::remove_file(&checkpoint).unwrap();
+        rm.checkpoint_high_watermarks().unwrap();
+        assert!(!checkpoint.exists());
+
+        // A new partition's high watermark starts at 0, as if unchanged: written all the same.
+        m.create_topic(spec("u", 1)).unwrap();
+        rm.checkpoint_high_watermarks().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&checkpoint).unwrap(),
+            "0\n3\nt 0 0\nt 1 3\nu 0 0\n"
+        );
+        m.delete_topic(t.id).unwrap();
+        rm.checkpoint_high_watermarks().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&checkpoint).unwrap(),
+            "0\n1\nu 0 0\n"
+        );
     }
 
     /// New partitions go to the log dir holding the fewest, counting the partitions

@@ -56,11 +56,38 @@ pub fn write_high_watermarks(
     log_dir: &Path,
     high_watermarks: &HighWatermarks,
 ) -> Result<(), LogError> {
-    write_atomically(
+    write_high_watermark_entries(
         log_dir,
-        REPLICATION_OFFSET_CHECKPOINT_FILE,
-        &format_high_watermarks(high_watermarks),
+        high_watermarks.len(),
+        high_watermarks
+            .iter()
+            .map(|((topic, index), offset)| (topic.as_str(), *index, *offset)),
     )
+}
+
+/// Writes `log_dir/replication-offset-checkpoint` with `count` entries `(topic,
+/// partition, high_watermark)`, in the order given, atomically: what
+/// [`write_high_watermarks`] does without a map of owned keys (the replica manager's
+/// checkpoint borrows its partitions' names). The entries must be `count` distinct
+/// partitions (asserted: a reader refuses a file whose count is wrong).
+/// Errors: `LogError::Io`.
+pub fn write_high_watermark_entries<'a>(
+    log_dir: &Path,
+    count: usize,
+    entries: impl Iterator<Item = (&'a str, i32, i64)>,
+) -> Result<(), LogError> {
+    let mut text = format!("{CHECKPOINT_VERSION}\n{count}\n");
+    let mut written = 0usize;
+    for (topic, index, offset) in entries {
+        use std::fmt::Write as _;
+        let _ = writeln!(text, "{topic} {index} {offset}");
+        written += 1;
+    }
+    assert_eq!(
+        written, count,
+        "high watermark checkpoint entries miscounted"
+    );
+    write_atomically(log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE, &text)
 }
 
 /// Reads `log_dir/replication-offset-checkpoint`. A missing file gives no entries; an
@@ -79,14 +106,6 @@ pub fn read_high_watermarks(log_dir: &Path) -> HighWatermarks {
             HighWatermarks::new()
         }
     }
-}
-
-fn format_high_watermarks(high_watermarks: &HighWatermarks) -> String {
-    let mut text = format!("{CHECKPOINT_VERSION}\n{}\n", high_watermarks.len());
-    for ((topic, index), offset) in high_watermarks {
-        text.push_str(&format!("{topic} {index} {offset}\n"));
-    }
-    text
 }
 
 /// `None` unless version 0 with exactly the announced number of `topic partition offset`
