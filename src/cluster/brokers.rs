@@ -400,6 +400,10 @@ fn with_elections(
     mut records: Vec<MetadataRecord>,
     unclean_default: bool,
 ) -> Vec<MetadataRecord> {
+    if records.is_empty() {
+        // Nothing to apply first: the image as it is (no copy of every partition).
+        return leadership_changes(image, unclean_default);
+    }
     // Records that do not apply get no elections: the update refuses them anyway.
     if let Ok(delta) = MetadataDelta::apply(std::sync::Arc::new(image.clone()), records.clone()) {
         records.extend(leadership_changes(delta.after(), unclean_default));
@@ -724,11 +728,22 @@ pub(crate) async fn fence_loop(
         .min(settings.heartbeat_interval)
         .max(Duration::from_millis(10));
     let me = metadata.node_id();
+    // The last image this node, leading, found calling for no change: the elections
+    // depend on the image alone, so while it stays the image (and no session changes)
+    // the tick does not walk every partition again.
+    let mut quiet: Option<Arc<MetadataImage>> = None;
     loop {
         let now = Instant::now();
         let sessions = quorum.sessions();
         sessions.set_leading(quorum.is_leader(), now);
-        if !controller_changes(&metadata.image(), sessions, me, now, &settings).is_empty() {
+        let image = metadata.image();
+        let wanted = if quiet.as_ref().is_some_and(|q| Arc::ptr_eq(q, &image)) {
+            session_changes(&image, sessions, me, now, settings.session_timeout)
+        } else {
+            controller_changes(&image, sessions, me, now, &settings)
+        };
+        quiet = (wanted.is_empty() && sessions.leading_since().is_some()).then_some(image);
+        if !wanted.is_empty() {
             let (m, q, s) = (metadata.clone(), quorum.clone(), settings.clone());
             let proposed = tokio::task::spawn_blocking(move || {
                 let mut proposed = Vec::new();

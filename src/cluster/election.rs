@@ -95,6 +95,14 @@ fn reconcile(
     active: &impl Fn(i32) -> bool,
     unclean: bool,
 ) -> Option<PartitionState> {
+    // The common case, decided without copying the ISR: an active leader in an ISR of
+    // active brokers stays as it is.
+    if state.leader != -1
+        && state.isr.contains(&state.leader)
+        && state.isr.iter().all(|b| active(*b))
+    {
+        return None;
+    }
     let mut isr: Vec<i32> = state.isr.iter().copied().filter(|b| active(*b)).collect();
     if isr.is_empty() {
         // The last in-sync replica stays in the ISR while it is away (KIP-966's "last
