@@ -14,6 +14,7 @@
 #                                                   python from elsewhere is kept as it is)
 #   pip  confluent-kafka, kafka-python, aiokafka    tests/compat/roundtrip.py   (pinned below)
 #   npm  kafkajs                                    tests/compat/roundtrip.js   (pinned below),
+#        @platformatic/kafka                        tests/compat/kip848_member.mjs (pinned),
 #                                                   into $WEIR_CLIENTS_DIR/node/node_modules
 #   rustup target wasm32-wasip2                     the plugin guests in plugins/ (only when
 #                                                   rustup exists and the target is missing)
@@ -37,6 +38,9 @@ CONFLUENT_KAFKA_VERSION=2.16.1
 KAFKA_PYTHON_VERSION=3.0.12
 AIOKAFKA_VERSION=0.14.0
 KAFKAJS_VERSION=2.2.4
+# A second KIP-848 client, pure JavaScript (tests/compat/kip848_member.mjs). 1.35 is the
+# last line that runs on Node 20 (2.x needs Node 22).
+PLATFORMATIC_KAFKA_VERSION=1.35.0
 
 WEIR_CLIENTS_DIR="${WEIR_CLIENTS_DIR:-/var/tmp/weir-clients}"
 PYTHON="${PYTHON:-python3}"
@@ -139,7 +143,9 @@ node_dir="$WEIR_CLIENTS_DIR/node"
 kjs_pkg="$node_dir/node_modules/kafkajs/package.json"
 # Read the installed version from package.json with sed: no node start, works before node exists.
 have_kjs="$(sed -n 's/^[[:space:]]*"version":[[:space:]]*"\([^"]*\)".*/\1/p' "$kjs_pkg" 2>/dev/null | head -n1 || true)"
-if [ "$have_kjs" != "$KAFKAJS_VERSION" ]; then
+pk_pkg="$node_dir/node_modules/@platformatic/kafka/package.json"
+have_pk="$(sed -n 's/^[[:space:]]*"version":[[:space:]]*"\([^"]*\)".*/\1/p' "$pk_pkg" 2>/dev/null | head -n1 || true)"
+if [ "$have_kjs" != "$KAFKAJS_VERSION" ] || [ "$have_pk" != "$PLATFORMATIC_KAFKA_VERSION" ]; then
     run mkdir -p "$node_dir" || die "mkdir $node_dir"
     if [ "$DRY_RUN" != 1 ] && [ ! -f "$node_dir/package.json" ]; then
         # npm wants a package.json, else it walks up and installs into some parent folder
@@ -148,11 +154,15 @@ if [ "$have_kjs" != "$KAFKAJS_VERSION" ]; then
     fi
     run timeout "$NPM_TIMEOUT_S" npm install --prefix "$node_dir" --no-audit --no-fund \
         --no-progress --loglevel=error --save-exact "kafkajs@$KAFKAJS_VERSION" \
-        || die "npm install kafkajs@$KAFKAJS_VERSION into $node_dir"
+        "@platformatic/kafka@$PLATFORMATIC_KAFKA_VERSION" \
+        || die "npm install kafkajs@$KAFKAJS_VERSION @platformatic/kafka@$PLATFORMATIC_KAFKA_VERSION into $node_dir"
 fi
 if [ "$DRY_RUN" != 1 ]; then
     run node -e "require(process.argv[1])" "$node_dir/node_modules/kafkajs" \
         || die "kafkajs does not load from $node_dir"
+    run node -e "import(require('url').pathToFileURL(process.argv[1]).href).catch((e) => { console.error(e); process.exit(1); })" \
+        "$node_dir/node_modules/@platformatic/kafka/dist/index.js" \
+        || die "@platformatic/kafka does not load from $node_dir"
 fi
 
 # ---------------------------------------------------------------- rust target for plugins

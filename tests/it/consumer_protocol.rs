@@ -1085,3 +1085,65 @@ fn kcat_reads_as_a_consumer_protocol_member() {
         describe(&b.bootstrap, "kcg", 0).members.is_empty()
     });
 }
+
+/// Two KIP-848 clients that share no code in one group: @platformatic/kafka (pure
+/// JavaScript, tests/compat/kip848_member.mjs) and librdkafka (confluent-kafka). The
+/// JavaScript member joins second: librdkafka's gives up 3 of its 6 partitions first,
+/// then the JavaScript one takes them; when librdkafka's leaves, the JavaScript one gets
+/// all 6 and reads on from the commits. Every record is read exactly once (each member
+/// commits after every record; none is restarted). The JavaScript member never loses a
+/// partition here: @platformatic/kafka 1.35 hands out records of a partition it was
+/// revoked from when a Fetch sent before the revocation answers after it (FINDINGS.md).
+#[test]
+fn a_javascript_and_a_librdkafka_member_share_a_group() {
+    let b = broker();
+    create_topic(&b.bootstrap, "js", 6);
+    produce(&b.bootstrap, "js", 6, 120, "first");
+    let mut rd = member(&b, "js", "js", &[]);
+    wait_until("librdkafka's member owns all 6 partitions", 60, || {
+        rd.assignment() == Some(all(6))
+    });
+    let js = Member::spawn("platformatic", &b.bootstrap, "js", "js", &[]);
+    poll_for("the two members own 3 disjoint partitions each", 60, || {
+        let (x, y) = (js.assignment(), rd.assignment());
+        let three = |s: &Option<BTreeSet<i32>>| s.as_ref().is_some_and(|s| s.len() == 3);
+        if covers(&[&js, &rd], 6) && three(&x) && three(&y) {
+            Ok(())
+        } else {
+            Err(format!("JavaScript {x:?}, librdkafka {y:?}"))
+        }
+    });
+    let g = describe_stable(&b.bootstrap, "js", 2);
+    assert_eq!(g.members.len(), 2);
+    produce(&b.bootstrap, "js", 6, 120, "second");
+    let read =
+        |m: &[&Member]| -> BTreeSet<(i32, i64)> { m.iter().flat_map(|m| m.records()).collect() };
+    wait_until("all 240 records are read", 60, || {
+        read(&[&js, &rd]).len() == 240
+    });
+    rd.close();
+    wait_until(
+        "the JavaScript member gets all 6 after librdkafka's leaves",
+        60,
+        || js.assignment() == Some(all(6)),
+    );
+    produce(&b.bootstrap, "js", 6, 60, "third");
+    wait_until("the 60 new records are read", 60, || {
+        read(&[&js, &rd]).len() == 300
+    });
+    assert!(
+        js.records().iter().any(|(_, o)| *o >= 40),
+        "the JavaScript member read none of the third batch"
+    );
+    let mut times: BTreeMap<(i32, i64), usize> = BTreeMap::new();
+    for r in js.records().into_iter().chain(rd.records()) {
+        *times.entry(r).or_default() += 1;
+    }
+    let twice: Vec<_> = times.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "records read more than once: {twice:?}\nJavaScript: {:?}\nlibrdkafka: {:?}",
+        js.lines(),
+        rd.lines()
+    );
+}

@@ -25,8 +25,9 @@ pub(crate) struct Member {
 }
 
 impl Member {
-    /// Starts `group_member.py` (confluent-kafka, kafka-python) or `group_member.js`
-    /// (kafkajs) with extra options.
+    /// Starts `group_member.py` (confluent-kafka, kafka-python), `group_member.js`
+    /// (kafkajs) or `kip848_member.mjs` (platformatic: @platformatic/kafka on KIP-848's
+    /// consumer protocol) with extra options.
     pub(crate) fn spawn(
         client: &str,
         bootstrap: &str,
@@ -37,6 +38,10 @@ impl Member {
         let mut cmd = if client == "kafkajs" {
             let mut c = Command::new("node");
             c.arg("tests/compat/group_member.js");
+            c
+        } else if client == "platformatic" {
+            let mut c = Command::new("node");
+            c.arg("tests/compat/kip848_member.mjs");
             c
         } else {
             let mut c = Command::new("python3");
