@@ -32,6 +32,11 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        // A log line that cannot be written (stderr a closed pipe, the disk under its
+        // file full) is dropped. Reporting it goes through `eprintln!`, which panics on
+        // the same stderr: inside the group coordinator's lock that poisoned it, and every
+        // later group request failed.
+        .log_internal_errors(false)
         .init();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

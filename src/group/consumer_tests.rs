@@ -628,3 +628,37 @@ async fn a_subscribed_topic_that_grows_bumps_the_group_epoch() {
     assert!(grown.member_epoch > a.member_epoch, "{grown:?}");
     assert_eq!(parts(c, &grown), set(&[0, 1, 2, 3, 4, 5]));
 }
+
+/// A consumer-protocol member from before a coordinator restart whose group came back
+/// classic (a classic member rejoined first) is UNKNOWN_MEMBER_ID, so it rejoins with
+/// epoch 0 and upgrades the group, not GROUP_ID_NOT_FOUND, which librdkafka takes as fatal.
+/// When the group cannot be upgraded, GROUP_ID_NOT_FOUND says why.
+#[tokio::test(start_paused = true)]
+async fn a_member_from_before_a_restart_rejoins_a_group_that_came_back_classic() {
+    let f = fixture(0);
+    let c = &f.coord;
+    let j = c.join(classic_join("", &[])).await;
+    assert_eq!(j.error, None);
+    assert_eq!(c.group_type("g"), Some("classic"));
+    let stale = beat(c, "g", "A", 7, &[0, 1]);
+    assert_eq!(
+        stale.error,
+        Some(ResponseError::UnknownMemberId),
+        "{stale:?}"
+    );
+    let rejoined = c.consumer_heartbeat(&join("g", "A", &["t"]));
+    assert_eq!(rejoined.error, None);
+    assert_eq!(c.group_type("g"), Some("consumer"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let c = super::tests::open_with(dir.path(), |s| {
+        s.consumer.migration_policy = crate::config::MigrationPolicy::Downgrade;
+    });
+    assert_eq!(c.join(classic_join("", &[])).await.error, None);
+    let refused = beat(&c, "g", "A", 7, &[0, 1]);
+    assert_eq!(refused.error, Some(ResponseError::GroupIdNotFound));
+    assert!(refused
+        .error_message
+        .unwrap_or_default()
+        .contains("disabled"));
+}

@@ -1090,8 +1090,9 @@ impl GroupCoordinator {
     /// Errors (in the result): INVALID_REQUEST (42) for an empty group id, INVALID_GROUP_ID
     /// (24) for one over 32767 bytes, COORDINATOR_NOT_AVAILABLE (15), GROUP_ID_NOT_FOUND
     /// (69) for a classic group with members that cannot be upgraded (the message says
-    /// why) or a heartbeat other than a join to one, UNKNOWN_MEMBER_ID (25) for a
-    /// heartbeat to no group; the rest as [`consumer::ConsumerGroup::heartbeat`].
+    /// why), UNKNOWN_MEMBER_ID (25) for a heartbeat other than a join to no group or to a
+    /// classic group that can be upgraded (a member from before a restart: it rejoins);
+    /// the rest as [`consumer::ConsumerGroup::heartbeat`].
     pub(crate) fn consumer_heartbeat(
         &self,
         req: &consumer::HeartbeatRequest,
@@ -1134,11 +1135,19 @@ impl GroupCoordinator {
         }
         if g.consumer.is_none() {
             if g.state != GroupState::Empty || !g.members.is_empty() || !g.pending.is_empty() {
-                let upgrade = if req.member_epoch == 0 {
-                    self.consumer_group_from_classic(g, now)
-                } else {
-                    Err("only a joining member (epoch 0) upgrades it".to_string())
-                };
+                let upgrade = self.consumer_group_from_classic(g, now);
+                if req.member_epoch != 0 && upgrade.is_ok() {
+                    // A member of the group before a coordinator restart or failover (the
+                    // group came back empty and a classic member made it classic again):
+                    // unknown here, it rejoins with epoch 0, which upgrades the group.
+                    return HeartbeatResult::error(
+                        ResponseError::UnknownMemberId,
+                        format!(
+                            "Member {} is not a member of group {}: rejoin with epoch 0.",
+                            req.member_id, req.group_id
+                        ),
+                    );
+                }
                 let mut c = match upgrade {
                     Ok(c) => c,
                     Err(why) => {

@@ -1061,6 +1061,28 @@ fn kcat_reads_as_a_consumer_protocol_member() {
         !String::from_utf8_lossy(&out.stdout).contains("kcg"),
         "{out:?}"
     );
+    // A live consumer-protocol group's offsets are not reset (kafka-consumer-groups.sh's
+    // message; DescribeGroups alone calls such a group Dead).
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args([
+            "group",
+            "reset-offsets",
+            "kcg",
+            "--topic",
+            "kc",
+            "--to-earliest",
+            "--execute",
+        ])
+        .args(["-b", &b.bootstrap])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(
+            "Assignments can only be reset if the group 'kcg' is inactive, but the current state is Stable."
+        ),
+        "{out:?}"
+    );
     // SIGTERM (`timeout` passes it on): kcat leaves the group (epoch -1) and exits.
     let _ = std::process::Command::new("kill")
         .args(["-TERM", &kcat.id().to_string()])
@@ -1146,4 +1168,62 @@ fn a_javascript_and_a_librdkafka_member_share_a_group() {
         js.lines(),
         rd.lines()
     );
+}
+
+/// A broker whose stderr is gone (a closed pipe here; a full disk under its log file
+/// likewise) keeps serving groups: a log line it cannot write is dropped. Found by a
+/// tryout on a full disk: tracing reported the failed write with `eprintln!`, which
+/// panicked on the same stderr inside the group coordinator's lock, and every later group
+/// request then failed ("lock poisoned"). A classic and a consumer-protocol member each
+/// read their records after stderr closed, and ListGroups lists both groups.
+#[test]
+fn a_broker_whose_stderr_is_closed_keeps_serving_groups() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(crate::harness::weir_bin())
+        .arg("serve")
+        .args(["--override", "listeners=PLAINTEXT://127.0.0.1:0"])
+        .arg("--override")
+        .arg(format!("log.dirs={}", dir.path().display()))
+        .args(["--override", "admin.listeners="])
+        .args(FAST_GROUPS.iter().flat_map(|o| ["--override", o]))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn weir");
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("a line").expect("readable");
+    let bootstrap = first
+        .strip_prefix("weir listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
+        .to_string();
+    std::thread::spawn(move || for _ in lines {});
+    // From now on every log line meets a closed pipe (EPIPE).
+    drop(child.stderr.take());
+    create_topic(&bootstrap, "quiet", 2);
+    produce(&bootstrap, "quiet", 2, 40, "q");
+    let classic = Member::spawn("confluent-kafka", &bootstrap, "quiet", "quiet-classic", &[]);
+    let modern = Member::spawn(
+        "confluent-kafka",
+        &bootstrap,
+        "quiet",
+        "quiet-consumer",
+        &["--group-protocol", "consumer"],
+    );
+    wait_until("both members read the 40 records", 60, || {
+        classic.records().len() >= 40 && modern.records().len() >= 40
+    });
+    let listed: BTreeSet<String> = list_groups(&bootstrap, &[])
+        .into_iter()
+        .map(|g| g.group_id.0.to_string())
+        .collect();
+    assert!(
+        listed.contains("quiet-classic") && listed.contains("quiet-consumer"),
+        "{listed:?}"
+    );
+    let g = describe(&bootstrap, "quiet-consumer", 0);
+    assert_eq!(g.error_code, 0, "{g:?}");
+    assert!(matches!(child.try_wait(), Ok(None)), "the broker exited");
+    let _ = child.kill();
+    let _ = child.wait();
 }

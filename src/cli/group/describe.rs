@@ -113,7 +113,10 @@ pub(super) fn run(args: DescribeArgs) -> anyhow::Result<()> {
 ///
 /// Errors: no broker reachable; FindCoordinator or ConsumerGroupDescribe failing with
 /// another error than GROUP_ID_NOT_FOUND (the broker's error and message).
-fn describe_consumer_group(bootstrap: &str, group: &str) -> anyhow::Result<Option<DescribedGroup>> {
+pub(super) fn describe_consumer_group(
+    bootstrap: &str,
+    group: &str,
+) -> anyhow::Result<Option<DescribedGroup>> {
     let (mut conn, versions) = Conn::bootstrap(bootstrap)?;
     if version_of(&versions, ApiKey::ConsumerGroupDescribe, 0).is_none() {
         return Ok(None);

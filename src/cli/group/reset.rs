@@ -179,6 +179,18 @@ pub(super) fn run(args: ResetArgs) -> anyhow::Result<()> {
             );
         }
     }
+    // DescribeGroups answers Dead for a consumer-protocol group (KIP-848): its members
+    // are in ConsumerGroupDescribe.
+    if let Some(d) = super::describe::describe_consumer_group(&args.client.bootstrap_server, group)?
+    {
+        if !d.members.is_empty() {
+            anyhow::bail!(
+                "Assignments can only be reset if the group '{group}' is inactive, but the \
+                 current state is {}.",
+                d.group_state.as_str()
+            );
+        }
+    }
     let partitions = partitions_to_reset(&metadata, &args.topics)?;
     let plan = plan(&consumer, &partitions, target)?;
 
