@@ -678,9 +678,12 @@ impl MetadataImage {
     /// applies when the replicated log hands it a snapshot instead of the entries it
     /// missed (`cluster/raft/`). A partition whose leader or ISR differs gets one
     /// `PartitionChanged` (its leader and partition epochs are not replayed one by one:
-    /// `TopicCreated` of a snapshot carries them).
+    /// `TopicCreated` of a snapshot carries them), after the broker records.
     pub fn changes_to(&self, after: &MetadataImage) -> Vec<MetadataRecord> {
         let mut out = Vec::new();
+        // After the broker records: a broker unfenced or registered again may join an
+        // ISR only once it is active and its replicas are not offline.
+        let mut partition_changes = Vec::new();
         for t in self.topics() {
             if after.topic_by_id(t.id).is_none_or(|a| a.name != t.name) {
                 out.push(MetadataRecord::TopicDeleted { topic_id: t.id });
@@ -697,7 +700,7 @@ impl MetadataImage {
                         });
                     }
                     for (index, old, new) in a.changed_partitions(b) {
-                        out.push(MetadataRecord::PartitionChanged {
+                        partition_changes.push(MetadataRecord::PartitionChanged {
                             topic_id: a.id,
                             partition: index,
                             expected_partition_epoch: old.partition_epoch,
@@ -742,6 +745,7 @@ impl MetadataImage {
                 _ => MetadataImage::registration_records(a, &mut out),
             }
         }
+        out.extend(partition_changes);
         for name in self.transforms.keys() {
             if !after.transforms.contains_key(name) {
                 out.push(MetadataRecord::TransformDeleted { name: name.clone() });
@@ -1575,5 +1579,39 @@ mod tests {
         assert_eq!(*apply(&marked, marked.changes_to(&later)), *later);
         assert_eq!(*apply(&empty, later.to_records()), *later);
         assert!(later.changes_to(&later).is_empty());
+        // A node catching up over a restart and a rejoin of the ISR: the registration
+        // comes before the ISR change that needs it (else refused as offline).
+        let z = TopicMeta {
+            replication_factor: 2,
+            partition_states: vec![PartitionState {
+                replicas: vec![1, 2],
+                isr: vec![2],
+                leader: 2,
+                leader_epoch: 1,
+                partition_epoch: 1,
+                adding_replicas: Vec::new(),
+                removing_replicas: Vec::new(),
+            }]
+            .into(),
+            ..topic("z", 1)
+        };
+        let zid = z.id;
+        let with_z = apply(
+            &later,
+            vec![
+                MetadataRecord::TopicCreated(z),
+                offline(1, 3, vec![(zid, 0)]),
+            ],
+        );
+        let state = with_z.partition("z", 0).unwrap().changed(2, vec![2, 1]);
+        let join = MetadataRecord::PartitionChanged {
+            topic_id: zid,
+            partition: 0,
+            expected_partition_epoch: 1,
+            state,
+        };
+        assert!(MetadataDelta::apply(with_z.clone(), vec![join.clone()]).is_err());
+        let rejoined = apply(&with_z, vec![registered(1, 4, 1), join]);
+        assert_eq!(*apply(&with_z, with_z.changes_to(&rejoined)), *rejoined);
     }
 }
