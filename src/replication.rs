@@ -149,12 +149,15 @@ async fn offline_task(
             })
             .await;
             match result {
-                Ok(Ok(marked)) => {
+                Ok(Ok(Some(marked))) => {
                     if marked > 0 {
                         tracing::warn!(replicas = marked, "replicas on a failed log dir reported offline: they leave the ISR and their leaderships move");
                     }
                     pending = false;
                     break;
+                }
+                Ok(Ok(None)) => {
+                    tracing::warn!(attempt, "offline replicas not reported: this broker's registration is not committed yet")
                 }
                 Ok(Err(e)) => {
                     tracing::warn!(attempt, error = %e, "offline replicas not reported; trying again")

@@ -454,7 +454,10 @@ impl Metadata {
     /// dir holding them failed), with the elections that follows (they leave the ISR,
     /// leaderships move to another active ISR replica; `unclean_default` is the broker's
     /// `unclean.leader.election.enable`), as one change ([`offline_replica_records`]).
-    /// Blocks until committed. Returns how many replicas it marked (0: nothing to do).
+    /// Blocks until committed. Returns how many replicas it marked (0: nothing to do), or
+    /// `None` when the image does not hold this process's registration yet (a restart
+    /// whose registration is not committed: a mark at the earlier incarnation's epoch
+    /// would be cleared by it; the caller tries again later).
     ///
     /// Errors: [`MetadataError`]: not committed in time, or refused on apply (a
     /// concurrent change; the caller tries again).
@@ -462,15 +465,22 @@ impl Metadata {
         &self,
         partitions: &[(String, i32)],
         unclean_default: bool,
-    ) -> Result<usize, MetadataError> {
+    ) -> Result<Option<usize>, MetadataError> {
         let me = self.node_id();
-        let mut marked = 0;
+        let own_incarnation = self.quorum().map(|q| q.incarnation_id());
+        let mut marked = None;
         let result = self.update(|image| {
+            let registered = image
+                .broker(me)
+                .is_some_and(|b| own_incarnation.is_none_or(|i| i == b.incarnation_id));
+            if !registered {
+                return Ok(Vec::new());
+            }
             let records = offline_replica_records(image, me, partitions);
-            marked = match records.first() {
+            marked = Some(match records.first() {
                 Some(MetadataRecord::ReplicasOffline { partitions, .. }) => partitions.len(),
                 _ => 0,
-            };
+            });
             Ok::<_, std::convert::Infallible>(if records.is_empty() {
                 records
             } else {
