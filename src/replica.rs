@@ -508,6 +508,10 @@ pub struct LogDir {
     /// partition is placed in it, DescribeLogDirs reports it with error 56. A restart
     /// (after the disk is fixed) brings it back.
     offline: AtomicBool,
+    /// Woken when it goes offline: the replication task then reports its partitions to
+    /// the controller ([`ReplicaManager::offline_dir_notify`]). `None` for a partition's
+    /// placeholder before it is put in its dir.
+    offline_notify: Option<Arc<tokio::sync::Notify>>,
 }
 
 impl LogDir {
@@ -516,6 +520,7 @@ impl LogDir {
         LogDir {
             path,
             offline: AtomicBool::new(false),
+            offline_notify: None,
         }
     }
 
@@ -533,6 +538,12 @@ impl LogDir {
     fn mark_offline(&self, error: &LogError) {
         if !self.offline.swap(true, Ordering::SeqCst) {
             tracing::error!(dir = %self.path.display(), %error, "log dir offline after an I/O error: its partitions answer KAFKA_STORAGE_ERROR until a restart");
+            // Followers stop fetching into it (the fetcher manager looks again), and the
+            // controller is told (a permit is stored when nothing waits yet).
+            roles_changed();
+            if let Some(n) = &self.offline_notify {
+                n.notify_one();
+            }
         }
     }
 }
@@ -1815,6 +1826,8 @@ pub struct ReplicaManager {
     /// Moves between log dirs in progress (AlterReplicaLogDirs), at most one per
     /// partition, each on a thread of its own that removes its entry when done.
     moves: Mutex<HashMap<PartitionKey, Move>>,
+    /// Woken when one of `log_dirs` goes offline ([`LogDir::mark_offline`]).
+    offline_dir_notify: Arc<tokio::sync::Notify>,
 }
 
 /// A partition being moved to another log dir ([`ReplicaManager::alter_replica_log_dir`]).
@@ -1933,6 +1946,9 @@ fn topic_changes(delta: &MetadataDelta) -> Result<Vec<TopicChange<'_>>, Listener
             | MetadataRecord::BrokerFenced { .. }
             | MetadataRecord::BrokerUnfenced { .. }
             | MetadataRecord::BrokerShuttingDown { .. }
+            // The elections it brings come as `PartitionChanged`; the local dir state is
+            // the partition's own (`LogDir`).
+            | MetadataRecord::ReplicasOffline { .. }
             | MetadataRecord::TransformDeployed { .. }
             | MetadataRecord::TransformDeleted { .. } => continue,
             MetadataRecord::BrokerConfigsChanged { .. } => {
@@ -2091,11 +2107,17 @@ impl ReplicaManager {
                 }
             }
         }
+        let offline_dir_notify = Arc::new(tokio::sync::Notify::new());
         let rm = Arc::new(ReplicaManager {
             log_dirs: broker
                 .log_dirs
                 .iter()
-                .map(|d| Arc::new(LogDir::new(d.clone())))
+                .map(|d| {
+                    Arc::new(LogDir {
+                        offline_notify: Some(offline_dir_notify.clone()),
+                        ..LogDir::new(d.clone())
+                    })
+                })
                 .collect(),
             metadata_dir: metadata_dir.clone(),
             broker,
@@ -2109,6 +2131,7 @@ impl ReplicaManager {
             checkpoint_write: Mutex::new(None),
             deleted_dirs: Mutex::new(deleted_dirs),
             moves: Mutex::new(HashMap::new()),
+            offline_dir_notify,
         });
         metadata.register(rm.clone())?;
         Ok(rm)
@@ -2752,6 +2775,24 @@ impl ReplicaManager {
     /// one's [`Partition::log_gauges`].
     pub fn partitions(&self) -> Vec<Arc<Partition>> {
         self.read().values().cloned().collect()
+    }
+
+    /// Woken (one stored permit) whenever one of `log.dirs` goes offline: the replication
+    /// task waits on it to report [`ReplicaManager::offline_partitions`] to the controller.
+    pub fn offline_dir_notify(&self) -> Arc<tokio::sync::Notify> {
+        self.offline_dir_notify.clone()
+    }
+
+    /// The hosted partitions (topic, index) whose log dir is offline, sorted.
+    pub fn offline_partitions(&self) -> Vec<(String, i32)> {
+        let mut out: Vec<(String, i32)> = self
+            .read()
+            .values()
+            .filter(|p| p.is_offline())
+            .map(|p| (p.topic.clone(), p.index))
+            .collect();
+        out.sort_unstable();
+        out
     }
 
     /// Every log dir, in `log.dirs` order, with the size and lag of each partition hosted

@@ -16,6 +16,12 @@
 //! The lag check looks only at partitions led here with another broker in the ISR,
 //! listed again only when roles changed.
 //!
+//! A failed log dir (KIP-112): its partitions are not fetched into, and the offline
+//! task reports them to the controller ([`Metadata::report_offline_replicas`]: they
+//! leave the ISR, their leaderships move), woken by the dir going offline, at most
+//! [`OFFLINE_REPORT_ATTEMPTS`] tries a wake, then again every [`OFFLINE_RETRY`] while
+//! one is not committed.
+//!
 //! Fetchers follow the roles the metadata gives (`replica.rs`), looked at every
 //! [`RECONCILE_INTERVAL`] and walked only when they changed (`replica::roles_version`);
 //! a partition that stops being followed from a leader leaves
@@ -47,6 +53,15 @@ use crate::replica::{now_ms, Partition, ReplicaManager};
 
 /// How often the fetcher set is brought in line with the partitions' roles.
 pub(crate) const RECONCILE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Tries of one report of offline replicas before it waits for [`OFFLINE_RETRY`].
+const OFFLINE_REPORT_ATTEMPTS: u32 = 5;
+
+/// Pause between two tries of a report, and between two rounds of tries.
+const OFFLINE_RETRY_PAUSE: Duration = Duration::from_millis(500);
+
+/// How often a report of offline replicas not committed yet is tried again.
+const OFFLINE_RETRY: Duration = Duration::from_secs(10);
 
 /// Fetch version followers speak: v12 (topic names, `replica_id`, `current_leader_epoch`).
 const FETCH_VERSION: i16 = 12;
@@ -87,8 +102,81 @@ pub(crate) async fn run(
         config.clone(),
         shutdown.clone(),
     ));
+    let offline = tokio::spawn(offline_task(
+        metadata.clone(),
+        replicas.clone(),
+        config.replication.unclean_leader_election_enable,
+        shutdown.clone(),
+    ));
     fetcher_manager(metadata, replicas, config, shutdown).await;
     let _ = isr.await;
+    let _ = offline.await;
+}
+
+/// Reports the replicas on failed log dirs to the controller whenever a dir goes offline
+/// (KIP-112's `LogDirFailureChannel` → the controller; KIP-858): one
+/// `ReplicasOffline` change with its elections, off the async workers. Not committed
+/// (no quorum in time, a concurrent change): tried again, [`OFFLINE_REPORT_ATTEMPTS`]
+/// times, then every [`OFFLINE_RETRY`]. Partitions already marked are left out, so a
+/// dir is reported once.
+async fn offline_task(
+    metadata: Arc<Metadata>,
+    replicas: Arc<ReplicaManager>,
+    unclean_default: bool,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let notify = replicas.offline_dir_notify();
+    let mut pending = false;
+    loop {
+        tokio::select! {
+            r = shutdown.changed() => {
+                if r.is_err() || *shutdown.borrow() {
+                    return;
+                }
+                continue;
+            }
+            _ = notify.notified() => {}
+            _ = tokio::time::sleep(OFFLINE_RETRY), if pending => {}
+        }
+        pending = true;
+        for attempt in 1..=OFFLINE_REPORT_ATTEMPTS {
+            let partitions = replicas.offline_partitions();
+            if partitions.is_empty() {
+                pending = false;
+                break;
+            }
+            let m = metadata.clone();
+            let result = tokio::task::spawn_blocking(move || {
+                m.report_offline_replicas(&partitions, unclean_default)
+            })
+            .await;
+            match result {
+                Ok(Ok(Some(marked))) => {
+                    if marked > 0 {
+                        tracing::warn!(replicas = marked, "replicas on a failed log dir reported offline: they leave the ISR and their leaderships move");
+                    }
+                    pending = false;
+                    break;
+                }
+                Ok(Ok(None)) => {
+                    tracing::warn!(attempt, "offline replicas not reported: this broker's registration is not committed yet")
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(attempt, error = %e, "offline replicas not reported; trying again")
+                }
+                Err(e) => tracing::warn!(attempt, error = %e, "offline replica report task failed"),
+            }
+            if stopped_within(&mut shutdown, OFFLINE_RETRY_PAUSE).await {
+                return;
+            }
+        }
+        if pending {
+            tracing::error!(
+                "offline replicas not reported after {OFFLINE_REPORT_ATTEMPTS} tries; trying again in {} s",
+                OFFLINE_RETRY.as_secs()
+            );
+        }
+    }
 }
 
 /// Commits the ISR changes leaders ask for, and every `replica.lag.time.max.ms / 2` has
@@ -175,7 +263,8 @@ async fn fetcher_manager(
             let mut wanted: BTreeMap<i32, Vec<(Arc<Partition>, i32)>> = BTreeMap::new();
             for p in replicas.partitions() {
                 if let Some((leader_id, leader_epoch)) = p.followed_leader() {
-                    if leader_id >= 0 && leader_id != me {
+                    // Nothing is fetched into a failed dir (KIP-112).
+                    if leader_id >= 0 && leader_id != me && !p.is_offline() {
                         wanted.entry(leader_id).or_default().push((p, leader_epoch));
                     }
                 }

@@ -26,6 +26,10 @@
 //! [`CONTROLLED_SHUTDOWN_TIMEOUT`]: the broker stops anyway when the quorum does not
 //! commit in time (its session then lapses as a killed broker's does).
 //!
+//! A failed log dir (KIP-112, KIP-858): [`offline_replica_records`] is the
+//! `ReplicasOffline` record a broker commits for its replicas on the dir, with the
+//! elections it makes necessary ([`Metadata::report_offline_replicas`]).
+//!
 //! Never does: decide the records' effects (`image.rs`), or block a task on a commit
 //! outside `spawn_blocking` (or, for the bounded controlled shutdown, a thread of its
 //! own). Every wait is bounded; both tasks end on the shutdown watch.
@@ -409,6 +413,90 @@ fn with_elections(
         records.extend(leadership_changes(delta.after(), unclean_default));
     }
     records
+}
+
+/// The `ReplicasOffline` record broker `broker_id` commits for its replicas of
+/// `partitions` (topic name, index) on a failed log dir, from `image`: only partitions
+/// that exist, have `broker_id` among their replicas with at least one other replica
+/// (a sole replica has nowhere to move: it stays leader answering KAFKA_STORAGE_ERROR, as
+/// on a single node) and are not marked offline yet. Empty when none is left or the
+/// broker is not registered (nothing to report against).
+pub(crate) fn offline_replica_records(
+    image: &MetadataImage,
+    broker_id: i32,
+    partitions: &[(String, i32)],
+) -> Vec<MetadataRecord> {
+    let Some(broker) = image.broker(broker_id) else {
+        return Vec::new();
+    };
+    let mut keys: Vec<(uuid::Uuid, i32)> = partitions
+        .iter()
+        .filter_map(|(topic, index)| {
+            let meta = image.topic(topic)?;
+            let state = meta.partition(*index)?;
+            let elsewhere = state.replicas.iter().any(|r| *r != broker_id);
+            (state.replicas.contains(&broker_id)
+                && elsewhere
+                && !image.replica_offline(meta.id, *index, broker_id))
+            .then_some((meta.id, *index))
+        })
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    if keys.is_empty() {
+        return Vec::new();
+    }
+    vec![MetadataRecord::ReplicasOffline {
+        broker_id,
+        broker_epoch: broker.broker_epoch,
+        partitions: keys,
+    }]
+}
+
+impl Metadata {
+    /// Commits this broker's replicas of `partitions` (topic, index) as offline (its log
+    /// dir holding them failed), with the elections that follows (they leave the ISR,
+    /// leaderships move to another active ISR replica; `unclean_default` is the broker's
+    /// `unclean.leader.election.enable`), as one change ([`offline_replica_records`]).
+    /// Blocks until committed. Returns how many replicas it marked (0: nothing to do), or
+    /// `None` when the image does not hold this process's registration yet (a restart
+    /// whose registration is not committed: a mark at the earlier incarnation's epoch
+    /// would be cleared by it; the caller tries again later).
+    ///
+    /// Errors: [`MetadataError`]: not committed in time, or refused on apply (a
+    /// concurrent change; the caller tries again).
+    pub(crate) fn report_offline_replicas(
+        &self,
+        partitions: &[(String, i32)],
+        unclean_default: bool,
+    ) -> Result<Option<usize>, MetadataError> {
+        let me = self.node_id();
+        let own_incarnation = self.quorum().map(|q| q.incarnation_id());
+        let mut marked = None;
+        let result = self.update(|image| {
+            let registered = image
+                .broker(me)
+                .is_some_and(|b| own_incarnation.is_none_or(|i| i == b.incarnation_id));
+            if !registered {
+                return Ok(Vec::new());
+            }
+            let records = offline_replica_records(image, me, partitions);
+            marked = Some(match records.first() {
+                Some(MetadataRecord::ReplicasOffline { partitions, .. }) => partitions.len(),
+                _ => 0,
+            });
+            Ok::<_, std::convert::Infallible>(if records.is_empty() {
+                records
+            } else {
+                with_elections(image, records, unclean_default)
+            })
+        });
+        match result {
+            Ok(_) | Err(UpdateError::Incomplete(_)) => Ok(marked),
+            Err(UpdateError::Refused(never)) => match never {},
+            Err(UpdateError::NotApplied(e)) => Err(e),
+        }
+    }
 }
 
 /// What the active controller proposes at `now`: [`session_changes`] and the elections

@@ -3,8 +3,10 @@
 //! KIP-841, KIP-966; KIP-460 for ElectLeaders).
 //!
 //! Owns: [`leadership_changes`], the `PartitionChanged` records that bring every
-//! partition in line with which brokers are active (registered, neither fenced nor in
-//! controlled shutdown): an inactive broker leaves the ISR (never its last member, which
+//! partition in line with which replicas are active (the broker registered, neither
+//! fenced nor in controlled shutdown, and its replica not on a failed log dir: KIP-112,
+//! KIP-858; every function here judges a replica so, partition by partition,
+//! [`MetadataImage::replica_active`]): an inactive replica leaves the ISR (never its last member, which
 //! stays so the partition can come back with its data, as Kafka keeps it); a partition
 //! whose leader is inactive gets the first replica, in assignment order, that is active
 //! and in the ISR, or no leader (-1, offline) when none is. A replica outside the ISR is
@@ -56,7 +58,6 @@ pub(crate) fn leadership_changes(
     if image.brokers().next().is_none() {
         return Vec::new();
     }
-    let active = |id: i32| image.broker(id).is_some_and(|b| b.is_active());
     // The dynamic cluster default (KIP-226) overrides the static value, as Kafka's
     // controller resolves a topic config (a per-broker value is not the controller's).
     let unclean_default = image
@@ -67,6 +68,7 @@ pub(crate) fn leadership_changes(
     for topic in image.topics() {
         let unclean = unclean_allowed(topic, unclean_default);
         for (index, state) in topic.partition_states.iter().enumerate() {
+            let active = |id: i32| image.replica_active(topic.id, index as i32, id);
             // A reassignment whose new replicas are all in sync completes first; the
             // election then looks at the state it leaves.
             let completed = reassign::complete(state, &active);
@@ -230,7 +232,7 @@ pub(crate) fn elect(
     let state = meta
         .partition(partition)
         .ok_or(ElectionError::UnknownTopicOrPartition)?;
-    let active = |id: i32| image.broker(id).is_some_and(|b| b.is_active());
+    let active = |id: i32| image.replica_active(meta.id, partition, id);
     let new = match election_type {
         ElectionType::Preferred => {
             let preferred = state.replicas.first().copied().unwrap_or(-1);
@@ -334,10 +336,11 @@ pub(crate) fn rebalance_changes(
 /// without it was elected. A partition whose ISR has no other active member is left as it
 /// is (it alone may hold every acknowledged record).
 pub(crate) fn reregistration_changes(image: &MetadataImage, broker_id: i32) -> Vec<MetadataRecord> {
-    let other_active = |id: i32| id != broker_id && image.broker(id).is_some_and(|b| b.is_active());
     let mut out = Vec::new();
     for topic in image.topics() {
         for (index, state) in topic.partition_states.iter().enumerate() {
+            let other_active =
+                |id: i32| id != broker_id && image.replica_active(topic.id, index as i32, id);
             if !state.isr.contains(&broker_id) {
                 continue;
             }
@@ -397,17 +400,20 @@ pub(crate) fn isr_change(
     // The ISR change that brings a reassignment's last new replica in completes it in the
     // same record (Kafka's `PartitionChangeBuilder.tryCompleteReassignment`).
     let changed = state.changed(leader_id, isr);
-    if let Some(id) = image.ineligible_isr_joiner(state, &changed) {
+    if let Some(id) = image.ineligible_isr_joiner(meta.id, partition, state, &changed) {
         // Asked again at the follower's next fetch, once its heartbeat unfenced it.
         tracing::debug!(
             topic,
             partition,
             broker_id = id,
-            "not asking for an inactive broker to join the ISR (KIP-841)"
+            "not asking for an inactive broker or offline replica to join the ISR (KIP-841, KIP-858)"
         );
         return None;
     }
-    let active = |id: i32| image.broker(id).is_none_or(|b| b.is_active());
+    let active = |id: i32| {
+        image.broker(id).is_none_or(|b| b.is_active())
+            && !image.replica_offline(meta.id, partition, id)
+    };
     let new = match reassign::complete(&changed, &active) {
         Some(done) => state.succeeded_by(done),
         None => changed,
@@ -615,6 +621,102 @@ mod tests {
         let join = isr_change(&unfenced, "t", 0, 1, 9, vec![1, 2, 3]).unwrap();
         let after = MetadataDelta::apply(unfenced, vec![join]).unwrap();
         assert_eq!(after.after().partition("t", 0).unwrap().isr, vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn replicas_on_a_failed_dir_leave_the_isr_lose_leadership_and_come_back_on_restart() {
+        use crate::cluster::brokers::offline_replica_records;
+        use crate::cluster::image::MetadataDelta;
+        let image = image_of(
+            vec![
+                // 1 leads: 2 takes over, 1 leaves the ISR.
+                state(&[1, 2, 3], &[1, 2, 3], 1),
+                // 1 follows: it leaves the ISR, 2 keeps leading.
+                state(&[2, 1, 3], &[2, 1, 3], 2),
+                // 1 is the only ISR member: it stays in it, the partition has no leader.
+                state(&[1, 2, 3], &[1], 1),
+                // 1 is the sole replica: not reported (nowhere to move).
+                state(&[1], &[1], 1),
+                // Not on the failed dir: untouched.
+                state(&[1, 2, 3], &[1, 2, 3], 1),
+            ],
+            &[],
+            &[],
+        );
+        let failed: Vec<(String, i32)> = (0..4).map(|i| ("t".to_string(), i)).collect();
+        let report = offline_replica_records(&image, 1, &failed);
+        let MetadataRecord::ReplicasOffline {
+            partitions,
+            broker_epoch,
+            ..
+        } = &report[0]
+        else {
+            panic!("{report:?}");
+        };
+        assert_eq!((partitions.len(), *broker_epoch), (3, 1), "{report:?}");
+        let marked = MetadataDelta::apply(image.clone(), report.clone())
+            .unwrap()
+            .after()
+            .clone();
+        assert!(
+            offline_replica_records(&marked, 1, &failed).is_empty(),
+            "reported once"
+        );
+        let changes = leadership_changes(&marked, false);
+        assert_eq!(changes.len(), 3, "{changes:?}");
+        let after = MetadataDelta::apply(marked.clone(), changes)
+            .unwrap()
+            .after()
+            .clone();
+        let p = |i| after.partition("t", i).unwrap().clone();
+        assert_eq!((p(0).leader, p(0).isr.clone()), (2, vec![2, 3]));
+        assert_eq!(p(0).leader_epoch, 5);
+        assert_eq!((p(1).leader, p(1).isr.clone()), (2, vec![2, 3]));
+        assert_eq!((p(2).leader, p(2).isr.clone()), (-1, vec![1]));
+        assert_eq!((p(3).leader, p(3).isr.clone()), (1, vec![1]));
+        assert_eq!((p(4).leader, p(4).isr.clone()), (1, vec![1, 2, 3]));
+        assert!(leadership_changes(&after, false).is_empty(), "stable");
+        // Never elected, neither preferred nor by the rebalance, nor taken back into the
+        // ISR by a leader (and a change doing so is refused on apply).
+        assert_eq!(
+            elect(&after, "t", 0, ElectionType::Preferred),
+            Err(ElectionError::PreferredLeaderNotAvailable)
+        );
+        assert!(rebalance_changes(&after, 0, 100).is_empty());
+        assert!(isr_change(&after, "t", 1, 2, 10, vec![2, 1, 3]).is_none());
+        let join = MetadataRecord::PartitionChanged {
+            topic_id: after.topic("t").unwrap().id,
+            partition: 1,
+            expected_partition_epoch: 10,
+            state: p(1).changed(2, vec![2, 1, 3]),
+        };
+        let refused = MetadataDelta::apply(after.clone(), vec![join]).unwrap_err();
+        assert!(refused.to_string().contains("offline"), "{refused}");
+        // Unclean allowed: the offline last ISR member is not elected, another is.
+        assert_eq!(new_state(&leadership_changes(&after, true)[0]).leader, 2);
+        // Restarted (registered again): active again, it rejoins the ISR by catching up
+        // and the preferred election can give it its leadership back.
+        let restarted = MetadataDelta::apply(
+            after,
+            vec![MetadataRecord::BrokerRegistered {
+                broker_id: 1,
+                broker_epoch: 4,
+                incarnation_id: uuid::Uuid::new_v4(),
+                endpoints: Vec::new(),
+                rack: None,
+            }],
+        )
+        .unwrap()
+        .after()
+        .clone();
+        assert!(!restarted.replica_offline(restarted.topic("t").unwrap().id, 0, 1));
+        let join = isr_change(&restarted, "t", 0, 2, 10, vec![2, 3, 1]).unwrap();
+        let rejoined = MetadataDelta::apply(restarted, vec![join])
+            .unwrap()
+            .after()
+            .clone();
+        assert_eq!(rejoined.partition("t", 0).unwrap().isr, vec![2, 3, 1]);
+        assert!(elect(&rejoined, "t", 0, ElectionType::Preferred).is_ok());
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //!
 //! Owns: [`MetadataImage`] — an immutable snapshot of the cluster metadata (topics by name
 //! and by id with per-partition replicas, leader, leader epoch and ISR; the producer ids
-//! reserved; the registered brokers with their epochs and fencing; the dynamic broker
-//! configs by resource, KIP-226; the cluster id and this node's id) — and
+//! reserved; the registered brokers with their epochs and fencing; the replicas on a
+//! broker's failed log dir, KIP-112/KIP-858; the dynamic broker configs by resource,
+//! KIP-226; the cluster id and this node's id) — and
 //! [`MetadataRecord`], the closed set
 //! of changes, applied to an image as one [`MetadataDelta`]. Both are plain values:
 //! applying a delta reads no clock and touches no file, so it is tested with plain values
@@ -14,7 +15,7 @@
 //! in `cluster` validate before they build records; a record that does not apply to the
 //! image is refused with [`ImageError`], never half applied).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -390,6 +391,19 @@ pub enum MetadataRecord {
         /// The new dynamic configs, Kafka names.
         configs: BTreeMap<String, String>,
     },
+    /// A broker's replicas of `partitions` are offline: the log dir holding them failed
+    /// (KIP-112; KRaft carries it as the broker's offline dirs and replica directories,
+    /// KIP-858, weir as the partitions themselves). Elections treat each as inactive for
+    /// its partition until the broker registers again (a restart, the disk fixed).
+    /// Applies only to the broker's current epoch and to partitions that exist.
+    ReplicasOffline {
+        /// The broker.
+        broker_id: i32,
+        /// Its current epoch.
+        broker_epoch: i64,
+        /// (topic id, partition index) of each replica now offline.
+        partitions: Vec<(Uuid, i32)>,
+    },
 }
 
 /// A record that does not apply to the image it is applied to. From a caller's records
@@ -413,6 +427,11 @@ pub struct MetadataImage {
     /// Dynamic broker configs (KIP-226) by resource: "" the cluster default, "<id>" one
     /// broker; never an empty map.
     broker_configs: BTreeMap<String, BTreeMap<String, String>>,
+    /// (topic id, partition) → brokers whose replica of it is on a failed log dir
+    /// ([`MetadataRecord::ReplicasOffline`]); cleared per broker by its registration,
+    /// per topic by its deletion, per replica when it leaves the assignment. Never an
+    /// empty set.
+    offline_replicas: BTreeMap<(Uuid, i32), BTreeSet<i32>>,
 }
 
 impl MetadataImage {
@@ -427,6 +446,53 @@ impl MetadataImage {
             brokers: BTreeMap::new(),
             transforms: BTreeMap::new(),
             broker_configs: BTreeMap::new(),
+            offline_replicas: BTreeMap::new(),
+        }
+    }
+
+    /// Whether `broker_id`'s replica of partition `partition` of topic `topic_id` is on a
+    /// failed log dir ([`MetadataRecord::ReplicasOffline`]).
+    pub fn replica_offline(&self, topic_id: Uuid, partition: i32, broker_id: i32) -> bool {
+        self.offline_replicas
+            .get(&(topic_id, partition))
+            .is_some_and(|s| s.contains(&broker_id))
+    }
+
+    /// Whether `broker_id` can serve its replica of `topic_id`'s `partition`: the broker is
+    /// active ([`BrokerRegistration::is_active`]) and that replica is not offline. What
+    /// elections and ISR changes go by.
+    pub fn replica_active(&self, topic_id: Uuid, partition: i32, broker_id: i32) -> bool {
+        self.broker(broker_id)
+            .is_some_and(BrokerRegistration::is_active)
+            && !self.replica_offline(topic_id, partition, broker_id)
+    }
+
+    /// Per broker, the replicas it reported offline, as [`MetadataRecord::ReplicasOffline`]
+    /// partitions (sorted).
+    fn offline_by_broker(&self) -> BTreeMap<i32, Vec<(Uuid, i32)>> {
+        let mut out: BTreeMap<i32, Vec<(Uuid, i32)>> = BTreeMap::new();
+        for (key, brokers) in &self.offline_replicas {
+            for b in brokers {
+                out.entry(*b).or_default().push(*key);
+            }
+        }
+        out
+    }
+
+    /// The [`MetadataRecord::ReplicasOffline`] record of each broker in `by_broker`.
+    fn offline_records(
+        &self,
+        by_broker: BTreeMap<i32, Vec<(Uuid, i32)>>,
+        out: &mut Vec<MetadataRecord>,
+    ) {
+        for (broker_id, partitions) in by_broker {
+            if let Some(b) = self.broker(broker_id) {
+                out.push(MetadataRecord::ReplicasOffline {
+                    broker_id,
+                    broker_epoch: b.broker_epoch,
+                    partitions,
+                });
+            }
         }
     }
 
@@ -603,6 +669,7 @@ impl MetadataImage {
                 configs: configs.clone(),
             });
         }
+        self.offline_records(self.offline_by_broker(), &mut out);
         out
     }
 
@@ -611,9 +678,12 @@ impl MetadataImage {
     /// applies when the replicated log hands it a snapshot instead of the entries it
     /// missed (`cluster/raft/`). A partition whose leader or ISR differs gets one
     /// `PartitionChanged` (its leader and partition epochs are not replayed one by one:
-    /// `TopicCreated` of a snapshot carries them).
+    /// `TopicCreated` of a snapshot carries them), after the broker records.
     pub fn changes_to(&self, after: &MetadataImage) -> Vec<MetadataRecord> {
         let mut out = Vec::new();
+        // After the broker records: a broker unfenced or registered again may join an
+        // ISR only once it is active and its replicas are not offline.
+        let mut partition_changes = Vec::new();
         for t in self.topics() {
             if after.topic_by_id(t.id).is_none_or(|a| a.name != t.name) {
                 out.push(MetadataRecord::TopicDeleted { topic_id: t.id });
@@ -630,7 +700,7 @@ impl MetadataImage {
                         });
                     }
                     for (index, old, new) in a.changed_partitions(b) {
-                        out.push(MetadataRecord::PartitionChanged {
+                        partition_changes.push(MetadataRecord::PartitionChanged {
                             topic_id: a.id,
                             partition: index,
                             expected_partition_epoch: old.partition_epoch,
@@ -675,6 +745,7 @@ impl MetadataImage {
                 _ => MetadataImage::registration_records(a, &mut out),
             }
         }
+        out.extend(partition_changes);
         for name in self.transforms.keys() {
             if !after.transforms.contains_key(name) {
                 out.push(MetadataRecord::TransformDeleted { name: name.clone() });
@@ -704,6 +775,20 @@ impl MetadataImage {
                 });
             }
         }
+        // Offline replicas only grow within a registration: what `after` has beyond
+        // `self` (all of it for a broker registered anew above, which cleared its own).
+        let mut new_offline = after.offline_by_broker();
+        for (broker_id, partitions) in new_offline.iter_mut() {
+            let same_epoch = matches!(
+                (self.broker(*broker_id), after.broker(*broker_id)),
+                (Some(b), Some(a)) if b.broker_epoch == a.broker_epoch
+            );
+            if same_epoch {
+                partitions.retain(|(t, p)| !self.replica_offline(*t, *p, *broker_id));
+            }
+        }
+        new_offline.retain(|_, p| !p.is_empty());
+        after.offline_records(new_offline, &mut out);
         out
     }
 
@@ -713,8 +798,13 @@ impl MetadataImage {
     /// fenced broker taken in would be skipped by the next election as inactive while the
     /// high watermark counted on it; a restarted one is unfenced by its first heartbeat
     /// and joins then.
+    ///
+    /// A replica on a failed log dir ([`MetadataRecord::ReplicasOffline`]) may not join
+    /// either (KIP-858's rule for offline dirs).
     pub(crate) fn ineligible_isr_joiner(
         &self,
+        topic_id: Uuid,
+        partition: i32,
         current: &PartitionState,
         new: &PartitionState,
     ) -> Option<i32> {
@@ -722,7 +812,7 @@ impl MetadataImage {
             .iter()
             .copied()
             .filter(|id| !current.isr.contains(id))
-            .find(|id| !self.broker(*id).is_some_and(BrokerRegistration::is_active))
+            .find(|id| !self.replica_active(topic_id, partition, *id))
     }
 
     /// The registration of `broker_id` at `broker_epoch`, for a fence or unfence.
@@ -801,6 +891,7 @@ impl MetadataImage {
                 let name = self.name_of(*topic_id)?.to_string();
                 self.topics.remove(&name);
                 self.topic_names_by_id.remove(topic_id);
+                self.offline_replicas.retain(|(t, _), _| t != topic_id);
             }
             MetadataRecord::ProducerIdsReserved { reserved_until } => {
                 // Strictly: two nodes reserving the same block from one image must not
@@ -840,6 +931,12 @@ impl MetadataImage {
                         in_controlled_shutdown: false,
                     },
                 );
+                // A new registration is a restart: its dirs were checked at start-up.
+                for brokers in self.offline_replicas.values_mut() {
+                    brokers.remove(broker_id);
+                }
+                self.offline_replicas
+                    .retain(|_, brokers| !brokers.is_empty());
             }
             MetadataRecord::BrokerFenced {
                 broker_id,
@@ -876,12 +973,22 @@ impl MetadataImage {
                 };
                 check_partition_change(current, *expected_partition_epoch, state)
                     .map_err(|e| ImageError(format!("{name}-{partition}: {e}")))?;
-                if let Some(id) = self.ineligible_isr_joiner(current, state) {
+                if let Some(id) = self.ineligible_isr_joiner(*topic_id, *partition, current, state)
+                {
                     return Err(ImageError(format!(
                         "{name}-{partition}: broker {id} cannot join the ISR: it is fenced, \
-                         shutting down or not registered (KIP-841)"
+                         shutting down or not registered (KIP-841), or its replica is offline \
+                         (KIP-858)"
                     )));
                 }
+                // A replica that leaves the assignment leaves its offline mark too.
+                if let Some(brokers) = self.offline_replicas.get_mut(&(*topic_id, *partition)) {
+                    brokers.retain(|b| state.replicas.contains(b));
+                    if brokers.is_empty() {
+                        self.offline_replicas.remove(&(*topic_id, *partition));
+                    }
+                }
+                let old = &self.topics[&name];
                 let mut states = old.partition_states.to_vec();
                 states[*partition as usize] = state.clone();
                 let updated = TopicMeta {
@@ -922,6 +1029,27 @@ impl MetadataImage {
                 } else {
                     self.broker_configs
                         .insert(resource.clone(), configs.clone());
+                }
+            }
+            MetadataRecord::ReplicasOffline {
+                broker_id,
+                broker_epoch,
+                partitions,
+            } => {
+                self.current_registration(*broker_id, *broker_epoch)?;
+                for (topic_id, partition) in partitions {
+                    let name = self.name_of(*topic_id)?;
+                    if self.topics[name].partition(*partition).is_none() {
+                        return Err(ImageError(format!(
+                            "topic {name} has no partition {partition}"
+                        )));
+                    }
+                }
+                for key in partitions {
+                    self.offline_replicas
+                        .entry(*key)
+                        .or_default()
+                        .insert(*broker_id);
                 }
             }
         }
@@ -1392,5 +1520,98 @@ mod tests {
         let json = serde_json::to_string(&after.to_records()).unwrap();
         let back: Vec<MetadataRecord> = serde_json::from_str(&json).unwrap();
         assert_eq!(*apply(&empty, back), *after);
+    }
+
+    #[test]
+    fn offline_replicas_apply_at_the_current_epoch_and_survive_snapshots_until_a_restart() {
+        let empty = Arc::new(MetadataImage::empty("c", 1));
+        let (x, y) = (topic("x", 2), topic("y", 1));
+        let (xid, yid) = (x.id, y.id);
+        let base = apply(
+            &empty,
+            vec![
+                MetadataRecord::TopicCreated(x),
+                MetadataRecord::TopicCreated(y),
+                registered(1, 1, 1),
+                registered(2, 2, 2),
+            ],
+        );
+        let offline = |broker_id, broker_epoch, partitions: Vec<(Uuid, i32)>| {
+            MetadataRecord::ReplicasOffline {
+                broker_id,
+                broker_epoch,
+                partitions,
+            }
+        };
+        let refused = |records| MetadataDelta::apply(base.clone(), records).unwrap_err().0;
+        assert!(refused(vec![offline(1, 0, vec![(xid, 0)])]).contains("epoch"));
+        assert!(refused(vec![offline(3, 1, vec![(xid, 0)])]).contains("not registered"));
+        assert!(refused(vec![offline(1, 1, vec![(xid, 2)])]).contains("no partition"));
+        assert!(refused(vec![offline(1, 1, vec![(Uuid::new_v4(), 0)])]).contains("no topic"));
+        let marked = apply(
+            &base,
+            vec![
+                offline(1, 1, vec![(xid, 0), (yid, 0)]),
+                offline(2, 2, vec![(xid, 0)]),
+            ],
+        );
+        assert!(marked.replica_offline(xid, 0, 1) && marked.replica_offline(xid, 0, 2));
+        assert!(!marked.replica_offline(xid, 1, 1));
+        assert!(!marked.replica_active(yid, 0, 1) && marked.replica_active(xid, 1, 1));
+        // The snapshot (the image as records, through serde as the Raft log stores them)
+        // and a lagging node's catch-up rebuild it.
+        let json = serde_json::to_string(&marked.to_records()).unwrap();
+        let back: Vec<MetadataRecord> = serde_json::from_str(&json).unwrap();
+        assert_eq!(*apply(&empty, back), *marked);
+        assert_eq!(*apply(&base, base.changes_to(&marked)), *marked);
+        // A restart (registration) clears the broker's own; a deleted topic its own.
+        let later = apply(
+            &marked,
+            vec![
+                registered(1, 3, 1),
+                MetadataRecord::TopicDeleted { topic_id: yid },
+                offline(1, 3, vec![(xid, 1)]),
+            ],
+        );
+        assert!(!later.replica_offline(xid, 0, 1) && later.replica_offline(xid, 0, 2));
+        assert!(later.replica_offline(xid, 1, 1));
+        assert!(!later.offline_replicas.contains_key(&(yid, 0)));
+        assert_eq!(*apply(&marked, marked.changes_to(&later)), *later);
+        assert_eq!(*apply(&empty, later.to_records()), *later);
+        assert!(later.changes_to(&later).is_empty());
+        // A node catching up over a restart and a rejoin of the ISR: the registration
+        // comes before the ISR change that needs it (else refused as offline).
+        let z = TopicMeta {
+            replication_factor: 2,
+            partition_states: vec![PartitionState {
+                replicas: vec![1, 2],
+                isr: vec![2],
+                leader: 2,
+                leader_epoch: 1,
+                partition_epoch: 1,
+                adding_replicas: Vec::new(),
+                removing_replicas: Vec::new(),
+            }]
+            .into(),
+            ..topic("z", 1)
+        };
+        let zid = z.id;
+        let with_z = apply(
+            &later,
+            vec![
+                MetadataRecord::TopicCreated(z),
+                offline(1, 3, vec![(zid, 0)]),
+            ],
+        );
+        let state = with_z.partition("z", 0).unwrap().changed(2, vec![2, 1]);
+        let join = MetadataRecord::PartitionChanged {
+            topic_id: zid,
+            partition: 0,
+            expected_partition_epoch: 1,
+            state,
+        };
+        assert!(MetadataDelta::apply(with_z.clone(), vec![join.clone()]).is_err());
+        let rejoined = apply(&with_z, vec![registered(1, 4, 1), join]);
+        assert_eq!(*apply(&with_z, with_z.changes_to(&rejoined)), *rejoined);
     }
 }

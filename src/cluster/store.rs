@@ -277,6 +277,7 @@ impl MetadataLog for FileMetadataLog {
                 | MetadataRecord::BrokerFenced { .. }
                 | MetadataRecord::BrokerUnfenced { .. }
                 | MetadataRecord::BrokerShuttingDown { .. }
+                | MetadataRecord::ReplicasOffline { .. }
                 | MetadataRecord::PartitionChanged { .. } => {
                     return Err(MetadataError::Unsupported(
                         "the single-node metadata file store holds no broker registrations"

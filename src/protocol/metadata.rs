@@ -31,7 +31,9 @@ use crate::topics;
 /// A topic's entry: each partition's leader, epoch, replicas and ISR as the image has
 /// them, except that a partition with no leader, or one whose broker is fenced or in
 /// controlled shutdown, is listed with leader -1 and LEADER_NOT_AVAILABLE (5), as Kafka
-/// lists an offline partition; replicas on such brokers are its `offline_replicas`. A
+/// lists an offline partition; replicas on such brokers, and replicas their broker
+/// reported on a failed log dir (KIP-112, `ReplicasOffline`), are its
+/// `offline_replicas`. A
 /// leader without an endpoint on `listener` (the request's listener name) is listed as
 /// leader -1 with LISTENER_NOT_FOUND (72) from v6, LEADER_NOT_AVAILABLE before (Kafka's
 /// `KRaftMetadataCache`, `errorUnavailableListeners`).
@@ -47,7 +49,10 @@ fn topic_entry(
         .zip(0..)
         .map(|(p, i)| {
             let nodes = |ids: &[i32]| ids.iter().copied().map(BrokerId).collect::<Vec<_>>();
-            let inactive = |id: i32| image.broker(id).is_some_and(|b| !b.is_active());
+            let inactive = |id: i32| {
+                image.broker(id).is_some_and(|b| !b.is_active())
+                    || image.replica_offline(t.id, i, id)
+            };
             let offline = p.leader == -1 || inactive(p.leader);
             let offline_replicas: Vec<i32> = p
                 .replicas

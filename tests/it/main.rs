@@ -16,6 +16,7 @@ mod cluster_connect;
 mod cluster_consumer_protocol;
 mod cluster_describe;
 mod cluster_fixture;
+mod cluster_log_dirs;
 mod cluster_placement;
 mod cluster_roles;
 mod cluster_scenarios;
