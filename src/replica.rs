@@ -2813,11 +2813,22 @@ impl ReplicaManager {
             if out[i].error.is_some() {
                 continue;
             }
+            // Kafka's `max(current LEO - future LEO, 0)`: how far the copy is behind the
+            // partition it is made of (its log start when nothing is copied yet).
+            let offset_lag = partitions
+                .iter()
+                .find(|p| p.topic == *topic && p.index == *partition)
+                .map_or(0, |p| {
+                    let o = p.offsets();
+                    let copied = crate::log::relocate::copied_log_end(&m.future)
+                        .unwrap_or(o.log_start_offset);
+                    (o.log_end_offset - copied).max(0)
+                });
             out[i].partitions.push(HostedPartitionSize {
                 topic: topic.clone(),
                 partition: *partition,
                 size_bytes: dir_bytes(&m.future),
-                offset_lag: 0,
+                offset_lag,
                 is_future: true,
             });
         }

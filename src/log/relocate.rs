@@ -46,6 +46,55 @@ pub const FUTURE_DIR_SUFFIX: &str = "-future";
 /// again by the next pass.
 pub const RECENT: Duration = Duration::from_secs(2);
 
+/// The log end offset of the copy in `future_dir` so far: the offset after the last
+/// whole record batch of its newest `.log` file (a batch still being copied is not
+/// counted), the file's base offset when it holds none yet, `None` when no `.log` file
+/// was copied yet or the directory cannot be read. Reads only batch headers (offset and
+/// length, then `lastOffsetDelta`), so it costs a few reads per batch of the newest
+/// segment. What DescribeLogDirs' `offset_lag` of a future replica is measured against
+/// (Kafka's `max(current LEO - future LEO, 0)`).
+pub fn copied_log_end(future_dir: &Path) -> Option<i64> {
+    use std::os::unix::fs::FileExt;
+    let mut newest: Option<(i64, PathBuf)> = None;
+    for entry in std::fs::read_dir(future_dir).ok()?.flatten() {
+        let name = entry.file_name();
+        let Some(base) = name
+            .to_str()
+            .and_then(|n| n.strip_suffix(".log"))
+            .and_then(|stem| stem.parse::<i64>().ok())
+        else {
+            continue;
+        };
+        if newest.as_ref().is_none_or(|(b, _)| base > *b) {
+            newest = Some((base, entry.path()));
+        }
+    }
+    let (base, path) = newest?;
+    let file = std::fs::File::open(&path).ok()?;
+    let len = file.metadata().ok()?.len();
+    // baseOffset (8) batchLength (4) partitionLeaderEpoch (4) magic (1) crc (4)
+    // attributes (2) lastOffsetDelta (4): the first 27 bytes of a record batch.
+    let mut header = [0u8; 27];
+    let (mut position, mut end) = (0u64, base);
+    while position + header.len() as u64 <= len {
+        if file.read_exact_at(&mut header, position).is_err() {
+            break;
+        }
+        let base_offset = i64::from_be_bytes(header[0..8].try_into().ok()?);
+        let batch_length = i32::from_be_bytes(header[8..12].try_into().ok()?);
+        let last_offset_delta = i32::from_be_bytes(header[23..27].try_into().ok()?);
+        let size = 12 + u64::try_from(batch_length).ok()?;
+        if batch_length < 49 || position + size > len {
+            break;
+        }
+        end = base_offset
+            .saturating_add(i64::from(last_offset_delta))
+            .saturating_add(1);
+        position += size;
+    }
+    Some(end)
+}
+
 /// Whether `name` (an entry of a log dir) is a future copy.
 pub fn is_future_dir(name: &str) -> bool {
     name.ends_with(FUTURE_DIR_SUFFIX)
@@ -338,6 +387,44 @@ mod tests {
     fn pass(c: &mut Copier, src: &Path) -> u64 {
         let (files, taken) = snapshot(src).unwrap();
         c.copy_pass(&files, taken, false).unwrap()
+    }
+
+    /// Bytes of a record batch's frame: `base`, `count` records, `length` after the
+    /// length field; the rest zeros (only headers are read).
+    fn batch_frame(base: i64, count: i32, length: i32) -> Vec<u8> {
+        let mut b = vec![0u8; 12 + length as usize];
+        b[0..8].copy_from_slice(&base.to_be_bytes());
+        b[8..12].copy_from_slice(&length.to_be_bytes());
+        b[23..27].copy_from_slice(&(count - 1).to_be_bytes());
+        b
+    }
+
+    #[test]
+    fn the_copied_log_end_is_after_the_last_whole_batch_of_the_newest_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(copied_log_end(dir.path()), None, "nothing copied yet");
+        write(
+            &dir.path().join("00000000000000000000.log"),
+            &batch_frame(0, 10, 60),
+        );
+        write(&dir.path().join("00000000000000000010.log"), b"");
+        assert_eq!(
+            copied_log_end(dir.path()),
+            Some(10),
+            "the newest segment is empty"
+        );
+        let mut newest = batch_frame(10, 5, 60);
+        newest.extend(batch_frame(15, 3, 80));
+        let third = batch_frame(18, 4, 70);
+        newest.extend_from_slice(&third[..40]);
+        write(&dir.path().join("00000000000000000010.log"), &newest);
+        assert_eq!(
+            copied_log_end(dir.path()),
+            Some(18),
+            "a batch copied in part does not count"
+        );
+        write(&dir.path().join("00000000000000000010.index"), b"not a log");
+        assert_eq!(copied_log_end(dir.path()), Some(18));
     }
 
     #[test]
