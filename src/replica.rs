@@ -2737,7 +2737,6 @@ impl ReplicaManager {
         }
         checkpoint::write_high_watermark_entries(
             &self.metadata_dir,
-            high_watermarks.len(),
             high_watermarks
                 .iter()
                 .map(|((topic, index), hw)| (*topic, *index, *hw)),

@@ -58,35 +58,29 @@ pub fn write_high_watermarks(
 ) -> Result<(), LogError> {
     write_high_watermark_entries(
         log_dir,
-        high_watermarks.len(),
         high_watermarks
             .iter()
             .map(|((topic, index), offset)| (topic.as_str(), *index, *offset)),
     )
 }
 
-/// Writes `log_dir/replication-offset-checkpoint` with `count` entries `(topic,
-/// partition, high_watermark)`, in the order given, atomically: what
+/// Writes `log_dir/replication-offset-checkpoint` with the entries `(topic, partition,
+/// high_watermark)`, in the order given (distinct partitions), atomically: what
 /// [`write_high_watermarks`] does without a map of owned keys (the replica manager's
-/// checkpoint borrows its partitions' names). The entries must be `count` distinct
-/// partitions (asserted: a reader refuses a file whose count is wrong).
+/// checkpoint borrows its partitions' names). The count line is the entries written.
 /// Errors: `LogError::Io`.
 pub fn write_high_watermark_entries<'a>(
     log_dir: &Path,
-    count: usize,
     entries: impl Iterator<Item = (&'a str, i32, i64)>,
 ) -> Result<(), LogError> {
-    let mut text = format!("{CHECKPOINT_VERSION}\n{count}\n");
-    let mut written = 0usize;
+    use std::fmt::Write as _;
+    let mut lines = String::new();
+    let mut count = 0usize;
     for (topic, index, offset) in entries {
-        use std::fmt::Write as _;
-        let _ = writeln!(text, "{topic} {index} {offset}");
-        written += 1;
+        let _ = writeln!(lines, "{topic} {index} {offset}");
+        count += 1;
     }
-    assert_eq!(
-        written, count,
-        "high watermark checkpoint entries miscounted"
-    );
+    let text = format!("{CHECKPOINT_VERSION}\n{count}\n{lines}");
     write_atomically(log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE, &text)
 }
 

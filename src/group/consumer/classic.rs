@@ -209,25 +209,13 @@ pub(crate) struct Subscription {
 /// Decodes a ConsumerProtocolSubscription (int16 version, then the message). `None` for
 /// bytes that are not one (a negative version, truncated or malformed fields).
 pub(crate) fn decode_subscription(bytes: &[u8]) -> Option<Subscription> {
-    let mut buf = Bytes::copy_from_slice(bytes);
-    if buf.len() < 2 {
-        return None;
-    }
-    let version = i16::from_be_bytes([buf[0], buf[1]]);
-    if version < 0 {
-        return None;
-    }
-    let _ = bytes::Buf::get_i16(&mut buf);
-    let s =
-        ConsumerProtocolSubscription::decode(&mut buf, version.min(MAX_EMBEDDED_VERSION)).ok()?;
-    let mut owned = Partitions::new();
-    for tp in s.owned_partitions {
-        owned
-            .entry(tp.topic.0.to_string())
-            .or_default()
-            .extend(tp.partitions);
-    }
-    owned.retain(|_, p| !p.is_empty());
+    let (version, mut buf) = embedded_version(bytes)?;
+    let s = ConsumerProtocolSubscription::decode(&mut buf, version).ok()?;
+    let owned = by_topic(
+        s.owned_partitions
+            .into_iter()
+            .map(|tp| (tp.topic.0.to_string(), tp.partitions)),
+    );
     Some(Subscription {
         topics: s.topics.iter().map(|t| t.to_string()).collect(),
         owned,
@@ -241,24 +229,36 @@ pub(crate) fn decode_assignment(bytes: &[u8]) -> Option<Partitions> {
     if bytes.is_empty() {
         return Some(Partitions::new());
     }
-    let mut buf = Bytes::copy_from_slice(bytes);
-    if buf.len() < 2 {
-        return None;
-    }
-    let version = i16::from_be_bytes([buf[0], buf[1]]);
-    if version < 0 {
-        return None;
-    }
-    let _ = bytes::Buf::get_i16(&mut buf);
-    let a = ConsumerProtocolAssignment::decode(&mut buf, version.min(MAX_EMBEDDED_VERSION)).ok()?;
+    let (version, mut buf) = embedded_version(bytes)?;
+    let a = ConsumerProtocolAssignment::decode(&mut buf, version).ok()?;
+    Some(by_topic(
+        a.assigned_partitions
+            .into_iter()
+            .map(|tp| (tp.topic.0.to_string(), tp.partitions)),
+    ))
+}
+
+/// The int16 version prefix of embedded-protocol bytes, capped at the highest version
+/// known, and the bytes after it; `None` for fewer than 2 bytes or a negative version.
+fn embedded_version(bytes: &[u8]) -> Option<(i16, Bytes)> {
+    let prefix: [u8; 2] = bytes.get(..2)?.try_into().ok()?;
+    let version = i16::from_be_bytes(prefix);
+    (version >= 0).then(|| {
+        (
+            version.min(MAX_EMBEDDED_VERSION),
+            Bytes::copy_from_slice(&bytes[2..]),
+        )
+    })
+}
+
+/// Topic-partition lists as [`Partitions`], topics left without partitions dropped.
+fn by_topic(lists: impl Iterator<Item = (String, Vec<i32>)>) -> Partitions {
     let mut out = Partitions::new();
-    for tp in a.assigned_partitions {
-        out.entry(tp.topic.0.to_string())
-            .or_default()
-            .extend(tp.partitions);
+    for (topic, partitions) in lists {
+        out.entry(topic).or_default().extend(partitions);
     }
     out.retain(|_, p| !p.is_empty());
-    Some(out)
+    out
 }
 
 /// Encodes `parts` as a ConsumerProtocolAssignment of `version` (the member's
