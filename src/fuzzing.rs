@@ -56,7 +56,7 @@ pub fn request_frame(frame: &[u8]) -> FrameVerdict {
     let decoded = match decode_frame(Bytes::copy_from_slice(frame)) {
         Ok(d) => d,
         Err(Outcome::Close(reason)) => return FrameVerdict::Close(reason),
-        Err(Outcome::Respond(_)) => return FrameVerdict::Respond,
+        Err(Outcome::Respond(_) | Outcome::RespondParts { .. }) => return FrameVerdict::Respond,
         Err(Outcome::NoResponse) => panic!("decode_frame never answers NoResponse"),
     };
     if !legacy::is_legacy_offset_commit(decoded.key, decoded.version) {

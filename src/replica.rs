@@ -53,7 +53,7 @@ use crate::log::relocate;
 use crate::log::topic_id::Claim;
 use crate::log::{
     AbortedTxn, AppendInfo, AppendOptions, CleanerThrottle, CleanupPolicy, CompactionPlan,
-    CompactionStats, Compression, EpochEndOffset, LogConfig, LogError, PartitionLog,
+    CompactionStats, Compression, EpochEndOffset, FileRegion, LogConfig, LogError, PartitionLog,
     PreparedCompaction, ProducerSummary, TxnMarker, ValidatedBatch,
 };
 use crate::purgatory::Purgatory;
@@ -245,6 +245,19 @@ pub struct PartitionRead {
     /// [`FetchIsolation::ReadCommitted`] only: the aborted transactions whose range
     /// overlaps `[fetch offset, last offset in bytes]` (Fetch v4+ `aborted_transactions`;
     /// empty when no bytes were read); `None` for the other isolations.
+    pub aborted_transactions: Option<Vec<AbortedTxn>>,
+}
+
+/// What [`Partition::read_region`] returns: [`PartitionRead`] with the batches as a file
+/// region.
+#[derive(Debug)]
+pub struct PartitionRegionRead {
+    /// The partition's offsets when the read was made.
+    pub offsets: PartitionOffsets,
+    /// Whole stored batches from the one containing the fetch offset; `None` when none
+    /// is readable.
+    pub region: Option<FileRegion>,
+    /// As [`PartitionRead::aborted_transactions`].
     pub aborted_transactions: Option<Vec<AbortedTxn>>,
 }
 
@@ -1494,6 +1507,33 @@ impl Partition {
         Ok(PartitionRead {
             offsets,
             bytes: read.bytes,
+            aborted_transactions,
+        })
+    }
+
+    /// [`Partition::read`] as a byte range of a segment file ([`FileRegion`], `None` when
+    /// nothing is readable), for a consumer's Fetch sent with `sendfile(2)` (issue 17):
+    /// the same batches, bounds, aborted transactions and errors.
+    pub fn read_region(
+        &self,
+        fetch_offset: i64,
+        max_bytes: usize,
+        isolation: FetchIsolation,
+    ) -> Result<PartitionRegionRead, LogError> {
+        let log = self.live_log()?;
+        let offsets = self.offsets_of(&log);
+        let bound = isolation_bound(&offsets, isolation);
+        let region = self.failing_dir_on_io(log.read_region(fetch_offset, max_bytes, bound))?;
+        let aborted_transactions = match isolation {
+            FetchIsolation::ReadCommitted => Some(match &region {
+                Some(region) => log.collect_aborted_txns(fetch_offset, region.last_offset)?,
+                None => Vec::new(),
+            }),
+            FetchIsolation::LogEnd | FetchIsolation::HighWatermark => None,
+        };
+        Ok(PartitionRegionRead {
+            offsets,
+            region,
             aborted_transactions,
         })
     }

@@ -155,6 +155,7 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("connections.max.idle.ms", Long, Some("600000"), Some(1), "Close a connection that sends nothing, or stalls inside a request, for this long (ms)."),
     key("queued.max.requests", Int, Some("500"), Some(1), "Most answers of one connection waiting to be written; requests are handled one at a time, in order."),
     key("fetch.max.bytes", Int, Some("57671680"), Some(0), "Largest Fetch response the broker builds, whatever the request asks (bytes); the first batch still goes whole (KIP-74)."),
+    key("fetch.sendfile.enable", Boolean, Some("true"), None, "weir-specific: send a consumer's fetched record sets from the segment files with sendfile(2) (zero-copy: page cache to socket, no copy through the broker); false copies them through memory."),
     key("max.incremental.fetch.session.cache.slots", Int, Some("1000"), Some(0), "Most incremental fetch sessions (KIP-227) cached at once; a consumer finding none free and none evictable sends full requests (0: no sessions)."),
     key("fetch.purgatory.max.size", Int, Some("10000"), Some(1), "Most long-poll Fetch requests parked at once; more answer at once."),
     key("group.initial.rebalance.delay.ms", Int, Some("3000"), Some(0), "How long the first rebalance of an empty group waits for more members to join (ms)."),
@@ -702,6 +703,9 @@ pub struct BrokerConfig {
     pub log_open_files_max: usize,
     /// `fetch.max.bytes`.
     pub fetch_max_bytes: usize,
+    /// `fetch.sendfile.enable`: consumers' record sets are sent from the segment files
+    /// with `sendfile(2)` (issue 17).
+    pub fetch_sendfile_enable: bool,
     /// `max.incremental.fetch.session.cache.slots`: fetch sessions cached (0: none).
     pub max_incremental_fetch_session_cache_slots: usize,
     /// Follower fetching and ISR upkeep (`replica.*`).
@@ -1028,6 +1032,7 @@ impl BrokerConfig {
             fetch_purgatory_max_size: int("fetch.purgatory.max.size")? as usize,
             log_open_files_max: int("log.open.files.max")? as usize,
             fetch_max_bytes: int("fetch.max.bytes")? as usize,
+            fetch_sendfile_enable: text("fetch.sendfile.enable") == "true",
             max_incremental_fetch_session_cache_slots: int(
                 "max.incremental.fetch.session.cache.slots",
             )? as usize,

@@ -62,6 +62,7 @@ pub use epoch::EpochEndOffset;
 use epoch::LeaderEpochCache;
 pub use producer::ProducerSummary;
 use producer::{CompletedTxn, ProducerStateManager, SequenceCheck};
+pub use segment::FileRegion;
 use segment::{file_path, io_error, remove_if_exists, Segment};
 pub use txn::{AbortedTxn, TxnMarker};
 
@@ -994,6 +995,38 @@ impl PartitionLog {
             }
         }
         Ok(empty)
+    }
+
+    /// [`PartitionLog::read`] as a byte range of one segment file instead of a copy
+    /// ([`FileRegion`]): the same batches, the same limits and errors. `Ok(None)` when
+    /// nothing is readable below `max_offset`.
+    pub fn read_region(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+    ) -> Result<Option<FileRegion>, LogError> {
+        let leo = self.log_end_offset();
+        if offset < self.log_start_offset || offset > leo {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                log_start_offset: self.log_start_offset,
+                log_end_offset: leo,
+            });
+        }
+        if offset == leo || offset >= max_offset {
+            return Ok(None);
+        }
+        let first = self
+            .segments
+            .partition_point(|s| s.base_offset <= offset)
+            .saturating_sub(1);
+        for segment in &self.segments[first..] {
+            if let Some(region) = segment.read_region(offset, max_bytes, max_offset)? {
+                return Ok(region);
+            }
+        }
+        Ok(None)
     }
 
     /// ListOffsets by timestamp (protocol guide, ListOffsets; KIP-79): the first record

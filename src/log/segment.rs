@@ -54,6 +54,47 @@ pub(crate) fn io_error(op: &'static str, path: &Path) -> impl FnOnce(std::io::Er
     move |source| LogError::Io { op, path, source }
 }
 
+/// Whole stored batches as a byte range of a segment's `.log` file, to be sent as they
+/// are (a Fetch response's records through `sendfile(2)`, issue 17). Holds the file open:
+/// a region stays readable after its segment is deleted or replaced, and the descriptor
+/// cache's bound is soft for it (`fdcache.rs`).
+#[derive(Debug, Clone)]
+pub struct FileRegion {
+    /// The segment's `.log` file.
+    pub file: Arc<File>,
+    /// Byte position of the first batch in the file.
+    pub position: u64,
+    /// Bytes of whole batches from `position` (never 0).
+    pub len: usize,
+    /// Base offset of the first batch.
+    pub base_offset: i64,
+    /// An offset no record of the region exceeds: the last batch's last offset, or one
+    /// below the batch after it.
+    pub last_offset: i64,
+}
+
+impl FileRegion {
+    /// The region's bytes, copied into memory (`pread`), for a listener or a caller that
+    /// cannot send the file itself.
+    ///
+    /// Errors: `std::io::Error` of the read; `UnexpectedEof` when the file is shorter
+    /// than the region (truncated since).
+    pub fn read_to_bytes(&self) -> std::io::Result<Bytes> {
+        let mut buffer = Vec::with_capacity(self.len);
+        while buffer.len() < self.len {
+            let at = self.position + buffer.len() as u64;
+            match rustix::io::pread(&*self.file, rustix::buffer::spare_capacity(&mut buffer), at) {
+                Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        buffer.truncate(self.len);
+        Ok(Bytes::from(buffer))
+    }
+}
+
 /// What a recovery scan of a tail found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RecoveryReport {
@@ -986,6 +1027,108 @@ impl Segment {
         assert!(end > 0, "the first batch always fits: want >= its size");
         buffer.truncate(end);
         Ok(Some((Bytes::from(buffer), Some(first.base_offset))))
+    }
+
+    /// The same batches [`Segment::read`] would return, as a byte range of the `.log` file
+    /// instead of a copy: from the batch holding `offset` (or the next one after a gap),
+    /// at most `max_bytes` except that the first batch is always whole (KIP-74), only
+    /// batches whose last offset is < `max_offset`. Reads batch headers only: the one at
+    /// `offset`, the one holding `max_offset` when that is inside this segment, and, when
+    /// `max_bytes` cuts the readable bytes short, those from the last offset index entry
+    /// before the cut (at most `index.interval.bytes` of batches plus one). `Ok(None)` when
+    /// this segment has nothing at or after `offset`; `Ok(Some(None))` when its first batch
+    /// there reaches `max_offset`.
+    ///
+    /// Errors: `Corrupt` when a header does not carry the offsets the index promised or
+    /// is malformed; `Io`.
+    pub(super) fn read_region(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+    ) -> Result<Option<Option<FileRegion>>, LogError> {
+        let Some((position, first)) = self.locate(offset)? else {
+            return Ok(None);
+        };
+        if first.last_offset() >= max_offset {
+            return Ok(Some(None));
+        }
+        // Where the readable batches end (the batch holding `max_offset` is not readable),
+        // and an offset no record before that end exceeds.
+        let (bound, bound_last) = match max_offset < self.next_offset {
+            true => match self.locate(max_offset)? {
+                Some((at, header)) => (at, header.base_offset - 1),
+                None => (self.size_bytes, self.next_offset - 1),
+            },
+            false => (self.size_bytes, self.next_offset - 1),
+        };
+        let first_end = position + first.total_bytes() as u64;
+        let limit = position + (max_bytes as u64).max(first.total_bytes() as u64);
+        let (end, last_offset) = if bound <= limit {
+            (bound, bound_last)
+        } else {
+            self.last_batch_end(first_end, first.last_offset(), limit)?
+        };
+        Ok(Some(Some(FileRegion {
+            file: self.slot.log()?,
+            position,
+            len: (end - position) as usize,
+            base_offset: first.base_offset,
+            last_offset,
+        })))
+    }
+
+    /// The end of the last whole batch at or before byte `limit`, not before `first_end`
+    /// (the end of a batch whose last offset is `first_last`), with an offset no record
+    /// before it exceeds. The caller knows a batch starts at or after `first_end` and
+    /// ends past `limit`, inside the segment. Starts from the offset index entry nearest
+    /// below `limit`, so it reads a few headers, not every one.
+    fn last_batch_end(
+        &self,
+        first_end: u64,
+        first_last: i64,
+        limit: u64,
+    ) -> Result<(u64, i64), LogError> {
+        let indexes = self.indexes()?;
+        let below = indexes
+            .offset
+            .partition_point(|e| u64::from(e.position) <= limit);
+        let (mut position, mut expected, mut exact) = (first_end, first_last + 1, false);
+        if let Some(entry) = below.checked_sub(1).map(|i| indexes.offset[i]) {
+            if u64::from(entry.position) > first_end {
+                position = u64::from(entry.position);
+                expected = self.base_offset + i64::from(entry.relative_offset);
+                exact = true;
+            }
+        }
+        let log = self.slot.log()?;
+        loop {
+            if self.size_bytes - position < BATCH_HEADER_BYTES as u64 {
+                return Err(self.corrupt(position, "partial batch header".into()));
+            }
+            let header = self.header_at(&log, position)?;
+            let total = header.total_bytes();
+            let offset_ok = match exact {
+                true => header.base_offset == expected,
+                false => header.base_offset >= expected,
+            };
+            if header.magic != MAGIC_V2
+                || total < BATCH_HEADER_BYTES as i64
+                || position + total as u64 > self.size_bytes
+                || !offset_ok
+            {
+                return Err(self.corrupt(
+                    position,
+                    format!("header {header:?} where offset {expected} was expected"),
+                ));
+            }
+            if position + total as u64 > limit {
+                return Ok((position, header.base_offset - 1));
+            }
+            exact = false;
+            expected = header.last_offset() + 1;
+            position += total as u64;
+        }
     }
 
     /// First record at or after `target_ms` in this segment (see `PartitionLog::offset_for_timestamp`).

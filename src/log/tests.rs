@@ -227,6 +227,67 @@ fn round_trip_across_rolls_and_reads_from_mid_batch() {
     assert_eq!(info.base_offset, ranges.last().unwrap().1 + 1);
 }
 
+/// `read_region` (issue 17's zero-copy read) returns exactly the batches `read` copies,
+/// for every fetch offset, a spread of `max_bytes` (below one batch, between batch
+/// boundaries, across index entries) and every `max_offset` (mid-segment high watermarks
+/// and last stable offsets), on a log of several segments whose batches vary in size;
+/// and the same errors. Its `last_offset` bounds the records read from above and stops
+/// below the next batch.
+#[test]
+fn read_region_is_read_without_the_copy() {
+    // An index entry at nearly every batch, and none at all (headers scanned from the first).
+    for index_interval_bytes in [100, 1 << 20] {
+        read_region_matches_read(LogConfig {
+            index_interval_bytes,
+            ..small_config(1_000)
+        });
+    }
+}
+
+fn read_region_matches_read(config: LogConfig) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), config, NOW_MS).unwrap();
+    for i in 0..40 {
+        append(&mut log, batch(1 + (i * 7) % 6, 1_000 + i as i64));
+    }
+    assert!(log.segment_count() > 3, "segments: {}", log.segment_count());
+    let leo = log.log_end_offset();
+    let mut max_offsets: Vec<i64> = (0..=leo).step_by(3).collect();
+    max_offsets.push(i64::MAX);
+    for offset in 0..=leo {
+        for max_bytes in [1, 60, 100, 150, 333, 700, 1_000, 1 << 20] {
+            for &max_offset in &max_offsets {
+                let copied = log.read(offset, max_bytes, max_offset).unwrap();
+                let region = log.read_region(offset, max_bytes, max_offset).unwrap();
+                let case = format!("offset {offset} max_bytes {max_bytes} max_offset {max_offset}");
+                match region {
+                    None => assert!(copied.bytes.is_empty(), "{case}"),
+                    Some(region) => {
+                        let bytes = region.read_to_bytes().unwrap();
+                        assert_eq!(bytes, copied.bytes, "{case}");
+                        assert_eq!(Some(region.base_offset), copied.first_batch_base_offset);
+                        let batches = batches_of(&bytes);
+                        let last = batches.last().unwrap().1;
+                        assert!(region.last_offset >= last, "{case}");
+                        let next = log.read(last + 1, 1, i64::MAX).unwrap();
+                        if let Some(next_base) = next.first_batch_base_offset {
+                            assert!(region.last_offset < next_base, "{case}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(matches!(
+        log.read_region(leo + 1, 100, i64::MAX),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+    assert!(matches!(
+        log.read_region(-1, 100, i64::MAX),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+}
+
 #[test]
 fn kip74_max_bytes_max_offset_and_range_errors() {
     let dir = tempfile::tempdir().unwrap();

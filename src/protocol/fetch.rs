@@ -74,6 +74,11 @@ use kafka_protocol::ResponseError;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use bytes::BytesMut;
+use kafka_protocol::messages::{ApiKey, ResponseHeader};
+use kafka_protocol::protocol::buf::ByteBufMut;
+use kafka_protocol::protocol::Encodable;
+
 use crate::cluster::MetadataImage;
 use crate::config::ReplicaSelector;
 use crate::fetch_session::{
@@ -81,15 +86,170 @@ use crate::fetch_session::{
     TopicKey, INVALID_SESSION_ID,
 };
 use crate::log::{stored_record_count, LogError};
+use crate::log::{AbortedTxn, FileRegion};
 use crate::purgatory::Wake;
 use crate::replica::{
     select_read_replica, FetchIsolation, Partition, ReadReplicaCandidate, ReplicaError,
 };
+use crate::replica::{PartitionOffsets, PartitionRead};
+use crate::server::{Outcome, ResponsePart};
 
 use super::Context;
 
 /// The longest `max_wait_ms` honoured (a limit on every wait).
 const MAX_WAIT_MS_LIMIT: i32 = 5 * 60 * 1000;
+
+/// Largest record set sent from its file (`sendfile(2)`); a larger one (a single batch
+/// above every limit, KIP-74) is copied.
+const REGION_MAX_BYTES: usize = 64 << 20;
+/// Most record sets one response sends from files; more are copied.
+const REGIONS_MAX: usize = 1 << 20;
+
+/// Stands in for the record sets that stay in their files while the response is built:
+/// region `k` of `len` bytes is the `records` field `PLACEHOLDER[k..k + len]`, which has
+/// the real length (the response's byte counts, KIP-74 limits, min_bytes and sessions
+/// all see it) and is recognised by its address when the response is encoded, where the
+/// file is written instead ([`PartsBuf`]). Its bytes are never read: it costs address
+/// space, not memory (zero pages).
+static PLACEHOLDER: [u8; REGION_MAX_BYTES + REGIONS_MAX] = [0; REGION_MAX_BYTES + REGIONS_MAX];
+
+/// The placeholder of region `index` of `len` bytes, `None` past the limits.
+fn placeholder(index: usize, len: usize) -> Option<Bytes> {
+    (index < REGIONS_MAX && len <= REGION_MAX_BYTES && len > 0)
+        .then(|| Bytes::from_static(&PLACEHOLDER[index..index + len]))
+}
+
+/// The region a `records` slice stands in for: its index, if the slice is a placeholder.
+fn placeholder_index(records: &[u8]) -> Option<usize> {
+    let start = PLACEHOLDER.as_ptr() as usize;
+    let at = records.as_ptr() as usize;
+    (!records.is_empty() && at >= start && at < start + REGIONS_MAX).then(|| at - start)
+}
+
+/// One partition's read: its batches in memory, or in a segment file.
+struct Read {
+    offsets: PartitionOffsets,
+    bytes: Bytes,
+    region: Option<FileRegion>,
+    aborted_transactions: Option<Vec<AbortedTxn>>,
+}
+
+impl From<PartitionRead> for Read {
+    fn from(r: PartitionRead) -> Read {
+        Read {
+            offsets: r.offsets,
+            bytes: r.bytes,
+            region: None,
+            aborted_transactions: r.aborted_transactions,
+        }
+    }
+}
+
+/// A buffer that encodes a Fetch response in parts: the bytes kafka-protocol writes, and,
+/// where it writes a placeholder's records, the region's file instead (not copied).
+/// kafka-protocol writes a `records` field with one `put_slice` of the whole slice, and
+/// the Fetch response has no length written back into earlier bytes (no gaps): the
+/// unit tests hold every version's parts to the crate's own encoding.
+struct PartsBuf {
+    head: BytesMut,
+    parts: Vec<ResponsePart>,
+    len: usize,
+    regions: Vec<Option<FileRegion>>,
+}
+
+impl PartsBuf {
+    fn push_head(&mut self) {
+        if !self.head.is_empty() {
+            self.len += self.head.len();
+            let head = self.head.split().freeze();
+            self.parts.push(ResponsePart::Bytes(head));
+        }
+    }
+
+    fn into_outcome(mut self) -> Outcome {
+        self.push_head();
+        Outcome::RespondParts {
+            len: self.len,
+            parts: self.parts,
+        }
+    }
+}
+
+// SAFETY: every method forwards to the `BytesMut` that holds the bytes written so far
+// (`head`), whose own implementation upholds `BufMut`'s contract; `put_slice` either
+// forwards too or copies nothing into it.
+#[allow(unsafe_code)]
+unsafe impl bytes::BufMut for PartsBuf {
+    fn remaining_mut(&self) -> usize {
+        self.head.remaining_mut()
+    }
+
+    unsafe fn advance_mut(&mut self, cnt: usize) {
+        // SAFETY: the caller's promise (`cnt` bytes of `chunk_mut` initialised) is about
+        // `head`'s chunk, which is what `chunk_mut` returned.
+        unsafe { self.head.advance_mut(cnt) }
+    }
+
+    fn chunk_mut(&mut self) -> &mut bytes::buf::UninitSlice {
+        self.head.chunk_mut()
+    }
+
+    fn put_slice(&mut self, src: &[u8]) {
+        match placeholder_index(src).and_then(|k| self.regions.get_mut(k)?.take()) {
+            Some(region) => {
+                self.push_head();
+                self.len += region.len;
+                self.parts.push(ResponsePart::File {
+                    file: region.file,
+                    position: region.position,
+                    len: region.len,
+                });
+            }
+            None => self.head.extend_from_slice(src),
+        }
+    }
+}
+
+impl ByteBufMut for PartsBuf {
+    fn offset(&self) -> usize {
+        self.head.len()
+    }
+
+    fn seek(&mut self, offset: usize) {
+        ByteBufMut::seek(&mut self.head, offset)
+    }
+
+    fn range(&mut self, r: std::ops::Range<usize>) -> &mut [u8] {
+        ByteBufMut::range(&mut self.head, r)
+    }
+}
+
+/// Encodes a Fetch response (header and body) whose record sets may be `regions` behind
+/// placeholders: the bytes around them in memory, each region as a file part for
+/// `sendfile(2)`. Without regions it is one part. Errors: `Outcome::Close` with the
+/// reason when the crate refuses to encode (a field this version lacks).
+pub(super) fn encode(
+    response: &FetchResponse,
+    regions: Vec<FileRegion>,
+    version: i16,
+    correlation_id: i32,
+) -> Outcome {
+    let partitions: usize = response.responses.iter().map(|t| t.partitions.len()).sum();
+    let mut buf = PartsBuf {
+        head: BytesMut::with_capacity(256 + 64 * response.responses.len() + 128 * partitions),
+        parts: Vec::with_capacity(2 * regions.len() + 1),
+        len: 0,
+        regions: regions.into_iter().map(Some).collect(),
+    };
+    let header = ResponseHeader::default().with_correlation_id(correlation_id);
+    if let Err(e) = header.encode(&mut buf, ApiKey::Fetch.response_header_version(version)) {
+        return Outcome::Close(format!("cannot encode Fetch response header: {e}"));
+    }
+    if let Err(e) = response.encode(&mut buf, version) {
+        return Outcome::Close(format!("cannot encode Fetch v{version} response: {e}"));
+    }
+    buf.into_outcome()
+}
 
 fn partition_error(index: i32, error: ResponseError) -> PartitionData {
     PartitionData::default()
@@ -110,6 +270,7 @@ fn read_once(
     plan: &[TopicFetch],
     version: i16,
     watches: &mut Vec<watch::Receiver<i64>>,
+    regions: &mut Vec<FileRegion>,
 ) -> (Vec<FetchableTopicResponse>, usize) {
     let replica_id = replica_id(request, version);
     // KIP-392: a consumer's Fetch v11+ may read a follower replica, and the leader may
@@ -211,13 +372,28 @@ fn read_once(
                         },
                         now_ms,
                     )
-                    .map(Some)
+                    .map(|r| Some(Read::from(r)))
             } else if limit == 0 && !first {
                 Ok(None)
+            } else if ctx.config.fetch_sendfile_enable && is_leader {
+                // Zero-copy: the batches stay in their segment file until the socket
+                // writer sends them (`encode`). Reads a follower serves (KIP-392) are
+                // copied: their metric counts the records in the bytes.
+                partition
+                    .read_region(p.fetch_offset, limit.max(1), isolation)
+                    .map(|r| {
+                        Some(Read {
+                            offsets: r.offsets,
+                            bytes: Bytes::new(),
+                            aborted_transactions: r.aborted_transactions,
+                            region: r.region,
+                        })
+                    })
+                    .map_err(ReplicaError::from)
             } else {
                 partition
                     .read(p.fetch_offset, limit.max(1), isolation)
-                    .map(Some)
+                    .map(|r| Some(Read::from(r)))
                     .map_err(ReplicaError::from)
             };
             let offsets = match &read {
@@ -232,11 +408,34 @@ fn read_once(
             match read {
                 Ok(Some(r)) => {
                     let mut bytes = r.bytes;
+                    let mut region = r.region;
                     let mut aborted = r.aborted_transactions;
+                    let read_bytes = region.as_ref().map_or(bytes.len(), |r| r.len);
                     // KIP-74: only the response's first batch may exceed the limits.
-                    if !first && bytes.len() > limit {
+                    if !first && read_bytes > limit {
                         bytes = Bytes::new();
+                        region = None;
                         aborted = aborted.map(|_| Vec::new());
+                    }
+                    if let Some(region) = region {
+                        bytes = match placeholder(regions.len(), region.len) {
+                            Some(placeholder) => {
+                                regions.push(region);
+                                placeholder
+                            }
+                            // Too large or too many to stand in for: copied now.
+                            None => match region.read_to_bytes() {
+                                Ok(bytes) => bytes,
+                                Err(e) => {
+                                    tracing::error!(topic = %meta.name, partition = p.partition, error = %e, "fetch read failed");
+                                    partitions.push(partition_error(
+                                        p.partition,
+                                        ResponseError::KafkaStorageError,
+                                    ));
+                                    continue;
+                                }
+                            },
+                        };
                     }
                     let data = match aborted {
                         Some(list) => data.with_aborted_transactions(Some(
@@ -467,8 +666,13 @@ fn answer(
         .with_responses(topics)
 }
 
-/// Handles a Fetch request, long-polling per `max_wait_ms` / `min_bytes`.
-pub(super) async fn handle(ctx: &Context, request: FetchRequest, version: i16) -> FetchResponse {
+/// Handles a Fetch request, long-polling per `max_wait_ms` / `min_bytes`: the response,
+/// and the file regions its placeholders stand for ([`encode`] writes both).
+pub(super) async fn handle(
+    ctx: &Context,
+    request: FetchRequest,
+    version: i16,
+) -> (FetchResponse, Vec<FileRegion>) {
     let wait_ms = request.max_wait_ms.clamp(0, MAX_WAIT_MS_LIMIT) as u64;
     let deadline = Instant::now() + std::time::Duration::from_millis(wait_ms);
     let min_bytes = request.min_bytes.max(0) as usize;
@@ -486,7 +690,7 @@ pub(super) async fn handle(ctx: &Context, request: FetchRequest, version: i16) -
             "fetch session"
         );
         match context {
-            FetchContext::Error(e) => return session_error(e),
+            FetchContext::Error(e) => return (session_error(e), Vec::new()),
             FetchContext::Incremental {
                 session_id,
                 epoch,
@@ -506,7 +710,8 @@ pub(super) async fn handle(ctx: &Context, request: FetchRequest, version: i16) -
     };
     loop {
         let mut watches = Vec::new();
-        let (topics, total) = read_once(ctx, &request, &plan, version, &mut watches);
+        let mut regions = Vec::new();
+        let (topics, total) = read_once(ctx, &request, &plan, version, &mut watches, &mut regions);
         let now = Instant::now();
         if min_bytes == 0
             || total >= min_bytes
@@ -514,7 +719,7 @@ pub(super) async fn handle(ctx: &Context, request: FetchRequest, version: i16) -
             || has_error(&topics)
             || has_preferred_replica(&topics)
         {
-            return answer(ctx, &context, &plan, version, topics);
+            return (answer(ctx, &context, &plan, version, topics), regions);
         }
         let left_ms = (deadline - now).as_millis() as u64;
         if ctx
@@ -526,7 +731,7 @@ pub(super) async fn handle(ctx: &Context, request: FetchRequest, version: i16) -
             && Instant::now() < deadline
         {
             // The purgatory was full: answer now with what there is.
-            return answer(ctx, &context, &plan, version, topics);
+            return (answer(ctx, &context, &plan, version, topics), regions);
         }
     }
 }
@@ -549,5 +754,154 @@ pub(super) fn count_bytes_out(ctx: &Context, response: &FetchResponse) {
         } else if let Some(meta) = ctx.metadata.topic_by_id(topic.topic_id) {
             ctx.metrics.fetched(&meta.name, bytes as u64);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::Arc;
+
+    use kafka_protocol::messages::fetch_response::{EpochEndOffset, LeaderIdAndEpoch};
+    use kafka_protocol::messages::BrokerId;
+
+    use super::*;
+
+    /// The bytes `outcome` puts on the wire after the size prefix, file parts read back.
+    fn wire_bytes(outcome: Outcome) -> Vec<u8> {
+        let Outcome::RespondParts { len, parts } = outcome else {
+            panic!("not parts: {outcome:?}");
+        };
+        let mut out = Vec::new();
+        for part in parts {
+            match part {
+                ResponsePart::Bytes(b) => out.extend_from_slice(&b),
+                ResponsePart::File {
+                    file,
+                    position,
+                    len,
+                } => {
+                    let region = FileRegion {
+                        file,
+                        position,
+                        len,
+                        base_offset: 0,
+                        last_offset: 0,
+                    };
+                    out.extend_from_slice(&region.read_to_bytes().unwrap());
+                }
+            }
+        }
+        assert_eq!(out.len(), len);
+        out
+    }
+
+    /// Every version's response encoded in parts, with record sets behind placeholders,
+    /// is byte for byte kafka-protocol's encoding of the same response with the bytes in
+    /// memory: around regions, plain record sets, aborted transactions, a preferred read
+    /// replica (v11+), tagged fields (v12+), topic names or ids (v13+).
+    #[test]
+    fn parts_are_the_crates_encoding_in_every_version() {
+        let mut file = tempfile::tempfile().unwrap();
+        let content: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        file.write_all(&content).unwrap();
+        let file = Arc::new(file);
+        let spans = [(0u64, 1_000usize), (1_000, 3_000), (7_777, 2_000)];
+        for version in 4..=16i16 {
+            let regions: Vec<FileRegion> = spans
+                .iter()
+                .map(|&(position, len)| FileRegion {
+                    file: Arc::clone(&file),
+                    position,
+                    len,
+                    base_offset: 0,
+                    last_offset: 0,
+                })
+                .collect();
+            let build = |records: &dyn Fn(usize) -> Bytes| {
+                let partition = |index: i32, records: Bytes| {
+                    PartitionData::default()
+                        .with_partition_index(index)
+                        .with_high_watermark(100 + i64::from(index))
+                        .with_last_stable_offset(90)
+                        .with_log_start_offset(if version >= 5 { 3 } else { -1 })
+                        .with_records(Some(records))
+                };
+                let mut first = vec![
+                    partition(0, records(0)),
+                    partition(1, Bytes::from_static(b"in memory")),
+                    partition(2, records(1)).with_aborted_transactions(Some(vec![
+                        AbortedTransaction::default()
+                            .with_producer_id(ProducerId(7))
+                            .with_first_offset(5),
+                    ])),
+                ];
+                if version >= 11 {
+                    first.push(partition(3, Bytes::new()).with_preferred_read_replica(BrokerId(2)));
+                }
+                if version >= 12 {
+                    first.push(
+                        partition(4, Bytes::new())
+                            .with_error_code(6)
+                            .with_current_leader(
+                                LeaderIdAndEpoch::default()
+                                    .with_leader_id(BrokerId(1))
+                                    .with_leader_epoch(4),
+                            )
+                            .with_diverging_epoch(
+                                EpochEndOffset::default().with_epoch(2).with_end_offset(9),
+                            ),
+                    );
+                }
+                let topic = |name: &str, id: u128, partitions| {
+                    let t = FetchableTopicResponse::default().with_partitions(partitions);
+                    if version >= 13 {
+                        t.with_topic_id(uuid::Uuid::from_u128(id))
+                    } else {
+                        t.with_topic(TopicName(StrBytes::from_string(name.into())))
+                    }
+                };
+                let response = FetchResponse::default().with_responses(vec![
+                    topic("a", 1, first),
+                    topic("b", 2, vec![partition(0, records(2))]),
+                ]);
+                if version >= 7 {
+                    response.with_session_id(12).with_error_code(0)
+                } else {
+                    response
+                }
+            };
+            let with_placeholders =
+                build(&|k| placeholder(k, spans[k].1).expect("within the limits"));
+            let in_memory = build(&|k| {
+                let (position, len) = spans[k];
+                Bytes::copy_from_slice(&content[position as usize..position as usize + len])
+            });
+            let parts = encode(&with_placeholders, regions, version, 42);
+            let mut expected = BytesMut::new();
+            ResponseHeader::default()
+                .with_correlation_id(42)
+                .encode(
+                    &mut expected,
+                    ApiKey::Fetch.response_header_version(version),
+                )
+                .unwrap();
+            in_memory.encode(&mut expected, version).unwrap();
+            assert_eq!(wire_bytes(parts), expected.to_vec(), "v{version}");
+        }
+    }
+
+    #[test]
+    fn placeholders_stay_within_their_limits() {
+        assert!(placeholder(0, 0).is_none());
+        assert!(placeholder(REGIONS_MAX, 1).is_none());
+        assert!(placeholder(0, REGION_MAX_BYTES + 1).is_none());
+        let last = placeholder(REGIONS_MAX - 1, REGION_MAX_BYTES).unwrap();
+        assert_eq!(placeholder_index(&last), Some(REGIONS_MAX - 1));
+        assert_eq!(placeholder_index(b"elsewhere"), None);
+        assert_eq!(
+            placeholder_index(&PLACEHOLDER[REGIONS_MAX..REGIONS_MAX + 5]),
+            None
+        );
     }
 }

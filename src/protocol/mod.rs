@@ -394,6 +394,12 @@ pub async fn handle_frame(ctx: &Context, frame: Bytes, peer: SocketAddr) -> Outc
         .as_ref()
         .map(|c| c.as_str().to_string())
         .unwrap_or_default();
+    if let RequestKind::Fetch(request) = request {
+        // Its record sets may stay in their files until the socket sends them.
+        let (response, regions) = fetch::handle(ctx, request, version).await;
+        fetch::count_bytes_out(ctx, &response);
+        return fetch::encode(&response, regions, version, correlation_id);
+    }
     let response = match dispatch(ctx, request, version, &client_id, peer).await {
         Some(r) => r,
         None => return Outcome::NoResponse,
@@ -434,11 +440,6 @@ async fn dispatch(
             return produce::handle(ctx, r, version, client_id)
                 .await
                 .map(ResponseKind::Produce)
-        }
-        RequestKind::Fetch(r) => {
-            let response = fetch::handle(ctx, r, version).await;
-            fetch::count_bytes_out(ctx, &response);
-            ResponseKind::Fetch(response)
         }
         RequestKind::ListOffsets(r) => {
             ResponseKind::ListOffsets(list_offsets::handle(ctx, r, version))

@@ -36,11 +36,78 @@ use warn_limit::PeerWarnings;
 pub enum Outcome {
     /// Send this (response header + body, without the 4-byte size prefix).
     Respond(BytesMut),
+    /// Send these parts in order, `len` bytes in all (without the 4-byte size prefix):
+    /// a response whose record sets stay in their segment files (a consumer's Fetch,
+    /// issue 17). A file part is sent with `sendfile(2)`, straight from the page cache.
+    RespondParts {
+        /// Sum of the parts' lengths.
+        len: usize,
+        /// The response, in order.
+        parts: Vec<ResponsePart>,
+    },
     /// Send nothing (Produce with acks=0).
     NoResponse,
     /// Close the connection (unparseable request); the reason is logged.
     Close(String),
 }
+
+/// A piece of a response sent by [`Outcome::RespondParts`].
+#[derive(Debug)]
+pub enum ResponsePart {
+    /// Bytes in memory.
+    Bytes(Bytes),
+    /// `len` bytes of `file` from byte `position`, sent with `sendfile(2)`. The file must
+    /// hold them when the part is written: if it turns out shorter (truncated since), the
+    /// response cannot be completed and the connection is closed (the client retries).
+    File {
+        /// An open file (a segment's `.log`).
+        file: Arc<std::fs::File>,
+        /// First byte.
+        position: u64,
+        /// Bytes to send.
+        len: usize,
+    },
+}
+
+/// Writes `len` bytes of `file` from `position` to the socket with `sendfile(2)`: the
+/// kernel moves them from the page cache to the socket, without a copy through this
+/// process. Waits for the socket to be writable as often as needed.
+///
+/// Errors: the socket's or the file's `std::io::Error`; `UnexpectedEof` when the file
+/// ends before the range does.
+async fn send_file(
+    socket: &TcpStream,
+    file: &std::fs::File,
+    position: u64,
+    len: usize,
+) -> std::io::Result<()> {
+    let mut offset = position;
+    let end = position + len as u64;
+    while offset < end {
+        socket.writable().await?;
+        let count = ((end - offset) as usize).min(SENDFILE_CHUNK_BYTES);
+        let sent = socket.try_io(tokio::io::Interest::WRITABLE, || {
+            rustix::fs::sendfile(socket, file, Some(&mut offset), count).map_err(Into::into)
+        });
+        match sent {
+            Ok(0) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "segment file ended inside a record set being sent",
+                ))
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Most bytes one `sendfile(2)` call is asked to move, so one big record set does not
+/// hold the socket's writer in the kernel for long.
+const SENDFILE_CHUNK_BYTES: usize = 4 << 20;
 
 /// The request handler the server calls, one call per frame (the frame without its size
 /// prefix). Implemented by `protocol::Handler`; tests may plug in their own.
@@ -160,6 +227,27 @@ async fn serve_connection<H: RequestHandler>(
                     w.write_all(&len.to_be_bytes()).await?;
                     w.write_all(&body).await?;
                     // Flush when nothing else is ready, so pipelined answers share a write.
+                    if rx.is_empty() {
+                        w.flush().await?;
+                    }
+                }
+                Outcome::RespondParts { len, parts } => {
+                    w.write_all(&(len as u32).to_be_bytes()).await?;
+                    for part in parts {
+                        match part {
+                            ResponsePart::Bytes(bytes) => w.write_all(&bytes).await?,
+                            ResponsePart::File {
+                                file,
+                                position,
+                                len,
+                            } => {
+                                // What is buffered goes first; then the kernel sends the
+                                // file's bytes straight to the socket.
+                                w.flush().await?;
+                                send_file(w.get_ref().as_ref(), &file, position, len).await?;
+                            }
+                        }
+                    }
                     if rx.is_empty() {
                         w.flush().await?;
                     }
