@@ -224,3 +224,195 @@ async fn fetch_max_bytes_caps_what_a_request_can_ask_for() {
         .sum();
     assert!(total > 0 && total <= 30_000, "{total} bytes of records");
 }
+
+/// A Fetch of many partitions over several segments, with limits that cut batches: the
+/// broker sending record sets from its files (`sendfile(2)`, the default) answers
+/// byte for byte what the same broker copying them answers (restarted on the same log
+/// dir with `fetch.sendfile.enable=false`), at Fetch v4 (non-flexible, names), v11, v12
+/// (flexible) and v13 (topic ids), read_uncommitted and read_committed; every record set
+/// is whole batches that decode (issue 17).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sendfile_answers_what_copying_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let sending = TestBroker::start_in(dir.path(), &["log.segment.bytes=20000"]);
+    create_topic(&sending.bootstrap, "zc", 6, &[]).await;
+    let p = producer(&sending.bootstrap, &[("linger.ms", "0")]);
+    for i in 0..300 {
+        p.send(
+            FutureRecord::to("zc")
+                .key("k")
+                .payload(&format!("{i}-{}", "z".repeat(50 + i % 400)))
+                .partition((i % 6) as i32),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    }
+    drop(p);
+    let topic_id = topic_id(&sending.bootstrap, "zc");
+    let request = |offset: i64, partition_max: i32, isolation: i8| {
+        FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(0)
+            .with_min_bytes(1)
+            .with_max_bytes(40_000)
+            .with_isolation_level(isolation)
+            .with_session_epoch(-1)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(TopicName(StrBytes::from_static_str("zc")))
+                .with_topic_id(topic_id)
+                .with_partitions(
+                    (0..6)
+                        .map(|p| {
+                            FetchPartition::default()
+                                .with_partition(p)
+                                .with_fetch_offset(offset)
+                                .with_partition_max_bytes(partition_max)
+                        })
+                        .collect(),
+                )])
+    };
+    let mut cases = Vec::new();
+    for version in [4i16, 11, 12, 13] {
+        for offset in [0i64, 7, 33] {
+            for partition_max in [1, 3_000, 1 << 20] {
+                for isolation in [0i8, 1] {
+                    cases.push((version, offset, partition_max, isolation));
+                }
+            }
+        }
+    }
+    let answers = |bootstrap: &str| -> Vec<bytes::Bytes> {
+        let mut c = RawConn::connect(bootstrap);
+        cases
+            .iter()
+            .map(|&(version, offset, partition_max, isolation)| {
+                c.request(&request(offset, partition_max, isolation), version, 9)
+                    .expect("a fetch response")
+            })
+            .collect()
+    };
+    let sent = answers(&sending.bootstrap);
+    drop(sending);
+    let copying = TestBroker::start_in(
+        dir.path(),
+        &["log.segment.bytes=20000", "fetch.sendfile.enable=false"],
+    );
+    let copied = answers(&copying.bootstrap);
+    for (i, &(version, offset, partition_max, isolation)) in cases.iter().enumerate() {
+        let case = format!(
+            "v{version} offset {offset} partition_max {partition_max} isolation {isolation}"
+        );
+        assert_eq!(sent[i], copied[i], "{case}");
+        let decoded: FetchResponse = decode(sent[i].clone(), version);
+        let mut total = 0;
+        for p in &decoded.responses[0].partitions {
+            assert_eq!(p.error_code, 0, "{case}");
+            let set = p.records.clone().unwrap_or_default();
+            total += set.len();
+            for batch in batch_ranges(&set) {
+                assert!(batch.1 >= offset, "{case}: batch {batch:?}");
+            }
+        }
+        assert!(total > 0, "{case}: nothing read");
+    }
+    assert_eq!(cases.len(), 72);
+}
+
+/// A parked Fetch of 200 partitions is answered once `min_bytes` is met over all of them
+/// together, not by one partition's records alone, and well before `max_wait_ms`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_bytes_counts_every_partition_of_the_request() {
+    let b = TestBroker::start();
+    create_topic(&b.bootstrap, "wide", 200, &[]).await;
+    let p = producer(&b.bootstrap, &[("linger.ms", "0")]);
+    let send = |partition: i32| {
+        let p = p.clone();
+        async move {
+            p.send(
+                FutureRecord::to("wide")
+                    .key("k")
+                    .payload(&"m".repeat(1_000))
+                    .partition(partition),
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    // One record is about 1,070 bytes stored; min_bytes asks for more than one.
+    let request = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(20_000)
+        .with_min_bytes(1_500)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_static_str("wide")))
+            .with_partitions(
+                (0..200)
+                    .map(|p| {
+                        FetchPartition::default()
+                            .with_partition(p)
+                            .with_fetch_offset(0)
+                            .with_partition_max_bytes(1 << 20)
+                    })
+                    .collect(),
+            )]);
+    let mut c = RawConn::connect(&b.bootstrap);
+    let start = Instant::now();
+    let fetch = tokio::task::spawn_blocking(move || {
+        let r: FetchResponse = decode(c.request(&request, 11, 5).unwrap(), 11);
+        (r, start.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    send(7).await;
+    // One partition's record is not enough: still parked a while later.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(
+        !fetch.is_finished(),
+        "answered with one record, below min_bytes"
+    );
+    send(150).await;
+    let (r, elapsed) = fetch.await.unwrap();
+    assert!(
+        elapsed < Duration::from_secs(15),
+        "answered after {elapsed:?}, not when min_bytes was met"
+    );
+    let with_records: Vec<i32> = r.responses[0]
+        .partitions
+        .iter()
+        .filter(|p| p.records.as_ref().is_some_and(|r| !r.is_empty()))
+        .map(|p| p.partition_index)
+        .collect();
+    assert_eq!(with_records, vec![7, 150]);
+}
+
+/// The id of `topic` from a Metadata v12 request.
+fn topic_id(bootstrap: &str, topic: &str) -> uuid::Uuid {
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
+    let mut c = RawConn::connect(bootstrap);
+    let req = MetadataRequest::default().with_topics(Some(vec![MetadataRequestTopic::default()
+        .with_name(Some(TopicName(StrBytes::from_string(topic.to_string()))))]));
+    let resp: MetadataResponse = decode(c.request(&req, 12, 1).unwrap(), 12);
+    resp.topics[0].topic_id
+}
+
+/// (base offset, last offset) of every whole batch in a record set, decoding each one
+/// (CRC checked): a record set must be whole batches only.
+fn batch_ranges(set: &bytes::Bytes) -> Vec<(i64, i64)> {
+    let mut ranges = Vec::new();
+    let mut rest = set.clone();
+    while !rest.is_empty() {
+        let len = 12 + i32::from_be_bytes(rest[8..12].try_into().unwrap()) as usize;
+        assert!(len <= rest.len(), "a partial batch in a record set");
+        let mut batch = rest.split_to(len);
+        let base = i64::from_be_bytes(batch[0..8].try_into().unwrap());
+        let delta = i32::from_be_bytes(batch[23..27].try_into().unwrap());
+        let records = kafka_protocol::records::RecordBatchDecoder::decode(&mut batch)
+            .expect("a batch that decodes");
+        assert!(!records.records.is_empty());
+        ranges.push((base, base + i64::from(delta)));
+    }
+    ranges
+}
