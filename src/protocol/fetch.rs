@@ -104,6 +104,11 @@ const MAX_WAIT_MS_LIMIT: i32 = 5 * 60 * 1000;
 const REGION_MAX_BYTES: usize = 64 << 20;
 /// Most record sets one response sends from files; more are copied.
 const REGIONS_MAX: usize = 1 << 20;
+/// Record sets smaller than this are copied into the response's bytes at encoding (one
+/// `pread`) instead of sent with `sendfile(2)`: a file part costs two system calls (the
+/// bytes before it are written out first), and a consumer caught up on many partitions
+/// gets many small sets.
+const SENDFILE_MIN_BYTES: usize = 16 << 10;
 
 /// Stands in for the record sets that stay in their files while the response is built:
 /// region `k` of `len` bytes is the `records` field `PLACEHOLDER[k..k + len]`, which has
@@ -166,6 +171,26 @@ impl PartsBuf {
         }
     }
 
+    /// Copies a small region into the bytes in memory (one `pread`), which costs less
+    /// than ending the part there and a `sendfile(2)` of its own. False when the read
+    /// fails or comes short: the region is then sent as a file part, whose send fails
+    /// the same way and closes the connection.
+    fn copy_small(&mut self, region: &FileRegion) -> bool {
+        use std::os::unix::fs::FileExt;
+        let at = self.head.len();
+        self.head.resize(at + region.len, 0);
+        match region
+            .file
+            .read_exact_at(&mut self.head[at..], region.position)
+        {
+            Ok(()) => true,
+            Err(_) => {
+                self.head.truncate(at);
+                false
+            }
+        }
+    }
+
     fn into_outcome(mut self) -> Outcome {
         self.push_head();
         Outcome::RespondParts {
@@ -196,6 +221,7 @@ unsafe impl bytes::BufMut for PartsBuf {
 
     fn put_slice(&mut self, src: &[u8]) {
         match placeholder_index(src).and_then(|k| self.regions.get_mut(k)?.take()) {
+            Some(region) if region.len < SENDFILE_MIN_BYTES && self.copy_small(&region) => {}
             Some(region) => {
                 self.push_head();
                 self.len += region.len;
@@ -767,11 +793,16 @@ mod tests {
 
     use super::*;
 
-    /// The bytes `outcome` puts on the wire after the size prefix, file parts read back.
-    fn wire_bytes(outcome: Outcome) -> Vec<u8> {
+    /// The bytes `outcome` puts on the wire after the size prefix, file parts read back,
+    /// and how many file parts it has.
+    fn wire_bytes(outcome: Outcome) -> (Vec<u8>, usize) {
         let Outcome::RespondParts { len, parts } = outcome else {
             panic!("not parts: {outcome:?}");
         };
+        let files = parts
+            .iter()
+            .filter(|p| matches!(p, ResponsePart::File { .. }))
+            .count();
         let mut out = Vec::new();
         for part in parts {
             match part {
@@ -793,7 +824,7 @@ mod tests {
             }
         }
         assert_eq!(out.len(), len);
-        out
+        (out, files)
     }
 
     /// Every version's response encoded in parts, with record sets behind placeholders,
@@ -803,10 +834,11 @@ mod tests {
     #[test]
     fn parts_are_the_crates_encoding_in_every_version() {
         let mut file = tempfile::tempfile().unwrap();
-        let content: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let content: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
         file.write_all(&content).unwrap();
         let file = Arc::new(file);
-        let spans = [(0u64, 1_000usize), (1_000, 3_000), (7_777, 2_000)];
+        // Small sets are copied into the bytes, large ones stay file parts.
+        let spans = [(0u64, 1_000usize), (1_000, 30_000), (37_777, 20_000)];
         for version in 4..=16i16 {
             let regions: Vec<FileRegion> = spans
                 .iter()
@@ -887,7 +919,9 @@ mod tests {
                 )
                 .unwrap();
             in_memory.encode(&mut expected, version).unwrap();
-            assert_eq!(wire_bytes(parts), expected.to_vec(), "v{version}");
+            let (bytes, files) = wire_bytes(parts);
+            assert_eq!(bytes, expected.to_vec(), "v{version}");
+            assert_eq!(files, 2, "v{version}: the two sets of 16 KiB or more");
         }
     }
 
