@@ -14,6 +14,8 @@
 #
 # Usage: WEIR_BIN_BEFORE=/path/old/weir WEIR_BIN=/path/new/weir benches/consumer_cpu.sh
 # Environment: RECORDS=3000000 PARTITIONS=1 ROUNDS=6 PIN=0
+#   CONSUMER_ARGS  more rdkafka_performance arguments for the consumer, e.g.
+#                  "-X max.partition.fetch.bytes=4194304" (the response's shape)
 #   RDKAFKA_PERF  rdkafka_performance (default: the one benches/run.sh builds under
 #                 /var/tmp/weir-bench)
 # Only 127.0.0.1; the brokers are stopped on exit.
@@ -59,13 +61,14 @@ for name in base send copy; do
   "$PERF" -P -t t -c "$RECORDS" -s 100 -a 1 -X linger.ms=5 -X batch.size=1000000 -q \
     -b "127.0.0.1:${port[$name]}" >"$work/produce-$name.out" 2>&1
 done
-echo "consumer_cpu: $RECORDS records x 100 B, $PARTITIONS partition(s), $ROUNDS rounds, PIN=$PIN, $(nproc) CPUs"
+echo "consumer_cpu: $RECORDS records x 100 B, $PARTITIONS partition(s), $ROUNDS rounds, PIN=$PIN, consumer args: ${CONSUMER_ARGS:-none}; $(nproc) CPUs"
 echo "| round | broker | records/s | client CPU s |"
 echo "|---|---|---:|---:|"
 for ((round = 1; round <= ROUNDS; round++)); do
   for name in base send copy; do
+    # shellcheck disable=SC2086 # CONSUMER_ARGS is split into arguments on purpose
     /usr/bin/time -f "%U %S" -o "$work/time" "${client_pin[@]}" "$PERF" -C -t t "${parts[@]}" \
-      -o beginning -c "$RECORDS" -q -b "127.0.0.1:${port[$name]}" >"$work/consume.out" 2>&1
+      -o beginning -c "$RECORDS" -q -b "127.0.0.1:${port[$name]}" ${CONSUMER_ARGS:-} >"$work/consume.out" 2>&1
     rate=$(grep 'consumed in' "$work/consume.out" | tail -1 | sed -n 's/.*ms: \([0-9]*\) msgs\/s.*/\1/p')
     cpu=$(awk '{printf "%.2f", $1 + $2}' "$work/time")
     echo "| $round | $name | ${rate:-FAILED} | $cpu |"
