@@ -18,7 +18,7 @@
 #   latency   per-message produce latency (produce() call -> delivery report,
 #             rdkafka_performance -l): LAT_RECORDS at full speed, then at PACED_RATE/s.
 # Broker CPU per record is user+sys of the broker process (/proc/PID/stat) over the
-# phase divided by records; peak RSS is VmHWM, reset before each phase (clear_refs).
+# phase divided by records, the client's the same of the client process (next to it); peak RSS is VmHWM, reset before each phase (clear_refs).
 # Ratios are against the floor measured in the same run, seconds apart: the machine is
 # shared and noisy, compare ratios rather than absolute figures.
 #
@@ -472,7 +472,7 @@ echo
 echo "weir end-to-end on loopback: ${RECORD_BYTES}-byte records, acks=1, linger.ms=$LINGER_MS, batch.size=$BATCH_BYTES, no compression"
 echo "weir $WHAT${WEIR_BIN_BEFORE:+ against baseline $WEIR_BIN_BEFORE (sha256 $(bin_id "$RUN/weir-base"))}${BROKER_ENV:+ (broker env: $BROKER_ENV)}; $(nproc) CPUs, $(uname -r); client: rdkafka_performance (librdkafka $LRK_VERSION); floor: benches/floor.rs; page cache dropped before produce phases: $DROPPED"
 echo
-H='| %-22s | %8s | %10s | %7s | %7s | %7s | %10s | %7s | %8s | %11s | %10s | %12s | %10s | %14s |\n'
+H='| %-22s | %8s | %10s | %7s | %7s | %7s | %10s | %7s | %8s | %14s | %11s | %10s | %12s | %10s | %14s |\n'
 RH=
 if [ -n "$MULTI" ]; then # every run's row, with its side (base/cand) and round
   H="| %-8s $H" RH='| run      '
@@ -480,14 +480,15 @@ if [ -n "$MULTI" ]; then # every run's row, with its side (base/cand) and round
   echo
 fi
 # (hand-aligned: printf pads bytes, and "µ" is two)
-echo "$RH"'| phase                  |  records |  records/s |    MB/s |  p50 ms |  p99 ms | µs CPU/rec | peak MB | client s | floor rec/s | floor MB/s | floor µs/rec | rate/floor | CPU floor/weir |'
-echo "${RH:+|----------}"'|------------------------|---------:|-----------:|--------:|--------:|--------:|-----------:|--------:|---------:|------------:|-----------:|-------------:|-----------:|---------------:|'
+echo "$RH"'| phase                  |  records |  records/s |    MB/s |  p50 ms |  p99 ms | µs CPU/rec | peak MB | client s | client µs/rec | floor rec/s | floor MB/s | floor µs/rec | rate/floor | CPU floor/weir |'
+echo "${RH:+|----------}"'|------------------------|---------:|-----------:|--------:|--------:|--------:|-----------:|--------:|---------:|---------------:|------------:|-----------:|-------------:|-----------:|---------------:|'
 for r in "${ROWS[@]}"; do
   IFS='|' read -r side round ph n rps mb p50 p99 cpu pk cc frps fmb fcpu <<<"$r"
   ratio=$(awk -v a="$rps" -v b="$frps" 'BEGIN { if (b+0 > 0 && a+0 > 0) printf "%.0f%%", 100*a/b; else print "-" }')
   cratio=$(awk -v a="$fcpu" -v b="$cpu" 'BEGIN { if (b+0 > 0 && a+0 > 0) printf "%.0f%%", 100*a/b; else print "-" }')
+  ccrec=$(awk -v c="$cc" -v n="$n" 'BEGIN { if (c != "" && c != "-" && n+0 > 0) printf "%.3f", 1e6*c/n; else print "-" }')
   # shellcheck disable=SC2059
-  printf "$H" ${MULTI:+"$side #$round"} "$ph" "$n" "$rps" "$mb" "$p50" "$p99" "$cpu" "$pk" "$cc" "$frps" "$fmb" "$fcpu" "$ratio" "$cratio"
+  printf "$H" ${MULTI:+"$side #$round"} "$ph" "$n" "$rps" "$mb" "$p50" "$p99" "$cpu" "$pk" "$cc" "$ccrec" "$frps" "$fmb" "$fcpu" "$ratio" "$cratio"
 done
 cat <<EOF
 
@@ -498,7 +499,8 @@ wire rows: benches/wire.rs, pre-encoded ~1 MB Produce requests (5 in flight) / F
 p50/p99: per-message produce latency, produce() call to delivery report (rdkafka_performance -l);
   "full" produces as fast as the client can (client-side queueing included), "@N/s" is paced.
 µs CPU/rec: broker user+sys over the phase / records.   peak MB: broker VmHWM during the phase.
-client s: the client's user+sys for the phase (it shares the machine's $(nproc) CPUs with the broker).
+client s: the client's user+sys for the phase (it shares the machine's $(nproc) CPUs with the broker);
+  client µs/rec: the same per record, next to the broker's µs CPU/rec.
 floor: the bytes weir stored for the topic, socket -> file (produce rows) and file -> socket
   (consume rows), by benches/floor.rs, right after the weir phase; floor µs/rec: its server's CPU.
 rate/floor: weir records/s / floor records/s.  CPU floor/weir: floor CPU per record / weir's.
@@ -530,11 +532,12 @@ if [ -n "$MULTI" ]; then
       add($3, "records/s", $1, $5)
       if ($12 + 0 > 0 && $5 + 0 > 0) add($3, "rate/floor %", $1, sprintf("%.1f", 100 * $5 / $12))
       add($3, "µs CPU/rec", $1, $9); add($3, "peak MB", $1, $10)
+      if ($11 != "" && $11 != "-" && $4 + 0 > 0) add($3, "client µs CPU/rec", $1, sprintf("%.3f", 1e6 * $11 / $4))
       add($3, "p50 ms", $1, $7); add($3, "p99 ms", $1, $8); add($3, "floor rec/s", $1, $12)
     }
     END {
-      nm = split("records/s|rate/floor %|µs CPU/rec|peak MB|p50 ms|p99 ms|floor rec/s", ms, "|")
-      split("hi|-|lo|lo|lo|lo|-", dir, "|"); split("%.0f|%.1f|%.3f|%.0f|%.2f|%.2f|%.0f", fmt, "|")
+      nm = split("records/s|rate/floor %|µs CPU/rec|client µs CPU/rec|peak MB|p50 ms|p99 ms|floor rec/s", ms, "|")
+      split("hi|-|lo|-|lo|lo|lo|-", dir, "|"); split("%.0f|%.1f|%.3f|%.3f|%.0f|%.2f|%.2f|%.0f", fmt, "|")
       if (ab) {
         print "| phase | figure | baseline | candidate | cand/base | verdict | baseline runs | candidate runs |"
         print "|---|---|---:|---:|---:|---|---|---|"
@@ -551,7 +554,7 @@ if [ -n "$MULTI" ]; then
           worse = worse "\n  " order[i] " " ms[j] ": a side has no run"; continue }
         b = median(vals[k, "base"]); c = median(vals[k, "cand"])
         r = b > 0 ? c / b : 0; v = "ok"
-        if (dir[j] == "-") v = ms[j] ~ /^floor/ ? "(machine)" : "(cross-check)"
+        if (dir[j] == "-") v = ms[j] ~ /^floor/ ? "(machine)" : ms[j] ~ /^client/ ? "(client)" : "(cross-check)"
         else if (b <= 0) v = "-"
         else if (dir[j] == "hi" && r < 1 - tol / 100) v = sprintf("worse by %.1f%%", 100 * (1 - r))
         else if (dir[j] == "lo" && r > 1 + tol / 100) v = sprintf("worse by %.1f%%", 100 * (r - 1))
