@@ -261,6 +261,24 @@ pub struct PartitionRegionRead {
     pub aborted_transactions: Option<Vec<AbortedTxn>>,
 }
 
+/// The aborted transactions a read from `fetch_offset` up to `last` (an offset no record
+/// read exceeds; `None` when nothing was read) returns: read_committed only (Kafka's
+/// `collectAbortedTxns`), `None` for the other isolations.
+fn aborted_txns_read(
+    log: &PartitionLog,
+    isolation: FetchIsolation,
+    fetch_offset: i64,
+    last: Option<i64>,
+) -> Result<Option<Vec<AbortedTxn>>, LogError> {
+    Ok(match isolation {
+        FetchIsolation::ReadCommitted => Some(match last {
+            Some(last) => log.collect_aborted_txns(fetch_offset, last)?,
+            None => Vec::new(),
+        }),
+        FetchIsolation::LogEnd | FetchIsolation::HighWatermark => None,
+    })
+}
+
 /// The offset a read with `isolation` stops before.
 fn isolation_bound(offsets: &PartitionOffsets, isolation: FetchIsolation) -> i64 {
     match isolation {
@@ -1497,13 +1515,8 @@ impl Partition {
         let offsets = self.offsets_of(&log);
         let bound = isolation_bound(&offsets, isolation);
         let read = self.failing_dir_on_io(log.read(fetch_offset, max_bytes, bound))?;
-        let aborted_transactions = match isolation {
-            FetchIsolation::ReadCommitted => Some(match crate::log::last_offset_in(&read.bytes) {
-                Some(last) => log.collect_aborted_txns(fetch_offset, last)?,
-                None => Vec::new(),
-            }),
-            FetchIsolation::LogEnd | FetchIsolation::HighWatermark => None,
-        };
+        let last = crate::log::last_offset_in(&read.bytes);
+        let aborted_transactions = aborted_txns_read(&log, isolation, fetch_offset, last)?;
         Ok(PartitionRead {
             offsets,
             bytes: read.bytes,
@@ -1524,13 +1537,8 @@ impl Partition {
         let offsets = self.offsets_of(&log);
         let bound = isolation_bound(&offsets, isolation);
         let region = self.failing_dir_on_io(log.read_region(fetch_offset, max_bytes, bound))?;
-        let aborted_transactions = match isolation {
-            FetchIsolation::ReadCommitted => Some(match &region {
-                Some(region) => log.collect_aborted_txns(fetch_offset, region.last_offset)?,
-                None => Vec::new(),
-            }),
-            FetchIsolation::LogEnd | FetchIsolation::HighWatermark => None,
-        };
+        let last = region.as_ref().map(|r| r.last_offset);
+        let aborted_transactions = aborted_txns_read(&log, isolation, fetch_offset, last)?;
         Ok(PartitionRegionRead {
             offsets,
             region,

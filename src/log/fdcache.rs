@@ -30,7 +30,8 @@
 //! - **Soft bound.** [`Slot::log`] hands out an `Arc<File>`: a read (or a compaction
 //!   snapshot) keeps its descriptor until done even if the slot is closed meanwhile, so
 //!   the descriptors really open are at most the bound plus the reads and compactions in
-//!   flight (each holds one). The sweep also passes over slots locked at that instant.
+//!   flight (each holds one) plus the segments of Fetch responses waiting to be sent
+//!   (a `FileRegion` holds its file until the socket writer has sent it, issue 17). The sweep also passes over slots locked at that instant.
 //!   The broker leaves the rest of `RLIMIT_NOFILE` to sockets and transient files.
 //! - **Reopened by path, checked by inode.** An open descriptor follows its file through
 //!   a rename; a path does not. The slot remembers the `.log`'s device and inode and

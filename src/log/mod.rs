@@ -965,26 +965,7 @@ impl PartitionLog {
         max_bytes: usize,
         max_offset: i64,
     ) -> Result<ReadResult, LogError> {
-        let leo = self.log_end_offset();
-        if offset < self.log_start_offset || offset > leo {
-            return Err(LogError::OffsetOutOfRange {
-                offset,
-                log_start_offset: self.log_start_offset,
-                log_end_offset: leo,
-            });
-        }
-        let empty = ReadResult {
-            bytes: Bytes::new(),
-            first_batch_base_offset: None,
-        };
-        if offset == leo || offset >= max_offset {
-            return Ok(empty);
-        }
-        let first = self
-            .segments
-            .partition_point(|s| s.base_offset <= offset)
-            .saturating_sub(1);
-        for segment in &self.segments[first..] {
+        for segment in self.segments_to_read(offset, max_offset)? {
             if let Some((bytes, first_batch_base_offset)) =
                 segment.read(offset, max_bytes, max_offset)?
             {
@@ -994,7 +975,32 @@ impl PartitionLog {
                 });
             }
         }
-        Ok(empty)
+        Ok(ReadResult {
+            bytes: Bytes::new(),
+            first_batch_base_offset: None,
+        })
+    }
+
+    /// The segments a read at `offset` bounded by `max_offset` walks, from the one that
+    /// may hold `offset`; none when `offset` is the LEO or at or past `max_offset`.
+    /// Errors: `OffsetOutOfRange` (1) when `offset < log_start_offset` or `> LEO`.
+    fn segments_to_read(&self, offset: i64, max_offset: i64) -> Result<&[Segment], LogError> {
+        let leo = self.log_end_offset();
+        if offset < self.log_start_offset || offset > leo {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                log_start_offset: self.log_start_offset,
+                log_end_offset: leo,
+            });
+        }
+        if offset == leo || offset >= max_offset {
+            return Ok(&[]);
+        }
+        let first = self
+            .segments
+            .partition_point(|s| s.base_offset <= offset)
+            .saturating_sub(1);
+        Ok(&self.segments[first..])
     }
 
     /// [`PartitionLog::read`] as a byte range of one segment file instead of a copy
@@ -1006,22 +1012,7 @@ impl PartitionLog {
         max_bytes: usize,
         max_offset: i64,
     ) -> Result<Option<FileRegion>, LogError> {
-        let leo = self.log_end_offset();
-        if offset < self.log_start_offset || offset > leo {
-            return Err(LogError::OffsetOutOfRange {
-                offset,
-                log_start_offset: self.log_start_offset,
-                log_end_offset: leo,
-            });
-        }
-        if offset == leo || offset >= max_offset {
-            return Ok(None);
-        }
-        let first = self
-            .segments
-            .partition_point(|s| s.base_offset <= offset)
-            .saturating_sub(1);
-        for segment in &self.segments[first..] {
+        for segment in self.segments_to_read(offset, max_offset)? {
             if let Some(region) = segment.read_region(offset, max_bytes, max_offset)? {
                 return Ok(region);
             }

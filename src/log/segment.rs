@@ -69,7 +69,8 @@ pub struct FileRegion {
     /// Base offset of the first batch.
     pub base_offset: i64,
     /// An offset no record of the region exceeds: the last batch's last offset, or one
-    /// below the batch after it.
+    /// below the batch after it (Kafka's upper bound for collecting aborted
+    /// transactions, which may reach into a gap compaction left).
     pub last_offset: i64,
 }
 
@@ -1082,7 +1083,8 @@ impl Segment {
     /// (the end of a batch whose last offset is `first_last`), with an offset no record
     /// before it exceeds. The caller knows a batch starts at or after `first_end` and
     /// ends past `limit`, inside the segment. Starts from the offset index entry nearest
-    /// below `limit`, so it reads a few headers, not every one.
+    /// below `limit` and reads headers in chunks of `HEADER_SCAN_CHUNK_BYTES`, so small
+    /// batches cost a read per chunk, not one each.
     fn last_batch_end(
         &self,
         first_end: u64,
@@ -1093,41 +1095,40 @@ impl Segment {
         let below = indexes
             .offset
             .partition_point(|e| u64::from(e.position) <= limit);
-        let (mut position, mut expected, mut exact) = (first_end, first_last + 1, false);
+        let (mut start, mut expected, mut exact) = (first_end, first_last + 1, false);
         if let Some(entry) = below.checked_sub(1).map(|i| indexes.offset[i]) {
             if u64::from(entry.position) > first_end {
-                position = u64::from(entry.position);
+                start = u64::from(entry.position);
                 expected = self.base_offset + i64::from(entry.relative_offset);
                 exact = true;
             }
         }
         let log = self.slot.log()?;
+        let mut scanner = Scanner::new(&log, &self.log_path, start, self.size_bytes);
+        scanner.chunk_bytes = HEADER_SCAN_CHUNK_BYTES;
         loop {
-            if self.size_bytes - position < BATCH_HEADER_BYTES as u64 {
-                return Err(self.corrupt(position, "partial batch header".into()));
-            }
-            let header = self.header_at(&log, position)?;
-            let total = header.total_bytes();
+            let (position, header) = match scanner.next(false)? {
+                Step::Batch(s) => (s.position, s.header),
+                Step::End => {
+                    return Err(self.corrupt(self.size_bytes, "no batch past the read limit".into()))
+                }
+                Step::Torn { position, reason } => return Err(self.corrupt(position, reason)),
+            };
             let offset_ok = match exact {
                 true => header.base_offset == expected,
                 false => header.base_offset >= expected,
             };
-            if header.magic != MAGIC_V2
-                || total < BATCH_HEADER_BYTES as i64
-                || position + total as u64 > self.size_bytes
-                || !offset_ok
-            {
+            if !offset_ok {
                 return Err(self.corrupt(
                     position,
                     format!("header {header:?} where offset {expected} was expected"),
                 ));
             }
-            if position + total as u64 > limit {
+            if position + header.total_bytes() as u64 > limit {
                 return Ok((position, header.base_offset - 1));
             }
             exact = false;
             expected = header.last_offset() + 1;
-            position += total as u64;
         }
     }
 

@@ -86,6 +86,8 @@ use crate::fetch_session::{
     TopicKey, INVALID_SESSION_ID,
 };
 use crate::log::{stored_record_count, LogError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use crate::log::{AbortedTxn, FileRegion};
 use crate::purgatory::Wake;
 use crate::replica::{
@@ -104,29 +106,64 @@ const MAX_WAIT_MS_LIMIT: i32 = 5 * 60 * 1000;
 const REGION_MAX_BYTES: usize = 64 << 20;
 /// Most record sets one response sends from files; more are copied.
 const REGIONS_MAX: usize = 1 << 20;
-/// Record sets smaller than this are copied into the response's bytes at encoding (one
-/// `pread`) instead of sent with `sendfile(2)`: a file part costs two system calls (the
-/// bytes before it are written out first), and a consumer caught up on many partitions
-/// gets many small sets.
+/// Record sets smaller than this are copied when read (one `pread`) instead of sent with
+/// `sendfile(2)`: a file part costs two system calls (the bytes before it are written out
+/// first), and a consumer caught up on many partitions gets many small sets, whose files
+/// it would otherwise hold open until the response is sent.
 const SENDFILE_MIN_BYTES: usize = 16 << 10;
 
+/// Record sets held as files by responses not yet sent, over all connections.
+static REGIONS_HELD: AtomicUsize = AtomicUsize::new(0);
+
+/// One record set's share of the budget of segment files that unsent responses may hold
+/// open: a quarter of `log.open.files.max` (at least 16). A held file keeps its
+/// descriptor open even after the descriptor cache closes its slot (`fdcache.rs`, soft
+/// bound), so without a budget a fetch of thousands of partitions, or many queued
+/// responses, could exhaust `RLIMIT_NOFILE`. Past the budget sets are copied. Given
+/// back when the part is sent or dropped.
+#[derive(Debug)]
+pub(super) struct RegionHold;
+
+impl RegionHold {
+    fn take() -> Option<RegionHold> {
+        let budget = (crate::log::fdcache::stats().max_open / 4).max(16);
+        REGIONS_HELD
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                (held < budget).then_some(held + 1)
+            })
+            .ok()
+            .map(|_| RegionHold)
+    }
+}
+
+impl Drop for RegionHold {
+    fn drop(&mut self) {
+        REGIONS_HELD.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Stands in for the record sets that stay in their files while the response is built:
-/// region `k` of `len` bytes is the `records` field `PLACEHOLDER[k..k + len]`, which has
-/// the real length (the response's byte counts, KIP-74 limits, min_bytes and sessions
-/// all see it) and is recognised by its address when the response is encoded, where the
-/// file is written instead ([`PartsBuf`]). Its bytes are never read: it costs address
-/// space, not memory (zero pages).
-static PLACEHOLDER: [u8; REGION_MAX_BYTES + REGIONS_MAX] = [0; REGION_MAX_BYTES + REGIONS_MAX];
+/// region `k` of `len` bytes is the `records` field `placeholders()[k..k + len]`, which
+/// has the real length (the response's byte counts, KIP-74 limits, min_bytes and
+/// sessions all see it) and is recognised by its address when the response is encoded,
+/// where the file is written instead ([`PartsBuf`]). Allocated zeroed once (`calloc`,
+/// which maps fresh zero pages for a block this large) and never read or written, so it
+/// costs address space, not memory; a `static` array would put 65 MiB of zeros in the
+/// binary.
+fn placeholders() -> &'static [u8] {
+    static PLACEHOLDERS: std::sync::OnceLock<&'static [u8]> = std::sync::OnceLock::new();
+    PLACEHOLDERS.get_or_init(|| vec![0u8; REGION_MAX_BYTES + REGIONS_MAX].leak())
+}
 
 /// The placeholder of region `index` of `len` bytes, `None` past the limits.
 fn placeholder(index: usize, len: usize) -> Option<Bytes> {
     (index < REGIONS_MAX && len <= REGION_MAX_BYTES && len > 0)
-        .then(|| Bytes::from_static(&PLACEHOLDER[index..index + len]))
+        .then(|| Bytes::from_static(&placeholders()[index..index + len]))
 }
 
 /// The region a `records` slice stands in for: its index, if the slice is a placeholder.
 fn placeholder_index(records: &[u8]) -> Option<usize> {
-    let start = PLACEHOLDER.as_ptr() as usize;
+    let start = placeholders().as_ptr() as usize;
     let at = records.as_ptr() as usize;
     (!records.is_empty() && at >= start && at < start + REGIONS_MAX).then(|| at - start)
 }
@@ -159,7 +196,9 @@ struct PartsBuf {
     head: BytesMut,
     parts: Vec<ResponsePart>,
     len: usize,
-    regions: Vec<Option<FileRegion>>,
+    regions: Vec<Option<(FileRegion, RegionHold)>>,
+    /// A placeholder was written whose region was not there (or already sent).
+    missing_region: bool,
 }
 
 impl PartsBuf {
@@ -168,26 +207,6 @@ impl PartsBuf {
             self.len += self.head.len();
             let head = self.head.split().freeze();
             self.parts.push(ResponsePart::Bytes(head));
-        }
-    }
-
-    /// Copies a small region into the bytes in memory (one `pread`), which costs less
-    /// than ending the part there and a `sendfile(2)` of its own. False when the read
-    /// fails or comes short: the region is then sent as a file part, whose send fails
-    /// the same way and closes the connection.
-    fn copy_small(&mut self, region: &FileRegion) -> bool {
-        use std::os::unix::fs::FileExt;
-        let at = self.head.len();
-        self.head.resize(at + region.len, 0);
-        match region
-            .file
-            .read_exact_at(&mut self.head[at..], region.position)
-        {
-            Ok(()) => true,
-            Err(_) => {
-                self.head.truncate(at);
-                false
-            }
         }
     }
 
@@ -220,15 +239,22 @@ unsafe impl bytes::BufMut for PartsBuf {
     }
 
     fn put_slice(&mut self, src: &[u8]) {
-        match placeholder_index(src).and_then(|k| self.regions.get_mut(k)?.take()) {
-            Some(region) if region.len < SENDFILE_MIN_BYTES && self.copy_small(&region) => {}
-            Some(region) => {
+        let index = placeholder_index(src);
+        match index.and_then(|k| self.regions.get_mut(k)?.take()) {
+            None if index.is_some() => {
+                // A placeholder without its region (a bug of ours): its zeros must not
+                // reach a client as records; `encode` closes the connection instead.
+                self.missing_region = true;
+                self.head.extend_from_slice(src);
+            }
+            Some((region, hold)) => {
                 self.push_head();
                 self.len += region.len;
                 self.parts.push(ResponsePart::File {
                     file: region.file,
                     position: region.position,
                     len: region.len,
+                    hold: Some(Box::new(hold)),
                 });
             }
             None => self.head.extend_from_slice(src),
@@ -256,7 +282,7 @@ impl ByteBufMut for PartsBuf {
 /// reason when the crate refuses to encode (a field this version lacks).
 pub(super) fn encode(
     response: &FetchResponse,
-    regions: Vec<FileRegion>,
+    regions: Vec<(FileRegion, RegionHold)>,
     version: i16,
     correlation_id: i32,
 ) -> Outcome {
@@ -266,6 +292,7 @@ pub(super) fn encode(
         parts: Vec::with_capacity(2 * regions.len() + 1),
         len: 0,
         regions: regions.into_iter().map(Some).collect(),
+        missing_region: false,
     };
     let header = ResponseHeader::default().with_correlation_id(correlation_id);
     if let Err(e) = header.encode(&mut buf, ApiKey::Fetch.response_header_version(version)) {
@@ -273,6 +300,10 @@ pub(super) fn encode(
     }
     if let Err(e) = response.encode(&mut buf, version) {
         return Outcome::Close(format!("cannot encode Fetch v{version} response: {e}"));
+    }
+    if buf.missing_region {
+        tracing::error!("a Fetch response's record set placeholder had no file region");
+        return Outcome::Close("Fetch response without one of its record sets".into());
     }
     buf.into_outcome()
 }
@@ -296,7 +327,7 @@ fn read_once(
     plan: &[TopicFetch],
     version: i16,
     watches: &mut Vec<watch::Receiver<i64>>,
-    regions: &mut Vec<FileRegion>,
+    regions: &mut Vec<(FileRegion, RegionHold)>,
 ) -> (Vec<FetchableTopicResponse>, usize) {
     let replica_id = replica_id(request, version);
     // KIP-392: a consumer's Fetch v11+ may read a follower replica, and the leader may
@@ -444,12 +475,18 @@ fn read_once(
                         aborted = aborted.map(|_| Vec::new());
                     }
                     if let Some(region) = region {
-                        bytes = match placeholder(regions.len(), region.len) {
-                            Some(placeholder) => {
-                                regions.push(region);
+                        let held = (region.len >= SENDFILE_MIN_BYTES)
+                            .then(RegionHold::take)
+                            .flatten();
+                        let standing_in = held
+                            .and_then(|hold| Some((placeholder(regions.len(), region.len)?, hold)));
+                        bytes = match standing_in {
+                            Some((placeholder, hold)) => {
+                                regions.push((region, hold));
                                 placeholder
                             }
-                            // Too large or too many to stand in for: copied now.
+                            // Small, too large, too many, or the budget of held files
+                            // is spent: copied now, and the file let go at once.
                             None => match region.read_to_bytes() {
                                 Ok(bytes) => bytes,
                                 Err(e) => {
@@ -698,7 +735,7 @@ pub(super) async fn handle(
     ctx: &Context,
     request: FetchRequest,
     version: i16,
-) -> (FetchResponse, Vec<FileRegion>) {
+) -> (FetchResponse, Vec<(FileRegion, RegionHold)>) {
     let wait_ms = request.max_wait_ms.clamp(0, MAX_WAIT_MS_LIMIT) as u64;
     let deadline = Instant::now() + std::time::Duration::from_millis(wait_ms);
     let min_bytes = request.min_bytes.max(0) as usize;
@@ -811,6 +848,7 @@ mod tests {
                     file,
                     position,
                     len,
+                    ..
                 } => {
                     let region = FileRegion {
                         file,
@@ -837,17 +875,19 @@ mod tests {
         let content: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
         file.write_all(&content).unwrap();
         let file = Arc::new(file);
-        // Small sets are copied into the bytes, large ones stay file parts.
         let spans = [(0u64, 1_000usize), (1_000, 30_000), (37_777, 20_000)];
         for version in 4..=16i16 {
-            let regions: Vec<FileRegion> = spans
+            let regions: Vec<(FileRegion, RegionHold)> = spans
                 .iter()
-                .map(|&(position, len)| FileRegion {
-                    file: Arc::clone(&file),
-                    position,
-                    len,
-                    base_offset: 0,
-                    last_offset: 0,
+                .map(|&(position, len)| {
+                    let region = FileRegion {
+                        file: Arc::clone(&file),
+                        position,
+                        len,
+                        base_offset: 0,
+                        last_offset: 0,
+                    };
+                    (region, RegionHold::take().expect("within the budget"))
                 })
                 .collect();
             let build = |records: &dyn Fn(usize) -> Bytes| {
@@ -921,8 +961,23 @@ mod tests {
             in_memory.encode(&mut expected, version).unwrap();
             let (bytes, files) = wire_bytes(parts);
             assert_eq!(bytes, expected.to_vec(), "v{version}");
-            assert_eq!(files, 2, "v{version}: the two sets of 16 KiB or more");
+            assert_eq!(files, 3, "v{version}: a file part per region");
         }
+    }
+
+    /// A placeholder whose region is not among the response's closes the connection
+    /// rather than sending its zeros as records.
+    #[test]
+    fn a_placeholder_without_its_region_is_not_sent() {
+        let response =
+            FetchResponse::default()
+                .with_responses(vec![FetchableTopicResponse::default().with_partitions(
+                    vec![PartitionData::default().with_records(Some(placeholder(0, 100).unwrap()))],
+                )]);
+        assert!(matches!(
+            encode(&response, Vec::new(), 12, 1),
+            Outcome::Close(_)
+        ));
     }
 
     #[test]
@@ -934,7 +989,7 @@ mod tests {
         assert_eq!(placeholder_index(&last), Some(REGIONS_MAX - 1));
         assert_eq!(placeholder_index(b"elsewhere"), None);
         assert_eq!(
-            placeholder_index(&PLACEHOLDER[REGIONS_MAX..REGIONS_MAX + 5]),
+            placeholder_index(&placeholders()[REGIONS_MAX..REGIONS_MAX + 5]),
             None
         );
     }

@@ -66,12 +66,17 @@ pub enum ResponsePart {
         position: u64,
         /// Bytes to send.
         len: usize,
+        /// Whatever must live until the part is sent or dropped (the protocol layer's
+        /// share of a budget of held files).
+        hold: Option<Box<dyn std::any::Any + Send>>,
     },
 }
 
 /// Writes `len` bytes of `file` from `position` to the socket with `sendfile(2)`: the
 /// kernel moves them from the page cache to the socket, without a copy through this
-/// process. Waits for the socket to be writable as often as needed.
+/// process. Waits for the socket to be writable as often as needed. Returns the bytes
+/// sent: fewer than `len` only when the file's file system refuses `sendfile` (EINVAL,
+/// ENOSYS, EOPNOTSUPP) before anything was sent, for the caller to copy instead.
 ///
 /// Errors: the socket's or the file's `std::io::Error`; `UnexpectedEof` when the file
 /// ends before the range does.
@@ -80,7 +85,7 @@ async fn send_file(
     file: &std::fs::File,
     position: u64,
     len: usize,
-) -> std::io::Result<()> {
+) -> std::io::Result<usize> {
     let mut offset = position;
     let end = position + len as u64;
     while offset < end {
@@ -99,8 +104,40 @@ async fn send_file(
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if offset == position && cannot_sendfile(&e) => return Ok(0),
             Err(e) => return Err(e),
         }
+    }
+    Ok(len)
+}
+
+/// Whether `sendfile(2)` failed because the file (its file system) does not support it.
+fn cannot_sendfile(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error().map(rustix::io::Errno::from_raw_os_error),
+        Some(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS | rustix::io::Errno::OPNOTSUPP)
+    )
+}
+
+/// Writes `len` bytes of `file` from `position` through memory (`pread`, then the
+/// socket), for a file `sendfile(2)` cannot send.
+///
+/// Errors: the file's or the socket's `std::io::Error`; `UnexpectedEof` when the file
+/// ends before the range does.
+async fn copy_file<W: tokio::io::AsyncWrite + Unpin>(
+    w: &mut W,
+    file: &std::fs::File,
+    position: u64,
+    len: usize,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut buffer = vec![0u8; len.min(SENDFILE_CHUNK_BYTES)];
+    let mut done = 0usize;
+    while done < len {
+        let chunk = (len - done).min(buffer.len());
+        file.read_exact_at(&mut buffer[..chunk], position + done as u64)?;
+        w.write_all(&buffer[..chunk]).await?;
+        done += chunk;
     }
     Ok(())
 }
@@ -240,11 +277,18 @@ async fn serve_connection<H: RequestHandler>(
                                 file,
                                 position,
                                 len,
+                                hold: _hold,
                             } => {
                                 // What is buffered goes first; then the kernel sends the
                                 // file's bytes straight to the socket.
                                 w.flush().await?;
-                                send_file(w.get_ref().as_ref(), &file, position, len).await?;
+                                let sent =
+                                    send_file(w.get_ref().as_ref(), &file, position, len).await?;
+                                if sent < len {
+                                    // The file system cannot sendfile: copy the rest.
+                                    copy_file(&mut w, &file, position + sent as u64, len - sent)
+                                        .await?;
+                                }
                             }
                         }
                     }
@@ -252,7 +296,13 @@ async fn serve_connection<H: RequestHandler>(
                         w.flush().await?;
                     }
                 }
-                Outcome::NoResponse => {}
+                Outcome::NoResponse => {
+                    // An answer buffered before it (acks=0 after another request) must
+                    // not wait for the next answer.
+                    if rx.is_empty() {
+                        w.flush().await?;
+                    }
+                }
                 Outcome::Close(reason) => {
                     if let Some(suppressed) = writer_warnings.admit(peer.ip(), Instant::now()) {
                         tracing::warn!(%peer, %reason, suppressed, "closing connection");
@@ -322,4 +372,81 @@ async fn serve_connection<H: RequestHandler>(
         Err(e) => tracing::warn!(%peer, error = %e, "writer task failed"),
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use tokio::io::AsyncReadExt;
+
+    use super::*;
+
+    fn file_of(content: &[u8]) -> std::fs::File {
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(content).unwrap();
+        file
+    }
+
+    /// `send_file` moves a range of 12 MiB to a reader that drains it slowly (the socket
+    /// fills, `sendfile` would block, the loop waits for room), byte for byte.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn send_file_sends_the_range_through_a_full_socket() {
+        let content: Vec<u8> = (0..14u32 << 20).map(|i| (i % 251) as u8).collect();
+        let file = file_of(&content);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let reader = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut received = Vec::new();
+            let mut chunk = vec![0u8; 64 << 10];
+            loop {
+                tokio::time::sleep(std::time::Duration::from_micros(200)).await;
+                match socket.read(&mut chunk).await.unwrap() {
+                    0 => break received,
+                    n => received.extend_from_slice(&chunk[..n]),
+                }
+            }
+        });
+        let socket = TcpStream::connect(address).await.unwrap();
+        let (position, len) = (1_000_003u64, 12 << 20);
+        assert_eq!(send_file(&socket, &file, position, len).await.unwrap(), len);
+        drop(socket);
+        let received = reader.await.unwrap();
+        assert_eq!(received.len(), len);
+        assert!(received == content[position as usize..position as usize + len]);
+    }
+
+    /// A range past the file's end fails with UnexpectedEof (the connection is then
+    /// closed): the response's length was already promised.
+    #[tokio::test]
+    async fn a_file_shorter_than_its_range_is_an_error() {
+        let file = file_of(&[7u8; 1000]);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let socket = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let _peer = listener.accept().await.unwrap();
+        let e = send_file(&socket, &file, 500, 1000).await.unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
+        let mut out = Vec::new();
+        let e = copy_file(&mut out, &file, 500, 1000).await.unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
+    }
+
+    /// The copying fallback writes the same bytes, in chunks.
+    #[tokio::test]
+    async fn copy_file_writes_the_range() {
+        let content: Vec<u8> = (0..10u32 << 20).map(|i| (i % 253) as u8).collect();
+        let file = file_of(&content);
+        let mut out = Vec::new();
+        copy_file(&mut out, &file, 17, 9 << 20).await.unwrap();
+        assert!(out == content[17..17 + (9 << 20)]);
+        assert!(cannot_sendfile(&std::io::Error::from_raw_os_error(
+            rustix::io::Errno::INVAL.raw_os_error()
+        )));
+        assert!(!cannot_sendfile(&std::io::Error::from_raw_os_error(
+            rustix::io::Errno::PIPE.raw_os_error()
+        )));
+    }
 }

@@ -546,3 +546,55 @@ fn batches_with_unparseable_records_are_refused_and_consumers_keep_reading() {
         assert_eq!(m.1.as_deref(), Some(format!("v{n}").as_bytes()));
     }
 }
+
+/// A request answered right before an acks=0 Produce on the same connection is sent at
+/// once, not held until the connection's next answer: 200 times in a row, an ApiVersions
+/// request and an acks=0 Produce go out in one write, and the ApiVersions answer must
+/// arrive within 3 s each time (a buffered answer used to wait when the acks=0 request
+/// was queued behind it before the writer looked).
+#[test]
+fn an_answer_before_an_acks_0_produce_is_not_held_back() {
+    use kafka_protocol::messages::{ApiKey, RequestHeader};
+    use kafka_protocol::protocol::Encodable;
+    let b = TestBroker::start();
+    let mut c = RawConn::connect(&b.bootstrap);
+    let frame = |key: ApiKey, version: i16, correlation_id: i32, body: &dyn Fn(&mut BytesMut)| {
+        let mut buf = BytesMut::new();
+        RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str("acks0")))
+            .encode(&mut buf, key.request_header_version(version))
+            .unwrap();
+        body(&mut buf);
+        let mut out = (buf.len() as u32).to_be_bytes().to_vec();
+        out.extend_from_slice(&buf);
+        out
+    };
+    let records = one_record_batch(10).freeze();
+    for i in 0..200 {
+        let mut bytes = frame(ApiKey::ApiVersions, 3, 2 * i, &|buf| {
+            ApiVersionsRequest::default().encode(buf, 3).unwrap()
+        });
+        bytes.extend(frame(ApiKey::Produce, 8, 2 * i + 1, &|buf| {
+            ProduceRequest::default()
+                .with_acks(0)
+                .with_timeout_ms(5000)
+                .with_topic_data(vec![TopicProduceData::default()
+                    .with_name(TopicName(StrBytes::from_static_str("acks0")))
+                    .with_partition_data(vec![PartitionProduceData::default()
+                        .with_index(0)
+                        .with_records(Some(records.clone()))])])
+                .encode(buf, 8)
+                .unwrap()
+        }));
+        c.send_raw(&bytes);
+        c.set_read_timeout(std::time::Duration::from_secs(3));
+        let answer = c
+            .read_frame()
+            .unwrap_or_else(|| panic!("round {i}: no ApiVersions answer within 3 s"));
+        let correlation_id = i32::from_be_bytes(answer[0..4].try_into().unwrap());
+        assert_eq!(correlation_id, 2 * i, "round {i}");
+    }
+}

@@ -375,6 +375,11 @@ impl RawConn {
         RawConn { stream }
     }
 
+    /// Sets how long a read waits before it fails (10 s from `connect`).
+    pub fn set_read_timeout(&mut self, timeout: Duration) {
+        self.stream.set_read_timeout(Some(timeout)).unwrap();
+    }
+
     /// Writes raw bytes.
     pub fn send_raw(&mut self, bytes: &[u8]) {
         use std::io::Write;
