@@ -64,20 +64,20 @@
 //! `current_leader_epoch` (v9+) is older / newer than the partition's (KIP-320),
 //! UNKNOWN_TOPIC_ID (100).
 
-use bytes::Bytes;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::fetch_response::{
     AbortedTransaction, FetchableTopicResponse, PartitionData,
 };
-use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ProducerId, TopicName};
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, FetchRequest, FetchResponse, ProducerId, ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::buf::ByteBufMut;
+use kafka_protocol::protocol::{Encodable, StrBytes};
 use kafka_protocol::ResponseError;
 use tokio::sync::watch;
 use tokio::time::Instant;
-
-use bytes::BytesMut;
-use kafka_protocol::messages::{ApiKey, ResponseHeader};
-use kafka_protocol::protocol::buf::ByteBufMut;
-use kafka_protocol::protocol::Encodable;
 
 use crate::cluster::MetadataImage;
 use crate::config::ReplicaSelector;
@@ -85,15 +85,12 @@ use crate::fetch_session::{
     FetchContext, PartitionFetch, PartitionSent, SessionError, SessionRequest, TopicFetch,
     TopicKey, INVALID_SESSION_ID,
 };
-use crate::log::{stored_record_count, LogError};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-use crate::log::{AbortedTxn, FileRegion};
+use crate::log::{stored_record_count, AbortedTxn, FileRegion, LogError};
 use crate::purgatory::Wake;
 use crate::replica::{
-    select_read_replica, FetchIsolation, Partition, ReadReplicaCandidate, ReplicaError,
+    select_read_replica, FetchIsolation, Partition, PartitionOffsets, PartitionRead,
+    ReadReplicaCandidate, ReplicaError,
 };
-use crate::replica::{PartitionOffsets, PartitionRead};
 use crate::server::{Outcome, ResponsePart};
 
 use super::Context;
@@ -784,6 +781,8 @@ pub(super) async fn handle(
         {
             return (answer(ctx, &context, &plan, version, topics), regions);
         }
+        // A parked read keeps its regions (and their share of the held-file budget)
+        // until it reads again: the purgatory answers a full park at once with them.
         let left_ms = (deadline - now).as_millis() as u64;
         if ctx
             .replicas
