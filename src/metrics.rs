@@ -17,6 +17,7 @@
 //! | `weir_fetch_sessions` | gauge | | incremental fetch sessions cached (KIP-227; Kafka's `NumIncrementalFetchSessions`), `fetch_session` |
 //! | `weir_fetch_session_evictions_total` | counter | | sessions evicted to make room for another (Kafka's `IncrementalFetchSessionEvictionsPerSec`) |
 //! | `weir_incremental_fetches_total` | counter | | consumer Fetch requests accepted as incremental in a session |
+//! | `weir_fetch_sendfile_bytes_total` | counter | | record-set bytes Fetch responses send from segment files with `sendfile(2)` (the rest of `weir_bytes_out_total` is copied), `protocol::fetch` |
 //! | `weir_plugin_call_duration_seconds` | histogram | `plugin`, `call` | one call into a plugin (`partition`, `apply`, `poll`, `commit`, `put`, `flush`) |
 //! | `weir_plugin_call_failures_total` | counter | `plugin`, `call` | calls that returned an error (trap, timeout, memory, the plugin's own error, a bad result) |
 //! | `weir_partition_log_start_offset` | gauge | `topic`, `partition` | at scrape time |
@@ -92,6 +93,8 @@ pub const FETCH_SESSIONS: &str = "weir_fetch_sessions";
 pub const FETCH_SESSION_EVICTIONS_TOTAL: &str = "weir_fetch_session_evictions_total";
 /// `weir_incremental_fetches_total`: Fetch requests accepted as incremental.
 pub const INCREMENTAL_FETCHES_TOTAL: &str = "weir_incremental_fetches_total";
+/// `weir_fetch_sendfile_bytes_total`: record-set bytes Fetch sends from segment files.
+pub const FETCH_SENDFILE_BYTES_TOTAL: &str = "weir_fetch_sendfile_bytes_total";
 /// `weir_plugin_call_duration_seconds{plugin,call}`: histogram of plugin call time, seconds.
 pub const PLUGIN_CALL_DURATION_SECONDS: &str = "weir_plugin_call_duration_seconds";
 /// `weir_plugin_call_failures_total{plugin,call}`: plugin calls that returned an error.
@@ -155,6 +158,8 @@ struct Inner {
     /// Indexed by API key; `None` for keys outside the dispatch table.
     apis: Vec<Option<ApiMetrics>>,
     topics: RwLock<HashMap<String, TopicMetrics>>,
+    /// `weir_fetch_sendfile_bytes_total`.
+    sendfile_bytes: Counter,
 }
 
 /// One broker's metrics: cheap to clone (an `Arc`), shared by the protocol layer, the
@@ -228,6 +233,11 @@ impl Metrics {
                 "Consumer Fetch requests accepted as incremental in a fetch session.",
             ),
             (
+                Kind::Counter,
+                FETCH_SENDFILE_BYTES_TOTAL,
+                "Record-set bytes Fetch responses send from segment files with sendfile(2).",
+            ),
+            (
                 Kind::Histogram,
                 PLUGIN_CALL_DURATION_SECONDS,
                 "Time of one call into a plugin, in seconds.",
@@ -260,12 +270,15 @@ impl Metrics {
             });
         }
         let handle = recorder.handle();
+        let sendfile_bytes =
+            recorder.register_counter(&Key::from_name(FETCH_SENDFILE_BYTES_TOTAL), &METADATA);
         Metrics {
             inner: Arc::new(Inner {
                 recorder,
                 handle,
                 apis: by_key,
                 topics: RwLock::new(HashMap::new()),
+                sendfile_bytes,
             }),
         }
     }
@@ -296,6 +309,14 @@ impl Metrics {
     pub fn fetched(&self, topic: &str, bytes: u64) {
         if bytes > 0 {
             self.with_topic(topic, |t| t.bytes_out.increment(bytes));
+        }
+    }
+
+    /// Counts `bytes` of record sets a Fetch response sends from segment files
+    /// (`sendfile(2)`, issue 17).
+    pub fn sent_from_files(&self, bytes: u64) {
+        if bytes > 0 {
+            self.inner.sendfile_bytes.increment(bytes);
         }
     }
 

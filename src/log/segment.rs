@@ -81,19 +81,32 @@ impl FileRegion {
     /// Errors: `std::io::Error` of the read; `UnexpectedEof` when the file is shorter
     /// than the region (truncated since).
     pub fn read_to_bytes(&self) -> std::io::Result<Bytes> {
-        let mut buffer = Vec::with_capacity(self.len);
-        while buffer.len() < self.len {
-            let at = self.position + buffer.len() as u64;
-            match rustix::io::pread(&*self.file, rustix::buffer::spare_capacity(&mut buffer), at) {
-                Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-                Ok(_) => {}
-                Err(rustix::io::Errno::INTR) => {}
-                Err(e) => return Err(e.into()),
-            }
+        let buffer = pread_up_to(&self.file, self.position, self.len)?;
+        if buffer.len() < self.len {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
-        buffer.truncate(self.len);
         Ok(Bytes::from(buffer))
     }
+}
+
+/// Up to `len` bytes of `file` from byte `position`, fewer only at the end of the file. A
+/// positional read (`pread`): it moves no shared file cursor, so any number of readers
+/// run at once. Reads into the vector's spare capacity (rustix's `spare_capacity`), so a
+/// fetch of a MiB does not zero a MiB first as `FileExt::read_at` into an initialised
+/// buffer would.
+fn pread_up_to(file: &File, position: u64, len: usize) -> std::io::Result<Vec<u8>> {
+    let mut buffer = Vec::with_capacity(len);
+    while buffer.len() < len {
+        let at = position + buffer.len() as u64;
+        match rustix::io::pread(file, rustix::buffer::spare_capacity(&mut buffer), at) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    buffer.truncate(len);
+    Ok(buffer)
 }
 
 /// What a recovery scan of a tail found.
@@ -959,25 +972,10 @@ impl Segment {
         Ok(None)
     }
 
-    /// Up to `len` bytes from byte `position`, fewer only at the end of the file. A
-    /// positional read (`pread`): it moves no shared file cursor, so any number of readers
-    /// run at once under the partition's shared lock. Reads into the vector's spare
-    /// capacity (rustix's `spare_capacity`), so a fetch of a MiB does not zero a MiB first
-    /// as `FileExt::read_at` into an initialised buffer would.
+    /// Up to `len` bytes from byte `position`, fewer only at the end of the file
+    /// ([`pread_up_to`], under the partition's shared lock).
     fn read_bytes_at(&self, position: u64, len: usize) -> Result<Vec<u8>, LogError> {
-        let mut buffer = Vec::with_capacity(len);
-        let log = self.slot.log()?;
-        while buffer.len() < len {
-            let at = position + buffer.len() as u64;
-            match rustix::io::pread(&*log, rustix::buffer::spare_capacity(&mut buffer), at) {
-                Ok(0) => break,
-                Ok(_) => {}
-                Err(rustix::io::Errno::INTR) => {}
-                Err(e) => return Err(io_error("read", &self.log_path)(e.into())),
-            }
-        }
-        buffer.truncate(len);
-        Ok(buffer)
+        pread_up_to(&*self.slot.log()?, position, len).map_err(io_error("read", &self.log_path))
     }
 
     /// Whole batches from the one containing `offset` (or the next one after a gap), at

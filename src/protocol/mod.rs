@@ -398,7 +398,18 @@ pub async fn handle_frame(ctx: &Context, frame: Bytes, peer: SocketAddr) -> Outc
         // Its record sets may stay in their files until the socket sends them.
         let (response, regions) = fetch::handle(ctx, request, version).await;
         fetch::count_bytes_out(ctx, &response);
-        return fetch::encode(&response, regions, version, correlation_id);
+        let outcome = fetch::encode(&response, regions, version, correlation_id);
+        if let Outcome::RespondParts { parts, .. } = &outcome {
+            let from_files: usize = parts
+                .iter()
+                .map(|part| match part {
+                    crate::server::ResponsePart::File { len, .. } => *len,
+                    crate::server::ResponsePart::Bytes(_) => 0,
+                })
+                .sum();
+            ctx.metrics.sent_from_files(from_files as u64);
+        }
+        return outcome;
     }
     let response = match dispatch(ctx, request, version, &client_id, peer).await {
         Some(r) => r,

@@ -230,18 +230,19 @@ async fn fetch_max_bytes_caps_what_a_request_can_ask_for() {
 /// byte for byte what the same broker copying them answers (restarted on the same log
 /// dir with `fetch.sendfile.enable=false`), at Fetch v4 (non-flexible, names), v11, v12
 /// (flexible) and v13 (topic ids), read_uncommitted and read_committed; every record set
-/// is whole batches that decode (issue 17).
+/// is whole batches that decode; and the first broker did send sets from its files
+/// (`weir_fetch_sendfile_bytes_total`), the second none (issue 17).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sendfile_answers_what_copying_answers() {
     let dir = tempfile::tempdir().unwrap();
-    let sending = TestBroker::start_in(dir.path(), &["log.segment.bytes=20000"]);
+    let sending = TestBroker::start_in(dir.path(), &["log.segment.bytes=60000"]);
     create_topic(&sending.bootstrap, "zc", 6, &[]).await;
     let p = producer(&sending.bootstrap, &[("linger.ms", "0")]);
     for i in 0..300 {
         p.send(
             FutureRecord::to("zc")
                 .key("k")
-                .payload(&format!("{i}-{}", "z".repeat(50 + i % 400)))
+                .payload(&format!("{i}-{}", "z".repeat(50 + i * 37 % 2000)))
                 .partition((i % 6) as i32),
             Duration::from_secs(10),
         )
@@ -255,7 +256,7 @@ async fn sendfile_answers_what_copying_answers() {
             .with_replica_id(BrokerId(-1))
             .with_max_wait_ms(0)
             .with_min_bytes(1)
-            .with_max_bytes(40_000)
+            .with_max_bytes(150_000)
             .with_isolation_level(isolation)
             .with_session_epoch(-1)
             .with_topics(vec![FetchTopic::default()
@@ -293,12 +294,25 @@ async fn sendfile_answers_what_copying_answers() {
             .collect()
     };
     let sent = answers(&sending.bootstrap);
+    // The sets of 16 KiB or more went out of the files, not through memory.
+    let sendfile_bytes = |admin_url: &str| {
+        crate::metrics::scrape(admin_url).or_zero("weir_fetch_sendfile_bytes_total", &[])
+    };
+    assert!(
+        sendfile_bytes(&sending.admin_url) > 0.0,
+        "nothing sent from files"
+    );
     drop(sending);
     let copying = TestBroker::start_in(
         dir.path(),
-        &["log.segment.bytes=20000", "fetch.sendfile.enable=false"],
+        &["log.segment.bytes=60000", "fetch.sendfile.enable=false"],
     );
     let copied = answers(&copying.bootstrap);
+    assert_eq!(
+        sendfile_bytes(&copying.admin_url),
+        0.0,
+        "sent from files while copying"
+    );
     for (i, &(version, offset, partition_max, isolation)) in cases.iter().enumerate() {
         let case = format!(
             "v{version} offset {offset} partition_max {partition_max} isolation {isolation}"
