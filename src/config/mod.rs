@@ -152,7 +152,7 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("offsets.topic.replication.factor", Int, Some("3"), Some(1), "Replication factor of __consumer_offsets (capped at the live broker count when it is created)."),
     key("socket.request.max.bytes", Int, Some("104857600"), Some(1), "Largest request frame; a larger one closes the connection before anything is allocated."),
     key("max.connections", Int, Some("10000"), Some(1), "Most client connections served at once; more wait in the accept queue."),
-    key("connections.max.idle.ms", Long, Some("600000"), Some(1), "Close a connection that sends nothing, or stalls inside a request, for this long (ms)."),
+    key("connections.max.idle.ms", Long, Some("600000"), Some(1), "Close a connection that sends nothing, stalls inside a request, or leaves an answer unread, for this long (ms)."),
     key("queued.max.requests", Int, Some("500"), Some(1), "Most answers of one connection waiting to be written; requests are handled one at a time, in order."),
     key("fetch.max.bytes", Int, Some("57671680"), Some(0), "Largest Fetch response the broker builds, whatever the request asks (bytes); the first batch still goes whole (KIP-74)."),
     key("fetch.sendfile.enable", Boolean, Some("true"), None, "weir-specific: send a consumer's fetched record sets from the segment files with sendfile(2) (zero-copy: page cache to socket, no copy through the broker); false copies them through memory."),

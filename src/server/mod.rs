@@ -25,6 +25,7 @@ use std::time::Instant;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinSet;
@@ -167,13 +168,86 @@ pub(crate) struct ServerLimits {
     /// `queued.max.requests`: answers waiting to be written per connection.
     pub queued_max_requests: usize,
     /// `connections.max.idle.ms`: a connection that sends nothing (or stalls inside a
-    /// frame) for this long is closed, so stalled clients cannot hold every slot.
+    /// frame), or leaves an answer unread, for this long is closed, so stalled clients
+    /// cannot hold every slot (nor, unread, the answers and segment files queued for them).
     pub connections_max_idle_ms: u64,
 }
 
 fn idle_close(peer: SocketAddr, limits: ServerLimits) -> std::io::Result<()> {
     tracing::info!(%peer, idle_ms = limits.connections_max_idle_ms, "closing idle connection (connections.max.idle.ms)");
     Ok(())
+}
+
+/// The writer of a client that has not read an answer for `connections.max.idle.ms`:
+/// logged, and the connection closed (TimedOut).
+fn stalled_writer(peer: SocketAddr, limits: ServerLimits) -> std::io::Result<()> {
+    tracing::info!(%peer, idle_ms = limits.connections_max_idle_ms,
+        "closing connection: an answer not read for connections.max.idle.ms");
+    Err(std::io::ErrorKind::TimedOut.into())
+}
+
+/// What the connection's writer does after an answer.
+enum Written {
+    /// Goes on with the next one.
+    More,
+    /// Stops: the connection is closing.
+    Closing,
+}
+
+/// Writes one answer to the connection's buffered socket (flushed when no other answer
+/// is queued in `rx`, so pipelined answers share a write): bytes, and file regions with
+/// `sendfile(2)` (a copy where the file system cannot).
+async fn write_outcome(
+    w: &mut BufWriter<OwnedWriteHalf>,
+    outcome: Outcome,
+    rx: &mpsc::Receiver<Outcome>,
+    peer: SocketAddr,
+    warnings: &PeerWarnings,
+) -> std::io::Result<Written> {
+    match outcome {
+        Outcome::Respond(body) => {
+            let len = body.len() as u32;
+            w.write_all(&len.to_be_bytes()).await?;
+            w.write_all(&body).await?;
+        }
+        Outcome::RespondParts { len, parts } => {
+            w.write_all(&(len as u32).to_be_bytes()).await?;
+            for part in parts {
+                match part {
+                    ResponsePart::Bytes(bytes) => w.write_all(&bytes).await?,
+                    ResponsePart::File {
+                        file,
+                        position,
+                        len,
+                        hold: _hold,
+                    } => {
+                        // What is buffered goes first; then the kernel sends the file's
+                        // bytes straight to the socket.
+                        w.flush().await?;
+                        let sent = send_file(w.get_ref().as_ref(), &file, position, len).await?;
+                        if sent < len {
+                            // The file system cannot sendfile: copy the rest.
+                            copy_file(w, &file, position + sent as u64, len - sent).await?;
+                        }
+                    }
+                }
+            }
+        }
+        // An answer buffered before it (acks=0 after another request) must not wait for
+        // the next answer: the flush below.
+        Outcome::NoResponse => {}
+        Outcome::Close(reason) => {
+            if let Some(suppressed) = warnings.admit(peer.ip(), Instant::now()) {
+                tracing::warn!(%peer, %reason, suppressed, "closing connection");
+            }
+            w.flush().await?;
+            return Ok(Written::Closing);
+        }
+    }
+    if rx.is_empty() {
+        w.flush().await?;
+    }
+    Ok(Written::More)
 }
 
 /// Serves `listener` until `shutdown` turns true, then stops accepting, and waits for
@@ -255,67 +329,28 @@ async fn serve_connection<H: RequestHandler>(
     // answer while the next request is read and handled. The bounded queue caps answers
     // waiting for a slow reader.
     let (tx, mut rx) = mpsc::channel::<Outcome>(limits.queued_max_requests);
+    // A client that sends requests but stops reading the answers fills the socket; each
+    // answer must be written within connections.max.idle.ms (Kafka closes a connection
+    // with no I/O progress for that long), or the writer gives up and the connection
+    // closes, letting go of the answers and the segment files they hold.
+    let idle = std::time::Duration::from_millis(limits.connections_max_idle_ms);
     let writer_task = tokio::spawn(async move {
         let mut w = BufWriter::with_capacity(256 * 1024, writer);
         while let Some(outcome) = rx.recv().await {
-            match outcome {
-                Outcome::Respond(body) => {
-                    let len = body.len() as u32;
-                    w.write_all(&len.to_be_bytes()).await?;
-                    w.write_all(&body).await?;
-                    // Flush when nothing else is ready, so pipelined answers share a write.
-                    if rx.is_empty() {
-                        w.flush().await?;
-                    }
-                }
-                Outcome::RespondParts { len, parts } => {
-                    w.write_all(&(len as u32).to_be_bytes()).await?;
-                    for part in parts {
-                        match part {
-                            ResponsePart::Bytes(bytes) => w.write_all(&bytes).await?,
-                            ResponsePart::File {
-                                file,
-                                position,
-                                len,
-                                hold: _hold,
-                            } => {
-                                // What is buffered goes first; then the kernel sends the
-                                // file's bytes straight to the socket.
-                                w.flush().await?;
-                                let sent =
-                                    send_file(w.get_ref().as_ref(), &file, position, len).await?;
-                                if sent < len {
-                                    // The file system cannot sendfile: copy the rest.
-                                    copy_file(&mut w, &file, position + sent as u64, len - sent)
-                                        .await?;
-                                }
-                            }
-                        }
-                    }
-                    if rx.is_empty() {
-                        w.flush().await?;
-                    }
-                }
-                Outcome::NoResponse => {
-                    // An answer buffered before it (acks=0 after another request) must
-                    // not wait for the next answer.
-                    if rx.is_empty() {
-                        w.flush().await?;
-                    }
-                }
-                Outcome::Close(reason) => {
-                    if let Some(suppressed) = writer_warnings.admit(peer.ip(), Instant::now()) {
-                        tracing::warn!(%peer, %reason, suppressed, "closing connection");
-                    }
-                    w.flush().await?;
-                    return Ok::<(), std::io::Error>(());
-                }
+            let written = write_outcome(&mut w, outcome, &rx, peer, &writer_warnings);
+            match tokio::time::timeout(idle, written).await {
+                Ok(Ok(Written::More)) => {}
+                Ok(Ok(Written::Closing)) => return Ok(()),
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return stalled_writer(peer, limits),
             }
         }
-        w.flush().await
+        match tokio::time::timeout(idle, w.flush()).await {
+            Ok(flushed) => flushed,
+            Err(_) => stalled_writer(peer, limits),
+        }
     });
 
-    let idle = std::time::Duration::from_millis(limits.connections_max_idle_ms);
     let result = async {
         // One buffer per connection, filled without zeroing; each frame is split off it.
         let mut buf = BytesMut::with_capacity(64 * 1024);

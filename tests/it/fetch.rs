@@ -430,3 +430,68 @@ fn batch_ranges(set: &bytes::Bytes) -> Vec<(i64, i64)> {
     }
     ranges
 }
+
+/// A consumer that keeps asking but stops reading its answers is closed after
+/// `connections.max.idle.ms`: the broker's writer does not wait forever on a full socket,
+/// holding the queued answers and the segment files they are sent from. The client gets
+/// what the socket buffers held, then the end of the connection; a broker that kept the
+/// connection would have gone on sending until every answer was out and then nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_closed_after_connections_max_idle_ms() {
+    let b = TestBroker::start_with(&["connections.max.idle.ms=1000"]);
+    create_topic(&b.bootstrap, "unread", 1, &[]).await;
+    let p = producer(&b.bootstrap, &[("linger.ms", "20")]);
+    let value = "u".repeat(2_000);
+    // Enqueued at once (send_result), then awaited: ~4 MB in a few batches.
+    let deliveries: Vec<_> = (0..2_000)
+        .map(|_| {
+            p.send_result(FutureRecord::<(), _>::to("unread").payload(&value))
+                .map_err(|(e, _)| e)
+                .unwrap()
+        })
+        .collect();
+    for delivery in deliveries {
+        delivery.await.unwrap().unwrap();
+    }
+    drop(p);
+    // 40 answers of 1 MiB each from ~4 MB of records: far more than loopback buffers hold.
+    let request = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_static_str("unread")))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(1 << 20)])]);
+    let mut c = RawConn::connect(&b.bootstrap);
+    for i in 0..40 {
+        c.send_request(&request, 11, i);
+    }
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    // Drain: the bytes already in the socket buffers, then the end (or a reset).
+    c.set_read_timeout(Duration::from_secs(5));
+    let mut got = 0usize;
+    let mut chunk = vec![0u8; 1 << 16];
+    let ended = loop {
+        use std::io::Read;
+        match c.stream().read(&mut chunk) {
+            Ok(0) => break true,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
+            Err(e) => panic!("after {got} bytes the connection is still open ({e})"),
+        }
+    };
+    assert!(ended);
+    // Loopback buffers hold a few MiB; 40 answers are ~40 MiB.
+    assert!(
+        got < 20 << 20,
+        "{got} bytes of 40 answers came: the connection was not cut when they stopped being read"
+    );
+    // The broker still serves others.
+    let mut other = RawConn::connect(&b.bootstrap);
+    let response = fetch(&mut other, "unread", 0, 0, 1 << 20);
+    assert_eq!(response.responses[0].partitions[0].error_code, 0);
+}

@@ -380,6 +380,11 @@ impl RawConn {
         self.stream.set_read_timeout(Some(timeout)).unwrap();
     }
 
+    /// The socket, for tests that read it their own way.
+    pub fn stream(&mut self) -> &mut std::net::TcpStream {
+        &mut self.stream
+    }
+
     /// Writes raw bytes.
     pub fn send_raw(&mut self, bytes: &[u8]) {
         use std::io::Write;
@@ -414,9 +419,9 @@ impl RawConn {
         Some(buf)
     }
 
-    /// Encodes and sends a request with the kafka-protocol crate; returns the response body
-    /// (after the response header).
-    pub fn request<R>(&mut self, req: &R, version: i16, correlation_id: i32) -> Option<bytes::Bytes>
+    /// Encodes and sends a request with the kafka-protocol crate, without reading the
+    /// answer.
+    pub fn send_request<R>(&mut self, req: &R, version: i16, correlation_id: i32)
     where
         R: kafka_protocol::protocol::Request,
     {
@@ -437,6 +442,16 @@ impl RawConn {
         let mut frame = (buf.len() as u32).to_be_bytes().to_vec();
         frame.extend_from_slice(&buf);
         self.send_raw(&frame);
+    }
+
+    /// Encodes and sends a request with the kafka-protocol crate; returns the response body
+    /// (after the response header).
+    pub fn request<R>(&mut self, req: &R, version: i16, correlation_id: i32) -> Option<bytes::Bytes>
+    where
+        R: kafka_protocol::protocol::Request,
+    {
+        let key = kafka_protocol::messages::ApiKey::try_from(R::KEY).unwrap();
+        self.send_request(req, version, correlation_id);
         let resp = self.read_frame()?;
         let mut body = bytes::Bytes::from(resp);
         let h = kafka_protocol::messages::ResponseHeader::decode(
