@@ -16,7 +16,10 @@
 #             record, so the rdkafka rows measure the client as much as the broker),
 #             each next to its own floor run;
 #   latency   per-message produce latency (produce() call -> delivery report,
-#             rdkafka_performance -l): LAT_RECORDS at full speed, then at PACED_RATE/s.
+#             rdkafka_performance -l): LAT_RECORDS at full speed, then at PACED_RATE/s;
+#             then at PACED_RATE/s again with benches/latency.rs, the same librdkafka
+#             paced by the clock ("clock-paced" rows): rdkafka_performance -r spins a
+#             CPU polling between records, which on 2 cores is most of its tail.
 # Broker CPU per record is user+sys of the broker process (/proc/PID/stat) over the
 # phase divided by records, the client's the same of the client process (next to it); peak RSS is VmHWM, reset before each phase (clear_refs).
 # Ratios are against the floor measured in the same run, seconds apart: the machine is
@@ -62,6 +65,11 @@
 #                        own topics (bench-pN-rR...), deleted after its unit, and every
 #                        run's row carries its side and round (the single-run table and
 #                        topic names are unchanged otherwise)
+#   PIN=0                1: every broker and the floor's server end on CPU 0, every client
+#                        (rdkafka_performance, wire, latency, the floor's client end) on
+#                        CPU 1 (taskset), as if the client ran on another machine: on 2
+#                        shared cores librdkafka's threads and the broker's compete for
+#                        both, and the client's figures move with the broker's idle time
 #   AB_TOLERANCE=5       % by which a candidate median may be worse than the baseline's
 #                        and still count as "ok" (rates lower, CPU/RSS/latency higher)
 # Only 127.0.0.1 traffic. The brokers are stopped on exit (trap), whatever happens.
@@ -84,6 +92,10 @@ WEIR_BIN=${WEIR_BIN:-}
 WEIR_BIN_BEFORE=${WEIR_BIN_BEFORE:-}
 REPEAT=${REPEAT:-1}
 AB_TOLERANCE=${AB_TOLERANCE:-5}
+PIN=${PIN:-0}
+# PIN=1: brokers (and the floor's receiving/sending end) on CPU 0, every client on CPU 1
+BROKER_PIN=() CLIENT_PIN=()
+if [ "$PIN" = 1 ]; then BROKER_PIN=(taskset -c 0) CLIENT_PIN=(taskset -c 1); fi
 CACHE=${WEIR_BENCH_CACHE:-/var/tmp/weir-bench}
 LRK_VERSION=4.10.0+2.12.1
 
@@ -93,6 +105,7 @@ die() { printf 'bench: %s\n' "$*" >&2; exit 1; }
 # ---------------------------------------------------------------------------- builds
 FLOOR_LINK=$CARGO_TARGET_DIR/release/weir-bench-floor
 WIRE_LINK=$CARGO_TARGET_DIR/release/weir-bench-wire
+LATENCY_LINK=$CARGO_TARGET_DIR/release/weir-bench-latency
 if [ -z "${SKIP_BUILD:-}" ]; then
   if pgrep -x rustc >/dev/null 2>&1; then
     say "warning: other rustc processes are running; figures will be noisier"
@@ -101,15 +114,18 @@ if [ -z "${SKIP_BUILD:-}" ]; then
     say "building weir (release) into $CARGO_TARGET_DIR"
     (cd "$ROOT" && timeout 3600 cargo build --release --bin weir) || die "cargo build failed"
   fi
-  say "building benches/floor.rs and benches/wire.rs"
-  built=$(cd "$ROOT" && timeout 1200 cargo build --release --bench floor --bench wire --message-format=json 2>/dev/null |
+  say "building benches/floor.rs, wire.rs and latency.rs"
+  built=$(cd "$ROOT" && timeout 1200 cargo build --release --bench floor --bench wire --bench latency --message-format=json 2>/dev/null |
     grep -o '"executable":"[^"]*"' | sed 's/.*:"//; s/"$//') || true
   floor_exe=$(grep '/floor-[^/]*$' <<<"$built" | tail -1) || true
   wire_exe=$(grep '/wire-[^/]*$' <<<"$built" | tail -1) || true
-  [ -n "$floor_exe" ] && [ -x "$floor_exe" ] && [ -n "$wire_exe" ] && [ -x "$wire_exe" ] ||
-    die "could not build the bench programs (cargo build --release --bench floor --bench wire)"
+  latency_exe=$(grep '/latency-[^/]*$' <<<"$built" | tail -1) || true
+  [ -n "$floor_exe" ] && [ -x "$floor_exe" ] && [ -n "$wire_exe" ] && [ -x "$wire_exe" ] &&
+    [ -n "$latency_exe" ] && [ -x "$latency_exe" ] ||
+    die "could not build the bench programs (cargo build --release --bench floor --bench wire --bench latency)"
   ln -sf "$floor_exe" "$FLOOR_LINK"
   ln -sf "$wire_exe" "$WIRE_LINK"
+  ln -sf "$latency_exe" "$LATENCY_LINK"
 fi
 case $REPEAT in '' | *[!0-9]* | 0) die "REPEAT must be a positive integer, not '$REPEAT'" ;; esac
 if [ -n "$WEIR_BIN" ]; then
@@ -118,7 +134,8 @@ else
   [ -x "$CARGO_TARGET_DIR/release/weir" ] || die "no $CARGO_TARGET_DIR/release/weir (run without SKIP_BUILD)"
 fi
 [ -z "$WEIR_BIN_BEFORE" ] || [ -x "$WEIR_BIN_BEFORE" ] || die "WEIR_BIN_BEFORE=$WEIR_BIN_BEFORE is not an executable"
-[ -x "$FLOOR_LINK" ] && [ -x "$WIRE_LINK" ] || die "no $FLOOR_LINK or $WIRE_LINK (run without SKIP_BUILD)"
+[ -x "$FLOOR_LINK" ] && [ -x "$WIRE_LINK" ] && [ -x "$LATENCY_LINK" ] ||
+  die "no $FLOOR_LINK, $WIRE_LINK or $LATENCY_LINK (run without SKIP_BUILD)"
 
 # librdkafka's rdkafka_performance, statically linked, built once into $CACHE.
 LRK_SRC=$CACHE/librdkafka-$LRK_VERSION
@@ -147,8 +164,10 @@ RUN=$(mktemp -d "${WEIR_BENCH_DIR:-/var/tmp}/weir-bench.XXXXXX")
 cp "${WEIR_BIN:-$CARGO_TARGET_DIR/release/weir}" "$RUN/weir"
 cp "$(readlink -f "$FLOOR_LINK")" "$RUN/floor"
 cp "$(readlink -f "$WIRE_LINK")" "$RUN/wire"
+cp "$(readlink -f "$LATENCY_LINK")" "$RUN/latency"
 FLOOR=$RUN/floor
 WIRE=$RUN/wire
+LATENCY=$RUN/latency
 # Sides: "cand" (the broker measured) and, in A/B mode, "base" (WEIR_BIN_BEFORE).
 declare -A SIDE_BIN=([cand]=$RUN/weir) SIDE_LOG=() SIDE_ADDR=() SIDE_BPID=() SIDE_TPID=()
 SIDES=(cand)
@@ -188,7 +207,7 @@ start_broker() {
   [ -z "$WEIR_BIN_BEFORE" ] || { dir=$RUN/$side; mkdir -p "$dir"; }
   SIDE_LOG[$side]=$dir/log
   # shellcheck disable=SC2086
-  env ${BROKER_ENV:-} timeout -s TERM 7200 "${SIDE_BIN[$side]}" serve --override listeners=PLAINTEXT://127.0.0.1:0 \
+  env ${BROKER_ENV:-} timeout -s TERM 7200 "${BROKER_PIN[@]}" "${SIDE_BIN[$side]}" serve --override listeners=PLAINTEXT://127.0.0.1:0 \
     --override admin.listeners=http://127.0.0.1:0 \
     --override log.dirs="$dir/log" >"$dir/broker.out" 2>"$dir/broker.err" &
   tpid=$!
@@ -229,7 +248,7 @@ log_bytes() {
 timed() {
   local out=$1; shift
   local TIMEFORMAT='%R %U %S'
-  { time timeout "$STEP_TIMEOUT" "$@" >"$out" 2>&1; } 2>"$out.time"
+  { time timeout "$STEP_TIMEOUT" "${CLIENT_PIN[@]}" "$@" >"$out" 2>&1; } 2>"$out.time"
 }
 client_cpu() { awk '{printf "%.2f", $2+$3}' "$1.time"; }
 partition_args() { local i; for ((i = 0; i < $1; i++)); do printf -- '-p %d ' "$i"; done; }
@@ -274,11 +293,11 @@ wait_port() {
 floor_in() {
   local bytes=$1 recs=$2 port line
   rm -f "$RUN/floor.bin" "$RUN/floor-server.out"
-  ( TIMEFORMAT='%U %S'; { time timeout "$STEP_TIMEOUT" "$FLOOR" server "$RUN/floor.bin" \
+  ( TIMEFORMAT='%U %S'; { time timeout "$STEP_TIMEOUT" "${BROKER_PIN[@]}" "$FLOOR" server "$RUN/floor.bin" \
       >"$RUN/floor-server.out" 2>"$RUN/floor-server.err"; } 2>"$RUN/floor-server.time" ) &
   FPID=$!
   port=$(wait_port "$RUN/floor-server.out") || die "floor server did not start"
-  timeout "$STEP_TIMEOUT" "$FLOOR" client "127.0.0.1:$port" "$bytes" >"$RUN/floor-client.out" || die "floor client failed"
+  timeout "$STEP_TIMEOUT" "${CLIENT_PIN[@]}" "$FLOOR" client "127.0.0.1:$port" "$bytes" >"$RUN/floor-client.out" || die "floor client failed"
   wait "$FPID" || die "floor server failed"; FPID=
   line=$(grep '^floor:' "$RUN/floor-client.out")
   awk -v l="$line" -v r="$recs" -v t="$(cat "$RUN/floor-server.time")" 'BEGIN {
@@ -289,11 +308,11 @@ floor_in() {
 floor_out() {
   local recs=$1 port line
   rm -f "$RUN/floor-source.out"
-  ( TIMEFORMAT='%U %S'; { time timeout "$STEP_TIMEOUT" "$FLOOR" source "$RUN/floor.bin" \
+  ( TIMEFORMAT='%U %S'; { time timeout "$STEP_TIMEOUT" "${BROKER_PIN[@]}" "$FLOOR" source "$RUN/floor.bin" \
       >"$RUN/floor-source.out" 2>"$RUN/floor-source.err"; } 2>"$RUN/floor-source.time" ) &
   FPID=$!
   port=$(wait_port "$RUN/floor-source.out") || die "floor source did not start"
-  timeout "$STEP_TIMEOUT" "$FLOOR" drain "127.0.0.1:$port" >"$RUN/floor-drain.out" || die "floor drain failed"
+  timeout "$STEP_TIMEOUT" "${CLIENT_PIN[@]}" "$FLOOR" drain "127.0.0.1:$port" >"$RUN/floor-drain.out" || die "floor drain failed"
   wait "$FPID" || die "floor source failed"; FPID=
   line=$(grep '^floor:' "$RUN/floor-drain.out")
   awk -v l="$line" -v r="$recs" -v t="$(cat "$RUN/floor-source.time")" 'BEGIN {
@@ -432,15 +451,40 @@ unit_latency() {
   drop_topic "$topic"
 }
 
+# -- latency-clock: the paced run again with benches/latency.rs, the same librdkafka paced
+#    by the clock (rdkafka_performance -r spins one CPU polling between records; see the
+#    client's doc), same rate, record size and producer settings
+unit_latency_clock() {
+  local topic=$T-clock label="latency p$P @$PACED_RATE/s clock-paced" c0 c1 peak part=0
+  [ "$P" = 1 ] || part=-1
+  create_topic "$topic"
+  say "$label: $LAT_RECORDS records to $topic${MULTI:+ [$SIDE #$ROUND]}"
+  fresh_cache; reset_peak; c0=$(cpu_ticks)
+  timed "$RUN/lat-clock-p$P$TAG.out" "$LATENCY" "$ADDR" "$topic" "$part" "$LAT_RECORDS" "$PACED_RATE" "$RECORD_BYTES" \
+    -X "linger.ms=$LINGER_MS" -X "batch.size=$BATCH_BYTES" "${EXTRA[@]}" || true
+  c1=$(cpu_ticks); peak=$(peak_mb)
+  local f=$RUN/lat-clock-p$P$TAG.out n
+  n=$(grep '^latency:' "$f" | tail -1 | tr ' ' '\n' | sed -n 's|^records=||p')
+  if [ "$n" != "$LAT_RECORDS" ]; then
+    say "$label FAILED"; tail -5 "$f" >&2; FAILED=1
+  else
+    row "$label" "$n" "$(grep '^latency:' "$f" | tr ' ' '\n' | sed -n 's|^records/s=||p')" - \
+      "$(grep '^latency:' "$f" | tr ' ' '\n' | sed -n 's|^p50_ms=||p')" \
+      "$(grep '^latency:' "$f" | tr ' ' '\n' | sed -n 's|^p99_ms=||p')" \
+      "$(per_record_us $((c1 - c0)) "$n")" "$peak" "$(client_cpu "$f")" - - -
+  fi
+  drop_topic "$topic"
+}
+
 REV="$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo '?')$(cd "$ROOT" && git diff --quiet HEAD -- src Cargo.toml 2>/dev/null || echo '+local changes')"
 # bin_id FILE: the first 12 hex digits of a binary's sha256 (which build ran)
 bin_id() { sha256sum "$1" | cut -c1-12; }
 if [ -n "$WEIR_BIN" ]; then WHAT="$WEIR_BIN (sha256 $(bin_id "$RUN/weir"))"; else WHAT="$REV"; fi
-say "machine: $(nproc) cpus, $(uname -r); weir $WHAT${WEIR_BIN_BEFORE:+; baseline $WEIR_BIN_BEFORE (sha256 $(bin_id "$RUN/weir-base"))}"
+say "machine: $(nproc) cpus, $(uname -r), PIN=$PIN; weir $WHAT${WEIR_BIN_BEFORE:+; baseline $WEIR_BIN_BEFORE (sha256 $(bin_id "$RUN/weir-base"))}"
 UNITS=(rdkafka wire)
 if [ "$LAT_RECORDS" != 0 ]; then
   UNITS+=(latency-full)
-  [ "$PACED_RATE" = 0 ] || UNITS+=(latency-paced)
+  [ "$PACED_RATE" = 0 ] || UNITS+=(latency-paced latency-clock)
 fi
 LOADS=()
 FAILED=0
@@ -460,6 +504,7 @@ for P in $PARTITIONS; do
           wire) unit_wire ;;
           latency-full) unit_latency full ;;
           latency-paced) unit_latency paced ;;
+          latency-clock) unit_latency_clock ;;
         esac
       done
     done
@@ -497,7 +542,9 @@ produce/consume rows: rdkafka_performance; records/s and MB/s (payload, 10^6 B) 
 wire rows: benches/wire.rs, pre-encoded ~1 MB Produce requests (5 in flight) / Fetch requests
   (one at a time, 1 MiB per partition), from connect to the last answer: the broker-bound figures.
 p50/p99: per-message produce latency, produce() call to delivery report (rdkafka_performance -l);
-  "full" produces as fast as the client can (client-side queueing included), "@N/s" is paced.
+  "full" produces as fast as the client can (client-side queueing included), "@N/s" is paced
+  (rdkafka_performance -r sleeps int(10^6/N) µs a record: above 10^6/s that is 0, unpaced);
+  "clock-paced": benches/latency.rs, librdkafka paced every 100 µs without spinning a CPU.
 µs CPU/rec: broker user+sys over the phase / records.   peak MB: broker VmHWM during the phase.
 client s: the client's user+sys for the phase (it shares the machine's $(nproc) CPUs with the broker);
   client µs/rec: the same per record, next to the broker's µs CPU/rec.
