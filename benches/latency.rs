@@ -148,7 +148,12 @@ fn run(a: Args) -> Result<()> {
     }
     producer.send::<[u8], [u8]>(warm_up).map_err(|(e, _)| e)?;
     producer.flush(Duration::from_secs(10))?;
-    producer.context().micros.lock().expect("latency lock").clear();
+    producer
+        .context()
+        .micros
+        .lock()
+        .expect("latency lock")
+        .clear();
     let deadline = Instant::now()
         + Duration::from_secs(60)
         + Duration::from_secs_f64(a.records as f64 / a.rate.max(1) as f64);
