@@ -434,8 +434,8 @@ fn batch_ranges(set: &bytes::Bytes) -> Vec<(i64, i64)> {
 /// A consumer that keeps asking but stops reading its answers is closed after
 /// `connections.max.idle.ms`: the broker's writer does not wait forever on a full socket,
 /// holding the queued answers and the segment files they are sent from. The client gets
-/// what the socket buffers held, then the end of the connection; a broker that kept the
-/// connection would have gone on sending until every answer was out and then nothing.
+/// what the socket buffers held, then the end of the connection; a writer that waited for
+/// the client sent all ~40 MB once it read again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_stops_reading_is_closed_after_connections_max_idle_ms() {
     let b = TestBroker::start_with(&["connections.max.idle.ms=1000"]);
@@ -475,16 +475,15 @@ async fn a_client_that_stops_reading_is_closed_after_connections_max_idle_ms() {
     c.set_read_timeout(Duration::from_secs(5));
     let mut got = 0usize;
     let mut chunk = vec![0u8; 1 << 16];
-    let ended = loop {
+    loop {
         use std::io::Read;
         match c.stream().read(&mut chunk) {
-            Ok(0) => break true,
+            Ok(0) => break,
             Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
             Err(e) => panic!("after {got} bytes the connection is still open ({e})"),
         }
-    };
-    assert!(ended);
+    }
     // Loopback buffers hold a few MiB; 40 answers are ~40 MiB.
     assert!(
         got < 20 << 20,
