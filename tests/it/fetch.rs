@@ -13,14 +13,10 @@ use rdkafka::Offset;
 use crate::harness::{decode, RawConn, TestBroker};
 use crate::rdkafka_client::{create_topic, producer, read_partition};
 
-fn fetch(
-    conn: &mut RawConn,
-    topic: &str,
-    offset: i64,
-    max_wait_ms: i32,
-    max_bytes: i32,
-) -> FetchResponse {
-    let req = FetchRequest::default()
+/// A consumer's Fetch of partition 0 of `topic` from `offset`, `max_bytes` for the
+/// response and the partition alike, `min_bytes` 1.
+fn fetch_request(topic: &str, offset: i64, max_wait_ms: i32, max_bytes: i32) -> FetchRequest {
+    FetchRequest::default()
         .with_replica_id(BrokerId(-1))
         .with_max_wait_ms(max_wait_ms)
         .with_min_bytes(1)
@@ -30,7 +26,17 @@ fn fetch(
             .with_partitions(vec![FetchPartition::default()
                 .with_partition(0)
                 .with_fetch_offset(offset)
-                .with_partition_max_bytes(max_bytes)])]);
+                .with_partition_max_bytes(max_bytes)])])
+}
+
+fn fetch(
+    conn: &mut RawConn,
+    topic: &str,
+    offset: i64,
+    max_wait_ms: i32,
+    max_bytes: i32,
+) -> FetchResponse {
+    let req = fetch_request(topic, offset, max_wait_ms, max_bytes);
     decode(conn.request(&req, 11, 9).expect("a fetch response"), 11)
 }
 
@@ -455,17 +461,7 @@ async fn a_client_that_stops_reading_is_closed_after_connections_max_idle_ms() {
     }
     drop(p);
     // 40 answers of 1 MiB each from ~4 MB of records: far more than loopback buffers hold.
-    let request = FetchRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_max_wait_ms(0)
-        .with_min_bytes(1)
-        .with_max_bytes(1 << 20)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(TopicName(StrBytes::from_static_str("unread")))
-            .with_partitions(vec![FetchPartition::default()
-                .with_partition(0)
-                .with_fetch_offset(0)
-                .with_partition_max_bytes(1 << 20)])]);
+    let request = fetch_request("unread", 0, 0, 1 << 20);
     let mut c = RawConn::connect(&b.bootstrap);
     for i in 0..40 {
         c.send_request(&request, 11, i);
