@@ -13,11 +13,14 @@ Usage:
               polls IDLE_S seconds with nothing new (the steady state of a caught-up
               consumer, where a sessionless fetch still lists every partition both ways)
     ADMIN_URL the broker's admin listener (Fetch requests counted from its /metrics)
-    PID       the broker's process id (its CPU time from /proc/PID/stat)
+    PID       the broker's process id (its CPU time from /proc/PID/task/*/schedstat)
 
 Output of consume: one line
     read_s=<s> read_broker_cpu_s=<s> read_client_cpu_s=<s> records=<n> idle_fetches_per_s=<n> idle_broker_cpu_ms_per_fetch=<ms>
+    idle_broker_net_cpu_ms_per_fetch=<ms> broker_background_cpu_ms_per_s=<ms>
     idle_client_cpu_ms_per_fetch=<ms> sessions=<weir_fetch_sessions at the end>
+    (background: the broker's CPU over BACKGROUND_S seconds with no client, before the
+    consumer starts; net: the idle phase's broker CPU less that background rate, per fetch)
 Used by
 benches/fetch_sessions.sh, which runs it against a broker with sessions and one without
 (max.incremental.fetch.session.cache.slots=0).
@@ -27,6 +30,7 @@ import sys
 import time
 
 IDLE_S = 10
+BACKGROUND_S = 10
 TIMEOUT_S = 600
 
 
@@ -60,14 +64,25 @@ def fetch_requests(admin_url):
 
 
 def cpu_s(pid):
+    """The process's CPU time so far: the sum over its threads of /proc schedstat's
+    run time (ns resolution; /proc/PID/stat counts 10 ms ticks, too coarse for a few ms
+    per fetch). Threads that ended are not counted (the broker's are long-lived)."""
     import os
-    fields = open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    total_ns = 0
+    for tid in os.listdir("/proc/%s/task" % pid):
+        try:
+            total_ns += int(open("/proc/%s/task/%s/schedstat" % (pid, tid)).read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return total_ns / 1e9
 
 
 def consume(bootstrap, topic, partitions, records, admin_url, pid):
     from kafka import KafkaConsumer, TopicPartition
 
+    background_before = cpu_s(pid)
+    time.sleep(BACKGROUND_S)
+    background_per_s = (cpu_s(pid) - background_before) / BACKGROUND_S
     consumer = KafkaConsumer(
         bootstrap_servers=bootstrap,
         group_id=None,
@@ -106,9 +121,12 @@ def consume(bootstrap, topic, partitions, records, admin_url, pid):
     sessions = metric(admin_url, "weir_fetch_sessions")
     consumer.close()
     per = max(idle_fetches, 1) / 1000.0
+    net_cpu = max(broker_cpu - background_per_s * idle_s, 0.0)
     print("read_s=%.2f read_broker_cpu_s=%.2f read_client_cpu_s=%.2f records=%d idle_fetches_per_s=%.1f idle_broker_cpu_ms_per_fetch=%.2f "
+          "idle_broker_net_cpu_ms_per_fetch=%.2f broker_background_cpu_ms_per_s=%.2f "
           "idle_client_cpu_ms_per_fetch=%.2f sessions=%d"
-          % (read_s, read_broker, read_client, done, idle_fetches / idle_s, broker_cpu / per, client_cpu / per, sessions))
+          % (read_s, read_broker, read_client, done, idle_fetches / idle_s, broker_cpu / per,
+             net_cpu / per, background_per_s * 1000, client_cpu / per, sessions))
 
 
 def main():

@@ -6,7 +6,7 @@
 # reads everything from each (benches/fetch_sessions.py), then polls while idle. REPEAT
 # rounds, alternating which broker goes first. Prints each run's line: time to read
 # everything, then for 10 s of idle polling the Fetch requests per second (broker's
-# /metrics) and CPU per fetch of the broker (/proc/PID/stat) and of the client.
+# /metrics) and CPU per fetch of the broker (/proc/PID/task/*/schedstat) and of the client.
 #
 # Usage: benches/fetch_sessions.sh
 #   WEIR_BIN    the weir binary (default: $CARGO_TARGET_DIR/release/weir, else debug)

@@ -469,8 +469,12 @@ impl FetchSessionCache {
         let mut keep = Vec::with_capacity(topics.len());
         for (topic, sent) in topics.iter().zip(sent) {
             let mut row = Vec::with_capacity(topic.partitions.len());
+            // One key per topic, its partition set in turn: a topic name is cloned once,
+            // not per partition (a caught-up session of 1,000 partitions completes every
+            // fetch).
+            let mut key = (topic.topic.clone(), 0);
             for (p, sent) in topic.partitions.iter().zip(sent) {
-                let key = (topic.topic.clone(), p.partition);
+                key.1 = p.partition;
                 let must = session
                     .partitions
                     .get_mut(&key)

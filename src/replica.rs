@@ -1837,6 +1837,45 @@ pub struct HostedPartitionSize {
 /// Key of the partition map.
 type PartitionKey = (String, i32);
 
+/// A partition map key seen as `(topic, index)`: lets a lookup borrow its topic
+/// (`(&str, i32)`) instead of allocating a `String` for every partition a Fetch names.
+/// Hashes and compares as the tuple does, so both key forms find the same entry.
+trait PartitionKeyRef {
+    fn key(&self) -> (&str, i32);
+}
+
+impl PartitionKeyRef for PartitionKey {
+    fn key(&self) -> (&str, i32) {
+        (&self.0, self.1)
+    }
+}
+
+impl PartitionKeyRef for (&str, i32) {
+    fn key(&self) -> (&str, i32) {
+        (self.0, self.1)
+    }
+}
+
+impl<'a> std::borrow::Borrow<dyn PartitionKeyRef + 'a> for PartitionKey {
+    fn borrow(&self) -> &(dyn PartitionKeyRef + 'a) {
+        self
+    }
+}
+
+impl std::hash::Hash for dyn PartitionKeyRef + '_ {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.key().hash(state)
+    }
+}
+
+impl PartialEq for dyn PartitionKeyRef + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for dyn PartitionKeyRef + '_ {}
+
 /// The partitions of this broker.
 #[derive(Debug)]
 pub struct ReplicaManager {
@@ -2481,7 +2520,9 @@ impl ReplicaManager {
 
     /// The partition, if hosted here.
     pub fn partition(&self, topic: &str, index: i32) -> Option<Arc<Partition>> {
-        self.read().get(&(topic.to_string(), index)).cloned()
+        self.read()
+            .get(&(topic, index) as &dyn PartitionKeyRef)
+            .cloned()
     }
 
     /// The high watermark watches of every hosted partition of `topic` (see

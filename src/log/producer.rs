@@ -43,7 +43,7 @@
 //! stored the largest batch timestamp in the time field; they are still read, and their
 //! entries take the load time as their last append, for the reason above.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::Path;
 
 use super::batch::BatchHeader;
@@ -158,6 +158,11 @@ pub(crate) struct ProducerStateManager {
     /// Transactions a marker completed, as `(first_offset, marker_offset)`, kept until
     /// the high watermark passes the marker ([`ProducerStateManager::prune_replicated`]).
     unreplicated: Vec<(i64, i64)>,
+    /// Every ongoing transaction as `(first_offset, producer_id)`: the entries'
+    /// `current_txn_first_offset`s in order, so the first unstable offset a Fetch reads
+    /// for every partition it names costs O(1), not a walk over every producer (Kafka's
+    /// `ongoingTxns`). Changed only with those fields.
+    ongoing: BTreeSet<(i64, i64)>,
 }
 
 impl ProducerStateManager {
@@ -245,6 +250,8 @@ impl ProducerStateManager {
         }
         if header.is_transactional() && entry.current_txn_first_offset.is_none() {
             entry.current_txn_first_offset = Some(header.base_offset);
+            self.ongoing
+                .insert((header.base_offset, header.producer_id));
         }
         if entry.batches.len() == MAX_BATCHES_PER_PRODUCER {
             entry.batches.pop_front();
@@ -325,6 +332,7 @@ impl ProducerStateManager {
         let first_offset = entry.current_txn_first_offset.take();
         let marker_offset = header.base_offset;
         if let Some(first) = first_offset {
+            self.ongoing.remove(&(first, header.producer_id));
             self.unreplicated.push((first, marker_offset));
         }
         CompletedTxn {
@@ -346,24 +354,21 @@ impl ProducerStateManager {
     /// watermark is `high_watermark`: ongoing ones, and completed ones whose marker is at
     /// or above it. `None` when every transaction is stable.
     pub(super) fn first_unstable_offset(&self, high_watermark: i64) -> Option<i64> {
-        let ongoing = self
-            .producers
-            .values()
-            .filter_map(|e| e.current_txn_first_offset);
+        let ongoing = self.ongoing.first().map(|(first, _)| *first);
         let unreplicated = self
             .unreplicated
             .iter()
             .filter(|(_, marker)| *marker >= high_watermark)
             .map(|(first, _)| *first);
-        ongoing.chain(unreplicated).min()
+        ongoing.into_iter().chain(unreplicated).min()
     }
 
     /// The first offset of the earliest ongoing transaction (markers not counted), and of
     /// every ongoing transaction by producer: what the log cleaner must not clean past.
     pub(super) fn ongoing_txns(&self) -> HashMap<i64, i64> {
-        self.producers
+        self.ongoing
             .iter()
-            .filter_map(|(id, e)| e.current_txn_first_offset.map(|f| (*id, f)))
+            .map(|(first, id)| (*id, *first))
             .collect()
     }
 
@@ -520,7 +525,10 @@ fn decode_snapshot(raw: &[u8], now_ms: i64) -> Option<ProducerStateManager> {
         } else {
             (None, -1)
         };
-        state.producers.insert(
+        if let Some(first) = current_txn_first_offset {
+            state.ongoing.insert((first, id));
+        }
+        let replaced = state.producers.insert(
             id,
             ProducerEntry {
                 epoch,
@@ -530,6 +538,13 @@ fn decode_snapshot(raw: &[u8], now_ms: i64) -> Option<ProducerStateManager> {
                 coordinator_epoch,
             },
         );
+        // A snapshot naming an id twice (ours never do) keeps the last entry, and only
+        // its transaction.
+        if let Some(first) = replaced.and_then(|e| e.current_txn_first_offset) {
+            if current_txn_first_offset != Some(first) {
+                state.ongoing.remove(&(first, id));
+            }
+        }
     }
     cursor.is_empty().then_some(state)
 }
@@ -752,6 +767,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(loaded.txn_first_offset(3), Some(5));
+        assert_eq!(loaded.first_unstable_offset(100), Some(5));
         assert_eq!(loaded.summaries()[0].coordinator_epoch, 9);
         assert!(loaded.check_marker(3, 1, 8).is_err());
         rewrite_as_pre_txn(&path, SNAPSHOT_MAGIC_V2);
@@ -764,5 +780,45 @@ mod tests {
             old.check(3, 1, 2, 0),
             Ok(SequenceCheck::Duplicate(_))
         ));
+    }
+
+    proptest::proptest! {
+        /// The ordered set of ongoing transactions always agrees with the producers'
+        /// own `current_txn_first_offset`s: the first unstable offset is their minimum
+        /// (with no unreplicated marker above the high watermark), through opens,
+        /// markers, expiry and a snapshot round trip.
+        #[test]
+        fn ongoing_set_matches_the_producers(
+            steps in proptest::collection::vec((0i64..6, proptest::bool::ANY), 1..60)
+        ) {
+            let mut state = ProducerStateManager::default();
+            let mut offset = 0i64;
+            for (pid, open) in steps {
+                if open {
+                    state.update(&txn_header(pid, 0, 0, offset, 1), offset);
+                } else {
+                    state.complete_txn(&marker_header(pid, 0, offset), true, 0, offset);
+                }
+                offset += 1;
+                state.expire(offset, 3);
+                let expected = state
+                    .producers
+                    .values()
+                    .filter_map(|e| e.current_txn_first_offset)
+                    .min();
+                proptest::prop_assert_eq!(state.first_unstable_offset(i64::MAX), expected);
+                let by_producer: HashMap<i64, i64> = state
+                    .producers
+                    .iter()
+                    .filter_map(|(id, e)| e.current_txn_first_offset.map(|f| (*id, f)))
+                    .collect();
+                proptest::prop_assert_eq!(state.ongoing_txns(), by_producer);
+            }
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("00000000000000000000.snapshot");
+            state.write_snapshot(&path).unwrap();
+            let loaded = ProducerStateManager::read_snapshot(&path, 0).unwrap().unwrap();
+            proptest::prop_assert_eq!(&loaded.ongoing, &state.ongoing);
+        }
     }
 }

@@ -34,8 +34,9 @@
 //!
 //! If fewer than `min_bytes` are
 //! ready, the request parks in the purgatory on the high watermarks of the partitions it
-//! reads until one advances or `max_wait_ms` passes, then reads again. An empty partition gets a
-//! zero-length record set, never null (older librdkafka fails on null).
+//! reads until one advances or `max_wait_ms` passes, then reads again (at the deadline
+//! only if a watermark moved meanwhile; else the first read is the answer). An empty
+//! partition gets a zero-length record set, never null (older librdkafka fails on null).
 //!
 //! A fetch with a `replica_id` (v4–v14; `replica_state.replica_id` from v15) of 0 or more
 //! is a follower's (Kafka's replica fetch, no other RPC): it reads up to the log end
@@ -784,15 +785,20 @@ pub(super) async fn handle(
         // A parked read keeps its regions (and their share of the held-file budget)
         // until it reads again: the purgatory answers a full park at once with them.
         let left_ms = (deadline - now).as_millis() as u64;
-        if ctx
+        let wake = ctx
             .replicas
             .purgatory()
             .park(&mut watches, left_ms.max(1))
-            .await
-            == Wake::Deadline
-            && Instant::now() < deadline
+            .await;
+        // With the purgatory full (woken before the deadline), answer now with what there
+        // is. Past the deadline, the answer is this read's unless a partition's watermark
+        // moved since (or it went away): reading every partition again would find the
+        // same records and offsets, which a caught-up consumer of many partitions would
+        // otherwise pay for twice per fetch (issue 17).
+        if wake == Wake::Deadline
+            && (Instant::now() < deadline
+                || !watches.iter().any(|w| w.has_changed().unwrap_or(true)))
         {
-            // The purgatory was full: answer now with what there is.
             return (answer(ctx, &context, &plan, version, topics), regions);
         }
     }
