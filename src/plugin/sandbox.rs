@@ -98,11 +98,13 @@ impl CallDeadline {
         });
     }
 
-    /// Starts a call: `timeout_ms` from now, checked from the next epoch tick.
+    /// Starts a call: `timeout_ms` from now, checked from the next epoch tick (the
+    /// tickers run at least until just past it: [`run_ticker`]).
     pub(crate) fn arm<T>(&self, store: &mut wasmtime::Store<T>, timeout_ms: u64) {
         let at = now_nanos().saturating_add(timeout_ms.saturating_mul(1_000_000));
         self.0.store(at, std::sync::atomic::Ordering::Relaxed);
         store.set_epoch_deadline(1);
+        need_ticks_until(at);
     }
 
     /// Moves the deadline `by` later: a host call that waited (for a SQLite lock, say)
@@ -110,12 +112,71 @@ impl CallDeadline {
     /// time and the host call's wait is bounded by its own timeout.
     pub(crate) fn extend(&self, by: std::time::Duration) {
         let nanos = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
-        let _ = self.0.fetch_update(
+        if let Ok(at) = self.0.fetch_update(
             std::sync::atomic::Ordering::Relaxed,
             std::sync::atomic::Ordering::Relaxed,
             |at| Some(at.saturating_add(nanos)),
-        );
+        ) {
+            need_ticks_until(at.saturating_add(nanos));
+        }
     }
+}
+
+/// The latest call deadline armed in this process (`now_nanos` scale): epoch ticks are
+/// needed until just past it, and not after, so a broker with no plugin call in flight
+/// does not wake a thread every tick (it was half of an idle broker's CPU). Shared by
+/// every host's ticker (tests make several; a tick more for another engine is harmless).
+static TICKS_NEEDED_UNTIL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// Tickers parked (or about to park) because no deadline is ahead.
+static TICKERS_IDLE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// Every running ticker thread, to unpark.
+static TICKERS: Mutex<Vec<std::thread::Thread>> = Mutex::new(Vec::new());
+
+/// Records that a call may run until `at` and wakes parked tickers. Pairs with the
+/// check in [`run_ticker`] (both `SeqCst`): either the ticker sees the new deadline
+/// before it parks, or this sees it idle and unparks it.
+fn need_ticks_until(at: u64) {
+    use std::sync::atomic::Ordering::SeqCst;
+    TICKS_NEEDED_UNTIL.fetch_max(at, SeqCst);
+    if TICKERS_IDLE.load(SeqCst) > 0 {
+        for thread in TICKERS.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            thread.unpark();
+        }
+    }
+}
+
+/// The body of a host's ticker thread: advances `engine`'s epoch every `tick` while a
+/// call deadline is ahead, and once more after the latest one has passed (that tick is
+/// what traps a call still running past its deadline, however late the thread ran);
+/// then parks until a call is armed. Returns when `stop` is set (the host unparks it).
+pub(crate) fn run_ticker(
+    engine: &wasmtime::Engine,
+    stop: &std::sync::atomic::AtomicBool,
+    tick: std::time::Duration,
+) {
+    use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+    TICKERS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(std::thread::current());
+    while !stop.load(Relaxed) {
+        std::thread::sleep(tick);
+        engine.increment_epoch();
+        if now_nanos() <= TICKS_NEEDED_UNTIL.load(SeqCst) {
+            continue;
+        }
+        TICKERS_IDLE.fetch_add(1, SeqCst);
+        while !stop.load(Relaxed) && now_nanos() > TICKS_NEEDED_UNTIL.load(SeqCst) {
+            // A bounded park: a lost wake-up would cost a second, never a hang.
+            std::thread::park_timeout(std::time::Duration::from_secs(1));
+        }
+        TICKERS_IDLE.fetch_sub(1, SeqCst);
+    }
+    let me = std::thread::current().id();
+    TICKERS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .retain(|t| t.id() != me);
 }
 
 impl StoreState {

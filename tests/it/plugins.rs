@@ -264,6 +264,32 @@ async fn an_infinite_loop_times_out_and_the_next_call_works() {
     );
 }
 
+/// The epoch ticker parks when no call deadline is ahead; a call armed after such an
+/// idle spell wakes it, so a spinning guest is still stopped at its deadline, and a
+/// guest that returns is not disturbed.
+#[tokio::test]
+async fn an_infinite_loop_after_an_idle_spell_still_times_out() {
+    let mut t = host_with_timeout(100)
+        .load_transform(&guest("hostile"), &[])
+        .await
+        .expect("load hostile");
+    // Longer than the load's deadline: with no other call in flight the ticker parks.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = Instant::now();
+    match t.apply(&context(), &[record(b"spin")]).await {
+        Err(e @ PluginError::Timeout { .. }) => assert!(e.to_string().contains("100 ms"), "{e}"),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(2), "stopped after {took:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let out = t
+        .apply(&context(), &[record(b"after")])
+        .await
+        .expect("a call after another idle spell");
+    assert_eq!(values(&out), vec![&b"after"[..]]);
+}
+
 #[tokio::test]
 async fn an_allocation_bomb_hits_the_memory_limit_and_the_next_call_works() {
     // The deadline is far from the memory limit's reach: on a loaded 2-core machine
