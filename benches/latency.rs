@@ -19,8 +19,14 @@
 //!     otherwise; PARTITION -1 leaves partitioning to librdkafka.
 //! ```
 //! Prints `latency: records=.. secs=.. records/s=.. p50_ms=.. p99_ms=.. max_ms=.. errors=..`
-//! (p50/p99 nearest rank over every delivered record), and exits non-zero when a record
-//! failed or the run took longer than RECORDS / RATE + 60 s.
+//! (p50/p99 nearest rank over every delivered record), then where the time went by
+//! librdkafka's own statistics (`statistics.interval.ms` 200; per broker connection,
+//! rolling windows in µs; each figure is the largest over the windows of the timed
+//! part): `int_latency_p99_ms` (produce() to the record being put in a request: the
+//! client's queue), `outbuf_p99_ms` (request queued to written to the socket), `rtt_p99_ms`
+//! and `rtt_max_ms` (written to its response handled: the broker, the network and the
+//! client's broker thread getting a CPU). Exits non-zero when a record failed or the run
+//! took longer than RECORDS / RATE + 60 s.
 
 use std::process::ExitCode;
 use std::sync::Mutex;
@@ -29,6 +35,7 @@ use std::time::{Duration, Instant};
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::statistics::{Statistics, Window};
 use rdkafka::ClientContext;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -39,9 +46,43 @@ struct Latencies {
     start: Instant,
     micros: Mutex<Vec<u32>>,
     errors: Mutex<u64>,
+    windows: Mutex<Windows>,
 }
 
-impl ClientContext for Latencies {}
+/// The largest of librdkafka's per-connection window figures (µs) over the statistics
+/// emitted while `counting`.
+#[derive(Default, Debug, Clone, Copy)]
+struct Windows {
+    counting: bool,
+    /// Statistics callbacks since `counting` was set; the first is skipped (its window
+    /// began before the clock: connection set-up and warm-up).
+    seen: u32,
+    int_latency_p99: i64,
+    outbuf_p99: i64,
+    rtt_p99: i64,
+    rtt_max: i64,
+}
+
+impl ClientContext for Latencies {
+    fn stats(&self, statistics: Statistics) {
+        let mut w = self.windows.lock().expect("windows lock");
+        if !w.counting {
+            return;
+        }
+        w.seen += 1;
+        if w.seen == 1 {
+            return;
+        }
+        let p99 = |x: &Option<Window>| x.as_ref().map_or(0, |x| x.p99);
+        // Real brokers only (the bootstrap entry has node id -1).
+        for b in statistics.brokers.values().filter(|b| b.nodeid >= 0) {
+            w.int_latency_p99 = w.int_latency_p99.max(p99(&b.int_latency));
+            w.outbuf_p99 = w.outbuf_p99.max(p99(&b.outbuf_latency));
+            w.rtt_p99 = w.rtt_p99.max(p99(&b.rtt));
+            w.rtt_max = w.rtt_max.max(b.rtt.as_ref().map_or(0, |x| x.max));
+        }
+    }
+}
 
 impl ProducerContext for Latencies {
     /// Nanoseconds since `start` at the record's `produce()` call.
@@ -125,7 +166,8 @@ fn run(a: Args) -> Result<()> {
         .set("bootstrap.servers", &a.bootstrap)
         .set("acks", "1")
         .set("linger.ms", "0")
-        .set("compression.codec", "none");
+        .set("compression.codec", "none")
+        .set("statistics.interval.ms", "200");
     for (k, v) in &a.extra {
         config.set(k, v);
     }
@@ -133,6 +175,7 @@ fn run(a: Args) -> Result<()> {
         start: Instant::now(),
         micros: Mutex::new(Vec::with_capacity(a.records as usize)),
         errors: Mutex::new(0),
+        windows: Mutex::new(Windows::default()),
     };
     let producer: ThreadedProducer<Latencies> = config.create_with_context(context)?;
     let payload = vec![b'x'; a.record_bytes];
@@ -154,6 +197,12 @@ fn run(a: Args) -> Result<()> {
         .lock()
         .expect("latency lock")
         .clear();
+    producer
+        .context()
+        .windows
+        .lock()
+        .expect("windows lock")
+        .counting = true;
     let deadline = Instant::now()
         + Duration::from_secs(60)
         + Duration::from_secs_f64(a.records as f64 / a.rate.max(1) as f64);
@@ -212,19 +261,28 @@ fn run(a: Args) -> Result<()> {
         std::thread::sleep(Duration::from_millis(10));
     }
     let secs = began.elapsed().as_secs_f64();
+    // The last window, with the run's end in it.
+    std::thread::sleep(Duration::from_millis(250));
+    let windows = *producer.context().windows.lock().expect("windows lock");
     let errors = *producer.context().errors.lock().expect("error lock");
     let mut v = std::mem::take(&mut *producer.context().micros.lock().expect("latency lock"));
     v.sort_unstable();
     if v.is_empty() {
         return Err("no record delivered".into());
     }
+    let ms = |us: i64| us as f64 / 1000.0;
     println!(
-        "latency: records={} secs={secs:.3} records/s={:.0} p50_ms={:.2} p99_ms={:.2} max_ms={:.2} errors={errors}",
+        "latency: records={} secs={secs:.3} records/s={:.0} p50_ms={:.2} p99_ms={:.2} max_ms={:.2} errors={errors} \
+         int_latency_p99_ms={:.2} outbuf_p99_ms={:.2} rtt_p99_ms={:.2} rtt_max_ms={:.2}",
         v.len(),
         v.len() as f64 / secs,
         rank_ms(&v, 50.0),
         rank_ms(&v, 99.0),
         rank_ms(&v, 100.0),
+        ms(windows.int_latency_p99),
+        ms(windows.outbuf_p99),
+        ms(windows.rtt_p99),
+        ms(windows.rtt_max),
     );
     if errors > 0 {
         return Err(format!("{errors} records failed").into());

@@ -32,11 +32,11 @@
 //! watermark like the others: the last stable offset only moves forward when the high
 //! watermark does (a marker counts once replicated; see `replica.rs`).
 //!
-//! If fewer than `min_bytes` are
-//! ready, the request parks in the purgatory on the high watermarks of the partitions it
-//! reads until one advances or `max_wait_ms` passes, then reads again (at the deadline
-//! only if a watermark moved meanwhile; else the first read is the answer). An empty
-//! partition gets a zero-length record set, never null (older librdkafka fails on null).
+//! If fewer than `min_bytes` are ready, the request parks in the purgatory on the high
+//! watermarks of the partitions it reads until one advances or `max_wait_ms` passes, then
+//! reads again (a consumer's, at the deadline, only if a watermark moved meanwhile; else
+//! its first read is the answer). An empty partition gets a zero-length record set, never
+//! null (older librdkafka fails on null).
 //!
 //! A fetch with a `replica_id` (v4–v14; `replica_state.replica_id` from v15) of 0 or more
 //! is a follower's (Kafka's replica fetch, no other RPC): it reads up to the log end
@@ -791,13 +791,15 @@ pub(super) async fn handle(
             .park(&mut watches, left_ms.max(1))
             .await;
         // With the purgatory full (woken before the deadline), answer now with what there
-        // is. Past the deadline, the answer is this read's unless a partition's watermark
-        // moved since (or it went away): reading every partition again would find the
-        // same records and offsets, which a caught-up consumer of many partitions would
-        // otherwise pay for twice per fetch (issue 17).
+        // is. Past the deadline, a consumer's answer is this read's unless a partition's
+        // watermark moved since (or it went away): reading every partition again would
+        // find the same records and offsets, which a caught-up consumer of many
+        // partitions would otherwise pay for twice per fetch (issue 17). A follower's
+        // fetch reads again, as Kafka's does: the read records when it was caught up.
         if wake == Wake::Deadline
             && (Instant::now() < deadline
-                || !watches.iter().any(|w| w.has_changed().unwrap_or(true)))
+                || (replica_id(&request, version) < 0
+                    && !watches.iter().any(|w| w.has_changed().unwrap_or(true))))
         {
             return (answer(ctx, &context, &plan, version, topics), regions);
         }
