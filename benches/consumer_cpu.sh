@@ -27,39 +27,23 @@ RECORDS=${RECORDS:-3000000}
 PARTITIONS=${PARTITIONS:-1}
 ROUNDS=${ROUNDS:-6}
 PIN=${PIN:-0}
-work=$(mktemp -d "${TMPDIR:-/var/tmp}/weir-consumer-cpu.XXXXXX")
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-broker_pin=() client_pin=()
+TMPDIR=${TMPDIR:-/var/tmp}
+# shellcheck source=benches/lib.sh
+. "$(dirname "$0")/lib.sh"
+client_pin=()
 if [ "$PIN" = 1 ]; then broker_pin=(taskset -c 0) client_pin=(taskset -c 1); fi
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-declare -A port
-start() { # name binary [override...]
-  local name=$1 bin=$2; shift 2
-  port[$name]=$(free_port)
-  "${broker_pin[@]}" "$bin" serve --override "listeners=PLAINTEXT://127.0.0.1:${port[$name]}" \
-    --override "log.dirs=$work/$name" --override admin.listeners=http://127.0.0.1:0 "$@" \
-    >"$work/$name.log" 2>&1 &
-  pids+=($!)
-}
-start base "$WEIR_BIN_BEFORE"
-start send "$WEIR_BIN"
-start copy "$WEIR_BIN" --override fetch.sendfile.enable=false
+start_broker base "$WEIR_BIN_BEFORE"
+start_broker send "$WEIR_BIN"
+start_broker copy "$WEIR_BIN" --override fetch.sendfile.enable=false
 parts=()
 for ((i = 0; i < PARTITIONS; i++)); do parts+=(-p "$i"); done
 for name in base send copy; do
   for _ in $(seq 50); do
-    "$WEIR_BIN" topic create -b "127.0.0.1:${port[$name]}" -p "$PARTITIONS" t >/dev/null 2>&1 && break
+    "$WEIR_BIN" topic create -b "${broker_addr[$name]}" -p "$PARTITIONS" t >/dev/null 2>&1 && break
     sleep 0.2
   done
   "$PERF" -P -t t -c "$RECORDS" -s 100 -a 1 -X linger.ms=5 -X batch.size=1000000 -q \
-    -b "127.0.0.1:${port[$name]}" >"$work/produce-$name.out" 2>&1
+    -b "${broker_addr[$name]}" >"$work/produce-$name.out" 2>&1
 done
 echo "consumer_cpu: $RECORDS records x 100 B, $PARTITIONS partition(s), $ROUNDS rounds, PIN=$PIN, consumer args: ${CONSUMER_ARGS:-none}; $(nproc) CPUs"
 echo "| round | broker | records/s | client CPU s |"
@@ -68,14 +52,13 @@ for ((round = 1; round <= ROUNDS; round++)); do
   for name in base send copy; do
     # shellcheck disable=SC2086 # CONSUMER_ARGS is split into arguments on purpose
     /usr/bin/time -f "%U %S" -o "$work/time" "${client_pin[@]}" "$PERF" -C -t t "${parts[@]}" \
-      -o beginning -c "$RECORDS" -q -b "127.0.0.1:${port[$name]}" ${CONSUMER_ARGS:-} >"$work/consume.out" 2>&1
+      -o beginning -c "$RECORDS" -q -b "${broker_addr[$name]}" ${CONSUMER_ARGS:-} >"$work/consume.out" 2>&1
     rate=$(grep 'consumed in' "$work/consume.out" | tail -1 | sed -n 's/.*ms: \([0-9]*\) msgs\/s.*/\1/p')
     cpu=$(awk '{printf "%.2f", $1 + $2}' "$work/time")
     echo "| $round | $name | ${rate:-FAILED} | $cpu |"
     echo "$name $rate $cpu" >>"$work/rows"
   done
 done
-median() { sort -n | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 echo
 echo "| broker | median records/s | median client CPU s |"
 echo "|---|---:|---:|"

@@ -22,41 +22,20 @@ bin_a=$1 bin_b=$2
 runs=${RUNS:-10} rate=${RATE:-1100000} records=${RECORDS:-2000000}
 latency=${LATENCY:-${CARGO_TARGET_DIR:-target}/release/weir-bench-latency}
 [ -x "$latency" ] || { echo "no latency program at $latency (run benches/run.sh once, or set LATENCY)" >&2; exit 2; }
-broker_pin=() client_pin=()
+# shellcheck source=benches/lib.sh
+. benches/lib.sh
+client_pin=()
 if [ "${PIN:-0}" = 1 ]; then broker_pin=(taskset -c 0); client_pin=(taskset -c 1); fi
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-start() { # name bin -> addr_<name>
-    local name=$1 bin=$2 port
-    port=$(free_port)
-    "${broker_pin[@]}" "$bin" serve --override "listeners=PLAINTEXT://127.0.0.1:$port" \
-        --override "log.dirs=$work/$name" --override admin.listeners=http://127.0.0.1:0 \
-        >"$work/$name.log" 2>&1 &
-    pids+=($!)
-    for _ in $(seq 1 100); do
-        grep -q "listening addr" "$work/$name.log" && break
-        sleep 0.2
-    done
-    eval "addr_$name=127.0.0.1:$port"
-}
 cpu_some_us() { awk '/^some/{split($5,a,"="); print a[2]}' /proc/pressure/cpu 2>/dev/null || echo 0; }
 steal_ticks() { awk '/^cpu /{print $9}' /proc/stat; }
 
-start a "$bin_a"
-start b "$bin_b"
+start_broker a "$bin_a"
+start_broker b "$bin_b"
 echo "a: $bin_a; b: $bin_b; $runs runs each at $rate/s, $records records, PIN=${PIN:-0}"
 for run in $(seq 1 "$runs"); do
     for side in a b; do
-        addr_var="addr_$side" bin_var="bin_$side"
-        addr=${!addr_var}
+        bin_var="bin_$side"
+        addr=${broker_addr[$side]}
         "${!bin_var}" topic create "t$run" -p 1 -b "$addr" >/dev/null
         sync
         [ -w /proc/sys/vm/drop_caches ] && echo 3 >/proc/sys/vm/drop_caches
@@ -68,6 +47,6 @@ for run in $(seq 1 "$runs"); do
     done
 done
 for side in a b; do
-    grep "^$side " "$work/lines" | tr ' ' '\n' | sed -n 's/^p99_ms=//p' | sort -g |
-        awk -v side="$side" '{v[NR]=$1} END {printf "%s p99 ms sorted: ", side; for (i=1;i<=NR;i++) printf "%s ", v[i]; printf "; median %s\n", (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'
+    p99s=$(grep "^$side " "$work/lines" | tr ' ' '\n' | sed -n 's/^p99_ms=//p' | sort -g)
+    echo "$side p99 ms sorted: $(echo $p99s); median $(median <<<"$p99s")"
 done
