@@ -62,7 +62,16 @@ step "build"
 cargo build --bins --tests --locked
 
 step "unit and integration tests"
-cargo test --locked
+# On a failure the panics are printed once more at the end: a CI log shown cut in its
+# middle (a test's message can hold a node's whole log) still ends with what failed.
+test_log="$(mktemp /tmp/weir-test-log.XXXXXX)"
+if ! cargo test --locked 2>&1 | tee "$test_log"; then
+    echo "--- the failing tests' panics again (backtrace frames left out):" >&2
+    grep -A16 'panicked' "$test_log" | grep -Ev '^ +([0-9]+: |at )' | tail -n 80 >&2
+    rm -f "$test_log"
+    exit 1
+fi
+rm -f "$test_log"
 
 # A weir broker shaped like one of the suite's scenarios: 4 partitions for auto-created
 # topics, a short initial rebalance delay (tests/compat/README.md says why), on a free port,

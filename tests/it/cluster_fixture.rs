@@ -322,8 +322,14 @@ impl ThreeNodes {
     /// Fails the test if a running node's stderr shows a panic.
     pub(crate) fn assert_no_panic(&self) {
         for (id, n) in self.running() {
-            let text = n.stderr_text();
-            assert!(!text.contains("panicked"), "node {id}:\n{text}");
+            if let Some(excerpt) = n.panic_excerpt() {
+                let tail: Vec<&str> = n.stderr_text().lines().rev().take(40).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                panic!(
+                    "node {id} panicked:\n{excerpt}\nits last 40 log lines:\n{}",
+                    tail.join("\n")
+                );
+            }
         }
     }
 }

@@ -281,6 +281,22 @@ impl BinaryBroker {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// The lines of stderr from each `panicked` line to the 12 after it, or `None` when
+    /// nothing panicked: what a failing "no panic" assertion prints first, so a CI log
+    /// cut in its middle still shows the panic and not only the node's whole log.
+    pub fn panic_excerpt(&self) -> Option<String> {
+        let text = self.stderr_text();
+        let lines: Vec<&str> = text.lines().collect();
+        let mut excerpt = Vec::new();
+        for (i, line) in lines.iter().enumerate() {
+            if line.contains("panicked") {
+                excerpt.extend_from_slice(&lines[i..(i + 13).min(lines.len())]);
+                excerpt.push("...");
+            }
+        }
+        (!excerpt.is_empty()).then(|| excerpt.join("\n"))
+    }
+
     /// Waits at most `timeout` for the process to exit by itself (polled every 50 ms):
     /// its exit status, or `None` while it still runs (drop kills it).
     pub fn exit_within(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
