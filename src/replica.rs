@@ -1453,6 +1453,7 @@ impl Partition {
         }
         if log.increment_log_start_offset(target, offsets.high_watermark)? {
             tracing::info!(topic = %self.topic, partition = self.index, log_start_offset = target, "DeleteRecords moved the log start offset");
+            self.log_start_moved();
         }
         Ok(log.log_start_offset())
     }
@@ -1481,8 +1482,17 @@ impl Partition {
         let moved = log.increment_log_start_offset(target, hw)?;
         if moved {
             tracing::info!(topic = %self.topic, partition = self.index, log_start_offset = target, "follower moved its log start offset to the leader's");
+            self.log_start_moved();
         }
         Ok(moved)
+    }
+
+    /// Wakes what waits on the high watermark after the log start offset moved: a parked
+    /// consumer Fetch then reads again instead of answering with records read before
+    /// they were deleted (`protocol::fetch::handle` answers a quiet park with its first
+    /// read).
+    fn log_start_moved(&self) {
+        self.high_watermark.send_modify(|_| {});
     }
 
     /// The newest leader epoch in this replica's log, if any batch carries one.
@@ -1714,6 +1724,9 @@ impl Partition {
         let mut log = self.live_log_mut()?;
         let deleted = self.failing_dir_on_io(log.apply_retention(now_ms))?;
         self.update_high_watermark(&log);
+        if deleted > 0 {
+            self.log_start_moved();
+        }
         Ok(deleted)
     }
 

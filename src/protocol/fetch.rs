@@ -792,10 +792,12 @@ pub(super) async fn handle(
             .await;
         // With the purgatory full (woken before the deadline), answer now with what there
         // is. Past the deadline, a consumer's answer is this read's unless a partition's
-        // watermark moved since (or it went away): reading every partition again would
-        // find the same records and offsets, which a caught-up consumer of many
-        // partitions would otherwise pay for twice per fetch (issue 17). A follower's
-        // fetch reads again, as Kafka's does: the read records when it was caught up.
+        // watch fired since (its high watermark moved, its role changed, its log start
+        // moved: DeleteRecords or retention, or it went away): reading every partition
+        // again would find the same records and offsets, which a caught-up consumer of
+        // many partitions would otherwise pay for twice per fetch (issue 17). A
+        // follower's fetch reads again, as Kafka's does: the read records when it was
+        // caught up.
         if wake == Wake::Deadline
             && (Instant::now() < deadline
                 || (replica_id(&request, version) < 0

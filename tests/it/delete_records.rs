@@ -347,3 +347,68 @@ async fn weir_topic_delete_records_prints_low_watermarks_and_errors() {
     );
     assert!(err.contains("failed for 1 of 2 partitions"), "{err}");
 }
+
+/// A consumer's Fetch parked on too few bytes (`min_bytes` above what the partition
+/// holds) when DeleteRecords moves the log start past what it read: the answer must not
+/// carry the deleted records. The park answers a quiet deadline with its first read
+/// (issue 17), so the move of the log start wakes it and it reads again: the fetch offset
+/// is now below the log start, OFFSET_OUT_OF_RANGE (1) with the new log start, at once
+/// rather than at the 30 s deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_fetch_does_not_return_records_deleted_while_it_waited() {
+    const PARKED: &str = "del-rec-parked";
+    let b = TestBroker::start(&[]);
+    create_topic(&b.bootstrap, PARKED, 1, &[]).await;
+    let p = producer(&b.bootstrap, &[("linger.ms", "0")]);
+    for i in 0..3 {
+        p.send(
+            FutureRecord::to(PARKED)
+                .key("k")
+                .payload(&format!("old-{i}"))
+                .partition(0),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    }
+    let bootstrap = b.bootstrap.clone();
+    let parked = std::thread::spawn(move || {
+        let mut c = RawConn::connect(&bootstrap);
+        let req = FetchRequest::default()
+            .with_max_wait_ms(30_000)
+            .with_min_bytes(1 << 20)
+            .with_max_bytes(1 << 20)
+            .with_replica_id(BrokerId(-1))
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(TopicName(StrBytes::from_string(PARKED.to_string())))
+                .with_partitions(vec![FetchPartition::default()
+                    .with_partition(0)
+                    .with_fetch_offset(0)
+                    .with_partition_max_bytes(1 << 20)])]);
+        let started = Instant::now();
+        let resp: FetchResponse = decode(c.request(&req, 11, 1).unwrap(), 11);
+        (resp, started.elapsed())
+    });
+    // The fetch has read the three records and parked by now.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        delete_records(&b.bootstrap, PARKED, Offset::Offset(3)).await,
+        Ok(3)
+    );
+    let (resp, waited) = parked.join().unwrap();
+    let part = &resp.responses[0].partitions[0];
+    assert_eq!(
+        (part.error_code, part.log_start_offset),
+        (1, 3),
+        "the parked fetch read again after the delete"
+    );
+    assert!(
+        part.records.as_ref().is_none_or(|r| r.is_empty()),
+        "deleted records returned: {} bytes",
+        part.records.as_ref().map_or(0, |r| r.len())
+    );
+    assert!(
+        waited < Duration::from_secs(20),
+        "answered at the deadline ({waited:?}), not when the log start moved"
+    );
+}
