@@ -357,7 +357,7 @@ async fn weir_topic_delete_records_prints_low_watermarks_and_errors() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parked_fetch_does_not_return_records_deleted_while_it_waited() {
     const PARKED: &str = "del-rec-parked";
-    let b = TestBroker::start(&[]);
+    let b = TestBroker::start();
     create_topic(&b.bootstrap, PARKED, 1, &[]).await;
     let p = producer(&b.bootstrap, &[("linger.ms", "0")]);
     for i in 0..3 {
