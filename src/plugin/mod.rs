@@ -403,7 +403,11 @@ impl PluginHost {
 }
 
 /// Maps a failed wasmtime call to the plugin error it means, looking at what the store
-/// recorded (memory denied) and the trap code.
+/// recorded (memory denied) and the trap code. A call stopped by a sandbox limit (its
+/// deadline, its memory cap) is logged as a warning here, at most one line per plugin
+/// per 10 s (with the count of lines left out since): whichever caller gets the error
+/// (a produce refused, a record sent to a dead-letter topic, a connector task failing),
+/// the operator sees in the broker's log which plugin hit which limit.
 pub(crate) fn call_error(
     plugin: &str,
     limits: &PluginLimits,
@@ -411,17 +415,21 @@ pub(crate) fn call_error(
     err: &wasmtime::Error,
 ) -> PluginError {
     if let Some(requested_bytes) = state.memory_denied() {
-        return PluginError::MemoryLimit {
+        let error = PluginError::MemoryLimit {
             plugin: plugin.to_string(),
             limit_bytes: limits.memory_bytes,
             requested_bytes,
         };
+        warn_limit_hit(plugin, &error);
+        return error;
     }
     if let Some(wasmtime::Trap::Interrupt) = err.downcast_ref::<wasmtime::Trap>() {
-        return PluginError::Timeout {
+        let error = PluginError::Timeout {
             plugin: plugin.to_string(),
             timeout_ms: limits.call_timeout_ms,
         };
+        warn_limit_hit(plugin, &error);
+        return error;
     }
     let mut message = match err.downcast_ref::<wasmtime::Trap>() {
         Some(trap) => trap.to_string(),
@@ -433,5 +441,16 @@ pub(crate) fn call_error(
     PluginError::Trap {
         plugin: plugin.to_string(),
         message,
+    }
+}
+
+/// Logs that `plugin`'s call was stopped by a sandbox limit (`error`), rate-limited per
+/// plugin name as peers' bad input is (`server::warn_limit`).
+fn warn_limit_hit(plugin: &str, error: &PluginError) {
+    static WARNINGS: std::sync::OnceLock<crate::server::warn_limit::PeerWarnings<String>> =
+        std::sync::OnceLock::new();
+    let warnings = WARNINGS.get_or_init(crate::server::warn_limit::PeerWarnings::new);
+    if let Some(suppressed) = warnings.admit(plugin.to_string(), std::time::Instant::now()) {
+        tracing::warn!(plugin, suppressed, "plugin call stopped: {error}");
     }
 }

@@ -14,6 +14,7 @@
 //! log volume (a first warning from each peer is always logged).
 
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -54,41 +55,45 @@ impl Slot {
     }
 }
 
-#[derive(Debug, Default)]
-struct Table {
-    peers: HashMap<IpAddr, Slot>,
+#[derive(Debug)]
+struct Table<K> {
+    peers: HashMap<K, Slot>,
     /// Shared by the peers that find the table full.
     overflow: Option<Slot>,
 }
 
-/// Which warnings to log, per peer IP; see the module doc. Shared by every connection of
-/// a listener (`std` mutex, held for a map lookup only).
+/// Which warnings to log, per peer IP (or per any other key `K`: the plugin host keys its
+/// limit warnings by plugin name); see the module doc. Shared by every connection of a
+/// listener (`std` mutex, held for a map lookup only).
 #[derive(Debug)]
-pub(crate) struct PeerWarnings {
+pub(crate) struct PeerWarnings<K = IpAddr> {
     interval: Duration,
     max_peers: usize,
-    table: Mutex<Table>,
+    table: Mutex<Table<K>>,
 }
 
-impl PeerWarnings {
+impl<K: Hash + Eq> PeerWarnings<K> {
     /// The broker's limiter: [`WARN_INTERVAL`], [`MAX_PEERS`].
-    pub(crate) fn new() -> PeerWarnings {
+    pub(crate) fn new() -> PeerWarnings<K> {
         PeerWarnings::with_limits(WARN_INTERVAL, MAX_PEERS)
     }
 
     /// A limiter with its own interval and table bound (`max_peers >= 1`).
-    pub(crate) fn with_limits(interval: Duration, max_peers: usize) -> PeerWarnings {
+    pub(crate) fn with_limits(interval: Duration, max_peers: usize) -> PeerWarnings<K> {
         PeerWarnings {
             interval,
             max_peers: max_peers.max(1),
-            table: Mutex::new(Table::default()),
+            table: Mutex::new(Table {
+                peers: HashMap::new(),
+                overflow: None,
+            }),
         }
     }
 
     /// Whether a warning caused by `peer` may be logged at `now`: `Some(n)` to log it,
     /// saying that `n` lines were suppressed since the previous one; `None` to drop it
     /// (it is counted).
-    pub(crate) fn admit(&self, peer: IpAddr, now: Instant) -> Option<u64> {
+    pub(crate) fn admit(&self, peer: K, now: Instant) -> Option<u64> {
         // A poisoned lock only means another connection panicked mid-lookup; the counts
         // are still usable.
         let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());

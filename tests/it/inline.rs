@@ -28,7 +28,7 @@ use rdkafka::producer::FutureRecord;
 use rdkafka::Offset;
 
 use crate::guests::guest;
-use crate::harness::{decode, RawConn, TestBroker};
+use crate::harness::{decode, BinaryBroker, RawConn, TestBroker};
 use crate::rdkafka_client::{create_topic, high_watermark, producer, read_partition};
 
 /// `POST {admin_url}{path}` with a JSON body; returns (HTTP status, body).
@@ -57,7 +57,7 @@ fn post_json(admin_url: &str, path: &str, body: &serde_json::Value) -> (u16, Str
 
 /// Deploys `wasm` inline on `topic` with `config`; `dlq`: tolerance `all` to that topic.
 fn deploy_inline(
-    b: &TestBroker,
+    admin_url: &str,
     name: &str,
     wasm: &Path,
     topic: &str,
@@ -80,7 +80,7 @@ fn deploy_inline(
     if let Some(d) = dlq {
         body["errors.deadletterqueue.topic.name"] = serde_json::Value::from(d);
     }
-    let (status, text) = post_json(&b.admin_url, "/transforms", &body);
+    let (status, text) = post_json(admin_url, "/transforms", &body);
     assert!(
         (200..300).contains(&status),
         "deploy {name}: HTTP {status}: {text}"
@@ -140,7 +140,7 @@ async fn inline_redact_with(codec: &str, expected: Codec) {
     let topic = format!("pii-{codec}");
     create_topic(&b.bootstrap, &topic, 1, &[]).await;
     deploy_inline(
-        &b,
+        &b.admin_url,
         &format!("redact-{codec}"),
         &guest("redact"),
         &topic,
@@ -255,7 +255,7 @@ async fn the_topics_compression_type_applies_to_rewritten_batches() {
     )
     .await;
     deploy_inline(
-        &b,
+        &b.admin_url,
         "redact-rc",
         &guest("redact"),
         "recompress",
@@ -353,7 +353,7 @@ async fn a_retried_batch_through_an_inline_transform_gets_its_original_offsets()
     let b = TestBroker::start();
     create_topic(&b.bootstrap, "retry", 1, &[]).await;
     deploy_inline(
-        &b,
+        &b.admin_url,
         "redact-retry",
         &guest("redact"),
         "retry",
@@ -393,7 +393,7 @@ async fn two_idempotent_producers_through_an_inline_transform_lose_and_duplicate
     let b = TestBroker::start();
     create_topic(&b.bootstrap, "two", 1, &[]).await;
     deploy_inline(
-        &b,
+        &b.admin_url,
         "redact-two",
         &guest("redact"),
         "two",
@@ -451,7 +451,7 @@ async fn an_inline_filter_leaves_gaps_consumers_skip() {
     let b = TestBroker::start();
     create_topic(&b.bootstrap, "sieve", 1, &[]).await;
     deploy_inline(
-        &b,
+        &b.admin_url,
         "keep-yes",
         &guest("filter"),
         "sieve",
@@ -512,7 +512,14 @@ async fn an_inline_filter_leaves_gaps_consumers_skip() {
 async fn a_failing_inline_transform_without_tolerance_refuses_the_produce() {
     let b = TestBroker::start();
     create_topic(&b.bootstrap, "strict", 1, &[]).await;
-    deploy_inline(&b, "hostile-strict", &guest("hostile"), "strict", &[], None);
+    deploy_inline(
+        &b.admin_url,
+        "hostile-strict",
+        &guest("hostile"),
+        "strict",
+        &[],
+        None,
+    );
     let p = producer(&b.bootstrap, &[("linger.ms", "0"), ("retries", "0")]);
     let ok = p
         .send(
@@ -558,7 +565,7 @@ async fn failing_records_go_to_the_dead_letter_topic_under_tolerance_all() {
     create_topic(&b.bootstrap, "lenient", 1, &[]).await;
     create_topic(&b.bootstrap, "lenient-dlq", 1, &[]).await;
     deploy_inline(
-        &b,
+        &b.admin_url,
         "hostile-dlq",
         &guest("hostile"),
         "lenient",
@@ -835,6 +842,59 @@ mod direct {
     }
 }
 
+/// A call stopped at its deadline is logged by the broker, once per plugin per 10 s
+/// (the rest are counted in the next line): three spinning records produced one after
+/// another, each refused with INVALID_RECORD, leave one warning naming the plugin and
+/// its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_stopped_at_its_deadline_is_logged_once_per_plugin() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = BinaryBroker::spawn(dir.path(), 0, &["plugin.call.timeout.ms=200"]);
+    create_topic(&b.bootstrap, "spin-logged", 1, &[]).await;
+    deploy_inline(
+        &b.admin_url,
+        "spinner",
+        &guest("hostile"),
+        "spin-logged",
+        &[],
+        None,
+    );
+    let p = producer(&b.bootstrap, &[("linger.ms", "0"), ("retries", "0")]);
+    for _ in 0..3 {
+        let result = p
+            .send(
+                FutureRecord::to("spin-logged").key("k").payload("spin"),
+                Duration::from_secs(30),
+            )
+            .await;
+        assert!(
+            matches!(
+                result,
+                Err((
+                    KafkaError::MessageProduction(RDKafkaErrorCode::InvalidRecord),
+                    _
+                ))
+            ),
+            "a spinning record is refused at its deadline: {:?}",
+            result.map(|d| d.offset)
+        );
+    }
+    let log = b.stderr_text();
+    let stopped: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("plugin call stopped"))
+        .collect();
+    assert_eq!(stopped.len(), 1, "one line per 10 s: {log}");
+    assert!(
+        stopped[0].contains("WARN")
+            && stopped[0].contains("spinner")
+            && stopped[0].contains("exceeded its deadline of 200 ms"),
+        "{}",
+        stopped[0]
+    );
+    assert!(!log.contains("panicked"), "{log}");
+}
+
 /// A spinning inline transform holds its own produce until the call deadline, but not a
 /// broker thread: with both of the broker's runtime threads' worth of spinning produces in
 /// flight (two topics, so two guests run at once), a produce to a third topic is
@@ -846,8 +906,22 @@ async fn spinning_inline_transforms_do_not_stop_other_topics() {
     for t in ["spin-a", "spin-b", "plain"] {
         create_topic(&b.bootstrap, t, 1, &[]).await;
     }
-    deploy_inline(&b, "spin-a", &guest("hostile"), "spin-a", &[], None);
-    deploy_inline(&b, "spin-b", &guest("hostile"), "spin-b", &[], None);
+    deploy_inline(
+        &b.admin_url,
+        "spin-a",
+        &guest("hostile"),
+        "spin-a",
+        &[],
+        None,
+    );
+    deploy_inline(
+        &b.admin_url,
+        "spin-b",
+        &guest("hostile"),
+        "spin-b",
+        &[],
+        None,
+    );
     let spinning: Vec<_> = ["spin-a", "spin-b"]
         .into_iter()
         .map(|t| {
