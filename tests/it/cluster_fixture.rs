@@ -323,8 +323,9 @@ impl ThreeNodes {
     pub(crate) fn assert_no_panic(&self) {
         for (id, n) in self.running() {
             if let Some(excerpt) = n.panic_excerpt() {
-                let tail: Vec<&str> = n.stderr_text().lines().rev().take(40).collect();
-                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                let text = n.stderr_text();
+                let lines: Vec<&str> = text.lines().collect();
+                let tail = &lines[lines.len().saturating_sub(40)..];
                 panic!(
                     "node {id} panicked:\n{excerpt}\nits last 40 log lines:\n{}",
                     tail.join("\n")
