@@ -844,8 +844,8 @@ mod direct {
 
 /// A call stopped at its deadline is logged by the broker, once per plugin per 10 s
 /// (the rest are counted in the next line): three spinning records produced one after
-/// another, each refused with INVALID_RECORD, leave one warning naming the plugin and
-/// its deadline.
+/// another, each refused with INVALID_RECORD, leave one warning naming the plugin (its
+/// component file) and its deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_stopped_at_its_deadline_is_logged_once_per_plugin() {
     let dir = tempfile::tempdir().unwrap();
@@ -887,7 +887,7 @@ async fn a_call_stopped_at_its_deadline_is_logged_once_per_plugin() {
     assert_eq!(stopped.len(), 1, "one line per 10 s: {log}");
     assert!(
         stopped[0].contains("WARN")
-            && stopped[0].contains("spinner")
+            && stopped[0].contains("plugin=\"hostile.wasm\"")
             && stopped[0].contains("exceeded its deadline of 200 ms"),
         "{}",
         stopped[0]
