@@ -255,6 +255,14 @@ async fn read_frame<T: for<'de> Deserialize<'de>>(stream: &mut TcpStream) -> std
 /// One request and its reply on `conn` (connecting first if needed), within `ttl`.
 /// On any error the connection is dropped, to be made again next time.
 ///
+/// Cancel-safe: the stream is taken out of `conn` for the exchange and put back only
+/// after a whole reply was read. openraft runs each AppendEntries under a timer of its
+/// own and drops the call when it fires; had the connection stayed in `conn` with a
+/// request written and its reply unread, the next request on it would have read that
+/// reply as its own (the frames carry no request id): a leader taking a stale
+/// `Conflict` for a heartbeat's answer panicked in openraft's replication code, and a
+/// stale `Success` could have been counted towards a commit.
+///
 /// Errors: the connection could not be made (`Err(Ok(e))`: unreachable), or broke or
 /// timed out after (`Err(Err(e))`).
 async fn call(
@@ -264,25 +272,25 @@ async fn call(
     rpc: &RaftRpc,
     ttl: Duration,
 ) -> Result<RaftRpcReply, Result<std::io::Error, std::io::Error>> {
-    if conn.is_none() {
-        let stream = tokio::time::timeout(ttl, TcpStream::connect(addr))
-            .await
-            .map_err(|_| {
-                Ok(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "connect timed out",
-                ))
-            })?
-            .map_err(Ok)?;
-        let _ = stream.set_nodelay(true);
-        *conn = Some(stream);
-    }
-    let Some(stream) = conn.as_mut() else {
-        return Err(Err(std::io::Error::other("no connection")));
+    let mut stream = match conn.take() {
+        Some(stream) => stream,
+        None => {
+            let stream = tokio::time::timeout(ttl, TcpStream::connect(addr))
+                .await
+                .map_err(|_| {
+                    Ok(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "connect timed out",
+                    ))
+                })?
+                .map_err(Ok)?;
+            let _ = stream.set_nodelay(true);
+            stream
+        }
     };
     let result = tokio::time::timeout(ttl, async {
-        write_frame(stream, &Envelope { from, rpc }).await?;
-        read_frame::<RaftRpcReply>(stream).await
+        write_frame(&mut stream, &Envelope { from, rpc }).await?;
+        read_frame::<RaftRpcReply>(&mut stream).await
     })
     .await
     .unwrap_or_else(|_| {
@@ -291,8 +299,8 @@ async fn call(
             "rpc timed out",
         ))
     });
-    if result.is_err() {
-        *conn = None;
+    if result.is_ok() {
+        *conn = Some(stream);
     }
     result.map_err(Err)
 }
@@ -1048,5 +1056,56 @@ mod tests {
         assert!(sender(1, "1@h:1,2@h:2")
             .refusal(&sender(12, "1@h:1,2@h:2"), true)
             .is_some());
+    }
+    /// A call dropped after its request went out (openraft's own timer firing first) must
+    /// not leave its reply for the next call on the connection to read as its own. The
+    /// fake peer answers each request with `Leader(Some(n))`, `n` counting requests, the
+    /// first after 300 ms: the first call is dropped at 50 ms, and the second must get
+    /// its own answer (2), not the first's (1).
+    #[tokio::test]
+    async fn a_call_dropped_midway_leaves_no_reply_for_the_next() {
+        use super::{call, read_frame, write_frame, RaftRpc, RaftRpcReply};
+        use std::sync::atomic::{AtomicU64, Ordering};
+        use std::sync::Arc;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let served = Arc::new(AtomicU64::new(0));
+        let peer = tokio::spawn(async move {
+            loop {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                let served = served.clone();
+                tokio::spawn(async move {
+                    while read_frame::<serde_json::Value>(&mut stream).await.is_ok() {
+                        let n = served.fetch_add(1, Ordering::SeqCst) + 1;
+                        if n == 1 {
+                            tokio::time::sleep(Duration::from_millis(300)).await;
+                        }
+                        let reply = RaftRpcReply::Leader(Some(n));
+                        if write_frame(&mut stream, &reply).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        let me = sender(1, VOTERS);
+        let ttl = Duration::from_secs(5);
+        let mut conn = None;
+        let first = tokio::time::timeout(
+            Duration::from_millis(50),
+            call(&mut conn, &addr, &me, &RaftRpc::Leader, ttl),
+        )
+        .await;
+        assert!(
+            first.is_err(),
+            "the first call is dropped before its answer"
+        );
+        // Past the first answer's delay: on a reused connection it would be waiting.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        match call(&mut conn, &addr, &me, &RaftRpc::Leader, ttl).await {
+            Ok(RaftRpcReply::Leader(Some(n))) => assert_eq!(n, 2, "the second call's answer"),
+            other => panic!("unexpected: {other:?}"),
+        }
+        peer.abort();
     }
 }
