@@ -1028,8 +1028,10 @@ impl Partition {
     fn offsets_of(&self, log: &PartitionLog) -> PartitionOffsets {
         let log_start_offset = log.log_start_offset();
         let log_end_offset = log.log_end_offset();
-        let high_watermark =
-            (*self.high_watermark.borrow()).clamp(log_start_offset, log_end_offset);
+        // min then max, not `clamp`: clamp panics should the start ever pass the end.
+        let high_watermark = (*self.high_watermark.borrow())
+            .min(log_end_offset)
+            .max(log_start_offset);
         let last_stable_offset = log
             .first_unstable_offset(high_watermark)
             .map_or(high_watermark, |first| first.min(high_watermark))
@@ -1369,7 +1371,7 @@ impl Partition {
     /// A follower's high watermark: the leader's, capped at its own log end offset.
     fn set_follower_high_watermark(&self, log: &PartitionLog, leader_high_watermark: i64) {
         let leo = log.log_end_offset();
-        let hw = leader_high_watermark.clamp(log.log_start_offset(), leo);
+        let hw = leader_high_watermark.min(leo).max(log.log_start_offset());
         let changed = self.high_watermark.send_if_modified(|current| {
             let changed = *current != hw;
             *current = hw;

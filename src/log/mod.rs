@@ -1261,8 +1261,9 @@ impl PartitionLog {
 
     /// Removes every record at or above `offset` (a batch containing `offset` goes
     /// entirely, as in Kafka, so the LEO may end below `offset`). `offset >= LEO` removes
-    /// no record; `offset <= log_start_offset` empties the log and restarts it at `offset`.
-    /// Producer state is reloaded for the new tail. Leader epochs starting at or after the
+    /// no record; `offset <= log_start_offset` empties the log and restarts it at `offset`,
+    /// and so does a truncation whose removed batch also held the log start (restarted at
+    /// that batch's base offset, the new log end). Producer state is reloaded for the new tail. Leader epochs starting at or after the
     /// new LEO leave the epoch cache (Kafka's `truncateFromEnd`), also when no record goes:
     /// an epoch this replica assigned as leader ([`PartitionLog::assign_epoch_start_offset`])
     /// without writing anything must not shadow the older epoch of the batches the new
@@ -1300,6 +1301,15 @@ impl PartitionLog {
         // The new end, not `offset`: a batch containing `offset` went whole. After the
         // segments, so a crash in between is repaired by `open`.
         let log_end_offset = self.log_end_offset();
+        if log_end_offset < self.log_start_offset {
+            // That batch also held the log start (DeleteRecords, or a follower taking
+            // its leader's, moved it inside the batch): nothing readable is left. The log
+            // restarts empty at its new end, where the follower fetches the batch again
+            // (Kafka's follower restarts so, `truncateFullyAndStartAt`, when a batch
+            // starts below its log start); a log start above the log end would break
+            // every reader's `log start <= high watermark <= log end`.
+            return self.truncate_fully_and_start_at(log_end_offset, now_ms);
+        }
         self.epochs.truncate_from_end(log_end_offset)?;
         self.reload_tail_state(now_ms)?;
         Ok(())

@@ -776,6 +776,28 @@ fn truncate_to_mid_batch_and_across_segments() {
     assert_eq!(append(&mut log, batch(1, 5)).0.base_offset, 0);
 }
 
+/// A truncation whose removed batch also holds the log start (DeleteRecords moved it
+/// inside the batch) leaves no readable record: the log restarts empty at the batch's
+/// base offset, so the log start never ends above the log end (a follower's high
+/// watermark is clamped between the two, which panicked when they crossed).
+#[test]
+fn truncate_inside_the_batch_holding_the_log_start_restarts_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(600);
+    let mut log = PartitionLog::open(dir.path(), config.clone(), NOW_MS).unwrap();
+    for i in 0..4 {
+        append(&mut log, batch(3, i));
+    }
+    // Batches [0,2] [3,5] [6,8] [9,11]; the log start goes inside [9,11].
+    assert!(log.increment_log_start_offset(10, 12).unwrap());
+    log.truncate_to(11, NOW_MS).unwrap();
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (9, 9));
+    drop(log);
+    let mut log = PartitionLog::open(dir.path(), config, NOW_MS).unwrap();
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (9, 9));
+    assert_eq!(append(&mut log, batch(3, 9)).0.base_offset, 9);
+}
+
 /// A follower below the leader's log start restarts empty there (Kafka's
 /// `truncateFullyAndStartAt`): every segment goes, the start and end are `offset`, also
 /// after a reopen, and the next append gets it.
