@@ -113,7 +113,18 @@ impl WorkerIo<'_> {
     ///
     /// Errors: the group's `__consumer_offsets` partition has no leader.
     fn coordinator(&self, group: &str) -> Result<Option<i32>, String> {
-        remote_group_coordinator(self.metadata, group)
+        let remote = remote_group_coordinator(self.metadata, group)?;
+        if remote.is_none() {
+            // This broker coordinates the group: its partition of __consumer_offsets must
+            // be loaded for this leadership first, as FindCoordinator makes sure for a
+            // client. A runner moved here by a failover otherwise read what this broker
+            // held before it led the partition (nothing, or older progress) and copied
+            // records again.
+            self.groups.ensure_loaded(group).map_err(|e| {
+                format!("group {group}: its coordinator here is not ready: Kafka error {e:?}")
+            })?;
+        }
+        Ok(remote)
     }
 
     /// The offset `group` committed for `topic`-`partition` (`None`: nothing committed),
