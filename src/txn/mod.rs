@@ -105,6 +105,25 @@ pub struct TransactionCoordinator {
     completed: tokio::sync::watch::Sender<u64>,
     /// This coordinator, for the completions it spawns.
     this: std::sync::Weak<TransactionCoordinator>,
+    /// The broker's runtime (the one `new` ran on), where completions are spawned: a
+    /// caller on a runtime of its own (an exactly-once transform's runner thread) would
+    /// otherwise take the completion down with that runtime when it stops.
+    home: Option<tokio::runtime::Handle>,
+}
+
+/// Clears `completing` of its id when a completion task is dropped before it ends (see
+/// [`TransactionCoordinator::complete`]); disarmed (`coordinator: None`) when it ends.
+struct CompletionGuard {
+    coordinator: Option<Arc<TransactionCoordinator>>,
+    id: String,
+}
+
+impl Drop for CompletionGuard {
+    fn drop(&mut self) {
+        if let Some(coordinator) = self.coordinator.take() {
+            coordinator.finish_completion(&self.id, None);
+        }
+    }
 }
 
 impl std::fmt::Debug for TransactionCoordinator {
@@ -136,6 +155,7 @@ impl TransactionCoordinator {
             settings,
             completed: tokio::sync::watch::channel(0).0,
             this: this.clone(),
+            home: tokio::runtime::Handle::try_current().ok(),
         })
     }
 
@@ -655,7 +675,8 @@ impl TransactionCoordinator {
     }
 
     /// Starts writing the markers of `id`'s PrepareCommit/PrepareAbort transaction (once:
-    /// a completion already running is left alone), on a task of its own.
+    /// a completion already running is left alone), on a task of its own on the broker's
+    /// runtime.
     fn start_completion(&self, id: &str) {
         let job = {
             let mut txns = self.lock();
@@ -675,13 +696,29 @@ impl TransactionCoordinator {
             return;
         };
         let id = id.to_string();
-        tokio::spawn(async move { this.complete(id, job).await });
+        let task = async move { this.complete(id, job).await };
+        match &self.home {
+            Some(home) => drop(home.spawn(task)),
+            None => drop(tokio::spawn(task)),
+        }
     }
 
     /// Writes the markers of `record` (PrepareCommit/PrepareAbort) until every partition
     /// has one (or is gone), then logs CompleteCommit/CompleteAbort. Stops when this broker
     /// stops coordinating the id (the new coordinator resumes from the log).
     async fn complete(self: Arc<Self>, id: String, record: TxnRecord) {
+        // Should the task be dropped before it ends (its runtime shutting down), the id is
+        // not left `completing` forever: the next timer tick starts it again.
+        let mut guard = CompletionGuard {
+            coordinator: Some(self.clone()),
+            id: id.clone(),
+        };
+        self.complete_markers(&id, record).await;
+        guard.coordinator = None;
+    }
+
+    async fn complete_markers(&self, id: &str, record: TxnRecord) {
+        let id = id.to_string();
         let commit = record.state == TxnState::PrepareCommit;
         let mut left: Vec<(String, i32)> = record.partitions.iter().cloned().collect();
         let mut rounds = 0u32;
@@ -731,6 +768,7 @@ impl TransactionCoordinator {
     }
 
     fn finish_completion(&self, id: &str, done: Option<(i16, TxnRecord)>) {
+        // (`CompletionGuard` calls this when a completion task is dropped.)
         {
             let mut txns = self.lock();
             if let Some(e) = txns.get_mut(id) {
@@ -792,6 +830,25 @@ impl TransactionCoordinator {
     /// ids idle past `transactional.id.expiration.ms` (a tombstone).
     async fn tick(&self, expire: bool) {
         self.load_led_partitions();
+        let orphaned: Vec<String> = self
+            .lock()
+            .iter()
+            .filter(|(_, e)| {
+                !e.completing
+                    && matches!(
+                        e.record.state,
+                        TxnState::PrepareCommit | TxnState::PrepareAbort
+                    )
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        // A completion whose task was dropped (see `complete`), where this broker still
+        // coordinates the id.
+        for id in orphaned {
+            if self.coordinator_epoch(&id).is_some() {
+                self.start_completion(&id);
+            }
+        }
         let now = now_ms();
         let (timed_out, expired) = {
             let txns = self.lock();

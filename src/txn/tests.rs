@@ -171,3 +171,67 @@ async fn concurrent_changes_of_one_id_never_lose_a_partition() {
         let _ = txn.wait_completed("a", 2000).await;
     }
 }
+
+/// Puts `id`'s open transaction in PrepareCommit in memory only, as EndTxn does once it
+/// is logged, and returns whether a completion was already marked running.
+fn prepare_commit_in_memory(txn: &TransactionCoordinator, id: &str) -> bool {
+    let mut txns = txn.lock();
+    let e = txns.get_mut(id).unwrap();
+    e.record.state = TxnState::PrepareCommit;
+    e.completing
+}
+
+/// Waits (at most 10 s) until `id` is CompleteCommit.
+async fn wait_complete_commit(txn: &TransactionCoordinator, id: &str) {
+    for _ in 0..200 {
+        if txn.describe(id).unwrap().state == TxnState::CompleteCommit {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{id} not completed: {:?}", txn.describe(id).unwrap().state);
+}
+
+/// A completion started by a caller on a runtime of its own (an exactly-once
+/// transform's runner thread calls the coordinator in-process) runs on the broker's
+/// runtime: the caller's runtime stopping right after does not take it down, and the
+/// transaction completes. (It was spawned on the caller's runtime: dropped with it, the id
+/// stayed "completing" in PrepareCommit, and every later call for it got
+/// CONCURRENT_TRANSACTIONS.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_outlives_the_runtime_of_its_caller() {
+    let dir = tempfile::tempdir().unwrap();
+    let txn = open_in(dir.path());
+    let (pid, epoch) = txn.init_producer_id("a", 10_000, None).await.unwrap();
+    txn.add_partitions("a", pid, epoch, &parts(&[0, 1]))
+        .await
+        .unwrap();
+    assert!(!prepare_commit_in_memory(&txn, "a"));
+    let caller = txn.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        // Started, then the runtime is dropped before it ran anything.
+        rt.block_on(async { caller.start_completion("a") });
+    })
+    .join()
+    .unwrap();
+    wait_complete_commit(&txn, "a").await;
+}
+
+/// A Prepare* transaction left with no completion running (its task was dropped) is
+/// completed by the next timer tick.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tick_resumes_a_prepared_transaction_nobody_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let txn = open_in(dir.path());
+    let (pid, epoch) = txn.init_producer_id("a", 10_000, None).await.unwrap();
+    txn.add_partitions("a", pid, epoch, &parts(&[2]))
+        .await
+        .unwrap();
+    assert!(!prepare_commit_in_memory(&txn, "a"));
+    txn.tick(false).await;
+    wait_complete_commit(&txn, "a").await;
+}
