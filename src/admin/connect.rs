@@ -287,7 +287,13 @@ async fn delete(
     State(state): State<Arc<AdminState>>,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    runtime(&state).await?.delete(&name).await?;
+    let runtime = runtime(&state).await?;
+    // On a task of its own: a client that disconnects (or a forwarding broker's timeout)
+    // drops this handler, and must not stop the delete between stopping the connector
+    // and forgetting its status.
+    tokio::spawn(async move { runtime.delete(&name).await })
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}")))??;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -124,7 +124,12 @@ async fn delete(
     State(state): State<Arc<AdminState>>,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    state.transforms.delete(&name).await?;
+    // On a task of its own: a client that disconnects drops this handler, and must not
+    // stop the delete between stopping the runner and forgetting its progress.
+    let transforms = state.transforms.clone();
+    tokio::spawn(async move { transforms.delete(&name).await })
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}")))??;
     Ok(StatusCode::NO_CONTENT)
 }
 
