@@ -1263,11 +1263,12 @@ impl PartitionLog {
     /// entirely, as in Kafka, so the LEO may end below `offset`). `offset >= LEO` removes
     /// no record; `offset <= log_start_offset` empties the log and restarts it at `offset`,
     /// and so does a truncation whose removed batch also held the log start (restarted at
-    /// that batch's base offset, the new log end). Producer state is reloaded for the new tail. Leader epochs starting at or after the
-    /// new LEO leave the epoch cache (Kafka's `truncateFromEnd`), also when no record goes:
-    /// an epoch this replica assigned as leader ([`PartitionLog::assign_epoch_start_offset`])
-    /// without writing anything must not shadow the older epoch of the batches the new
-    /// leader sends from there. For replication (follower truncation).
+    /// that batch's base offset, the new log end). Producer state is reloaded for the new
+    /// tail. Leader epochs starting at or after the new LEO leave the epoch cache (Kafka's
+    /// `truncateFromEnd`), also when no record goes: an epoch this replica assigned as
+    /// leader ([`PartitionLog::assign_epoch_start_offset`]) without writing anything must
+    /// not shadow the older epoch of the batches the new leader sends from there. For
+    /// replication (follower truncation).
     /// Errors: `Io`, `Corrupt`.
     pub fn truncate_to(&mut self, offset: i64, now_ms: i64) -> Result<(), LogError> {
         let log_end_offset = self.log_end_offset();

@@ -1057,6 +1057,7 @@ mod tests {
             .refusal(&sender(12, "1@h:1,2@h:2"), true)
             .is_some());
     }
+
     /// A call dropped after its request went out (openraft's own timer firing first) must
     /// not leave its reply for the next call on the connection to read as its own. The
     /// fake peer answers each request with `Leader(Some(n))`, `n` counting requests, the
