@@ -718,14 +718,13 @@ impl TransactionCoordinator {
     }
 
     async fn complete_markers(&self, id: &str, record: TxnRecord) {
-        let id = id.to_string();
         let commit = record.state == TxnState::PrepareCommit;
         let mut left: Vec<(String, i32)> = record.partitions.iter().cloned().collect();
         let mut rounds = 0u32;
         loop {
-            let Some(coordinator_epoch) = self.coordinator_epoch(&id) else {
+            let Some(coordinator_epoch) = self.coordinator_epoch(id) else {
                 tracing::info!(transactional_id = %id, "no longer the coordinator: markers left to the new one");
-                self.finish_completion(&id, None);
+                self.finish_completion(id, None);
                 return;
             };
             left = self
@@ -760,11 +759,11 @@ impl TransactionCoordinator {
         };
         // The outcome is in every partition now: a failed write of Complete* only means a
         // later coordinator writes the markers again.
-        let logged = self.write_state(&id, Some(&done)).await;
+        let logged = self.write_state(id, Some(&done)).await;
         if let Err(e) = logged {
             tracing::warn!(transactional_id = %id, error = ?e, "cannot log the transaction's completion");
         }
-        self.finish_completion(&id, Some((record.producer_epoch, done)));
+        self.finish_completion(id, Some((record.producer_epoch, done)));
     }
 
     fn finish_completion(&self, id: &str, done: Option<(i16, TxnRecord)>) {
@@ -830,28 +829,21 @@ impl TransactionCoordinator {
     /// ids idle past `transactional.id.expiration.ms` (a tombstone).
     async fn tick(&self, expire: bool) {
         self.load_led_partitions();
-        let orphaned: Vec<String> = self
-            .lock()
-            .iter()
-            .filter(|(_, e)| {
-                !e.completing
-                    && matches!(
-                        e.record.state,
-                        TxnState::PrepareCommit | TxnState::PrepareAbort
-                    )
-            })
-            .map(|(id, _)| id.clone())
-            .collect();
-        // A completion whose task was dropped (see `complete`), where this broker still
-        // coordinates the id.
-        for id in orphaned {
-            if self.coordinator_epoch(&id).is_some() {
-                self.start_completion(&id);
-            }
-        }
         let now = now_ms();
-        let (timed_out, expired) = {
+        let (orphaned, timed_out, expired) = {
             let txns = self.lock();
+            // Prepared with no completion running: its task was dropped (see `complete`).
+            let orphaned: Vec<String> = txns
+                .iter()
+                .filter(|(_, e)| {
+                    !e.completing
+                        && matches!(
+                            e.record.state,
+                            TxnState::PrepareCommit | TxnState::PrepareAbort
+                        )
+                })
+                .map(|(id, _)| id.clone())
+                .collect();
             let timed_out: Vec<(String, TxnRecord)> = txns
                 .iter()
                 .filter(|(_, e)| {
@@ -879,8 +871,13 @@ impl TransactionCoordinator {
             } else {
                 Vec::new()
             };
-            (timed_out, expired)
+            (orphaned, timed_out, expired)
         };
+        for id in orphaned {
+            if self.coordinator_epoch(&id).is_some() {
+                self.start_completion(&id);
+            }
+        }
         for (id, record) in timed_out {
             let fenced = TxnRecord {
                 producer_epoch: bump(record.producer_epoch),
