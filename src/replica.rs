@@ -1635,6 +1635,13 @@ impl Partition {
         self.log().has_ongoing_txn(producer_id)
     }
 
+    /// Whether `producer_id` has a transaction open on this partition at
+    /// `producer_epoch`: KIP-890's check at produce (a transaction of an older epoch is
+    /// one whose marker has not arrived yet, which a batch of a newer epoch is not in).
+    pub fn has_ongoing_txn_at(&self, producer_id: i64, producer_epoch: i16) -> bool {
+        self.log().has_ongoing_txn_at(producer_id, producer_epoch)
+    }
+
     /// The producers this replica's log knows (DescribeProducers, KIP-664), by id.
     pub fn producer_summaries(&self) -> Vec<ProducerSummary> {
         self.log().producer_summaries()

@@ -181,6 +181,7 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("transactional.id.expiration.ms", Int, Some("604800000"), Some(1), "A transactional id with no transaction for this long (ms) is forgotten by its coordinator."),
     key("transaction.abort.timed.out.transaction.cleanup.interval.ms", Int, Some("10000"), Some(1), "How often the coordinators look for transactions open past their timeout, and abort them (ms)."),
     key("transaction.remove.expired.transaction.cleanup.interval.ms", Int, Some("3600000"), Some(1), "How often the coordinators look for expired transactional ids (ms)."),
+    key("transaction.version", Int, Some("2"), Some(0), "The level of Kafka's transaction.version feature that ApiVersions advertises as finalized (0, 1 or 2). At 2 a client that knows KIP-890 part 2 (the Java client 4.x) bumps the producer epoch per transaction (EndTxn v5) and sends no AddPartitionsToTxn; below 2 every client stays on part 1."),
     key("admin.listeners", List, Some("http://127.0.0.1:8083"), None, "The admin HTTP listener (transforms, HTTP produce, Connect REST API), as http://HOST:PORT; empty turns it off; port 0 picks a free port."),
     key("admin.max.inflight.request.bytes", Long, Some("268435456"), Some(1), "Most request-body bytes all admin HTTP requests together may hold at once (each counts its Content-Length, capped at its route's body limit, or that limit when chunked). A request that does not fit now gets 503 with Retry-After; one larger than this whole bound gets 413."),
     key("plugin.cache.dir", KeyType::String, None, None, "Directory of compiled plugin components (<sha256>.cwasm); default <metadata.log.dir>/__plugin_cache (the first of log.dirs when unset)."),
@@ -919,6 +920,9 @@ pub struct TransactionSettings {
     pub abort_timed_out_interval_ms: u64,
     /// `transaction.remove.expired.transaction.cleanup.interval.ms`.
     pub remove_expired_interval_ms: u64,
+    /// `transaction.version`: the finalized level of Kafka's `transaction.version`
+    /// feature, 0–2 (KIP-890 part 2 at 2).
+    pub version: i16,
 }
 
 impl BrokerConfig {
@@ -1110,6 +1114,15 @@ impl BrokerConfig {
                 remove_expired_interval_ms: int(
                     "transaction.remove.expired.transaction.cleanup.interval.ms",
                 )? as u64,
+                version: match int("transaction.version")? {
+                    v @ 0..=2 => v as i16,
+                    v => {
+                        return Err(ConfigError::InvalidValue {
+                            key: "transaction.version".to_string(),
+                            message: format!("{v} is not 0, 1 or 2"),
+                        })
+                    }
+                },
             },
             admin_listener: parse_admin_listener(&text("admin.listeners"))?,
             admin_max_inflight_request_bytes: int("admin.max.inflight.request.bytes")? as u64,

@@ -822,6 +822,12 @@ impl PartitionLog {
         self.producers.has_ongoing_txn(producer_id)
     }
 
+    /// Whether `producer_id` has a transaction open in this log at `producer_epoch`.
+    pub fn has_ongoing_txn_at(&self, producer_id: i64, producer_epoch: i16) -> bool {
+        self.producers
+            .has_ongoing_txn_at(producer_id, producer_epoch)
+    }
+
     /// The first offset a read_committed consumer may not read yet, given the high
     /// watermark (Kafka's `firstUnstableOffset`): the first offset of the earliest
     /// transaction that is open, or whose marker is at or above `high_watermark` (not yet

@@ -350,6 +350,15 @@ impl ProducerStateManager {
             .is_some_and(|e| e.current_txn_first_offset.is_some())
     }
 
+    /// Whether `producer_id` has a transaction open at `producer_epoch` (Kafka's
+    /// `hasOngoingTransaction(producerId, producerEpoch)`): one at an older epoch is a
+    /// transaction whose marker has not arrived yet, not the one a newer batch is in.
+    pub(super) fn has_ongoing_txn_at(&self, producer_id: i64, producer_epoch: i16) -> bool {
+        self.producers
+            .get(&producer_id)
+            .is_some_and(|e| e.epoch == producer_epoch && e.current_txn_first_offset.is_some())
+    }
+
     /// The first offset of the earliest transaction that is not yet stable when the high
     /// watermark is `high_watermark`: ongoing ones, and completed ones whose marker is at
     /// or above it. `None` when every transaction is stable.

@@ -43,6 +43,7 @@ pub(super) async fn handle(
                 request.producer_id.0,
                 request.producer_epoch,
                 &[partition],
+                false,
             )
             .await
             .err(),

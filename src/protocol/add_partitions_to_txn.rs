@@ -1,7 +1,9 @@
 //! AddPartitionsToTxn (key 24), v0–4. Protocol guide "AddPartitionsToTxn"; KIP-98; KIP-890
 //! part 1 (v4: several transactions per request, and `verify_only`, which a partition
 //! leader sends to ask whether a partition is in a transaction before it accepts a
-//! transactional write). v4 is for brokers; clients use v0–v3.
+//! transactional write); KIP-890 part 2 (v4 without `verify_only`: a partition leader
+//! adds the partition for a producer that sends Produce v12 and no AddPartitionsToTxn).
+//! v4 is for brokers; clients use v0–v3.
 //!
 //! Errors returned per partition: UNKNOWN_TOPIC_OR_PARTITION (3) for a partition the
 //! metadata does not have (the others then get OPERATION_NOT_ATTEMPTED, 55, as Kafka), or
@@ -69,6 +71,8 @@ async fn add(ctx: &Context, txn: OneTxn, version: i16) -> Vec<AddPartitionsToTxn
                 txn.producer_id,
                 txn.producer_epoch,
                 &partitions,
+                // v4+ comes from partition leaders (KIP-890 part 2's add for a producer).
+                version >= 4,
             )
             .await
         {

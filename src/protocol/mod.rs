@@ -94,7 +94,7 @@ const fn api(key: ApiKey, min_version: i16, max_version: i16) -> ApiSpec {
 /// (non-flexible: Metadata 6, Produce 7, Fetch 11), kafka-python 3, aiokafka (ApiVersions
 /// v0, Metadata v5), the Java client. Lower bounds are the `kafka-protocol` crate's.
 pub const SUPPORTED_APIS: &[ApiSpec] = &[
-    api(ApiKey::Produce, 3, 10),
+    api(ApiKey::Produce, 3, 12),
     api(ApiKey::Fetch, 4, 16),
     api(ApiKey::ListOffsets, 1, 8),
     api(ApiKey::OffsetForLeaderEpoch, 2, 4),
@@ -129,10 +129,10 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::DeleteRecords, 0, 2),
     api(ApiKey::AddPartitionsToTxn, 0, 4),
     api(ApiKey::AddOffsetsToTxn, 0, 3),
-    api(ApiKey::EndTxn, 0, 4),
+    api(ApiKey::EndTxn, 0, 5),
     // v0 has no codec in the crate (Kafka 4.0 dropped it); brokers send v1.
     api(ApiKey::WriteTxnMarkers, 1, 1),
-    api(ApiKey::TxnOffsetCommit, 0, 3),
+    api(ApiKey::TxnOffsetCommit, 0, 5),
     api(ApiKey::DescribeProducers, 0, 0),
     api(ApiKey::DescribeTransactions, 0, 0),
     api(ApiKey::ListTransactions, 0, 1),
@@ -439,6 +439,7 @@ async fn dispatch(
             r,
             version,
             ctx.config.group.consumer_protocol_enabled,
+            ctx.config.transaction.version,
         )),
         RequestKind::ConsumerGroupHeartbeat(r) => ResponseKind::ConsumerGroupHeartbeat(
             consumer_group_heartbeat::handle(ctx, r, version, client_id, peer),

@@ -1,8 +1,10 @@
-//! Produce (key 0), v3–v10. Protocol guide "Produce"; KIP-98 (idempotence), KIP-74,
+//! Produce (key 0), v3–v12. Protocol guide "Produce"; KIP-98 (idempotence), KIP-74,
 //! KIP-110 (zstd needs v7+), KIP-467 (record_errors: filled, v8+, for the keyless records a
 //! topic whose `cleanup.policy` contains `compact` refuses — the batch fails with
 //! INVALID_RECORD and the client fails the other records with a local error of its own;
-//! other errors are whole-batch).
+//! other errors are whole-batch), KIP-890 (v11 may answer TRANSACTION_ABORTABLE, which
+//! weir never does; v12: the leader adds a transactional batch's partition to the
+//! producer's transaction, part 2, instead of checking it was added, part 1).
 //!
 //! Per topic: find it (auto-creating it when enabled) and its inline transform. Per
 //! partition (`produce_partition`), four steps, each a function:
@@ -192,12 +194,19 @@ async fn produce_partition(
         Ok(v) => v,
         Err(refused) => return refused,
     };
-    if let Err(e) = verify_transaction(ctx, transactional_id, &topic.name, index, &valid).await {
-        return partition_error(
-            index,
-            e,
-            Some("the partition is not in the producer's transaction (KIP-890)".into()),
-        );
+    if let Err(e) =
+        verify_transaction(ctx, transactional_id, &topic.name, index, &valid, version).await
+    {
+        let message = match e {
+            ResponseError::InvalidTxnState if version >= 12 => {
+                "the partition cannot be added to the producer's transaction (KIP-890)"
+            }
+            ResponseError::InvalidTxnState => {
+                "the partition is not in the producer's transaction (KIP-890)"
+            }
+            _ => "the producer's transaction coordinator refused the write (KIP-890)",
+        };
+        return partition_error(index, e, Some(message.into()));
     }
     if acks_all_deadline.is_some() {
         let (isr, min_isr) = (
@@ -249,25 +258,31 @@ async fn produce_partition(
     respond(&topic.name, index, appended)
 }
 
-/// KIP-890 part 1: the first transactional batch of a producer on a partition is
+/// KIP-890: the first transactional batch of a producer (at its epoch) on a partition is
 /// accepted only when the producer's coordinator says the partition is in its open
-/// transaction (`txn::TransactionCoordinator::verify_write`); later batches of the same
-/// transaction (the partition's log has it open) need no question.
+/// transaction (part 1, Produce v3–v11), or has added it there (part 2, Produce v12: the
+/// producer sends no AddPartitionsToTxn) (`txn::TransactionCoordinator::verify_write`);
+/// later batches of the same transaction (the partition's log has it open at that epoch)
+/// need no question.
 ///
 /// Errors: INVALID_REQUEST (42) for transactional batches without a transactional id (as
 /// Kafka), those of `verify_write` (INVALID_TXN_STATE 48, INVALID_PRODUCER_EPOCH 47,
-/// NOT_ENOUGH_REPLICAS 19).
+/// INVALID_PRODUCER_ID_MAPPING 49, CONCURRENT_TRANSACTIONS 51, NOT_ENOUGH_REPLICAS 19).
 async fn verify_transaction(
     ctx: &Context,
     transactional_id: Option<&str>,
     topic: &str,
     index: i32,
     valid: &Validated,
+    version: i16,
 ) -> Result<(), ResponseError> {
     let Some(first) = valid.batches.iter().find(|b| b.is_transactional()) else {
         return Ok(());
     };
-    if valid.partition.has_ongoing_txn(first.producer_id()) {
+    if valid
+        .partition
+        .has_ongoing_txn_at(first.producer_id(), first.producer_epoch())
+    {
         return Ok(());
     }
     let Some(id) = transactional_id else {
@@ -276,10 +291,10 @@ async fn verify_transaction(
     ctx.txn
         .verify_write(
             id,
-            first.producer_id(),
-            first.producer_epoch(),
+            (first.producer_id(), first.producer_epoch()),
             topic,
             index,
+            version >= 12,
         )
         .await
 }

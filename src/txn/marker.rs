@@ -115,8 +115,9 @@ impl MarkerWriter {
         left
     }
 
-    /// AddPartitionsToTxn v4 with `verify_only` for one partition, at `coordinator`
-    /// (KIP-890 part 1: a partition leader asks before it accepts a transactional write).
+    /// AddPartitionsToTxn v4 for one partition, at `coordinator`: with `verify_only`
+    /// (KIP-890 part 1: a partition leader asks before it accepts a transactional write)
+    /// or without (part 2: the leader adds the partition for the producer).
     ///
     /// Errors: the coordinator's answer for the transaction or the partition
     /// (INVALID_TXN_STATE 48 when it is not in the transaction), NETWORK_EXCEPTION (13)
@@ -125,10 +126,10 @@ impl MarkerWriter {
         &self,
         coordinator: i32,
         transactional_id: &str,
-        producer_id: i64,
-        producer_epoch: i16,
+        (producer_id, producer_epoch): (i64, i16),
         topic: &str,
         partition: i32,
+        verify_only: bool,
     ) -> Result<(), ResponseError> {
         use kafka_protocol::messages::add_partitions_to_txn_request::{
             AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
@@ -141,7 +142,7 @@ impl MarkerWriter {
                 )))
                 .with_producer_id(ProducerId(producer_id))
                 .with_producer_epoch(producer_epoch)
-                .with_verify_only(true)
+                .with_verify_only(verify_only)
                 .with_topics(vec![AddPartitionsToTxnTopic::default()
                     .with_name(TopicName(StrBytes::from_string(topic.to_string())))
                     .with_partitions(vec![partition])]),

@@ -50,11 +50,27 @@ const STATE_WRITE_TIMEOUT_MS: u64 = 5000;
 /// durable once PrepareCommit/PrepareAbort is logged; Kafka answers then, weir a little
 /// later when the markers are quick, so a commit is readable when it returns).
 const END_TXN_MARKER_WAIT_MS: u64 = 2000;
+/// How long a partition leader retries an implicit add (KIP-890 part 2) answered
+/// CONCURRENT_TRANSACTIONS, and its pause between tries (Kafka's
+/// `add.partitions.to.txn.retry.backoff.max.ms` and `.backoff.ms` defaults).
+const IMPLICIT_ADD_RETRY_MS: u64 = 100;
+const IMPLICIT_ADD_BACKOFF_MS: u64 = 20;
 /// Pause between two rounds of marker writes to partitions that refused them.
 const MARKER_RETRY_MS: u64 = 200;
 /// An epoch this close to `i16::MAX` gets a new producer id instead of a bump (Kafka's
 /// `isEpochExhausted`).
 const EPOCH_EXHAUSTED: i16 = i16::MAX - 1;
+/// Kafka's transaction version 2 (KIP-890 part 2: an epoch bump per transaction), as
+/// `TransactionLogValue` records it.
+const TV2: i16 = 2;
+
+/// What an EndTxn does, decided under the state lock.
+enum EndDecision {
+    /// A retry of an EndTxn already decided: answered with this (producer id, epoch).
+    AlreadyDone((i64, i16)),
+    /// Log this Prepare* record; the epoch it replaces.
+    Prepare(TxnRecord, i16),
+}
 
 /// One transactional id's state in memory: the logged record and what is in flight.
 #[derive(Debug, Clone)]
@@ -393,6 +409,8 @@ impl TransactionCoordinator {
                 partitions: BTreeSet::new(),
                 last_update_ms: now,
                 start_ms: -1,
+                previous_producer_id: -1,
+                next_producer_id: -1,
                 ..r
             },
             _ => {
@@ -400,15 +418,15 @@ impl TransactionCoordinator {
                     tracing::error!(error = %e, "cannot allocate a producer id");
                     ResponseError::UnknownServerError
                 })?;
-                TxnRecord {
+                TxnRecord::v0(
                     producer_id,
-                    producer_epoch: 0,
+                    0,
                     timeout_ms,
-                    state: TxnState::Empty,
-                    partitions: BTreeSet::new(),
-                    last_update_ms: now,
-                    start_ms: -1,
-                }
+                    TxnState::Empty,
+                    BTreeSet::new(),
+                    now,
+                    -1,
+                )
             }
         };
         self.write_state(transactional_id, Some(&new)).await?;
@@ -448,20 +466,38 @@ impl TransactionCoordinator {
     /// partition): the transaction becomes Ongoing with `partitions` added, logged before
     /// the answer. Adding partitions already in it writes nothing.
     ///
+    /// `implicit` is KIP-890 part 2's add by a partition leader (a Produce v12 or a
+    /// TxnOffsetCommit v5 of a producer that sends no AddPartitionsToTxn): it may start a
+    /// transaction after one that ended with an epoch bump (EndTxn v5, or a timeout),
+    /// whose late writes the bump fences. After one that ended without a bump, a write at
+    /// the same epoch may be such a late write: refused as KIP-890 part 1 refuses it
+    /// (weir's rule; Kafka trusts the request version alone).
+    ///
     /// Errors: NOT_COORDINATOR (16), COORDINATOR_LOAD_IN_PROGRESS (14),
     /// INVALID_PRODUCER_ID_MAPPING (49), PRODUCER_FENCED (90), CONCURRENT_TRANSACTIONS
-    /// (51) while the previous transaction completes, COORDINATOR_NOT_AVAILABLE (15).
+    /// (51) while the previous transaction completes, COORDINATOR_NOT_AVAILABLE (15);
+    /// `implicit`: INVALID_TXN_STATE (48) as above.
     pub async fn add_partitions(
         &self,
         transactional_id: &str,
         producer_id: i64,
         producer_epoch: i16,
         partitions: &[(String, i32)],
+        implicit: bool,
     ) -> Result<(), ResponseError> {
         self.coordinating(transactional_id)?;
         let record = {
             let mut txns = self.lock();
             let e = Self::check_producer(txns.get(transactional_id), producer_id, producer_epoch)?;
+            if implicit
+                && matches!(
+                    e.record.state,
+                    TxnState::CompleteCommit | TxnState::CompleteAbort
+                )
+                && e.record.client_transaction_version < TV2
+            {
+                return Err(ResponseError::InvalidTxnState);
+            }
             if e.completing
                 || e.writing
                 || matches!(
@@ -525,25 +561,61 @@ impl TransactionCoordinator {
             .collect())
     }
 
-    /// KIP-890 part 1, at a partition leader: before it accepts the first transactional
-    /// batch of producer `(producer_id, producer_epoch)` on `topic`-`partition`, it asks
-    /// the id's coordinator whether the partition was added to the producer's open
-    /// transaction ([`TransactionCoordinator::verify_partitions`] here, or
-    /// AddPartitionsToTxn v4 `verify_only` at another broker). A late write of an
-    /// aborted transaction, or one that skipped AddPartitionsToTxn, is so refused.
+    /// KIP-890, at a partition leader: before it accepts the first transactional batch of
+    /// producer `(producer_id, producer_epoch)` on `topic`-`partition` (or a
+    /// TxnOffsetCommit v5 on the group's `__consumer_offsets` partition), it asks the
+    /// id's coordinator, here or through AddPartitionsToTxn v4 at another broker. Part 1
+    /// (`add` false: Produce v3–v11): whether the partition was added to the producer's
+    /// open transaction ([`TransactionCoordinator::verify_partitions`]), so a late write
+    /// of an aborted transaction, or one that skipped AddPartitionsToTxn, is refused.
+    /// Part 2 (`add` true: Produce v12): the leader adds the partition itself
+    /// ([`TransactionCoordinator::add_partitions`], `implicit`); CONCURRENT_TRANSACTIONS
+    /// while the previous transaction completes is retried for up to
+    /// [`IMPLICIT_ADD_RETRY_MS`] (Kafka's `add.partitions.to.txn.retry.backoff.max.ms`).
     ///
-    /// Errors: INVALID_TXN_STATE (48) when the partition is not in the transaction,
-    /// INVALID_PRODUCER_EPOCH (47) for a fenced producer (the coordinator's
-    /// PRODUCER_FENCED, as a partition answers it), INVALID_PRODUCER_ID_MAPPING (49),
+    /// Errors: INVALID_TXN_STATE (48) when the partition is not in the transaction (or
+    /// may not be added), INVALID_PRODUCER_EPOCH (47) for a fenced producer (the
+    /// coordinator's PRODUCER_FENCED, as a partition answers it),
+    /// INVALID_PRODUCER_ID_MAPPING (49), CONCURRENT_TRANSACTIONS (51),
     /// NOT_ENOUGH_REPLICAS (19, retriable, as Kafka maps a coordinator it cannot reach)
     /// when no coordinator answers.
     pub async fn verify_write(
         &self,
         transactional_id: &str,
-        producer_id: i64,
-        producer_epoch: i16,
+        (producer_id, producer_epoch): (i64, i16),
         topic: &str,
         partition: i32,
+        add: bool,
+    ) -> Result<(), ResponseError> {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(IMPLICIT_ADD_RETRY_MS);
+        loop {
+            let result = self
+                .verify_write_once(
+                    transactional_id,
+                    (producer_id, producer_epoch),
+                    topic,
+                    partition,
+                    add,
+                )
+                .await;
+            match result {
+                Err(ResponseError::ConcurrentTransactions)
+                    if add && tokio::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(IMPLICIT_ADD_BACKOFF_MS)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn verify_write_once(
+        &self,
+        transactional_id: &str,
+        (producer_id, producer_epoch): (i64, i16),
+        topic: &str,
+        partition: i32,
+        add: bool,
     ) -> Result<(), ResponseError> {
         let me = self.metadata.node_id();
         let wanted = [(topic.to_string(), partition)];
@@ -559,6 +631,10 @@ impl TransactionCoordinator {
             other => other,
         };
         match self.coordinator_of(transactional_id) {
+            Some(c) if c == me && add => self
+                .add_partitions(transactional_id, producer_id, producer_epoch, &wanted, true)
+                .await
+                .map_err(unreachable),
             Some(c) if c == me => {
                 let per = self
                     .verify_partitions(transactional_id, producer_id, producer_epoch, &wanted)
@@ -570,10 +646,10 @@ impl TransactionCoordinator {
                 .verify_remote(
                     c,
                     transactional_id,
-                    producer_id,
-                    producer_epoch,
+                    (producer_id, producer_epoch),
                     topic,
                     partition,
+                    !add,
                 )
                 .await
                 .map_err(unreachable),
@@ -587,45 +663,69 @@ impl TransactionCoordinator {
     /// still being written (the outcome is decided; a partition whose leader is away
     /// gets its marker when it returns). A retry of a completed EndTxn succeeds.
     ///
+    /// `epoch_bump` is KIP-890 part 2 (EndTxn v5, transaction version 2): the decision is
+    /// logged with the epoch bumped, the markers carry it, and the answer is the producer
+    /// id and epoch the producer goes on with (a new id with epoch 0 when the epoch runs
+    /// out); a retry with the epoch before the bump is answered as the first was; an
+    /// abort with no transaction open bumps the epoch too. Without it the answer is
+    /// `None` and the epoch stays (Kafka's transaction version 0/1).
+    ///
     /// Errors: NOT_COORDINATOR (16), COORDINATOR_LOAD_IN_PROGRESS (14),
     /// INVALID_PRODUCER_ID_MAPPING (49), PRODUCER_FENCED (90), INVALID_TXN_STATE (48)
     /// (nothing open, or the other outcome already decided), CONCURRENT_TRANSACTIONS (51)
-    /// while the same outcome is still being completed, COORDINATOR_NOT_AVAILABLE (15).
+    /// while the same outcome is still being completed, COORDINATOR_NOT_AVAILABLE (15),
+    /// UNKNOWN_SERVER_ERROR (-1) when an exhausted epoch needs a producer id and none can
+    /// be allocated.
     pub async fn end_txn(
         &self,
         transactional_id: &str,
         producer_id: i64,
         producer_epoch: i16,
         commit: bool,
-    ) -> Result<(), ResponseError> {
+        epoch_bump: bool,
+    ) -> Result<Option<(i64, i16)>, ResponseError> {
         self.coordinating(transactional_id)?;
-        let record = {
+        // An exhausted epoch needs a new producer id: allocated before the lock is taken
+        // (it may write a reservation to the metadata log).
+        let exhausted = epoch_bump
+            && self
+                .lock()
+                .get(transactional_id)
+                .is_some_and(|e| e.record.producer_epoch >= EPOCH_EXHAUSTED);
+        let next_producer_id = if exhausted {
+            Some(self.metadata.next_producer_id().map_err(|e| {
+                tracing::error!(error = %e, "cannot allocate a producer id");
+                ResponseError::UnknownServerError
+            })?)
+        } else {
+            None
+        };
+        let (record, prior_epoch) = {
             let mut txns = self.lock();
-            let e = Self::check_producer(txns.get(transactional_id), producer_id, producer_epoch)?;
-            if e.writing {
-                return Err(ResponseError::ConcurrentTransactions);
-            }
-            match (e.record.state, commit) {
-                (TxnState::Ongoing, _) if !e.completing => {}
-                (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => {
-                    return Ok(())
-                }
-                (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
-                    return Err(ResponseError::ConcurrentTransactions)
-                }
-                _ => return Err(ResponseError::InvalidTxnState),
-            }
-            let mut r = e.record.clone();
-            r.state = if commit {
-                TxnState::PrepareCommit
+            let decided = if epoch_bump {
+                Self::decide_end_v2(
+                    txns.get(transactional_id),
+                    producer_id,
+                    producer_epoch,
+                    commit,
+                    next_producer_id,
+                )?
             } else {
-                TxnState::PrepareAbort
+                Self::decide_end_v1(
+                    txns.get(transactional_id),
+                    producer_id,
+                    producer_epoch,
+                    commit,
+                )?
             };
-            r.last_update_ms = now_ms();
+            let (record, prior_epoch) = match decided {
+                EndDecision::AlreadyDone(answer) => return Ok(epoch_bump.then_some(answer)),
+                EndDecision::Prepare(record, prior_epoch) => (record, prior_epoch),
+            };
             if let Some(e) = txns.get_mut(transactional_id) {
                 e.writing = true;
             }
-            r
+            (record, prior_epoch)
         };
         let written = self.write_state(transactional_id, Some(&record)).await;
         {
@@ -634,10 +734,15 @@ impl TransactionCoordinator {
                 Some(e) => {
                     e.writing = false;
                     written?;
-                    if e.record.producer_epoch != record.producer_epoch {
+                    if e.record.producer_id != record.producer_id
+                        || e.record.producer_epoch != prior_epoch
+                    {
                         return Err(ResponseError::ProducerFenced);
                     }
-                    e.record = record;
+                    if record.producer_epoch != prior_epoch {
+                        e.last_epoch = prior_epoch;
+                    }
+                    e.record = record.clone();
                 }
                 None => return Err(ResponseError::ProducerFenced),
             }
@@ -645,7 +750,136 @@ impl TransactionCoordinator {
         self.start_completion(transactional_id);
         self.wait_completed(transactional_id, END_TXN_MARKER_WAIT_MS)
             .await;
-        Ok(())
+        let answer = match record.next_producer_id {
+            next if next >= 0 => (next, 0),
+            _ => (record.producer_id, record.producer_epoch),
+        };
+        Ok(epoch_bump.then_some(answer))
+    }
+
+    /// EndTxn v0–v4 (transaction version 0/1): the epoch stays.
+    fn decide_end_v1(
+        entry: Option<&TxnEntry>,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+    ) -> Result<EndDecision, ResponseError> {
+        let e = Self::check_producer(entry, producer_id, producer_epoch)?;
+        if e.writing {
+            return Err(ResponseError::ConcurrentTransactions);
+        }
+        let current = (e.record.producer_id, e.record.producer_epoch);
+        match (e.record.state, commit) {
+            (TxnState::Ongoing, _) if !e.completing => {}
+            (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => {
+                return Ok(EndDecision::AlreadyDone(current))
+            }
+            (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
+                return Err(ResponseError::ConcurrentTransactions)
+            }
+            _ => return Err(ResponseError::InvalidTxnState),
+        }
+        let mut r = e.record.clone();
+        r.state = if commit {
+            TxnState::PrepareCommit
+        } else {
+            TxnState::PrepareAbort
+        };
+        r.last_update_ms = now_ms();
+        r.client_transaction_version = 0;
+        r.previous_producer_id = -1;
+        r.next_producer_id = -1;
+        Ok(EndDecision::Prepare(r, e.record.producer_epoch))
+    }
+
+    /// EndTxn v5 (KIP-890 part 2, Kafka's `TransactionCoordinator.endTransaction` with
+    /// transaction version 2): which requests are retries of one already decided (the
+    /// epoch one below the bumped one, or the last epoch of the producer id an exhausted
+    /// epoch replaced), and the transitions:
+    ///
+    /// | state | commit | abort |
+    /// |---|---|---|
+    /// | Ongoing | bump → PrepareCommit | bump → PrepareAbort |
+    /// | Empty | INVALID_TXN_STATE | bump → PrepareAbort (nothing to mark) |
+    /// | CompleteCommit | retry: done; else INVALID_TXN_STATE | retry: INVALID_TXN_STATE; else bump → PrepareAbort |
+    /// | CompleteAbort | INVALID_TXN_STATE | retry: done; else bump → PrepareAbort |
+    /// | PrepareCommit | CONCURRENT_TRANSACTIONS | INVALID_TXN_STATE |
+    /// | PrepareAbort | INVALID_TXN_STATE | CONCURRENT_TRANSACTIONS |
+    fn decide_end_v2(
+        entry: Option<&TxnEntry>,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+        next_producer_id: Option<i64>,
+    ) -> Result<EndDecision, ResponseError> {
+        let Some(e) = entry else {
+            return Err(ResponseError::InvalidProducerIdMapping);
+        };
+        if e.writing {
+            return Err(ResponseError::ConcurrentTransactions);
+        }
+        let r = &e.record;
+        let retry_on_bump = i32::from(r.producer_epoch) == i32::from(producer_epoch) + 1;
+        let retry_on_overflow = r.previous_producer_id >= 0
+            && r.previous_producer_id == producer_id
+            && producer_epoch == EPOCH_EXHAUSTED
+            && r.producer_epoch == 0;
+        let retry = retry_on_bump || retry_on_overflow;
+        if r.producer_id != producer_id && !retry_on_overflow {
+            return Err(ResponseError::InvalidProducerIdMapping);
+        }
+        let valid_epoch = match r.state {
+            TxnState::Ongoing | TxnState::Empty => producer_epoch == r.producer_epoch,
+            TxnState::PrepareCommit | TxnState::PrepareAbort => retry_on_bump,
+            TxnState::CompleteCommit | TxnState::CompleteAbort => {
+                retry || producer_epoch == r.producer_epoch
+            }
+            TxnState::Dead | TxnState::PrepareEpochFence => producer_epoch == r.producer_epoch,
+        };
+        if !valid_epoch {
+            return Err(ResponseError::ProducerFenced);
+        }
+        let current = (r.producer_id, r.producer_epoch);
+        let prepare = |state: TxnState| {
+            let mut next = r.clone();
+            next.state = state;
+            let now = now_ms();
+            next.last_update_ms = now;
+            if r.state != TxnState::Ongoing {
+                // An abort with nothing open: only the epoch moves.
+                next.partitions.clear();
+                next.start_ms = now;
+            }
+            next.client_transaction_version = TV2;
+            next.previous_producer_id = -1;
+            match next_producer_id {
+                Some(id) => {
+                    next.producer_epoch = r.producer_epoch.saturating_add(1);
+                    next.next_producer_id = id;
+                }
+                None => {
+                    next.producer_epoch = r.producer_epoch + 1;
+                    next.next_producer_id = -1;
+                }
+            }
+            EndDecision::Prepare(next, r.producer_epoch)
+        };
+        match (r.state, commit) {
+            (TxnState::Ongoing, _) if e.completing => Err(ResponseError::ConcurrentTransactions),
+            (TxnState::Ongoing, true) => Ok(prepare(TxnState::PrepareCommit)),
+            (TxnState::Ongoing, false) => Ok(prepare(TxnState::PrepareAbort)),
+            (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) if retry => {
+                Ok(EndDecision::AlreadyDone(current))
+            }
+            (TxnState::CompleteCommit, false) if !retry => Ok(prepare(TxnState::PrepareAbort)),
+            (TxnState::CompleteAbort | TxnState::Empty, false) => {
+                Ok(prepare(TxnState::PrepareAbort))
+            }
+            (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
+                Err(ResponseError::ConcurrentTransactions)
+            }
+            _ => Err(ResponseError::InvalidTxnState),
+        }
     }
 
     /// Waits until `id` is no longer completing, at most `timeout_ms`; whether it is done.
@@ -746,7 +980,7 @@ impl TransactionCoordinator {
             }
             tokio::time::sleep(Duration::from_millis(MARKER_RETRY_MS)).await;
         }
-        let done = TxnRecord {
+        let mut done = TxnRecord {
             state: if commit {
                 TxnState::CompleteCommit
             } else {
@@ -757,6 +991,14 @@ impl TransactionCoordinator {
             start_ms: -1,
             ..record.clone()
         };
+        if record.next_producer_id >= 0 {
+            // An EndTxn v5 on an exhausted epoch: the markers went out with the old id at
+            // the last epoch; the transactional id moves to the new one (KIP-890 part 2).
+            done.previous_producer_id = record.producer_id;
+            done.producer_id = record.next_producer_id;
+            done.producer_epoch = 0;
+            done.next_producer_id = -1;
+        }
         // The outcome is in every partition now: a failed write of Complete* only means a
         // later coordinator writes the markers again.
         let logged = self.write_state(id, Some(&done)).await;
@@ -883,6 +1125,10 @@ impl TransactionCoordinator {
                 producer_epoch: bump(record.producer_epoch),
                 state: TxnState::PrepareAbort,
                 last_update_ms: now,
+                // The epoch is bumped: a late write of the aborted transaction is fenced
+                // by it, so a partition may be added implicitly at the new epoch (as Kafka
+                // logs the cluster's transaction version here).
+                client_transaction_version: TV2,
                 ..record.clone()
             };
             tracing::info!(

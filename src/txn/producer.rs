@@ -381,6 +381,7 @@ impl TxnProducer {
                     producer_id,
                     producer_epoch,
                     partitions,
+                    false,
                 )
                 .await
                 .map_err(|e| (e, "at this broker".into())),
@@ -443,6 +444,7 @@ impl TxnProducer {
                         producer_id,
                         producer_epoch,
                         &[partition],
+                        false,
                     )
                     .await
                     .map_err(|e| (e, "at this broker".into()))
@@ -550,8 +552,15 @@ impl TxnProducer {
             None => self
                 .owners
                 .txn
-                .end_txn(&self.transactional_id, producer_id, producer_epoch, commit)
+                .end_txn(
+                    &self.transactional_id,
+                    producer_id,
+                    producer_epoch,
+                    commit,
+                    false,
+                )
                 .await
+                .map(|_| ())
                 .map_err(|e| (e, "at this broker".into())),
             Some(broker) => {
                 let request = EndTxnRequest::default()

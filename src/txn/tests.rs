@@ -76,24 +76,26 @@ async fn producer_checks_follow_kafkas_order() {
     let txn = open_in(dir.path());
     let (pid, epoch) = txn.init_producer_id("a", 10_000, None).await.unwrap();
     assert_eq!(
-        txn.add_partitions("a", pid + 1, epoch, &parts(&[0])).await,
-        Err(ResponseError::InvalidProducerIdMapping)
-    );
-    assert_eq!(
-        txn.add_partitions("unknown", pid, epoch, &parts(&[0]))
+        txn.add_partitions("a", pid + 1, epoch, &parts(&[0]), false)
             .await,
         Err(ResponseError::InvalidProducerIdMapping)
     );
     assert_eq!(
-        txn.add_partitions("a", pid, epoch + 1, &parts(&[0])).await,
+        txn.add_partitions("unknown", pid, epoch, &parts(&[0]), false)
+            .await,
+        Err(ResponseError::InvalidProducerIdMapping)
+    );
+    assert_eq!(
+        txn.add_partitions("a", pid, epoch + 1, &parts(&[0]), false)
+            .await,
         Err(ResponseError::ProducerFenced)
     );
     assert_eq!(
-        txn.end_txn("a", pid, epoch, true).await,
+        txn.end_txn("a", pid, epoch, true, false).await,
         Err(ResponseError::InvalidTxnState),
         "nothing open"
     );
-    txn.add_partitions("a", pid, epoch, &parts(&[0, 1]))
+    txn.add_partitions("a", pid, epoch, &parts(&[0, 1]), false)
         .await
         .unwrap();
     let d = txn.describe("a").unwrap();
@@ -118,7 +120,7 @@ async fn state_is_reloaded_from_the_log_after_a_restart() {
     let (pid, epoch) = {
         let txn = open_in(dir.path());
         let (pid, epoch) = txn.init_producer_id("a", 10_000, None).await.unwrap();
-        txn.add_partitions("a", pid, epoch, &parts(&[2]))
+        txn.add_partitions("a", pid, epoch, &parts(&[2]), false)
             .await
             .unwrap();
         (pid, epoch)
@@ -145,9 +147,13 @@ async fn concurrent_changes_of_one_id_never_lose_a_partition() {
     for round in 0..20 {
         let (x, y) = (txn.clone(), txn.clone());
         let first =
-            tokio::spawn(async move { x.add_partitions("a", pid, epoch, &parts(&[0])).await });
+            tokio::spawn(
+                async move { x.add_partitions("a", pid, epoch, &parts(&[0]), false).await },
+            );
         let second =
-            tokio::spawn(async move { y.add_partitions("a", pid, epoch, &parts(&[1])).await });
+            tokio::spawn(
+                async move { y.add_partitions("a", pid, epoch, &parts(&[1]), false).await },
+            );
         let (first, second) = (first.await.unwrap(), second.await.unwrap());
         for r in [&first, &second] {
             assert!(
@@ -167,7 +173,7 @@ async fn concurrent_changes_of_one_id_never_lose_a_partition() {
         // What memory says is what the log says: a restart finds the same partitions.
         let reloaded = open_in(dir.path()).describe("a").unwrap();
         assert_eq!(reloaded.partitions, d.partitions, "round {round}");
-        txn.end_txn("a", pid, epoch, false).await.ok();
+        txn.end_txn("a", pid, epoch, false, false).await.ok();
         let _ = txn.wait_completed("a", 2000).await;
     }
 }
@@ -203,7 +209,7 @@ async fn a_completion_outlives_the_runtime_of_its_caller() {
     let dir = tempfile::tempdir().unwrap();
     let txn = open_in(dir.path());
     let (pid, epoch) = txn.init_producer_id("a", 10_000, None).await.unwrap();
-    txn.add_partitions("a", pid, epoch, &parts(&[0, 1]))
+    txn.add_partitions("a", pid, epoch, &parts(&[0, 1]), false)
         .await
         .unwrap();
     assert!(!prepare_commit_in_memory(&txn, "a"));
@@ -228,10 +234,167 @@ async fn a_tick_resumes_a_prepared_transaction_nobody_completes() {
     let dir = tempfile::tempdir().unwrap();
     let txn = open_in(dir.path());
     let (pid, epoch) = txn.init_producer_id("a", 10_000, None).await.unwrap();
-    txn.add_partitions("a", pid, epoch, &parts(&[2]))
+    txn.add_partitions("a", pid, epoch, &parts(&[2]), false)
         .await
         .unwrap();
     assert!(!prepare_commit_in_memory(&txn, "a"));
     txn.tick(false).await;
     wait_complete_commit(&txn, "a").await;
+}
+
+/// The stored transaction version of `id` (what a reload reads back).
+fn stored_version(txn: &TransactionCoordinator, id: &str) -> i16 {
+    txn.lock()
+        .get(id)
+        .unwrap()
+        .record
+        .client_transaction_version
+}
+
+/// KIP-890 part 2 (EndTxn v5): each EndTxn bumps the epoch and answers with it; a retry
+/// with the epoch before the bump gets the same answer; the transitions of Kafka's
+/// `endTransaction` table; the old epoch is fenced; all of it survives a reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_txn_v5_bumps_the_epoch_and_a_retry_gets_the_same_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let txn = open_in(dir.path());
+    let (pid, e0) = txn.init_producer_id("a", 10_000, None).await.unwrap();
+    // The leader adds the partition (Produce v12): no AddPartitionsToTxn.
+    txn.add_partitions("a", pid, e0, &parts(&[0]), true)
+        .await
+        .unwrap();
+    assert_eq!(
+        txn.end_txn("a", pid, e0, true, true).await,
+        Ok(Some((pid, e0 + 1)))
+    );
+    let d = txn.describe("a").unwrap();
+    assert_eq!(
+        (d.state, d.producer_epoch),
+        (TxnState::CompleteCommit, e0 + 1)
+    );
+    // Retried (its answer was lost): the same answer, nothing written again.
+    assert_eq!(
+        txn.end_txn("a", pid, e0, true, true).await,
+        Ok(Some((pid, e0 + 1)))
+    );
+    assert_eq!(
+        txn.end_txn("a", pid, e0, false, true).await,
+        Err(ResponseError::InvalidTxnState),
+        "an abort retried after a commit"
+    );
+    assert_eq!(
+        txn.end_txn("a", pid, e0 + 1, true, true).await,
+        Err(ResponseError::InvalidTxnState),
+        "a commit with nothing open"
+    );
+    // A late write of the committed transaction: its epoch is fenced.
+    assert_eq!(
+        txn.add_partitions("a", pid, e0, &parts(&[1]), true).await,
+        Err(ResponseError::ProducerFenced)
+    );
+    // The next transaction, at the bumped epoch, aborted.
+    txn.add_partitions("a", pid, e0 + 1, &parts(&[1]), true)
+        .await
+        .unwrap();
+    assert_eq!(
+        txn.end_txn("a", pid, e0 + 1, false, true).await,
+        Ok(Some((pid, e0 + 2)))
+    );
+    // An abort with nothing open still bumps (a producer aborting after a failed send).
+    assert_eq!(
+        txn.end_txn("a", pid, e0 + 2, false, true).await,
+        Ok(Some((pid, e0 + 3)))
+    );
+    assert_eq!(
+        txn.end_txn("a", pid, e0 + 1, false, true).await,
+        Err(ResponseError::ProducerFenced),
+        "two epochs back is not a retry"
+    );
+    assert_eq!(stored_version(&txn, "a"), TV2);
+    let reloaded = open_in(dir.path());
+    let d = reloaded.describe("a").unwrap();
+    assert_eq!(
+        (d.producer_id, d.producer_epoch, d.state),
+        (pid, e0 + 3, TxnState::CompleteAbort)
+    );
+    assert_eq!(stored_version(&reloaded, "a"), TV2);
+    assert_eq!(
+        reloaded.end_txn("a", pid, e0 + 2, false, true).await,
+        Ok(Some((pid, e0 + 3))),
+        "a retry after a coordinator change"
+    );
+}
+
+/// An implicit add (Produce v12) after a transaction that ended without an epoch bump
+/// (EndTxn v0–v4) is refused: at that epoch it may be a late write of the ended
+/// transaction, which KIP-890 part 1 refuses. AddPartitionsToTxn still adds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_implicit_add_after_an_end_without_a_bump_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let txn = open_in(dir.path());
+    let (pid, epoch) = txn.init_producer_id("a", 10_000, None).await.unwrap();
+    txn.add_partitions("a", pid, epoch, &parts(&[0]), false)
+        .await
+        .unwrap();
+    assert_eq!(txn.end_txn("a", pid, epoch, true, false).await, Ok(None));
+    assert!(txn.wait_completed("a", 5000).await);
+    assert_eq!(
+        txn.add_partitions("a", pid, epoch, &parts(&[0]), true)
+            .await,
+        Err(ResponseError::InvalidTxnState)
+    );
+    txn.add_partitions("a", pid, epoch, &parts(&[0]), false)
+        .await
+        .unwrap();
+    // A transaction aborted at its timeout had its epoch bumped: an implicit add at the
+    // new epoch starts the next one.
+    txn.lock().get_mut("a").unwrap().record.start_ms = 1;
+    txn.tick(false).await;
+    assert!(txn.wait_completed("a", 5000).await);
+    let d = txn.describe("a").unwrap();
+    assert_eq!(
+        (d.state, d.producer_epoch),
+        (TxnState::CompleteAbort, epoch + 1)
+    );
+    txn.add_partitions("a", pid, epoch + 1, &parts(&[1]), true)
+        .await
+        .unwrap();
+}
+
+/// EndTxn v5 on an exhausted epoch: the markers go out with the old producer id, the
+/// answer and the stored state move to a new producer id at epoch 0, and a retry with
+/// the old id and epoch is answered the same, also after a reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exhausted_epoch_moves_to_a_new_producer_id_at_end_txn_v5() {
+    let dir = tempfile::tempdir().unwrap();
+    let txn = open_in(dir.path());
+    let (pid, _) = txn.init_producer_id("a", 10_000, None).await.unwrap();
+    txn.lock().get_mut("a").unwrap().record.producer_epoch = EPOCH_EXHAUSTED;
+    txn.add_partitions("a", pid, EPOCH_EXHAUSTED, &parts(&[2]), true)
+        .await
+        .unwrap();
+    let Ok(Some((next, 0))) = txn.end_txn("a", pid, EPOCH_EXHAUSTED, true, true).await else {
+        panic!("no new producer id");
+    };
+    assert_ne!(next, pid);
+    let d = txn.describe("a").unwrap();
+    assert_eq!(
+        (d.producer_id, d.producer_epoch, d.state),
+        (next, 0, TxnState::CompleteCommit)
+    );
+    assert_eq!(
+        txn.end_txn("a", pid, EPOCH_EXHAUSTED, true, true).await,
+        Ok(Some((next, 0)))
+    );
+    let reloaded = open_in(dir.path());
+    assert_eq!(
+        reloaded
+            .end_txn("a", pid, EPOCH_EXHAUSTED, true, true)
+            .await,
+        Ok(Some((next, 0)))
+    );
+    reloaded
+        .add_partitions("a", next, 0, &parts(&[0]), true)
+        .await
+        .unwrap();
 }

@@ -100,7 +100,7 @@ fn file_source(name: &str, file: &std::path::Path, topic: &str) -> Value {
 }
 
 /// The broker leading `topic`-0 as broker `bootstrap` lists it (at most 30 s).
-fn leader_of_first(bootstrap: &str, topic: &str) -> i32 {
+pub(crate) fn leader_of_first(bootstrap: &str, topic: &str) -> i32 {
     poll_for(&format!("{topic}-0 has a leader"), 30, || {
         let listed = partitions_listed(bootstrap, topic);
         match listed.get(&0) {

@@ -64,4 +64,5 @@ mod rest_produce;
 mod retention;
 mod transactions;
 mod transactions_log;
+mod transactions_v2;
 mod transforms;

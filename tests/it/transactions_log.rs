@@ -114,7 +114,12 @@ fn transactional_id_for(conn: &mut RawConn, topic: &str, records: &Bytes) -> Opt
 
 /// One batch of `values` (key = value), transactional or not, from `producer` (id,
 /// epoch) at `sequence` (a producer id of -1 for a plain batch).
-fn batch(producer: (i64, i16), sequence: i32, transactional: bool, values: &[&str]) -> Bytes {
+pub(crate) fn batch(
+    producer: (i64, i16),
+    sequence: i32,
+    transactional: bool,
+    values: &[&str],
+) -> Bytes {
     let records: Vec<Record> = values
         .iter()
         .enumerate()
@@ -233,7 +238,12 @@ fn describe_producers(conn: &mut RawConn, topic: &str) -> Vec<(i64, i32, i32, i3
 /// The values a librdkafka consumer with `isolation_level` reads from the beginning of
 /// partition 0 until it has `expected` of them, then for 2 s more (to prove that nothing
 /// else comes: the one sleep-like wait here).
-fn consume(bootstrap: &str, topic: &str, isolation_level: &str, expected: usize) -> Vec<String> {
+pub(crate) fn consume(
+    bootstrap: &str,
+    topic: &str,
+    isolation_level: &str,
+    expected: usize,
+) -> Vec<String> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", "txlog-no-commits")
