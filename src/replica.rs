@@ -1635,6 +1635,13 @@ impl Partition {
         self.log().has_ongoing_txn(producer_id)
     }
 
+    /// Whether a batch of `producer_id` at `producer_epoch` must start at sequence 0 on
+    /// this partition: KIP-890 part 2's check of a transaction's first batch.
+    pub fn expects_first_sequence(&self, producer_id: i64, producer_epoch: i16) -> bool {
+        self.log()
+            .expects_first_sequence(producer_id, producer_epoch)
+    }
+
     /// Whether `producer_id` has a transaction open on this partition at
     /// `producer_epoch`: KIP-890's check at produce (a transaction of an older epoch is
     /// one whose marker has not arrived yet, which a batch of a newer epoch is not in).

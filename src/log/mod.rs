@@ -822,6 +822,13 @@ impl PartitionLog {
         self.producers.has_ongoing_txn(producer_id)
     }
 
+    /// Whether a batch of `producer_id` at `producer_epoch` must start at sequence 0 (it
+    /// is the producer's first at that epoch here).
+    pub fn expects_first_sequence(&self, producer_id: i64, producer_epoch: i16) -> bool {
+        self.producers
+            .expects_first_sequence(producer_id, producer_epoch)
+    }
+
     /// Whether `producer_id` has a transaction open in this log at `producer_epoch`.
     pub fn has_ongoing_txn_at(&self, producer_id: i64, producer_epoch: i16) -> bool {
         self.producers

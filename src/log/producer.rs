@@ -350,6 +350,17 @@ impl ProducerStateManager {
             .is_some_and(|e| e.current_txn_first_offset.is_some())
     }
 
+    /// Whether a batch of `producer_id` at `producer_epoch` must start at sequence 0: the
+    /// producer is unknown here, or at an older epoch, or at this epoch with no batch yet
+    /// (a marker raised it, as an EndTxn v5's does before the next transaction's first
+    /// batch). KIP-890 part 2 (Kafka 4.1's KAFKA-18202), for the first batch of a
+    /// transaction that a Produce v12 starts on the partition.
+    pub(super) fn expects_first_sequence(&self, producer_id: i64, producer_epoch: i16) -> bool {
+        self.producers.get(&producer_id).is_none_or(|e| {
+            e.epoch < producer_epoch || (e.epoch == producer_epoch && e.batches.is_empty())
+        })
+    }
+
     /// Whether `producer_id` has a transaction open at `producer_epoch` (Kafka's
     /// `hasOngoingTransaction(producerId, producerEpoch)`): one at an older epoch is a
     /// transaction whose marker has not arrived yet, not the one a newer batch is in.

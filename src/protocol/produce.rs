@@ -204,6 +204,9 @@ async fn produce_partition(
             ResponseError::InvalidTxnState => {
                 "the partition is not in the producer's transaction (KIP-890)"
             }
+            ResponseError::OutOfOrderSequenceNumber => {
+                "a transaction's first batch on a partition starts at sequence 0 (KIP-890)"
+            }
             _ => "the producer's transaction coordinator refused the write (KIP-890)",
         };
         return partition_error(index, e, Some(message.into()));
@@ -266,8 +269,10 @@ async fn produce_partition(
 /// need no question.
 ///
 /// Errors: INVALID_REQUEST (42) for transactional batches without a transactional id (as
-/// Kafka), those of `verify_write` (INVALID_TXN_STATE 48, INVALID_PRODUCER_EPOCH 47,
-/// INVALID_PRODUCER_ID_MAPPING 49, CONCURRENT_TRANSACTIONS 51, NOT_ENOUGH_REPLICAS 19).
+/// Kafka), OUT_OF_ORDER_SEQUENCE_NUMBER (45) for a v12 batch that starts the producer's
+/// transaction here at a sequence other than 0, those of `verify_write` (INVALID_TXN_STATE
+/// 48, INVALID_PRODUCER_EPOCH 47, INVALID_PRODUCER_ID_MAPPING 49, CONCURRENT_TRANSACTIONS
+/// 51, NOT_ENOUGH_REPLICAS 19).
 async fn verify_transaction(
     ctx: &Context,
     transactional_id: Option<&str>,
@@ -288,13 +293,26 @@ async fn verify_transaction(
     let Some(id) = transactional_id else {
         return Err(ResponseError::InvalidRequest);
     };
+    let add = version >= 12;
+    if add
+        && first.base_sequence() != 0
+        && valid
+            .partition
+            .expects_first_sequence(first.producer_id(), first.producer_epoch())
+    {
+        // A transaction's first batch here (the epoch is the transaction's under
+        // transaction version 2, and sequences restart with it) must be sequence 0: a
+        // later one arriving first (the first was refused, say with
+        // CONCURRENT_TRANSACTIONS, and is being retried) would be written out of order.
+        return Err(ResponseError::OutOfOrderSequenceNumber);
+    }
     ctx.txn
         .verify_write(
             id,
             (first.producer_id(), first.producer_epoch()),
             topic,
             index,
-            version >= 12,
+            add,
         )
         .await
 }

@@ -347,28 +347,24 @@ impl TransactionCoordinator {
                         record.producer_epoch = bump(record.producer_epoch);
                         record.state = TxnState::PrepareAbort;
                         record.last_update_ms = now_ms();
-                        Some(record)
+                        // Kafka's pending PrepareEpochFence: no other change meanwhile.
+                        e.writing = true;
+                        Some((record, e.record.producer_epoch))
                     }
                     _ => None,
                 },
                 None => None,
             }
         };
-        if let Some(record) = fenced {
+        if let Some((record, prior_epoch)) = fenced {
             tracing::info!(
                 transactional_id,
                 producer_id = record.producer_id,
                 producer_epoch = record.producer_epoch,
                 "a new producer fences the open transaction: aborting it"
             );
-            self.write_state(transactional_id, Some(&record)).await?;
-            {
-                let mut txns = self.lock();
-                if let Some(e) = txns.get_mut(transactional_id) {
-                    e.last_epoch = e.record.producer_epoch;
-                    e.record = record;
-                }
-            }
+            let written = self.write_state(transactional_id, Some(&record)).await;
+            self.finish_write(transactional_id, &record, prior_epoch, written)?;
             self.start_completion(transactional_id);
             if !self
                 .wait_completed(transactional_id, END_TXN_MARKER_WAIT_MS)
@@ -379,8 +375,8 @@ impl TransactionCoordinator {
         }
         let now = now_ms();
         let (record, last_epoch) = {
-            let txns = self.lock();
-            match txns.get(transactional_id) {
+            let mut txns = self.lock();
+            match txns.get_mut(transactional_id) {
                 None => (None, -1),
                 Some(e) if e.completing || e.writing => {
                     return Err(ResponseError::ConcurrentTransactions)
@@ -397,8 +393,14 @@ impl TransactionCoordinator {
                             return Ok(current);
                         }
                     }
+                    e.writing = true;
                     (Some(e.record.clone()), e.record.producer_epoch)
                 }
+            }
+        };
+        let clear_writing = || {
+            if let Some(e) = self.lock().get_mut(transactional_id) {
+                e.writing = false;
             }
         };
         let new = match record {
@@ -416,6 +418,7 @@ impl TransactionCoordinator {
             _ => {
                 let producer_id = self.metadata.next_producer_id().map_err(|e| {
                     tracing::error!(error = %e, "cannot allocate a producer id");
+                    clear_writing();
                     ResponseError::UnknownServerError
                 })?;
                 TxnRecord::v0(
@@ -429,7 +432,10 @@ impl TransactionCoordinator {
                 )
             }
         };
-        self.write_state(transactional_id, Some(&new)).await?;
+        if let Err(e) = self.write_state(transactional_id, Some(&new)).await {
+            clear_writing();
+            return Err(e);
+        }
         let answer = (new.producer_id, new.producer_epoch);
         self.lock().insert(
             transactional_id.to_string(),
@@ -441,6 +447,33 @@ impl TransactionCoordinator {
             },
         );
         Ok(answer)
+    }
+
+    /// After a fencing PrepareAbort (`record`, replacing epoch `prior_epoch`) was logged,
+    /// or failed to be (`written`): clears `writing` and, on success, makes it the state.
+    ///
+    /// Errors: the write's; CONCURRENT_TRANSACTIONS (51) when the id changed meanwhile.
+    fn finish_write(
+        &self,
+        id: &str,
+        record: &TxnRecord,
+        prior_epoch: i16,
+        written: Result<(), ResponseError>,
+    ) -> Result<(), ResponseError> {
+        let mut txns = self.lock();
+        let Some(e) = txns.get_mut(id) else {
+            return written.and(Err(ResponseError::ConcurrentTransactions));
+        };
+        e.writing = false;
+        written?;
+        if e.record.producer_id != record.producer_id || e.record.producer_epoch != prior_epoch {
+            return Err(ResponseError::ConcurrentTransactions);
+        }
+        if record.producer_epoch != prior_epoch {
+            e.last_epoch = prior_epoch;
+        }
+        e.record = record.clone();
+        Ok(())
     }
 
     /// The checks every call of a producer shares (Kafka's order): the id is known and
@@ -803,8 +836,10 @@ impl TransactionCoordinator {
     /// | Empty | INVALID_TXN_STATE | bump → PrepareAbort (nothing to mark) |
     /// | CompleteCommit | retry: done; else INVALID_TXN_STATE | retry: INVALID_TXN_STATE; else bump → PrepareAbort |
     /// | CompleteAbort | INVALID_TXN_STATE | retry: done; else bump → PrepareAbort |
-    /// | PrepareCommit | CONCURRENT_TRANSACTIONS | INVALID_TXN_STATE |
-    /// | PrepareAbort | INVALID_TXN_STATE | CONCURRENT_TRANSACTIONS |
+    ///
+    /// While a transition is in progress (PrepareCommit/PrepareAbort: markers going out)
+    /// every EndTxn v5 gets CONCURRENT_TRANSACTIONS first, as Kafka answers its pending
+    /// state.
     fn decide_end_v2(
         entry: Option<&TxnEntry>,
         producer_id: i64,
@@ -815,7 +850,16 @@ impl TransactionCoordinator {
         let Some(e) = entry else {
             return Err(ResponseError::InvalidProducerIdMapping);
         };
-        if e.writing {
+        // Kafka's first check: a transition in progress (logging a change, or the markers
+        // of a decided transaction still going out) answers CONCURRENT_TRANSACTIONS
+        // whatever the request, and the client retries it.
+        if e.writing
+            || e.completing
+            || matches!(
+                e.record.state,
+                TxnState::PrepareCommit | TxnState::PrepareAbort
+            )
+        {
             return Err(ResponseError::ConcurrentTransactions);
         }
         let r = &e.record;
@@ -830,6 +874,7 @@ impl TransactionCoordinator {
         }
         let valid_epoch = match r.state {
             TxnState::Ongoing | TxnState::Empty => producer_epoch == r.producer_epoch,
+            // (Answered CONCURRENT_TRANSACTIONS above.)
             TxnState::PrepareCommit | TxnState::PrepareAbort => retry_on_bump,
             TxnState::CompleteCommit | TxnState::CompleteAbort => {
                 retry || producer_epoch == r.producer_epoch
@@ -874,9 +919,6 @@ impl TransactionCoordinator {
             (TxnState::CompleteCommit, false) if !retry => Ok(prepare(TxnState::PrepareAbort)),
             (TxnState::CompleteAbort | TxnState::Empty, false) => {
                 Ok(prepare(TxnState::PrepareAbort))
-            }
-            (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
-                Err(ResponseError::ConcurrentTransactions)
             }
             _ => Err(ResponseError::InvalidTxnState),
         }
@@ -1005,17 +1047,27 @@ impl TransactionCoordinator {
         if let Err(e) = logged {
             tracing::warn!(transactional_id = %id, error = ?e, "cannot log the transaction's completion");
         }
-        self.finish_completion(id, Some((record.producer_epoch, done)));
+        self.finish_completion(id, Some((&record, done)));
     }
 
-    fn finish_completion(&self, id: &str, done: Option<(i16, TxnRecord)>) {
+    /// Ends a completion of `id`; `done` is the Prepare* record it completed and the
+    /// Complete* record logged, which becomes the state unless the state moved on.
+    fn finish_completion(&self, id: &str, done: Option<(&TxnRecord, TxnRecord)>) {
         // (`CompletionGuard` calls this when a completion task is dropped.)
         {
             let mut txns = self.lock();
             if let Some(e) = txns.get_mut(id) {
                 e.completing = false;
-                if let Some((epoch, record)) = done {
-                    if e.record.producer_epoch == epoch {
+                if let Some((prepared, record)) = done {
+                    if (
+                        e.record.producer_id,
+                        e.record.producer_epoch,
+                        e.record.state,
+                    ) == (
+                        prepared.producer_id,
+                        prepared.producer_epoch,
+                        prepared.state,
+                    ) {
                         e.record = record;
                     }
                 }
@@ -1073,7 +1125,7 @@ impl TransactionCoordinator {
         self.load_led_partitions();
         let now = now_ms();
         let (orphaned, timed_out, expired) = {
-            let txns = self.lock();
+            let mut txns = self.lock();
             // Prepared with no completion running: its task was dropped (see `complete`).
             let orphaned: Vec<String> = txns
                 .iter()
@@ -1087,14 +1139,19 @@ impl TransactionCoordinator {
                 .map(|(id, _)| id.clone())
                 .collect();
             let timed_out: Vec<(String, TxnRecord)> = txns
-                .iter()
+                .iter_mut()
                 .filter(|(_, e)| {
                     !e.completing
                         && !e.writing
                         && e.record.state == TxnState::Ongoing
                         && e.record.start_ms + i64::from(e.record.timeout_ms) < now
                 })
-                .map(|(id, e)| (id.clone(), e.record.clone()))
+                .map(|(id, e)| {
+                    // Kafka's pending PrepareEpochFence: an add or an EndTxn meanwhile
+                    // gets CONCURRENT_TRANSACTIONS, none is lost under the abort.
+                    e.writing = true;
+                    (id.clone(), e.record.clone())
+                })
                 .collect();
             let expired: Vec<String> = if expire {
                 txns.iter()
@@ -1122,13 +1179,20 @@ impl TransactionCoordinator {
         }
         for (id, record) in timed_out {
             let fenced = TxnRecord {
-                producer_epoch: bump(record.producer_epoch),
+                // Up to i16::MAX: under transaction version 2, i16::MAX - 1 is an epoch
+                // like another, and the abort must still fence it (the next
+                // InitProducerId or EndTxn v5 moves to a new producer id).
+                producer_epoch: record.producer_epoch.saturating_add(1),
                 state: TxnState::PrepareAbort,
                 last_update_ms: now,
-                // The epoch is bumped: a late write of the aborted transaction is fenced
-                // by it, so a partition may be added implicitly at the new epoch (as Kafka
-                // logs the cluster's transaction version here).
-                client_transaction_version: TV2,
+                // Kafka logs the cluster's transaction version here. At 2 the epoch bump
+                // fences late writes of the aborted transaction, so the producer's next
+                // one may start with an implicit add.
+                client_transaction_version: if self.settings.version >= TV2 {
+                    TV2
+                } else {
+                    record.client_transaction_version
+                },
                 ..record.clone()
             };
             tracing::info!(
@@ -1137,18 +1201,12 @@ impl TransactionCoordinator {
                 timeout_ms = record.timeout_ms,
                 "transaction open past its timeout: aborting it"
             );
-            if self.write_state(&id, Some(&fenced)).await.is_err() {
-                continue;
-            }
+            let written = self.write_state(&id, Some(&fenced)).await;
+            if self
+                .finish_write(&id, &fenced, record.producer_epoch, written)
+                .is_err()
             {
-                let mut txns = self.lock();
-                match txns.get_mut(&id) {
-                    Some(e) if e.record.producer_epoch == record.producer_epoch => {
-                        e.last_epoch = e.record.producer_epoch;
-                        e.record = fenced;
-                    }
-                    _ => continue,
-                }
+                continue;
             }
             self.start_completion(&id);
         }

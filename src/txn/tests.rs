@@ -398,3 +398,59 @@ async fn an_exhausted_epoch_moves_to_a_new_producer_id_at_end_txn_v5() {
         .await
         .unwrap();
 }
+
+/// While a decided transaction's markers go out, every EndTxn v5 gets
+/// CONCURRENT_TRANSACTIONS (Kafka's pending state), also one whose epoch is the bumped
+/// one: the client retries instead of treating it as fenced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_txn_v5_while_markers_go_out_is_concurrent() {
+    let dir = tempfile::tempdir().unwrap();
+    let txn = open_in(dir.path());
+    let (pid, epoch) = txn.init_producer_id("a", 10_000, None).await.unwrap();
+    txn.add_partitions("a", pid, epoch, &parts(&[0]), true)
+        .await
+        .unwrap();
+    {
+        let mut txns = txn.lock();
+        let e = txns.get_mut("a").unwrap();
+        e.record.state = TxnState::PrepareCommit;
+        e.record.producer_epoch = epoch + 1;
+        e.completing = true;
+    }
+    for (epoch, commit) in [(epoch, true), (epoch + 1, false), (epoch + 1, true)] {
+        assert_eq!(
+            txn.end_txn("a", pid, epoch, commit, true).await,
+            Err(ResponseError::ConcurrentTransactions)
+        );
+    }
+}
+
+/// A transaction open past its timeout at epoch i16::MAX - 1 (an ordinary epoch under
+/// transaction version 2) is still fenced: aborted at i16::MAX; the next InitProducerId
+/// moves to a new producer id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_fences_even_the_last_ordinary_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let txn = open_in(dir.path());
+    let (pid, _) = txn.init_producer_id("a", 10_000, None).await.unwrap();
+    txn.lock().get_mut("a").unwrap().record.producer_epoch = EPOCH_EXHAUSTED;
+    txn.add_partitions("a", pid, EPOCH_EXHAUSTED, &parts(&[0]), true)
+        .await
+        .unwrap();
+    txn.lock().get_mut("a").unwrap().record.start_ms = 1;
+    txn.tick(false).await;
+    assert!(txn.wait_completed("a", 5000).await);
+    let d = txn.describe("a").unwrap();
+    assert_eq!(
+        (d.producer_id, d.producer_epoch, d.state),
+        (pid, i16::MAX, TxnState::CompleteAbort)
+    );
+    assert_eq!(
+        txn.add_partitions("a", pid, EPOCH_EXHAUSTED, &parts(&[1]), true)
+            .await,
+        Err(ResponseError::ProducerFenced)
+    );
+    let (next, epoch) = txn.init_producer_id("a", 10_000, None).await.unwrap();
+    assert_ne!(next, pid);
+    assert_eq!(epoch, 0);
+}

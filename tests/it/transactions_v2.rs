@@ -259,6 +259,13 @@ async fn a_transaction_version_2_producer_commits_aborts_and_is_fenced_by_the_ep
         assert_eq!(p.end_at(e0 + 1, true).0, 48, "a commit after the abort");
         // 3: an abort with nothing sent still bumps; 4: committed.
         assert_eq!(p.end(false), (0, pid, e0 + 3));
+        // A batch after the transaction's first, arriving before it: refused, not
+        // written out of order.
+        assert_eq!(
+            p.produce_at(TOPIC, e0 + 3, 1, &["c-early"]),
+            45,
+            "OUT_OF_ORDER_SEQUENCE_NUMBER"
+        );
         assert_eq!(p.produce(TOPIC, &["c1"]), 0);
         assert_eq!(p.send_offsets("tv2-group", TOPIC, 43), 0);
         assert_eq!(p.end(true), (0, pid, e0 + 4));
