@@ -885,6 +885,11 @@ impl TransactionCoordinator {
             return Err(ResponseError::ProducerFenced);
         }
         let current = (r.producer_id, r.producer_epoch);
+        if r.producer_epoch >= EPOCH_EXHAUSTED && next_producer_id.is_none() {
+            // The epoch ran out after `end_txn` looked (a timeout abort bumped it): no
+            // producer id was allocated for it yet; the client retries.
+            return Err(ResponseError::ConcurrentTransactions);
+        }
         let prepare = |state: TxnState| {
             let mut next = r.clone();
             next.state = state;
@@ -903,6 +908,7 @@ impl TransactionCoordinator {
                     next.next_producer_id = id;
                 }
                 None => {
+                    // Below EPOCH_EXHAUSTED (checked above): no overflow.
                     next.producer_epoch = r.producer_epoch + 1;
                     next.next_producer_id = -1;
                 }
