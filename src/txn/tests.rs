@@ -40,15 +40,31 @@ fn open_in(dir: &Path) -> Arc<TransactionCoordinator> {
     txn
 }
 
+/// A coordinator in a fresh directory, and the producer id and epoch of id "a" (its
+/// transaction timeout 10 s). The directory lives as long as the returned guard.
+async fn started() -> (tempfile::TempDir, Arc<TransactionCoordinator>, (i64, i16)) {
+    let dir = tempfile::tempdir().unwrap();
+    let txn = open_in(dir.path());
+    let producer = txn.init_producer_id("a", 10_000, None).await.unwrap();
+    (dir, txn, producer)
+}
+
+/// Makes `id`'s open transaction older than its timeout, runs a timer tick (which
+/// aborts it) and waits for the abort to complete; the id then.
+async fn time_out(txn: &TransactionCoordinator, id: &str) -> TxnDescription {
+    txn.lock().get_mut(id).unwrap().record.start_ms = 1;
+    txn.tick(false).await;
+    assert!(txn.wait_completed(id, 5000).await);
+    txn.describe(id).unwrap()
+}
+
 fn parts(list: &[i32]) -> Vec<(String, i32)> {
     list.iter().map(|p| ("t".to_string(), *p)).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn init_bumps_the_epoch_and_keeps_the_producer_id() {
-    let dir = tempfile::tempdir().unwrap();
-    let txn = open_in(dir.path());
-    let (pid, epoch) = txn.init_producer_id("a", 10_000, None).await.unwrap();
+    let (_dir, txn, (pid, epoch)) = started().await;
     assert_eq!(epoch, 0);
     let (pid2, epoch2) = txn.init_producer_id("a", 10_000, None).await.unwrap();
     assert_eq!((pid2, epoch2), (pid, 1));
@@ -72,9 +88,7 @@ async fn init_bumps_the_epoch_and_keeps_the_producer_id() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn producer_checks_follow_kafkas_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let txn = open_in(dir.path());
-    let (pid, epoch) = txn.init_producer_id("a", 10_000, None).await.unwrap();
+    let (_dir, txn, (pid, epoch)) = started().await;
     assert_eq!(
         txn.add_partitions("a", pid + 1, epoch, &parts(&[0]), false)
             .await,
@@ -141,9 +155,7 @@ async fn state_is_reloaded_from_the_log_after_a_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_changes_of_one_id_never_lose_a_partition() {
-    let dir = tempfile::tempdir().unwrap();
-    let txn = open_in(dir.path());
-    let (pid, epoch) = txn.init_producer_id("a", 10_000, None).await.unwrap();
+    let (dir, txn, (pid, epoch)) = started().await;
     for round in 0..20 {
         let (x, y) = (txn.clone(), txn.clone());
         let first =
@@ -206,9 +218,7 @@ async fn wait_complete_commit(txn: &TransactionCoordinator, id: &str) {
 /// CONCURRENT_TRANSACTIONS.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_completion_outlives_the_runtime_of_its_caller() {
-    let dir = tempfile::tempdir().unwrap();
-    let txn = open_in(dir.path());
-    let (pid, epoch) = txn.init_producer_id("a", 10_000, None).await.unwrap();
+    let (_dir, txn, (pid, epoch)) = started().await;
     txn.add_partitions("a", pid, epoch, &parts(&[0, 1]), false)
         .await
         .unwrap();
@@ -231,9 +241,7 @@ async fn a_completion_outlives_the_runtime_of_its_caller() {
 /// completed by the next timer tick.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tick_resumes_a_prepared_transaction_nobody_completes() {
-    let dir = tempfile::tempdir().unwrap();
-    let txn = open_in(dir.path());
-    let (pid, epoch) = txn.init_producer_id("a", 10_000, None).await.unwrap();
+    let (_dir, txn, (pid, epoch)) = started().await;
     txn.add_partitions("a", pid, epoch, &parts(&[2]), false)
         .await
         .unwrap();
@@ -256,9 +264,7 @@ fn stored_version(txn: &TransactionCoordinator, id: &str) -> i16 {
 /// `endTransaction` table; the old epoch is fenced; all of it survives a reload.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_end_txn_v5_bumps_the_epoch_and_a_retry_gets_the_same_answer() {
-    let dir = tempfile::tempdir().unwrap();
-    let txn = open_in(dir.path());
-    let (pid, e0) = txn.init_producer_id("a", 10_000, None).await.unwrap();
+    let (dir, txn, (pid, e0)) = started().await;
     // The leader adds the partition (Produce v12): no AddPartitionsToTxn.
     txn.add_partitions("a", pid, e0, &parts(&[0]), true)
         .await
@@ -330,9 +336,7 @@ async fn an_end_txn_v5_bumps_the_epoch_and_a_retry_gets_the_same_answer() {
 /// transaction, which KIP-890 part 1 refuses. AddPartitionsToTxn still adds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_implicit_add_after_an_end_without_a_bump_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let txn = open_in(dir.path());
-    let (pid, epoch) = txn.init_producer_id("a", 10_000, None).await.unwrap();
+    let (_dir, txn, (pid, epoch)) = started().await;
     txn.add_partitions("a", pid, epoch, &parts(&[0]), false)
         .await
         .unwrap();
@@ -348,10 +352,7 @@ async fn an_implicit_add_after_an_end_without_a_bump_is_refused() {
         .unwrap();
     // A transaction aborted at its timeout had its epoch bumped: an implicit add at the
     // new epoch starts the next one.
-    txn.lock().get_mut("a").unwrap().record.start_ms = 1;
-    txn.tick(false).await;
-    assert!(txn.wait_completed("a", 5000).await);
-    let d = txn.describe("a").unwrap();
+    let d = time_out(&txn, "a").await;
     assert_eq!(
         (d.state, d.producer_epoch),
         (TxnState::CompleteAbort, epoch + 1)
@@ -366,9 +367,7 @@ async fn an_implicit_add_after_an_end_without_a_bump_is_refused() {
 /// the old id and epoch is answered the same, also after a reload.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exhausted_epoch_moves_to_a_new_producer_id_at_end_txn_v5() {
-    let dir = tempfile::tempdir().unwrap();
-    let txn = open_in(dir.path());
-    let (pid, _) = txn.init_producer_id("a", 10_000, None).await.unwrap();
+    let (dir, txn, (pid, _)) = started().await;
     txn.lock().get_mut("a").unwrap().record.producer_epoch = EPOCH_EXHAUSTED;
     txn.add_partitions("a", pid, EPOCH_EXHAUSTED, &parts(&[2]), true)
         .await
@@ -404,9 +403,7 @@ async fn an_exhausted_epoch_moves_to_a_new_producer_id_at_end_txn_v5() {
 /// one: the client retries instead of treating it as fenced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_end_txn_v5_while_markers_go_out_is_concurrent() {
-    let dir = tempfile::tempdir().unwrap();
-    let txn = open_in(dir.path());
-    let (pid, epoch) = txn.init_producer_id("a", 10_000, None).await.unwrap();
+    let (_dir, txn, (pid, epoch)) = started().await;
     txn.add_partitions("a", pid, epoch, &parts(&[0]), true)
         .await
         .unwrap();
@@ -430,17 +427,12 @@ async fn an_end_txn_v5_while_markers_go_out_is_concurrent() {
 /// moves to a new producer id.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timeout_fences_even_the_last_ordinary_epoch() {
-    let dir = tempfile::tempdir().unwrap();
-    let txn = open_in(dir.path());
-    let (pid, _) = txn.init_producer_id("a", 10_000, None).await.unwrap();
+    let (_dir, txn, (pid, _)) = started().await;
     txn.lock().get_mut("a").unwrap().record.producer_epoch = EPOCH_EXHAUSTED;
     txn.add_partitions("a", pid, EPOCH_EXHAUSTED, &parts(&[0]), true)
         .await
         .unwrap();
-    txn.lock().get_mut("a").unwrap().record.start_ms = 1;
-    txn.tick(false).await;
-    assert!(txn.wait_completed("a", 5000).await);
-    let d = txn.describe("a").unwrap();
+    let d = time_out(&txn, "a").await;
     assert_eq!(
         (d.producer_id, d.producer_epoch, d.state),
         (pid, i16::MAX, TxnState::CompleteAbort)
