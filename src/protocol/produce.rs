@@ -207,6 +207,9 @@ async fn produce_partition(
             ResponseError::OutOfOrderSequenceNumber => {
                 "a transaction's first batch on a partition starts at sequence 0 (KIP-890)"
             }
+            ResponseError::InvalidProducerIdMapping => {
+                "transactional records of more than one producer, or of one the coordinator does not know"
+            }
             _ => "the producer's transaction coordinator refused the write (KIP-890)",
         };
         return partition_error(index, e, Some(message.into()));
@@ -269,7 +272,8 @@ async fn produce_partition(
 /// need no question.
 ///
 /// Errors: INVALID_REQUEST (42) for transactional batches without a transactional id (as
-/// Kafka), OUT_OF_ORDER_SEQUENCE_NUMBER (45) for a v12 batch that starts the producer's
+/// Kafka), INVALID_PRODUCER_ID_MAPPING (49) for transactional batches of more than one
+/// producer (id and epoch) in one partition's records, OUT_OF_ORDER_SEQUENCE_NUMBER (45) for a v12 batch that starts the producer's
 /// transaction here at a sequence other than 0, those of `verify_write` (INVALID_TXN_STATE
 /// 48, INVALID_PRODUCER_EPOCH 47, INVALID_PRODUCER_ID_MAPPING 49, CONCURRENT_TRANSACTIONS
 /// 51, NOT_ENOUGH_REPLICAS 19).
@@ -284,6 +288,18 @@ async fn verify_transaction(
     let Some(first) = valid.batches.iter().find(|b| b.is_transactional()) else {
         return Ok(());
     };
+    let one_producer = valid
+        .batches
+        .iter()
+        .filter(|b| b.is_transactional())
+        .all(|b| {
+            (b.producer_id(), b.producer_epoch()) == (first.producer_id(), first.producer_epoch())
+        });
+    if !one_producer {
+        // Only the first one's would be checked (Kafka's ReplicaManager: "Transactional
+        // records contained more than one producer ID").
+        return Err(ResponseError::InvalidProducerIdMapping);
+    }
     if valid
         .partition
         .has_ongoing_txn_at(first.producer_id(), first.producer_epoch())

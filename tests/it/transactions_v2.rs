@@ -108,7 +108,12 @@ impl TxV2Producer {
     /// `topic` at `(producer_id, epoch)` and `sequence`, with no AddPartitionsToTxn
     /// before it; the partition's error code.
     fn produce_at(&mut self, topic: &str, epoch: i16, sequence: i32, values: &[&str]) -> i16 {
-        let records: Bytes = batch((self.producer_id, epoch), sequence, true, values);
+        let records = batch((self.producer_id, epoch), sequence, true, values);
+        self.produce_records(topic, records)
+    }
+
+    /// Produce v12 (acks=all) of `records` to partition 0 of `topic`; its error code.
+    fn produce_records(&mut self, topic: &str, records: Bytes) -> i16 {
         let request = ProduceRequest::default()
             .with_transactional_id(Some(TransactionalId(s(&self.transactional_id))))
             .with_acks(-1)
@@ -295,6 +300,18 @@ async fn a_transaction_version_2_producer_commits_aborts_and_is_fenced_by_the_ep
         let r: EndTxnResponse = decode(old.coordinator.request(&request, 4, 91).unwrap(), 4);
         assert_eq!(r.error_code, 0);
         assert_eq!(old.produce(TOPIC, &["x-late"]), 48, "INVALID_TXN_STATE");
+        // Transactional batches of two producers in one partition's records: refused
+        // whole, as only one producer's transaction could be checked.
+        let mixed = [
+            batch((p.producer_id, p.producer_epoch), 0, true, &["m1"]),
+            batch((old.producer_id, old.producer_epoch), 2, true, &["m2"]),
+        ]
+        .concat();
+        assert_eq!(
+            p.produce_records(TOPIC, Bytes::from(mixed)),
+            49,
+            "INVALID_PRODUCER_ID_MAPPING"
+        );
     })
     .await
     .unwrap();
