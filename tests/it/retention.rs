@@ -19,7 +19,7 @@ use rdkafka::message::Message;
 use rdkafka::producer::FutureRecord;
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::harness::{decode, wait_until, RawConn, TestBroker};
+use crate::harness::{decode, poll_for, wait_until, RawConn, TestBroker};
 use crate::rdkafka_client::{admin, create_topic, producer};
 
 fn watermarks(bootstrap: &str, topic: &str) -> (i64, i64) {
@@ -144,7 +144,7 @@ fn consume_from_beginning(
     bootstrap: &str,
     topic: &str,
     end: i64,
-) -> Option<Vec<(i64, String, String)>> {
+) -> Result<Vec<(i64, String, String)>, String> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", "compaction-reader")
@@ -158,18 +158,22 @@ fn consume_from_beginning(
     let text = |b: Option<&[u8]>| String::from_utf8_lossy(b.unwrap_or_default()).into_owned();
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut out = Vec::new();
+    let mut errors = Vec::new();
     while out
         .last()
         .is_none_or(|r: &(i64, String, String)| r.0 < end - 1)
     {
         if Instant::now() > deadline {
-            return None;
+            let offsets: Vec<i64> = out.iter().map(|r| r.0).collect();
+            return Err(format!("offsets {offsets:?}, consumer errors {errors:?}"));
         }
-        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
-            out.push((m.offset(), text(m.key()), text(m.payload())));
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => out.push((m.offset(), text(m.key()), text(m.payload()))),
+            Some(Err(e)) if errors.len() < 5 => errors.push(e.to_string()),
+            _ => {}
         }
     }
-    Some(out)
+    Ok(out)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -188,6 +192,7 @@ async fn compaction_leaves_the_latest_value_of_each_key() {
     .await;
     let p = producer(&b.bootstrap, &[("linger.ms", "0")]);
     let mut latest: BTreeMap<String, (i64, String)> = BTreeMap::new();
+    let mut produced: Vec<(i64, String)> = Vec::new();
     for round in 0..10 {
         for k in 0..10 {
             let key = format!("k{k}");
@@ -202,28 +207,56 @@ async fn compaction_leaves_the_latest_value_of_each_key() {
                 )
                 .await
                 .unwrap();
+            produced.push((delivered.offset, key.clone()));
             latest.insert(key, (delivered.offset, value));
         }
     }
     let end = 100;
     assert_eq!(watermarks(&b.bootstrap, "compacted"), (0, end));
-    // One record per batch of ~180 bytes: a 1024-byte segment holds at most 6.
-    let active_max_records = 6;
+    let partition_dir = b.data_dir.join("compacted-0");
     let mut seen = Vec::new();
-    wait_until("compaction of every closed segment", 30, || {
-        let Some(records) = consume_from_beginning(&b.bootstrap, "compacted", end) else {
-            return false;
-        };
+    poll_for("compaction of every closed segment", 30, || {
+        let records = consume_from_beginning(&b.bootstrap, "compacted", end).map_err(|read| {
+            format!(
+                "the consumer did not reach offset {}: read {read:?}",
+                end - 1
+            )
+        })?;
         seen = records;
-        // Compacted: below the first superseded record only latest values; from it on,
-        // an untouched (gap-free) tail no longer than the active segment.
-        let first_old = seen
+        // The active segment (the last one, never cleaned) starts at `active_base`. Below
+        // it only values that no record below it supersedes are left (the cleaner's
+        // offset map covers at least the closed segments, as Kafka's; weir's also the
+        // active segment as it was when it ran, which may remove more, never less); from
+        // it on, every record, untouched.
+        let files = segment_files(&partition_dir);
+        let active_base = files
             .iter()
-            .position(|(offset, key, _)| latest[key].0 != *offset)
-            .unwrap_or(seen.len());
-        let tail = &seen[first_old..];
-        let gap_free = tail.windows(2).all(|w| w[1].0 == w[0].0 + 1);
-        gap_free && tail.len() <= active_max_records
+            .filter_map(|(name, _)| name.strip_suffix(".log")?.parse::<i64>().ok())
+            .max()
+            .unwrap_or(0);
+        let latest_below: BTreeMap<&str, i64> = produced
+            .iter()
+            .filter(|(offset, _)| *offset < active_base)
+            .map(|(offset, key)| (key.as_str(), *offset))
+            .collect();
+        let closed_compacted = seen
+            .iter()
+            .filter(|(offset, _, _)| *offset < active_base)
+            .all(|(offset, key, _)| latest_below.get(key.as_str()) == Some(offset));
+        let active: Vec<i64> = seen
+            .iter()
+            .map(|r| r.0)
+            .filter(|offset| *offset >= active_base)
+            .collect();
+        let active_whole = active == (active_base..end).collect::<Vec<i64>>();
+        if active_base > 0 && closed_compacted && active_whole {
+            Ok(())
+        } else {
+            let offsets: Vec<i64> = seen.iter().map(|r| r.0).collect();
+            Err(format!(
+                "offsets read {offsets:?}; active segment from {active_base}; files {files:?}"
+            ))
+        }
     });
     assert!(
         seen.windows(2).all(|w| w[0].0 < w[1].0),
@@ -242,6 +275,23 @@ async fn compaction_leaves_the_latest_value_of_each_key() {
     }
     // Compaction never moves the log start or the log end.
     assert_eq!(watermarks(&b.bootstrap, "compacted"), (0, end));
+}
+
+/// The partition directory's files with their sizes in bytes, by name.
+fn segment_files(partition_dir: &std::path::Path) -> Vec<(String, u64)> {
+    let mut files: Vec<(String, u64)> = std::fs::read_dir(partition_dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .map(|e| {
+                    let size = e.metadata().map_or(0, |m| m.len());
+                    (e.file_name().to_string_lossy().into_owned(), size)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files
 }
 
 /// Names of the cleaner's files (`*.cleaned`: its copies while a compaction is being
