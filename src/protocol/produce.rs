@@ -208,7 +208,7 @@ async fn produce_partition(
                 "a transaction's first batch on a partition starts at sequence 0 (KIP-890)"
             }
             ResponseError::InvalidProducerIdMapping => {
-                "transactional records of more than one producer, or of one the coordinator does not know"
+                "transactional records of more than one producer, or of one its coordinator does not know"
             }
             _ => "the producer's transaction coordinator refused the write (KIP-890)",
         };
@@ -273,10 +273,10 @@ async fn produce_partition(
 ///
 /// Errors: INVALID_REQUEST (42) for transactional batches without a transactional id (as
 /// Kafka), INVALID_PRODUCER_ID_MAPPING (49) for transactional batches of more than one
-/// producer (id and epoch) in one partition's records, OUT_OF_ORDER_SEQUENCE_NUMBER (45) for a v12 batch that starts the producer's
-/// transaction here at a sequence other than 0, those of `verify_write` (INVALID_TXN_STATE
-/// 48, INVALID_PRODUCER_EPOCH 47, INVALID_PRODUCER_ID_MAPPING 49, CONCURRENT_TRANSACTIONS
-/// 51, NOT_ENOUGH_REPLICAS 19).
+/// producer (id and epoch) in one partition's records, OUT_OF_ORDER_SEQUENCE_NUMBER (45)
+/// for a v12 batch that starts the producer's transaction here at a sequence other than
+/// 0, those of `verify_write` (INVALID_TXN_STATE 48, INVALID_PRODUCER_EPOCH 47,
+/// INVALID_PRODUCER_ID_MAPPING 49, CONCURRENT_TRANSACTIONS 51, NOT_ENOUGH_REPLICAS 19).
 async fn verify_transaction(
     ctx: &Context,
     transactional_id: Option<&str>,
