@@ -202,13 +202,7 @@ fi
 rm -rf "$LOG_DIR"
 mkdir -p "$LOG_DIR"
 touch "$LOG_DIR/.librdkafka-sh"
-# Offsets of the file offset store (0014's second half, offset.store.method=file) go to
-# this run's own directory. By default they land in the suite's tests/ directory, shared
-# by every run on the machine, and the suite's "random" topic names repeat across runs:
-# a stale <topic>-0.offset from an earlier run made 0014 start at its end and time out.
-mkdir -p "$LOG_DIR/offsets"
-printf 'bootstrap.servers=%s\ntest.timeout.multiplier=%s\ntopic.offset.store.path=%s\n' \
-    "$BOOT" "$TIMEOUT_MULT" "$LOG_DIR/offsets" >"$LOG_DIR/test.conf"
+printf 'bootstrap.servers=%s\ntest.timeout.multiplier=%s\n' "$BOOT" "$TIMEOUT_MULT" >"$LOG_DIR/test.conf"
 
 # Turns one number's report + log into result lines: "<STATE> <name> <reason>".
 # The report's JSON is not escaped by the runner, so it is read with a pattern, not json.
