@@ -1629,12 +1629,6 @@ impl Partition {
         self.failing_dir_on_io(result)
     }
 
-    /// Whether `producer_id` has a transaction open on this partition (a transactional
-    /// batch appended and no marker after it): KIP-890's check at produce.
-    pub fn has_ongoing_txn(&self, producer_id: i64) -> bool {
-        self.log().has_ongoing_txn(producer_id)
-    }
-
     /// Whether a batch of `producer_id` at `producer_epoch` must start at sequence 0 on
     /// this partition: KIP-890 part 2's check of a transaction's first batch.
     pub fn expects_first_sequence(&self, producer_id: i64, producer_epoch: i16) -> bool {
@@ -4039,7 +4033,7 @@ mod tests {
         p.append_as_leader(vec![txn(7, 0, 2)], 0).unwrap(); // 0..1
         p.append_as_leader(vec![crate::log::batch::testing::batch(1, 1_000)], 0)
             .unwrap(); // 2
-        assert!(p.has_ongoing_txn(7) && !p.has_ongoing_txn(8));
+        assert!(p.log().has_ongoing_txn(7) && !p.log().has_ongoing_txn(8));
         fetch(3);
         let offsets = p.offsets();
         assert_eq!((offsets.high_watermark, offsets.last_stable_offset), (3, 0));
@@ -4056,7 +4050,7 @@ mod tests {
         // The ABORT marker at 3: the LSO waits until the follower has it.
         let info = p.append_txn_marker(7, 0, false, 0, 0).unwrap();
         assert_eq!(info.last_offset, 3);
-        assert!(!p.has_ongoing_txn(7));
+        assert!(!p.log().has_ongoing_txn(7));
         assert_eq!(p.offsets().last_stable_offset, 0);
         fetch(4);
         let offsets = p.offsets();
@@ -4111,7 +4105,7 @@ mod tests {
             .unwrap();
         let offsets = f.offsets();
         assert_eq!((offsets.high_watermark, offsets.last_stable_offset), (7, 5));
-        assert!(f.has_ongoing_txn(9));
+        assert!(f.log().has_ongoing_txn(9));
         assert!(matches!(
             f.append_txn_marker(9, 0, true, 0, 0),
             Err(LogError::NotLeader)

@@ -122,7 +122,7 @@ impl MarkerWriter {
     /// Errors: the coordinator's answer for the transaction or the partition
     /// (INVALID_TXN_STATE 48 when it is not in the transaction), NETWORK_EXCEPTION (13)
     /// when it cannot be asked.
-    pub(crate) async fn verify_remote(
+    pub(crate) async fn verify_or_add_remote(
         &self,
         coordinator: i32,
         transactional_id: &str,

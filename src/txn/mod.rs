@@ -676,7 +676,7 @@ impl TransactionCoordinator {
             }
             Some(c) if c >= 0 => self
                 .markers
-                .verify_remote(
+                .verify_or_add_remote(
                     c,
                     transactional_id,
                     (producer_id, producer_epoch),
