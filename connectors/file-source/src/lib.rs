@@ -28,6 +28,10 @@
 //!   after `position` are emitted first. When none is found (a plain truncation) the
 //!   unread rest is gone, which is logged.
 //!
+//! The descriptor stays open across polls while lines are left to read, so each read is
+//! checked the same way against the file's name: a file replaced or emptied in place
+//! since the read drops what was read, and the next poll follows the rotation.
+//!
 //! So after either kind of rotation every line is emitted once and in order, provided the
 //! rotated file stays in the directory until it is drained. Inode numbers are not used:
 //! WASI does not expose them, and copytruncate keeps the inode while changing the file.
@@ -283,6 +287,17 @@ impl State {
                 // End of file. WASI's file input stream stays closed once it reported the
                 // end, so appended bytes would never be seen through it: reopen at the
                 // next poll (cheap, and where a rotation is noticed).
+                self.file = None;
+                break;
+            }
+            // The descriptor stays open across polls while lines are left to read. A file
+            // emptied in place meanwhile (copytruncate) and written again past this offset
+            // gave the new content's tail, which is neither the old file's next bytes nor
+            // at this position in the new one: dropped, and the next poll follows the
+            // rotation (the rest from the copy, then the new file from byte 0).
+            let read_to = self.position + (self.pending.len() + n) as u64;
+            let still = matches(&self.reading, self.fingerprint)?;
+            if !matches!(still, Some((len, true)) if len >= read_to) {
                 self.file = None;
                 break;
             }
