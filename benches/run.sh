@@ -242,7 +242,9 @@ fresh_cache() {
 }
 # log_bytes TOPIC: bytes of the topic's segment files (what weir stored).
 log_bytes() {
-  find "$LOG" -path "*/$1-[0-9]*/*" -name '*.log' -printf '%s\n' | awk '{s+=$1} END {printf "%d", s}'
+  # A deleted topic's directory may vanish while find walks it (removed in the background).
+  { find "$LOG" -path "*/$1-[0-9]*/*" -name '*.log' -printf '%s\n' 2>/dev/null || true; } |
+    awk '{s+=$1} END {printf "%d", s}'
 }
 # timed OUT CMD...: CMD under timeout, its output to OUT, "wall user sys" to OUT.time
 timed() {

@@ -154,7 +154,7 @@ pub const BROKER_KEYS: &[KeySpec] = &[
     key("max.connections", Int, Some("10000"), Some(1), "Most client connections served at once; more wait in the accept queue."),
     key("connections.max.idle.ms", Long, Some("600000"), Some(1), "Close a connection that sends nothing, stalls inside a request, or leaves an answer unread, for this long (ms)."),
     key("queued.max.requests", Int, Some("500"), Some(1), "Most answers of one connection waiting to be written; requests are handled one at a time, in order."),
-    key("fetch.max.bytes", Int, Some("57671680"), Some(0), "Largest Fetch response the broker builds, whatever the request asks (bytes); the first batch still goes whole (KIP-74)."),
+    key("fetch.max.bytes", Int, Some("2097152"), Some(0), "Largest Fetch response the broker builds, whatever the request asks (bytes); the first batch still goes whole (KIP-74). weir's default is 2 MiB, not Kafka's 55 MiB: librdkafka consumes a response holding one or two partitions' data in ~0.7x the CPU of one holding eight (benches/RESULTS.md); raise it for consumers far away (one response per round trip)."),
     key("fetch.sendfile.enable", Boolean, Some("true"), None, "weir-specific: send a consumer's fetched record sets from the segment files with sendfile(2) (zero-copy: page cache to socket, no copy through the broker); false copies them through memory."),
     key("max.incremental.fetch.session.cache.slots", Int, Some("1000"), Some(0), "Most incremental fetch sessions (KIP-227) cached at once; a consumer finding none free and none evictable sends full requests (0: no sessions)."),
     key("fetch.purgatory.max.size", Int, Some("10000"), Some(1), "Most long-poll Fetch requests parked at once; more answer at once."),
