@@ -400,10 +400,10 @@ fn file_source_follows_copytruncate_and_rename_rotation_exactly_once() {
 }
 
 /// A copytruncate while the connector is mid-file (its descriptor open, lines left to
-/// read), with more new content written than the old file held: the rest comes from the
-/// copy, then the new file from byte 0, each line once and in order. (A read that races
-/// the rotation and returns the new content at the old offset is dropped by the check
-/// after each read in the guest; this test does not force that interleaving.)
+/// read), with more new content written right after the truncation than the old file
+/// held: the descriptor's next read returns the new content at the old offset. The guest
+/// checks each read through the descriptor, drops that one, and reads the rest from the
+/// copy, then the new file from byte 0: each line once and in order.
 #[test]
 fn file_source_mid_file_copytruncate_to_longer_content_reads_every_line_once() {
     const OLD: usize = 60_000;
@@ -420,6 +420,9 @@ fn file_source_mid_file_copytruncate_to_longer_content_reads_every_line_once() {
     )
     .unwrap();
     append(&d.input, &lines(0, OLD));
+    // Built before the rotation, so the truncation and the new content come back to back
+    // (a gap between them lets the connector see the end of the emptied file first).
+    let new_content = lines(OLD, OLD + NEW);
     let broker = start(&d);
     let watcher: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", &broker.bootstrap)
@@ -434,13 +437,13 @@ fn file_source_mid_file_copytruncate_to_longer_content_reads_every_line_once() {
     // twice as many lines as the old file had (so past wherever the descriptor is).
     wait_until("the first lines reach the topic", 60, || end_offset() > 0);
     std::fs::copy(&d.input, d.input.with_extension("txt.1")).unwrap();
-    std::fs::OpenOptions::new()
+    let mut input = std::fs::OpenOptions::new()
         .write(true)
         .open(&d.input)
-        .unwrap()
-        .set_len(0)
         .unwrap();
-    append(&d.input, &lines(OLD, OLD + NEW));
+    input.set_len(0).unwrap();
+    input.write_all(new_content.as_bytes()).unwrap();
+    drop(input);
     let at_rotation = end_offset();
     // The case this test is for: the connector had read into the old file but not to its
     // end (a 64 KiB read holds ~1,700 lines) when it was rotated.
@@ -453,6 +456,11 @@ fn file_source_mid_file_copytruncate_to_longer_content_reads_every_line_once() {
     let want: Vec<usize> = (0..OLD + NEW).collect();
     assert_eq!(numbers.len(), want.len(), "every line exactly once");
     assert_eq!(numbers, want, "in order");
+    assert_eq!(
+        end_offset(),
+        (OLD + NEW) as i64,
+        "no line after the last one"
+    );
     broker.stop();
 }
 

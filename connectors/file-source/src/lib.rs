@@ -29,8 +29,11 @@
 //!   unread rest is gone, which is logged.
 //!
 //! The descriptor stays open across polls while lines are left to read, so each read is
-//! checked the same way against the file's name: a file replaced or emptied in place
-//! since the read drops what was read, and the next poll follows the rotation.
+//! checked the same way through the descriptor itself (a renamed or deleted file read
+//! on is still the right file): a file emptied in place and written again drops what
+//! was read, and the next poll follows the rotation. The checks also cover the bytes
+//! read but not yet emitted (a poll of a new file reads several chunks before any
+//! line is consumed).
 //!
 //! So after either kind of rotation every line is emitted once and in order, provided the
 //! rotated file stays in the directory until it is drained. Inode numbers are not used:
@@ -139,6 +142,23 @@ fn get<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
         .map(|(_, v)| v.as_str())
 }
 
+/// Length of the open file `f` and whether its first `fp.len` bytes have fingerprint
+/// `fp` (read from byte 0; the caller puts the position back where it needs it). A file
+/// cut shorter while it is read does not match.
+fn head_matches(f: &mut File, fp: Fingerprint) -> std::io::Result<(u64, bool)> {
+    let len = f.metadata()?.len();
+    if len < fp.len {
+        return Ok((len, false));
+    }
+    let mut head = vec![0u8; fp.len as usize];
+    f.seek(SeekFrom::Start(0))?;
+    match f.read_exact(&mut head) {
+        Ok(()) => Ok((len, fnv(FNV_BASIS, &head) == fp.hash)),
+        Err(e) if e.kind() == ErrorKind::UnexpectedEof => Ok((len, false)),
+        Err(e) => Err(e),
+    }
+}
+
 /// Length of `path` and whether its first `fp.len` bytes have fingerprint `fp`;
 /// `Ok(None)` when it does not exist.
 fn matches(path: &str, fp: Fingerprint) -> Result<Option<(u64, bool)>, PluginError> {
@@ -147,17 +167,9 @@ fn matches(path: &str, fp: Fingerprint) -> Result<Option<(u64, bool)>, PluginErr
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(error(format!("cannot open {path}: {e}"))),
     };
-    let len = f
-        .metadata()
-        .map_err(|e| error(format!("cannot stat {path}: {e}")))?
-        .len();
-    if len < fp.len {
-        return Ok(Some((len, false)));
-    }
-    let mut head = vec![0u8; fp.len as usize];
-    f.read_exact(&mut head)
-        .map_err(|e| error(format!("cannot read {path}: {e}")))?;
-    Ok(Some((len, fnv(FNV_BASIS, &head) == fp.hash)))
+    head_matches(&mut f, fp)
+        .map(Some)
+        .map_err(|e| error(format!("cannot read {path}: {e}")))
 }
 
 impl State {
@@ -168,8 +180,9 @@ impl State {
             return Ok(true);
         }
         let resume = self.position + self.pending.len() as u64;
+        let fingerprint = self.resume_fingerprint();
         // The file being read is still there, whole: read on.
-        let current = matches(&self.reading, self.fingerprint)?;
+        let current = matches(&self.reading, fingerprint)?;
         let same = matches!(current, Some((len, true)) if len >= resume);
         if self.reading != self.path {
             // Draining a rotated file: switch to the new file once the writer uses it
@@ -195,7 +208,7 @@ impl State {
         } else if !same && (self.position > 0 || !self.pending.is_empty()) {
             // `file` is another file now, or was emptied in place: read the rest of the
             // old one first when it is still in the directory.
-            match self.find_rotated()? {
+            match self.find_rotated(fingerprint, resume)? {
                 Some(rotated) => {
                     log(
                         Level::Info,
@@ -239,9 +252,21 @@ impl State {
         self.pending.clear();
     }
 
-    /// Another file of the directory with the old file's fingerprint and at least
-    /// `position` bytes: the renamed file, or copytruncate's copy.
-    fn find_rotated(&self) -> Result<Option<String>, PluginError> {
+    /// The fingerprint of `reading`'s bytes before the resume point (`position` plus the
+    /// pending bytes): what the file read on must still start with.
+    fn resume_fingerprint(&self) -> Fingerprint {
+        let mut fingerprint = self.fingerprint;
+        fingerprint.consume(self.position, &self.pending);
+        fingerprint
+    }
+
+    /// Another file of the directory with the old file's `fingerprint` and at least
+    /// `resume` bytes: the renamed file, or copytruncate's copy.
+    fn find_rotated(
+        &self,
+        fingerprint: Fingerprint,
+        resume: u64,
+    ) -> Result<Option<String>, PluginError> {
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(e) => e,
             Err(e) => {
@@ -260,8 +285,8 @@ impl State {
             .collect();
         names.sort();
         for name in names {
-            if let Some((len, true)) = matches(&name, self.fingerprint)? {
-                if len >= self.position {
+            if let Some((len, true)) = matches(&name, fingerprint)? {
+                if len >= resume {
                     return Ok(Some(name));
                 }
             }
@@ -293,11 +318,28 @@ impl State {
             // The descriptor stays open across polls while lines are left to read. A file
             // emptied in place meanwhile (copytruncate) and written again past this offset
             // gave the new content's tail, which is neither the old file's next bytes nor
-            // at this position in the new one: dropped, and the next poll follows the
-            // rotation (the rest from the copy, then the new file from byte 0).
-            let read_to = self.position + (self.pending.len() + n) as u64;
-            let still = matches(&self.reading, self.fingerprint)?;
-            if !matches!(still, Some((len, true)) if len >= read_to) {
+            // at this position in the new one: checked through the descriptor itself (a
+            // renamed or deleted file read on is the right file), dropped, and the next
+            // poll follows the rotation (the rest from the copy, then the new file).
+            let at = self.position + self.pending.len() as u64;
+            let read_to = at + n as u64;
+            // resume_fingerprint(), field by field: `file` borrows `self.file`.
+            let mut fingerprint = self.fingerprint;
+            fingerprint.consume(self.position, &self.pending);
+            fingerprint.consume(at, &chunk[..n]);
+            let reading = &self.reading;
+            let same = file
+                .metadata()
+                .and_then(|m| {
+                    if !m.is_file() {
+                        return Ok(true); // no length or head to compare
+                    }
+                    let (len, head) = head_matches(file, fingerprint)?;
+                    file.seek(SeekFrom::Start(read_to))?;
+                    Ok(head && len >= read_to)
+                })
+                .map_err(|e| error(format!("cannot read {reading}: {e}")))?;
+            if !same {
                 self.file = None;
                 break;
             }
