@@ -29,17 +29,18 @@ partitions=${PARTITIONS:-8} records=${RECORDS:-2000000} rounds=${ROUNDS:-3}
 start_broker b "$bin" ${BROKER_ARGS:-}
 addr=${broker_addr[b]} admin=${broker_admin[b]}
 "$bin" topic create shape -p "$partitions" -b "$addr" >/dev/null
-"$perf" -P -t shape -s 100 -c "$records" -b "$addr" -X linger.ms=5 -q >/dev/null 2>&1
+timeout 600 "$perf" -P -t shape -s 100 -c "$records" -b "$addr" -X linger.ms=5 -q >"$work/produce.out" 2>&1 ||
+    { cat "$work/produce.out" >&2; echo "producing $records records failed" >&2; exit 1; }
 partition_args=()
 for p in $(seq 0 $((partitions - 1))); do partition_args+=(-p "$p"); done
-fetches() { curl -s "$admin/metrics" | sed -n 's/^weir_request_duration_seconds_count{api="Fetch"} //p'; }
+fetches() { curl -s "$admin/metrics" | sed -n 's/^weir_request_duration_seconds_count{api="Fetch"} //p' | grep . || echo 0; }
 echo "weir $bin; $partitions partitions x $records records of 100 B; rdkafka_performance $perf"
 for round in $(seq 1 "$rounds"); do
     for setting in "$@"; do
         props=()
         for kv in $setting; do props+=(-X "$kv"); done
         f0=$(fetches)
-        out=$( { /usr/bin/time -f "cpu_s=%U+%S" "$perf" -C -t shape "${partition_args[@]}" -o beginning \
+        out=$( { /usr/bin/time -f "cpu_s=%U+%S" timeout 600 "$perf" -C -t shape "${partition_args[@]}" -o beginning \
             -c "$records" -q -b "$addr" "${props[@]}"; } 2>&1)
         f1=$(fetches)
         rate=$(sed -n 's/.* \([0-9]*\) msgs\/s.*/\1/p' <<<"$out" | tail -1)

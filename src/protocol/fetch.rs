@@ -326,7 +326,7 @@ fn read_once(
     version: i16,
     watches: &mut Vec<watch::Receiver<i64>>,
     regions: &mut Vec<(FileRegion, RegionHold)>,
-) -> (Vec<FetchableTopicResponse>, usize) {
+) -> (Vec<FetchableTopicResponse>, usize, bool) {
     let replica_id = replica_id(request, version);
     // KIP-392: a consumer's Fetch v11+ may read a follower replica, and the leader may
     // send it to one in its rack.
@@ -343,9 +343,8 @@ fn read_once(
     } else {
         FetchIsolation::HighWatermark
     };
-    // The request's max_bytes, capped by the broker's fetch.max.bytes (a request listing one
-    // big partition many times must not make the broker build a response of any size).
-    let mut remaining = (request.max_bytes.max(0) as usize).min(ctx.config.fetch_max_bytes);
+    let budget = response_budget(ctx, request, replica_id);
+    let mut remaining = budget;
     let mut total = 0usize;
     let mut topics = Vec::with_capacity(plan.len());
     for topic in plan {
@@ -548,7 +547,36 @@ fn read_once(
                 .with_partitions(partitions),
         );
     }
-    (topics, total)
+    // The budget is spent when what is left could not take another partition's full
+    // share: a response of whole batches may stop short of `budget`, never reach a
+    // `min_bytes` near it, and would otherwise park until `max_wait_ms`.
+    let largest_share = plan
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .map(|p| p.partition_max_bytes.max(0) as usize)
+        .max()
+        .unwrap_or(0);
+    let spent = total > 0 && remaining < largest_share;
+    (topics, total, spent)
+}
+
+/// The most bytes a response to `request` may hold (KIP-74; Kafka's `fetchMaxBytes`): the
+/// request's `max_bytes`, capped by the broker's `fetch.max.bytes` so that a request
+/// listing one big partition many times cannot make the broker build a response of any
+/// size. A follower's cap is the larger of that and `replica.fetch.response.max.bytes`:
+/// `fetch.max.bytes` is sized for consumers (weir's default, 2 MiB, is below the 10 MiB
+/// followers ask for), and followers, which keep no fetch session, would otherwise catch
+/// up in smaller steps and could leave their last partitions unserved behind a backlog on
+/// the first ones.
+fn response_budget(ctx: &Context, request: &FetchRequest, replica_id: i32) -> usize {
+    let cap = if replica_id >= 0 {
+        ctx.config
+            .fetch_max_bytes
+            .max(ctx.config.replication.fetch_response_max_bytes.max(0) as usize)
+    } else {
+        ctx.config.fetch_max_bytes
+    };
+    (request.max_bytes.max(0) as usize).min(cap)
 }
 
 /// KIP-392 on the leader: the in-sync follower on an active broker in `client_rack` that
@@ -736,7 +764,12 @@ pub(super) async fn handle(
 ) -> (FetchResponse, Vec<(FileRegion, RegionHold)>) {
     let wait_ms = request.max_wait_ms.clamp(0, MAX_WAIT_MS_LIMIT) as u64;
     let deadline = Instant::now() + std::time::Duration::from_millis(wait_ms);
-    let min_bytes = request.min_bytes.max(0) as usize;
+    // Kafka's fetchMinBytes: never more than the response may hold.
+    let min_bytes = (request.min_bytes.max(0) as usize).min(response_budget(
+        ctx,
+        &request,
+        replica_id(&request, version),
+    ));
     let request_plan = request_plan(&request, version);
     // Followers stay sessionless (see the module doc); sessions start at v7.
     let (context, plan) = if version >= 7 && replica_id(&request, version) < 0 {
@@ -772,10 +805,12 @@ pub(super) async fn handle(
     loop {
         let mut watches = Vec::new();
         let mut regions = Vec::new();
-        let (topics, total) = read_once(ctx, &request, &plan, version, &mut watches, &mut regions);
+        let (topics, total, spent) =
+            read_once(ctx, &request, &plan, version, &mut watches, &mut regions);
         let now = Instant::now();
         if min_bytes == 0
             || total >= min_bytes
+            || spent
             || now >= deadline
             || has_error(&topics)
             || has_preferred_replica(&topics)

@@ -229,6 +229,25 @@ async fn fetch_max_bytes_caps_what_a_request_can_ask_for() {
         .map(|p| p.records.as_ref().map_or(0, |x| x.len()))
         .sum();
     assert!(total > 0 && total <= 30_000, "{total} bytes of records");
+
+    // A min_bytes beyond the cap counts as the cap (Kafka's fetchMinBytes), and whole
+    // batches that stop short of it answer at once: the consumer is not parked until
+    // max_wait_ms (30 s) for bytes the response could never hold. The bound tells an
+    // answer at once from one at the deadline; it is not a speed check.
+    let parked = req.with_min_bytes(i32::MAX).with_max_wait_ms(30_000);
+    let started = std::time::Instant::now();
+    let r: FetchResponse = decode(c.request(&parked, 11, 4).unwrap(), 11);
+    let waited = started.elapsed();
+    let total: usize = r.responses[0]
+        .partitions
+        .iter()
+        .map(|p| p.records.as_ref().map_or(0, |x| x.len()))
+        .sum();
+    assert!(total > 0 && total <= 30_000, "{total} bytes of records");
+    assert!(
+        waited < Duration::from_secs(20),
+        "answered after {waited:?}: parked until max_wait_ms"
+    );
 }
 
 /// A Fetch of many partitions over several segments, with limits that cut batches: the
