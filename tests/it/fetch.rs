@@ -192,6 +192,15 @@ async fn log_append_time_topics_stamp_batches_with_the_broker_clock() {
     );
 }
 
+/// Bytes of record sets in the first topic of `r`.
+fn record_bytes(r: &FetchResponse) -> usize {
+    r.responses[0]
+        .partitions
+        .iter()
+        .map(|p| p.records.as_ref().map_or(0, |x| x.len()))
+        .sum()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fetch_max_bytes_caps_what_a_request_can_ask_for() {
     let b = TestBroker::start_with(&["fetch.max.bytes=30000"]);
@@ -223,11 +232,7 @@ async fn fetch_max_bytes_caps_what_a_request_can_ask_for() {
             .with_topic(TopicName(StrBytes::from_static_str("capped")))
             .with_partitions(vec![part; 50])]);
     let r: FetchResponse = decode(c.request(&req, 11, 3).unwrap(), 11);
-    let total: usize = r.responses[0]
-        .partitions
-        .iter()
-        .map(|p| p.records.as_ref().map_or(0, |x| x.len()))
-        .sum();
+    let total = record_bytes(&r);
     assert!(total > 0 && total <= 30_000, "{total} bytes of records");
 
     // A min_bytes beyond the cap counts as the cap (Kafka's fetchMinBytes), and whole
@@ -238,11 +243,7 @@ async fn fetch_max_bytes_caps_what_a_request_can_ask_for() {
     let started = std::time::Instant::now();
     let r: FetchResponse = decode(c.request(&parked, 11, 4).unwrap(), 11);
     let waited = started.elapsed();
-    let total: usize = r.responses[0]
-        .partitions
-        .iter()
-        .map(|p| p.records.as_ref().map_or(0, |x| x.len()))
-        .sum();
+    let total = record_bytes(&r);
     assert!(total > 0 && total <= 30_000, "{total} bytes of records");
     assert!(
         waited < Duration::from_secs(20),
