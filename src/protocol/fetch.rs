@@ -549,7 +549,7 @@ fn read_once(
     }
     // The budget is spent when what is left could not take another partition's full
     // share: a response of whole batches may stop short of `budget`, never reach a
-    // `min_bytes` near it, and would otherwise park until `max_wait_ms`.
+    // `min_bytes` cut down to it, and would otherwise park until `max_wait_ms`.
     let largest_share = plan
         .iter()
         .flat_map(|t| &t.partitions)
@@ -764,12 +764,13 @@ pub(super) async fn handle(
 ) -> (FetchResponse, Vec<(FileRegion, RegionHold)>) {
     let wait_ms = request.max_wait_ms.clamp(0, MAX_WAIT_MS_LIMIT) as u64;
     let deadline = Instant::now() + std::time::Duration::from_millis(wait_ms);
-    // Kafka's fetchMinBytes: never more than the response may hold.
-    let min_bytes = (request.min_bytes.max(0) as usize).min(response_budget(
-        ctx,
-        &request,
-        replica_id(&request, version),
-    ));
+    // Kafka's fetchMinBytes: never more than the response may hold. A min_bytes cut down
+    // to the budget is met once the budget is spent (`read_once`): whole batches may
+    // stop short of the budget itself.
+    let budget = response_budget(ctx, &request, replica_id(&request, version));
+    let asked_min_bytes = request.min_bytes.max(0) as usize;
+    let min_bytes = asked_min_bytes.min(budget);
+    let min_bytes_capped = asked_min_bytes > budget;
     let request_plan = request_plan(&request, version);
     // Followers stay sessionless (see the module doc); sessions start at v7.
     let (context, plan) = if version >= 7 && replica_id(&request, version) < 0 {
@@ -810,7 +811,7 @@ pub(super) async fn handle(
         let now = Instant::now();
         if min_bytes == 0
             || total >= min_bytes
-            || spent
+            || (min_bytes_capped && spent)
             || now >= deadline
             || has_error(&topics)
             || has_preferred_replica(&topics)
