@@ -326,7 +326,7 @@ fn read_once(
     version: i16,
     watches: &mut Vec<watch::Receiver<i64>>,
     regions: &mut Vec<(FileRegion, RegionHold)>,
-) -> (Vec<FetchableTopicResponse>, usize, bool) {
+) -> (Vec<FetchableTopicResponse>, usize) {
     let replica_id = replica_id(request, version);
     // KIP-392: a consumer's Fetch v11+ may read a follower replica, and the leader may
     // send it to one in its rack.
@@ -547,17 +547,7 @@ fn read_once(
                 .with_partitions(partitions),
         );
     }
-    // The budget is spent when what is left could not take another partition's full
-    // share: a response of whole batches may stop short of `budget`, never reach a
-    // `min_bytes` cut down to it, and would otherwise park until `max_wait_ms`.
-    let largest_share = plan
-        .iter()
-        .flat_map(|t| &t.partitions)
-        .map(|p| p.partition_max_bytes.max(0) as usize)
-        .max()
-        .unwrap_or(0);
-    let spent = total > 0 && remaining < largest_share;
-    (topics, total, spent)
+    (topics, total)
 }
 
 /// The most bytes a response to `request` may hold (KIP-74; Kafka's `fetchMaxBytes`): the
@@ -765,12 +755,12 @@ pub(super) async fn handle(
     let wait_ms = request.max_wait_ms.clamp(0, MAX_WAIT_MS_LIMIT) as u64;
     let deadline = Instant::now() + std::time::Duration::from_millis(wait_ms);
     // Kafka's fetchMinBytes: never more than the response may hold. A min_bytes cut down
-    // to the budget is met once the budget is spent (`read_once`): whole batches may
-    // stop short of the budget itself.
+    // to the budget is met once what is left of the budget could not take another
+    // partition's full share: whole batches may stop short of the budget itself, and
+    // the fetch would otherwise park until max_wait_ms.
     let budget = response_budget(ctx, &request, replica_id(&request, version));
     let asked_min_bytes = request.min_bytes.max(0) as usize;
     let min_bytes = asked_min_bytes.min(budget);
-    let min_bytes_capped = asked_min_bytes > budget;
     let request_plan = request_plan(&request, version);
     // Followers stay sessionless (see the module doc); sessions start at v7.
     let (context, plan) = if version >= 7 && replica_id(&request, version) < 0 {
@@ -803,15 +793,24 @@ pub(super) async fn handle(
     } else {
         (FetchContext::Sessionless, request_plan)
     };
+    // The partitions read: an incremental request's are the session's.
+    let largest_share = plan
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .map(|p| p.partition_max_bytes.max(0) as usize)
+        .max()
+        .unwrap_or(0);
+    let budget_spent = |total: usize| {
+        asked_min_bytes > budget && total > 0 && budget - total.min(budget) < largest_share
+    };
     loop {
         let mut watches = Vec::new();
         let mut regions = Vec::new();
-        let (topics, total, spent) =
-            read_once(ctx, &request, &plan, version, &mut watches, &mut regions);
+        let (topics, total) = read_once(ctx, &request, &plan, version, &mut watches, &mut regions);
         let now = Instant::now();
         if min_bytes == 0
             || total >= min_bytes
-            || (min_bytes_capped && spent)
+            || budget_spent(total)
             || now >= deadline
             || has_error(&topics)
             || has_preferred_replica(&topics)

@@ -50,7 +50,7 @@ async fn started() -> (tempfile::TempDir, Arc<TransactionCoordinator>, (i64, i16
 }
 
 /// Makes `id`'s open transaction older than its timeout, runs a timer tick (which
-/// aborts it) and waits for the abort to complete; the id then.
+/// aborts it), waits for the abort to complete and returns the id's description.
 async fn time_out(txn: &TransactionCoordinator, id: &str) -> TxnDescription {
     txn.lock().get_mut(id).unwrap().record.start_ms = 1;
     txn.tick(false).await;

@@ -310,11 +310,16 @@ fn topic_values(bootstrap: &str, topic: &str, expected: usize) -> Vec<String> {
 }
 
 fn source_config(d: &Dirs, name: &str, topic: &str) {
+    source_config_with_batch(d, name, topic, 500);
+}
+
+/// A file-source config `name` reading `d.input` into `topic`, `batch_size` lines a poll.
+fn source_config_with_batch(d: &Dirs, name: &str, topic: &str, batch_size: usize) {
     std::fs::write(
         d.configs.join(format!("{name}.toml")),
         format!(
             "name = \"{name}\"\nconnector.class = \"file-source\"\nfile = \"{}\"\n\
-             topic = \"{topic}\"\nbatch.size = 500\n",
+             topic = \"{topic}\"\nbatch.size = {batch_size}\n",
             d.input.display()
         ),
     )
@@ -410,15 +415,7 @@ fn file_source_mid_file_copytruncate_to_longer_content_reads_every_line_once() {
     const NEW: usize = 120_000;
     let d = dirs();
     // 50 lines a poll: the connector stays mid-file, its descriptor open, for ~1,200 polls.
-    std::fs::write(
-        d.configs.join("midfile.toml"),
-        format!(
-            "name = \"midfile\"\nconnector.class = \"file-source\"\nfile = \"{}\"\n\
-             topic = \"midfile\"\nbatch.size = 50\n",
-            d.input.display()
-        ),
-    )
-    .unwrap();
+    source_config_with_batch(&d, "midfile", "midfile", 50);
     append(&d.input, &lines(0, OLD));
     // Built before the rotation, so the truncation and the new content come back to back
     // (a gap between them lets the connector see the end of the emptied file first).

@@ -297,15 +297,11 @@ fn segment_files(partition_dir: &std::path::Path) -> Vec<(String, u64)> {
 /// Names of the cleaner's files (`*.cleaned`: its copies while a compaction is being
 /// prepared, until the swap) in a partition directory.
 fn cleaner_files(partition_dir: &std::path::Path) -> Vec<String> {
-    std::fs::read_dir(partition_dir)
-        .map(|entries| {
-            entries
-                .filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.ends_with(".cleaned"))
-                .collect()
-        })
-        .unwrap_or_default()
+    segment_files(partition_dir)
+        .into_iter()
+        .map(|(name, _)| name)
+        .filter(|n| n.ends_with(".cleaned"))
+        .collect()
 }
 
 /// Issue 11: compaction prepares its copies with no partition lock, so a fetch during a
