@@ -4,7 +4,9 @@
 # (rdkafka_performance -P), then, ROUNDS times, each consumer setting in turn reads them
 # all from the beginning (rdkafka_performance -C, one queue for all partitions). Prints
 # per read: records/s (rdkafka_performance's own figure), the consumer's user+sys CPU,
-# and how many Fetch requests the broker answered (its /metrics).
+# its voluntary and involuntary context switches (vcs, ics: a vcs in the tens of
+# thousands is librdkafka's threads contending for a lock, see benches/run.sh
+# CLIENT_CPUS), and how many Fetch requests the broker answered (its /metrics).
 #
 # Usage: benches/fetch_shape.sh [SETTING ...]
 #   each SETTING is a space-separated list of librdkafka properties, e.g.
@@ -14,6 +16,7 @@
 #   PARTITIONS=8 RECORDS=2000000 ROUNDS=3
 #   BROKER_ARGS  extra `weir serve` arguments, e.g. "--override fetch.max.bytes=57671680"
 #   PERF         rdkafka_performance (default: the one benches/run.sh builds)
+#   CLIENT_CPUS  a taskset CPU list for the consumer (e.g. 1); unset: any CPU
 # Only 127.0.0.1; the broker is stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,11 +43,12 @@ for round in $(seq 1 "$rounds"); do
         props=()
         for kv in $setting; do props+=(-X "$kv"); done
         f0=$(fetches)
-        out=$( { /usr/bin/time -f "cpu_s=%U+%S" timeout 600 "$perf" -C -t shape "${partition_args[@]}" -o beginning \
+        out=$( { /usr/bin/time -f "cpu_s=%U+%S vcs=%w ics=%c" timeout 600 ${CLIENT_CPUS:+taskset -c "$CLIENT_CPUS"} "$perf" -C -t shape "${partition_args[@]}" -o beginning \
             -c "$records" -q -b "$addr" "${props[@]}"; } 2>&1)
         f1=$(fetches)
         rate=$(sed -n 's/.* \([0-9]*\) msgs\/s.*/\1/p' <<<"$out" | tail -1)
-        cpu=$(sed -n 's/^cpu_s=//p' <<<"$out" | tail -1)
-        echo "round $round [${setting:-librdkafka defaults}]: records/s=$rate client_cpu_s=$cpu fetches=$((${f1%.*} - ${f0%.*}))"
+        cpu=$(sed -n 's/^cpu_s=\([^ ]*\) .*/\1/p' <<<"$out" | tail -1)
+        switches=$(sed -n 's/^cpu_s=[^ ]* //p' <<<"$out" | tail -1)
+        echo "round $round [${setting:-librdkafka defaults}]: records/s=$rate client_cpu_s=$cpu $switches fetches=$((${f1%.*} - ${f0%.*}))"
     done
 done

@@ -58,6 +58,9 @@
 #                        functions (perf's overhead inflates that run's CPU figures)
 #   BROKER_ENV="K=V ..." extra environment for the broker (both brokers in A/B), e.g.
 #                        BROKER_ENV=GLIBC_TUNABLES=glibc.malloc.mmap_threshold=67108864
+#   CLIENT_ENV="K=V ..." extra environment for every client, e.g.
+#                        CLIENT_ENV=LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
+#                        (see CLIENT_CPUS)
 #   WEIR_BIN=PATH        the broker binary to measure (the candidate); unset: the weir
 #                        built here (when set, only benches/floor.rs and wire.rs are built)
 #   WEIR_BIN_BEFORE=PATH the baseline broker binary: A/B mode, above (unset: one broker)
@@ -70,6 +73,13 @@
 #                        CPU 1 (taskset), as if the client ran on another machine: on 2
 #                        shared cores librdkafka's threads and the broker's compete for
 #                        both, and the client's figures move with the broker's idle time
+#   CLIENT_CPUS=         a taskset CPU list (e.g. 1): every client runs on those CPUs
+#                        only, the brokers anywhere (PIN=1 wins when both are set).
+#                        librdkafka's fetch parser (its broker thread) callocs one op per
+#                        record and the application thread frees it; on two CPUs at once
+#                        the two contend for glibc's arena lock (futex waits), and a
+#                        consumer's CPU per record doubles in runs where the scheduler
+#                        spreads them (benches/RESULTS.md, session 38)
 #   AB_TOLERANCE=5       % by which a candidate median may be worse than the baseline's
 #                        and still count as "ok" (rates lower, CPU/RSS/latency higher)
 # Only 127.0.0.1 traffic. The brokers are stopped on exit (trap), whatever happens.
@@ -95,7 +105,11 @@ AB_TOLERANCE=${AB_TOLERANCE:-5}
 PIN=${PIN:-0}
 # PIN=1: brokers (and the floor's receiving/sending end) on CPU 0, every client on CPU 1
 BROKER_PIN=() CLIENT_PIN=()
-if [ "$PIN" = 1 ]; then BROKER_PIN=(taskset -c 0) CLIENT_PIN=(taskset -c 1); fi
+if [ "$PIN" = 1 ]; then
+  BROKER_PIN=(taskset -c 0) CLIENT_PIN=(taskset -c 1)
+elif [ -n "${CLIENT_CPUS:-}" ]; then
+  CLIENT_PIN=(taskset -c "$CLIENT_CPUS")
+fi
 CACHE=${WEIR_BENCH_CACHE:-/var/tmp/weir-bench}
 LRK_VERSION=4.10.0+2.12.1
 
@@ -250,7 +264,8 @@ log_bytes() {
 timed() {
   local out=$1; shift
   local TIMEFORMAT='%R %U %S'
-  { time timeout "$STEP_TIMEOUT" "${CLIENT_PIN[@]}" "$@" >"$out" 2>&1; } 2>"$out.time"
+  # shellcheck disable=SC2086 # CLIENT_ENV is a list of K=V words
+  { time env ${CLIENT_ENV:-} timeout "$STEP_TIMEOUT" "${CLIENT_PIN[@]}" "$@" >"$out" 2>&1; } 2>"$out.time"
 }
 client_cpu() { awk '{printf "%.2f", $2+$3}' "$1.time"; }
 partition_args() { local i; for ((i = 0; i < $1; i++)); do printf -- '-p %d ' "$i"; done; }
@@ -482,7 +497,7 @@ REV="$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo '?')$(cd "$R
 # bin_id FILE: the first 12 hex digits of a binary's sha256 (which build ran)
 bin_id() { sha256sum "$1" | cut -c1-12; }
 if [ -n "$WEIR_BIN" ]; then WHAT="$WEIR_BIN (sha256 $(bin_id "$RUN/weir"))"; else WHAT="$REV"; fi
-say "machine: $(nproc) cpus, $(uname -r), PIN=$PIN; weir $WHAT${WEIR_BIN_BEFORE:+; baseline $WEIR_BIN_BEFORE (sha256 $(bin_id "$RUN/weir-base"))}"
+say "machine: $(nproc) cpus, $(uname -r), PIN=$PIN${CLIENT_CPUS:+, clients on CPUs $CLIENT_CPUS}; weir $WHAT${WEIR_BIN_BEFORE:+; baseline $WEIR_BIN_BEFORE (sha256 $(bin_id "$RUN/weir-base"))}"
 UNITS=(rdkafka wire)
 if [ "$LAT_RECORDS" != 0 ]; then
   UNITS+=(latency-full)
@@ -517,7 +532,7 @@ LOADS+=("end: $(cut -d' ' -f1-3 /proc/loadavg)")
 # ---------------------------------------------------------------------------- report
 echo
 echo "weir end-to-end on loopback: ${RECORD_BYTES}-byte records, acks=1, linger.ms=$LINGER_MS, batch.size=$BATCH_BYTES, no compression"
-echo "weir $WHAT${WEIR_BIN_BEFORE:+ against baseline $WEIR_BIN_BEFORE (sha256 $(bin_id "$RUN/weir-base"))}${BROKER_ENV:+ (broker env: $BROKER_ENV)}; $(nproc) CPUs, $(uname -r); client: rdkafka_performance (librdkafka $LRK_VERSION); floor: benches/floor.rs; page cache dropped before produce phases: $DROPPED"
+echo "weir $WHAT${WEIR_BIN_BEFORE:+ against baseline $WEIR_BIN_BEFORE (sha256 $(bin_id "$RUN/weir-base"))}${BROKER_ENV:+ (broker env: $BROKER_ENV)}${CLIENT_ENV:+ (client env: $CLIENT_ENV)}${CLIENT_CPUS:+ (clients on CPUs $CLIENT_CPUS)}; $(nproc) CPUs, $(uname -r); client: rdkafka_performance (librdkafka $LRK_VERSION); floor: benches/floor.rs; page cache dropped before produce phases: $DROPPED"
 echo
 H='| %-22s | %8s | %10s | %7s | %7s | %7s | %10s | %7s | %8s | %14s | %11s | %10s | %12s | %10s | %14s |\n'
 RH=
