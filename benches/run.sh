@@ -106,7 +106,7 @@ PIN=${PIN:-0}
 # PIN=1: brokers (and the floor's receiving/sending end) on CPU 0, every client on CPU 1
 BROKER_PIN=() CLIENT_PIN=()
 if [ "$PIN" = 1 ]; then
-  BROKER_PIN=(taskset -c 0) CLIENT_PIN=(taskset -c 1)
+  BROKER_PIN=(taskset -c 0) CLIENT_PIN=(taskset -c 1) CLIENT_CPUS=
 elif [ -n "${CLIENT_CPUS:-}" ]; then
   CLIENT_PIN=(taskset -c "$CLIENT_CPUS")
 fi
