@@ -37,7 +37,7 @@ timeout 600 "$perf" -P -t shape -s 100 -c "$records" -b "$addr" -X linger.ms=5 -
 partition_args=()
 for p in $(seq 0 $((partitions - 1))); do partition_args+=(-p "$p"); done
 fetches() { curl -s "$admin/metrics" | sed -n 's/^weir_request_duration_seconds_count{api="Fetch"} //p' | grep . || echo 0; }
-echo "weir $bin; $partitions partitions x $records records of 100 B; rdkafka_performance $perf"
+echo "weir $bin; $partitions partitions x $records records of 100 B; rdkafka_performance $perf${CLIENT_CPUS:+ on CPUs $CLIENT_CPUS}"
 for round in $(seq 1 "$rounds"); do
     for setting in "$@"; do
         props=()

@@ -58,7 +58,8 @@
 #                        functions (perf's overhead inflates that run's CPU figures)
 #   BROKER_ENV="K=V ..." extra environment for the broker (both brokers in A/B), e.g.
 #                        BROKER_ENV=GLIBC_TUNABLES=glibc.malloc.mmap_threshold=67108864
-#   CLIENT_ENV="K=V ..." extra environment for every client, e.g.
+#   CLIENT_ENV="K=V ..." extra environment for the clients measured (rdkafka_performance,
+#                        wire, latency; not the floor's ends), words without spaces, e.g.
 #                        CLIENT_ENV=LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
 #                        (see CLIENT_CPUS)
 #   WEIR_BIN=PATH        the broker binary to measure (the candidate); unset: the weir
@@ -110,6 +111,11 @@ if [ "$PIN" = 1 ]; then
 elif [ -n "${CLIENT_CPUS:-}" ]; then
   CLIENT_PIN=(taskset -c "$CLIENT_CPUS")
 fi
+CLIENT_ENV_WORDS=()
+read -ra CLIENT_ENV_WORDS <<<"${CLIENT_ENV:-}"
+for word in "${CLIENT_ENV_WORDS[@]}"; do
+  case $word in [A-Za-z_]*=*) ;; *) echo "bench: CLIENT_ENV word '$word' is not K=V" >&2; exit 1 ;; esac
+done
 CACHE=${WEIR_BENCH_CACHE:-/var/tmp/weir-bench}
 LRK_VERSION=4.10.0+2.12.1
 
@@ -264,8 +270,7 @@ log_bytes() {
 timed() {
   local out=$1; shift
   local TIMEFORMAT='%R %U %S'
-  # shellcheck disable=SC2086 # CLIENT_ENV is a list of K=V words
-  { time env ${CLIENT_ENV:-} timeout "$STEP_TIMEOUT" "${CLIENT_PIN[@]}" "$@" >"$out" 2>&1; } 2>"$out.time"
+  { time env "${CLIENT_ENV_WORDS[@]}" timeout "$STEP_TIMEOUT" "${CLIENT_PIN[@]}" "$@" >"$out" 2>&1; } 2>"$out.time"
 }
 client_cpu() { awk '{printf "%.2f", $2+$3}' "$1.time"; }
 partition_args() { local i; for ((i = 0; i < $1; i++)); do printf -- '-p %d ' "$i"; done; }
