@@ -13,7 +13,8 @@
 //!   batches; an **async** deployment runs on exactly one broker, the connect leader
 //!   (`connect::leader`: the leader of `__connect_configs`-0), and moves with it,
 //!   resuming from its committed progress (after `connect::leader::TAKEOVER_GRACE_MS`).
-//!   The admin API's `/transforms` is forwarded to that broker like `/connectors`.
+//!   The admin API's `/transforms` is forwarded to that broker like `/connectors`; an
+//!   async deployment made there within the grace starts when the grace ends.
 //! - `transform.config.dir/*.toml`: the same specs as files, deployed at start and
 //!   re-applied when a file changes (removing the file deletes the deployment). They are
 //!   not copied to `__transforms/`: the file is their source of truth.
@@ -55,6 +56,10 @@ pub(super) const RELOAD_MAX_ATTEMPTS: usize = 20;
 /// How often (ms) a broker compares its deployments with the metadata's and with where
 /// async deployments run (see the module docs).
 pub(super) const RECONCILE_INTERVAL_MS: u64 = 250;
+
+/// How often an async deployment made within the connect leader's takeover grace looks
+/// whether the grace is over, in ms.
+const GRACE_POLL_MS: u64 = 50;
 
 /// Why a deploy, replace or delete was refused.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -369,19 +374,40 @@ impl TransformManager {
             .unwrap_or_else(|| self.runs_async.load(Ordering::SeqCst))
     }
 
+    /// Before an async runner starts: on the connect leader, waits until it has led for
+    /// [`crate::connect::leader::TAKEOVER_GRACE_MS`] (at most that long, polled). The
+    /// admin API reaches this broker as soon as it leads; a runner started then was
+    /// stopped by the next reconcile until the grace ended, and started again from the
+    /// committed progress, copying what it had read since. Elsewhere (leadership moved
+    /// meanwhile), no wait: reconcile stops it here and the leader runs it.
+    async fn await_takeover_grace(&self) {
+        let grace = Duration::from_millis(
+            crate::connect::leader::TAKEOVER_GRACE_MS + RECONCILE_INTERVAL_MS,
+        );
+        let deadline = std::time::Instant::now() + grace;
+        while !self.leads_async() && std::time::Instant::now() < deadline {
+            let image = self.ctx.metadata.image();
+            if crate::connect::leader::connect_leader(&image) != Some(image.node_id()) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(GRACE_POLL_MS)).await;
+        }
+    }
+
     /// Brings this broker's deployments in line with the metadata and with where async
     /// deployments run (see the module docs): deploys what the metadata has and this
     /// broker should run, replaces what changed, stops what was deleted or moved away, and
     /// (re-)applies `transform.config.dir` when this broker starts running async ones.
     async fn reconcile(&self) {
+        // Under the lock, with the image and the leadership read after taking it: a
+        // deploy or delete through the API changes the metadata (and may wait out the
+        // takeover grace) under this lock too, so the two never cross.
+        let mut deployments = self.deployments.lock().await;
         let runs_async = self.leads_async();
         let gained = runs_async && !self.runs_async.swap(runs_async, Ordering::SeqCst);
         if !runs_async {
             self.runs_async.store(false, Ordering::SeqCst);
         }
-        // Under the lock, with the image read after taking it: a deploy or delete through
-        // the API changes the metadata under this lock too, so the two never cross.
-        let mut deployments = self.deployments.lock().await;
         let image = self.ctx.metadata.image();
         let mut wanted: BTreeMap<String, TransformSpec> = BTreeMap::new();
         for (name, json) in image.transforms() {
@@ -410,7 +436,15 @@ impl TransformManager {
         for name in gone {
             if let Some(old) = deployments.remove(&name) {
                 self.stop(old, false).await;
-                tracing::info!(transform = %name, "transform stopped here (deleted, or it runs on the connect leader)");
+                if image.transforms().contains_key(&name) {
+                    tracing::info!(
+                        transform = %name,
+                        connect_leader = ?crate::connect::leader::connect_leader(&image),
+                        "transform stopped here: async deployments run on the connect leader"
+                    );
+                } else {
+                    tracing::info!(transform = %name, "transform stopped here: deleted");
+                }
             }
         }
         for (name, spec) in wanted {
@@ -599,6 +633,9 @@ impl TransformManager {
             loaded.version.clone(),
             Arc::new(Stats::default()),
         ));
+        if spec.mode == Mode::Async {
+            self.await_takeover_grace().await;
+        }
         let runner = self.launch(&d, loaded);
         tracing::info!(transform = %spec.name, mode = spec.mode.name(), input = %spec.input, version = %short(&d.live().version), "transform deployed");
         let status = self.status_of(&d, &source);

@@ -68,6 +68,22 @@ pub const TXN_TIMEOUT_MS: i32 = 60_000;
 /// Pause after an aborted exactly-once chunk before it is read again, in ms.
 pub const TXN_RETRY_BACKOFF_MS: u64 = 500;
 
+/// How long an at-least-once output write refused with a retriable Kafka error (a
+/// leader moving, a broker fenced for a moment: `ResponseError::is_retriable`) is tried
+/// again before the records count as failed, in ms: the producer's
+/// `delivery.timeout.ms` default. A stopping runner stops retrying.
+pub const OUTPUT_RETRY_MS: u64 = 120_000;
+
+/// How long a progress commit refused with a retriable Kafka error (the coordinator
+/// moving or loading, `__consumer_offsets` created by this very commit) is tried again,
+/// in ms. A stopping runner retries too: a restart resumes from the committed progress,
+/// so progress given up on is copied again.
+pub const COMMIT_RETRY_MS: u64 = 10_000;
+
+/// Pause between the tries of a write or a commit refused with a retriable error, in ms
+/// (the producer's `retry.backoff.ms` default).
+pub const RETRY_BACKOFF_MS: u64 = 100;
+
 /// The error that stops a deployment (FAILED).
 #[derive(Debug)]
 struct Fatal(String);
@@ -142,6 +158,10 @@ impl Runner {
             match self.pass().await {
                 Ok(true) => continue,
                 Ok(false) => {}
+                Err(Fatal(message)) if *self.stop.borrow() => {
+                    tracing::info!(transform = %name, error = %message, "transform stopped with records not written (read again from the committed progress)");
+                    return;
+                }
                 Err(Fatal(message)) => {
                     tracing::error!(transform = %name, error = %message, "transform FAILED");
                     self.d.set_failed(message);
@@ -280,7 +300,8 @@ impl Runner {
     /// Errors: the first record's [`IngestError`].
     async fn append_records(&mut self, topic: &str, records: &[Record]) -> Result<(), IngestError> {
         let Some(producer) = self.txn.as_mut() else {
-            return self.ingest.append(topic, None, records).await.map(|_| ());
+            return append_retrying(&self.d.spec.name, &self.ingest, &self.stop, topic, records)
+                .await;
         };
         let given = vec![None; records.len()];
         let (meta, chosen) = self
@@ -434,6 +455,11 @@ impl Runner {
             match result {
                 Ok(out) => {
                     let failed = self.write_outputs(&out, s).await;
+                    if let Some((i, message)) = failed.first().filter(|_| *self.stop.borrow()) {
+                        // Stopping while writes were retried: not the records' fault
+                        // (no dead letter); progress stays before the first one.
+                        return Err((Fatal(format!("stopped: {message}")), chunk[*i].0));
+                    }
                     for (i, message) in failed {
                         self.fail_record(p, chunk[i].0, &records[i], &message, OUTPUT_WRITE)
                             .await
@@ -570,20 +596,92 @@ impl Runner {
     }
 
     /// Commits `offset` as the progress of partition `p` (group `transform-<name>`), at
-    /// the group's coordinator wherever it is.
+    /// the group's coordinator wherever it is; a retriable refusal, or a coordinator that
+    /// cannot be asked, is tried again every [`RETRY_BACKOFF_MS`] for at most
+    /// [`COMMIT_RETRY_MS`].
     async fn commit(&self, p: i32, offset: i64) {
         let offsets = [(self.d.spec.input.clone(), p, offset)];
-        let failed = match self.io().commit(&self.d.spec.group_id(), &offsets).await {
-            Ok(errors) => errors
-                .into_iter()
-                .flatten()
-                .next()
-                .map(|e| format!("{e:?}")),
-            Err(e) => Some(e),
-        };
-        if let Some(e) = failed {
-            tracing::warn!(transform = %self.d.spec.name, partition = p, offset, error = %e, "progress not committed (it will be retried with the next chunk)");
+        let deadline = Instant::now() + Duration::from_millis(COMMIT_RETRY_MS);
+        loop {
+            let failed = match self.io().commit(&self.d.spec.group_id(), &offsets).await {
+                Ok(errors) => errors
+                    .into_iter()
+                    .flatten()
+                    .next()
+                    .map(|e| (e.is_retriable(), format!("{e:?}"))),
+                Err(e) => Some((true, e)),
+            };
+            let Some((retriable, e)) = failed else {
+                return;
+            };
+            if !retriable || Instant::now() >= deadline {
+                tracing::warn!(transform = %self.d.spec.name, partition = p, offset, error = %e, "progress not committed (it will be retried with the next chunk)");
+                return;
+            }
+            tracing::debug!(transform = %self.d.spec.name, partition = p, offset, error = %e, "progress not committed yet; trying again");
+            tokio::time::sleep(Duration::from_millis(RETRY_BACKOFF_MS)).await;
         }
+    }
+}
+
+/// Appends `records` to `topic` for deployment `transform`, at least once, partitioned
+/// once by the topic's partitioner: records refused with a retriable Kafka error are
+/// written again (to the partition's leader in the metadata of then) every
+/// [`RETRY_BACKOFF_MS`] for at most [`OUTPUT_RETRY_MS`], until `stop`, as a producer
+/// retries within `delivery.timeout.ms`. A retried record may have been written already
+/// (a timeout after the append): at least once.
+///
+/// Errors: the first non-retriable refusal ([`IngestError`]), or the last retriable one
+/// when the time is up or the runner stops.
+async fn append_retrying(
+    transform: &str,
+    ingest: &Ingest,
+    stop: &watch::Receiver<bool>,
+    topic: &str,
+    records: &[Record],
+) -> Result<(), IngestError> {
+    let given = vec![None; records.len()];
+    let (mut meta, chosen) = ingest.choose_partitions(topic, records, &given).await?;
+    let deadline = Instant::now() + Duration::from_millis(OUTPUT_RETRY_MS);
+    let mut pending: Vec<usize> = (0..records.len()).collect();
+    let mut tries = 1u32;
+    loop {
+        let batch: Vec<Record> = pending.iter().map(|&i| records[i].clone()).collect();
+        let choice = pending.iter().map(|&i| chosen[i].clone()).collect();
+        let results = ingest.append_chosen(&meta, &batch, choice, None).await;
+        let mut again = Vec::new();
+        let mut last = None;
+        for (&i, result) in pending.iter().zip(results) {
+            match result {
+                Ok(_) => {}
+                Err(e) if e.error.is_retriable() => {
+                    again.push(i);
+                    last = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let Some(e) = last else {
+            if tries > 1 {
+                tracing::info!(
+                    transform,
+                    topic,
+                    tries,
+                    "output records written after retries"
+                );
+            }
+            return Ok(());
+        };
+        if Instant::now() >= deadline || *stop.borrow() {
+            return Err(e);
+        }
+        if tries == 1 {
+            tracing::warn!(transform, topic, records = again.len(), error = %e, "output records refused; trying again");
+        }
+        tries += 1;
+        tokio::time::sleep(Duration::from_millis(RETRY_BACKOFF_MS)).await;
+        meta = ingest.topic(topic)?;
+        pending = again;
     }
 }
 

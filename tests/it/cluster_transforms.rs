@@ -210,7 +210,15 @@ async fn an_async_transform_runs_on_the_connect_leader_and_moves_when_it_is_kill
     let read = read_keyed(&all, "copy-out", 4, RECORDS);
     for id in 1..=3 {
         for line in nodes.node(id).stderr_text().lines() {
-            if line.contains("transform") || line.contains("fenc") || line.contains("copier") {
+            let wanted = [
+                "transform",
+                "fenc",
+                "copier",
+                "leader",
+                "regist",
+                "heartbeat",
+            ];
+            if wanted.iter().any(|w| line.contains(w)) {
                 eprintln!("node {id}: {line}");
             }
         }
@@ -233,6 +241,95 @@ async fn an_async_transform_runs_on_the_connect_leader_and_moves_when_it_is_kill
         twice.keys().all(|i| *i < RECORDS),
         "records produced after the kill copied twice: {twice:?}"
     );
+    assert!(read.bad.is_empty(), "{:?}", read.bad);
+    nodes.assert_no_panic();
+}
+
+/// An async deployment rides out a kill -9 of the broker that leads its output
+/// partitions (not its runner), paused and then killed while it copies: the writes cut
+/// off or refused meanwhile (NETWORK_EXCEPTION, NOT_LEADER_OR_FOLLOWER) are tried again
+/// until a survivor leads, as a producer retries within `delivery.timeout.ms`. The
+/// deployment stays RUNNING on broker 1 and no record is lost (a retried write may
+/// repeat one: at least once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_async_transform_keeps_running_through_the_kill_of_its_output_leader() {
+    const RECORDS: usize = 10_000;
+    let mut nodes = ThreeNodes::start(&[
+        "broker.session.timeout.ms=1500",
+        "broker.heartbeat.interval.ms=300",
+    ]);
+    let all = nodes.bootstrap_all();
+    create_topic(
+        &all,
+        NewTopic::new(
+            "ride-in",
+            2,
+            TopicReplication::Variable(&[&[2, 1], &[2, 1]]),
+        ),
+    )
+    .await;
+    create_topic(
+        &all,
+        NewTopic::new(
+            "ride-out",
+            2,
+            TopicReplication::Variable(&[&[3, 1, 2], &[3, 2, 1]]),
+        ),
+    )
+    .await;
+    produce(&all, "ride-in", 2, 0..RECORDS, keyed_value).await;
+    let spec = json!({
+        "name": "rider", "wasm": guest("identity"), "input": "ride-in",
+        "outputs": ["ride-out"],
+    });
+    let (code, answer) = curl(
+        "POST",
+        &format!("{}/transforms", nodes.node(2).admin_url),
+        Some(&spec),
+    );
+    assert_eq!(code, 201, "{answer}");
+    let runner = nodes.node(1).admin_url.clone();
+    poll_for("broker 1 to copy records", 30, || {
+        let s = wait_for_transform(&runner, "rider", "RUNNING");
+        if s["records_out"].as_u64().unwrap_or(0) > 0 {
+            eprintln!("killing broker 3 at {} records out", s["records_out"]);
+            Ok(())
+        } else {
+            Err(s.to_string())
+        }
+    });
+    // Paused first, so a write of the runner is in flight to it when it dies (killed
+    // at once, the write after the kill often went to the next leader already).
+    let paused = std::process::Command::new("kill")
+        .args(["-STOP", &nodes.node(3).pid().to_string()])
+        .status()
+        .expect("kill -STOP");
+    assert!(paused.success());
+    std::thread::sleep(Duration::from_millis(500));
+    nodes.kill9(3);
+    let survivors = format!("{},{}", nodes.bootstrap(1), nodes.bootstrap(2));
+    let read = read_keyed(&survivors, "ride-out", 2, RECORDS);
+    let (lost, twice) = lost_and_repeated(&read, RECORDS);
+    let (code, status) = curl("GET", &format!("{runner}/transforms/rider"), None);
+    eprintln!(
+        "lost {}, copied more than once {}; {status}",
+        lost.len(),
+        twice.len()
+    );
+    for line in nodes.node(1).stderr_text().lines() {
+        if line.contains("rider") {
+            eprintln!("node 1: {line}");
+        }
+    }
+    assert!(
+        lost.is_empty(),
+        "lost {} records, first {:?}",
+        lost.len(),
+        lost.first()
+    );
+    assert_eq!(code, 200, "{status}");
+    assert_eq!(status["state"], "RUNNING", "{status}");
+    assert_eq!(status["broker_id"], 1, "{status}");
     assert!(read.bad.is_empty(), "{:?}", read.bad);
     nodes.assert_no_panic();
 }
