@@ -475,7 +475,8 @@ impl Ingest {
     /// Appends `records[i]` for each `i` of `indexes` (in order) to partition `index`, in
     /// batches of at most `max.message.bytes`, on this broker when it leads the partition,
     /// else forwarded to its leader. Returns each record's outcome, in `indexes` order; a
-    /// failed batch fails its records, later batches are still tried.
+    /// failed batch fails its records and those of every later batch, which are not sent
+    /// (so a retry keeps the partition's order).
     async fn append_partition(
         &self,
         meta: &TopicMeta,
@@ -526,7 +527,8 @@ impl Ingest {
         if !batch.is_empty() {
             batches.push(batch);
         }
-        for b in batches {
+        let mut batches = batches.into_iter();
+        while let Some(b) = batches.next() {
             let refs: Vec<&Record> = b.iter().map(|&k| &records[indexes[k]]).collect();
             match self
                 .append_batch(
@@ -554,8 +556,11 @@ impl Ingest {
                     }
                 }
                 Err((error, message)) => {
+                    // The later batches are not sent: appended after a refused one, a
+                    // retry of it would land behind them (out of order).
                     let e = fail(error, message);
-                    for &k in &b {
+                    let later: Vec<usize> = batches.by_ref().flatten().collect();
+                    for &k in b.iter().chain(&later) {
                         results[k] = Some(Err(e.clone()));
                     }
                 }

@@ -372,7 +372,8 @@ struct Written {
     positions: Vec<SourcePosition>,
     /// Why writing stopped before the end, if it did; nothing after that point was
     /// appended by this call except, for an append that failed part-way (an I/O or
-    /// leadership error), later batches of that same append (at least once).
+    /// leadership error), that same append's batches to its other partitions (at least
+    /// once).
     failure: Option<TaskError>,
 }
 

@@ -778,6 +778,12 @@ impl TransformManager {
     /// Stops every runner (broker shutdown), waiting for each current chunk.
     pub async fn shutdown(&self) {
         let mut deployments = self.deployments.lock().await;
+        // Every runner told first, so their current chunks end together, not in turn.
+        for d in deployments.values() {
+            if let Some(runner) = &d.runner {
+                let _ = runner.stop.send(true);
+            }
+        }
         for (_, d) in std::mem::take(&mut *deployments) {
             self.stop(d, false).await;
         }

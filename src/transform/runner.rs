@@ -68,21 +68,53 @@ pub const TXN_TIMEOUT_MS: i32 = 60_000;
 /// Pause after an aborted exactly-once chunk before it is read again, in ms.
 pub const TXN_RETRY_BACKOFF_MS: u64 = 500;
 
-/// How long an at-least-once output write refused with a retriable Kafka error (a
-/// leader moving, a broker fenced for a moment: `ResponseError::is_retriable`) is tried
+/// How long an at-least-once output write refused with an error that may clear (a
+/// leader moving, a broker fenced for a moment: [`write_may_succeed_again`]) is tried
 /// again before the records count as failed, in ms: the producer's
 /// `delivery.timeout.ms` default. A stopping runner stops retrying.
 pub const OUTPUT_RETRY_MS: u64 = 120_000;
 
 /// How long a progress commit refused with a retriable Kafka error (the coordinator
 /// moving or loading, `__consumer_offsets` created by this very commit) is tried again,
-/// in ms. A stopping runner retries too: a restart resumes from the committed progress,
-/// so progress given up on is copied again.
+/// in ms: a restart resumes from the committed progress, so progress given up on is
+/// copied again. A stopping runner does not retry (its stop is waited for).
 pub const COMMIT_RETRY_MS: u64 = 10_000;
 
 /// Pause between the tries of a write or a commit refused with a retriable error, in ms
 /// (the producer's `retry.backoff.ms` default).
 pub const RETRY_BACKOFF_MS: u64 = 100;
+
+/// Whether an output write refused with `error` may succeed when tried again: a leader
+/// moving, dead or fenced, or an ISR short for a moment. Not every code Kafka calls
+/// retriable: weir answers CORRUPT_MESSAGE for a batch it cannot encode (always again),
+/// and UNKNOWN_TOPIC_OR_PARTITION for a partition a re-created topic lacks.
+fn write_may_succeed_again(error: kafka_protocol::ResponseError) -> bool {
+    use kafka_protocol::ResponseError as E;
+    matches!(
+        error,
+        E::NotLeaderOrFollower
+            | E::LeaderNotAvailable
+            | E::NetworkException
+            | E::RequestTimedOut
+            | E::NotEnoughReplicas
+            | E::NotEnoughReplicasAfterAppend
+            | E::KafkaStorageError
+    )
+}
+
+/// Whether a progress commit refused with `error` may succeed when tried again: the
+/// group's coordinator moving, loading or out of reach.
+fn commit_may_succeed_again(error: kafka_protocol::ResponseError) -> bool {
+    use kafka_protocol::ResponseError as E;
+    matches!(
+        error,
+        E::CoordinatorNotAvailable
+            | E::NotCoordinator
+            | E::CoordinatorLoadInProgress
+            | E::NetworkException
+            | E::RequestTimedOut
+    )
+}
 
 /// The error that stops a deployment (FAILED).
 #[derive(Debug)]
@@ -455,9 +487,12 @@ impl Runner {
             match result {
                 Ok(out) => {
                     let failed = self.write_outputs(&out, s).await;
-                    if let Some((i, message)) = failed.first().filter(|_| *self.stop.borrow()) {
-                        // Stopping while writes were retried: not the records' fault
-                        // (no dead letter); progress stays before the first one.
+                    let stopping = *self.stop.borrow() && self.txn.is_none();
+                    if let Some((i, message)) = failed.first().filter(|_| stopping) {
+                        // Stopping while writes were retried (at least once): not the
+                        // records' fault (no dead letter); progress stays before the
+                        // first one. Exactly-once keeps its rule (records that cannot be
+                        // written are dead-lettered in the transaction, or abort it).
                         return Err((Fatal(format!("stopped: {message}")), chunk[*i].0));
                     }
                     for (i, message) in failed {
@@ -596,9 +631,10 @@ impl Runner {
     }
 
     /// Commits `offset` as the progress of partition `p` (group `transform-<name>`), at
-    /// the group's coordinator wherever it is; a retriable refusal, or a coordinator that
-    /// cannot be asked, is tried again every [`RETRY_BACKOFF_MS`] for at most
-    /// [`COMMIT_RETRY_MS`].
+    /// the group's coordinator wherever it is; a refusal that may clear
+    /// ([`commit_may_succeed_again`]), or a coordinator that cannot be asked, is tried
+    /// again every [`RETRY_BACKOFF_MS`] for at most [`COMMIT_RETRY_MS`], and not once the
+    /// runner is stopping.
     async fn commit(&self, p: i32, offset: i64) {
         let offsets = [(self.d.spec.input.clone(), p, offset)];
         let deadline = Instant::now() + Duration::from_millis(COMMIT_RETRY_MS);
@@ -608,13 +644,13 @@ impl Runner {
                     .into_iter()
                     .flatten()
                     .next()
-                    .map(|e| (e.is_retriable(), format!("{e:?}"))),
+                    .map(|e| (commit_may_succeed_again(e), format!("{e:?}"))),
                 Err(e) => Some((true, e)),
             };
             let Some((retriable, e)) = failed else {
                 return;
             };
-            if !retriable || Instant::now() >= deadline {
+            if !retriable || Instant::now() >= deadline || *self.stop.borrow() {
                 tracing::warn!(transform = %self.d.spec.name, partition = p, offset, error = %e, "progress not committed (it will be retried with the next chunk)");
                 return;
             }
@@ -625,14 +661,14 @@ impl Runner {
 }
 
 /// Appends `records` to `topic` for deployment `transform`, at least once, partitioned
-/// once by the topic's partitioner: records refused with a retriable Kafka error are
-/// written again (to the partition's leader in the metadata of then) every
+/// once by the topic's partitioner: records refused with an error that may clear
+/// ([`write_may_succeed_again`]) are written again (to the partition's leader in the metadata of then) every
 /// [`RETRY_BACKOFF_MS`] for at most [`OUTPUT_RETRY_MS`], until `stop`, as a producer
 /// retries within `delivery.timeout.ms`. A retried record may have been written already
 /// (a timeout after the append): at least once.
 ///
-/// Errors: the first non-retriable refusal ([`IngestError`]), or the last retriable one
-/// when the time is up or the runner stops.
+/// Errors: the first refusal that cannot clear ([`IngestError`]), or the last one that
+/// may when the time is up or the runner stops.
 async fn append_retrying(
     transform: &str,
     ingest: &Ingest,
@@ -654,7 +690,7 @@ async fn append_retrying(
         for (&i, result) in pending.iter().zip(results) {
             match result {
                 Ok(_) => {}
-                Err(e) if e.error.is_retriable() => {
+                Err(e) if write_may_succeed_again(e.error) => {
                     again.push(i);
                     last = Some(e);
                 }

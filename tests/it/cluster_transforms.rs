@@ -254,8 +254,10 @@ async fn an_async_transform_runs_on_the_connect_leader_and_moves_when_it_is_kill
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_async_transform_keeps_running_through_the_kill_of_its_output_leader() {
     const RECORDS: usize = 10_000;
+    // A session long enough that the pause below does not fence broker 3: its kill
+    // fences it at once (its CONTROLLER listener refuses connections).
     let mut nodes = ThreeNodes::start(&[
-        "broker.session.timeout.ms=1500",
+        "broker.session.timeout.ms=10000",
         "broker.heartbeat.interval.ms=300",
     ]);
     let all = nodes.bootstrap_all();
@@ -277,7 +279,7 @@ async fn an_async_transform_keeps_running_through_the_kill_of_its_output_leader(
         ),
     )
     .await;
-    produce(&all, "ride-in", 2, 0..RECORDS, keyed_value).await;
+    produce(&all, "ride-in", 2, 0..RECORDS / 2, keyed_value).await;
     let spec = json!({
         "name": "rider", "wasm": guest("identity"), "input": "ride-in",
         "outputs": ["ride-out"],
@@ -298,16 +300,26 @@ async fn an_async_transform_keeps_running_through_the_kill_of_its_output_leader(
             Err(s.to_string())
         }
     });
-    // Paused first, so a write of the runner is in flight to it when it dies (killed
-    // at once, the write after the kill often went to the next leader already).
+    // Paused first, and the rest of the input written meanwhile (to brokers 2 and 1),
+    // so a write of the runner is likely to hang on it when it dies (killed at once, the
+    // runner's next write often went to the next leader already).
     let paused = std::process::Command::new("kill")
         .args(["-STOP", &nodes.node(3).pid().to_string()])
         .status()
         .expect("kill -STOP");
     assert!(paused.success());
-    std::thread::sleep(Duration::from_millis(500));
-    nodes.kill9(3);
     let survivors = format!("{},{}", nodes.bootstrap(1), nodes.bootstrap(2));
+    produce(&survivors, "ride-in", 2, RECORDS / 2..RECORDS, keyed_value).await;
+    // Up to 3 s for the runner to hang on a write (read more than written); it may hang
+    // on a commit to a coordinator on broker 3 instead.
+    for _ in 0..30 {
+        let (_, s) = curl("GET", &format!("{runner}/transforms/rider"), None);
+        if s["records_in"].as_u64() > s["records_out"].as_u64() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    nodes.kill9(3);
     let read = read_keyed(&survivors, "ride-out", 2, RECORDS);
     let (lost, twice) = lost_and_repeated(&read, RECORDS);
     let (code, status) = curl("GET", &format!("{runner}/transforms/rider"), None);
@@ -316,11 +328,18 @@ async fn an_async_transform_keeps_running_through_the_kill_of_its_output_leader(
         lost.len(),
         twice.len()
     );
-    for line in nodes.node(1).stderr_text().lines() {
+    let log = nodes.node(1).stderr_text();
+    for line in log.lines() {
         if line.contains("rider") {
             eprintln!("node 1: {line}");
         }
     }
+    // Whether a write was cut off depends on where the runner was (reading, writing, or
+    // committing to a coordinator on broker 3): said, not asserted.
+    eprintln!(
+        "a write was retried: {}",
+        log.contains("output records refused; trying again")
+    );
     assert!(
         lost.is_empty(),
         "lost {} records, first {:?}",
