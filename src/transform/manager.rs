@@ -375,7 +375,8 @@ impl TransformManager {
     }
 
     /// Before an async runner starts: on the connect leader, waits until it has led for
-    /// [`crate::connect::leader::TAKEOVER_GRACE_MS`] (at most that long, polled). The
+    /// [`crate::connect::leader::TAKEOVER_GRACE_MS`] (polled; at most that plus
+    /// [`RECONCILE_INTERVAL_MS`]). The
     /// admin API reaches this broker as soon as it leads; a runner started then was
     /// stopped by the next reconcile until the grace ended, and started again from the
     /// committed progress, copying what it had read since. Elsewhere (leadership moved

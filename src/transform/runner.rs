@@ -69,7 +69,7 @@ pub const TXN_TIMEOUT_MS: i32 = 60_000;
 pub const TXN_RETRY_BACKOFF_MS: u64 = 500;
 
 /// How long an at-least-once output write refused with an error that may clear (a
-/// leader moving, a broker fenced for a moment: [`write_may_succeed_again`]) is tried
+/// leader moving, a broker fenced for a moment: `write_may_succeed_again`) is tried
 /// again before the records count as failed, in ms: the producer's
 /// `delivery.timeout.ms` default. A stopping runner stops retrying.
 pub const OUTPUT_RETRY_MS: u64 = 120_000;
