@@ -662,10 +662,11 @@ impl Runner {
 
 /// Appends `records` to `topic` for deployment `transform`, at least once, partitioned
 /// once by the topic's partitioner: records refused with an error that may clear
-/// ([`write_may_succeed_again`]) are written again (to the partition's leader in the metadata of then) every
-/// [`RETRY_BACKOFF_MS`] for at most [`OUTPUT_RETRY_MS`], until `stop`, as a producer
-/// retries within `delivery.timeout.ms`. A retried record may have been written already
-/// (a timeout after the append): at least once.
+/// ([`write_may_succeed_again`]) are written again (to the partition's leader in the
+/// metadata of then) every [`RETRY_BACKOFF_MS`] for at most [`OUTPUT_RETRY_MS`], until
+/// `stop`, as a producer retries within `delivery.timeout.ms`. A retried record may have
+/// been written already (a timeout after the append): at least once. Only a retry copies
+/// records (those refused).
 ///
 /// Errors: the first refusal that cannot clear ([`IngestError`]), or the last one that
 /// may when the time is up or the runner stops.
@@ -680,11 +681,11 @@ async fn append_retrying(
     let (mut meta, chosen) = ingest.choose_partitions(topic, records, &given).await?;
     let deadline = Instant::now() + Duration::from_millis(OUTPUT_RETRY_MS);
     let mut pending: Vec<usize> = (0..records.len()).collect();
+    let mut results = ingest
+        .append_chosen(&meta, records, chosen.clone(), None)
+        .await;
     let mut tries = 1u32;
     loop {
-        let batch: Vec<Record> = pending.iter().map(|&i| records[i].clone()).collect();
-        let choice = pending.iter().map(|&i| chosen[i].clone()).collect();
-        let results = ingest.append_chosen(&meta, &batch, choice, None).await;
         let mut again = Vec::new();
         let mut last = None;
         for (&i, result) in pending.iter().zip(results) {
@@ -718,6 +719,9 @@ async fn append_retrying(
         tokio::time::sleep(Duration::from_millis(RETRY_BACKOFF_MS)).await;
         meta = ingest.topic(topic)?;
         pending = again;
+        let batch: Vec<Record> = pending.iter().map(|&i| records[i].clone()).collect();
+        let choice = pending.iter().map(|&i| chosen[i].clone()).collect();
+        results = ingest.append_chosen(&meta, &batch, choice, None).await;
     }
 }
 
