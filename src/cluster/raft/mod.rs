@@ -56,6 +56,14 @@ pub(crate) use storage::{Committed, CommittedChange, CommittedQueue};
 pub(crate) struct Proposal {
     /// The records, in order.
     pub(crate) records: Vec<MetadataRecord>,
+    /// Random per metadata change, the same on every try of it: when the answer to a
+    /// committed try is lost (the leader died or the RPC timed out after the commit) and
+    /// the proposer tries again, the change can be in the log twice; the proposer takes
+    /// the first copy that applied as its own ([`CommittedQueue::first_applied`]) instead
+    /// of the second's refusal. The state machine ignores it, so every node applies the
+    /// same entries the same way. `None` in entries written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) id: Option<uuid::Uuid>,
 }
 
 /// What the state machine made of an entry.
@@ -495,6 +503,9 @@ pub(crate) struct RaftMetadataLog {
     /// A broker-only node: whether the leader made it a learner (set by
     /// [`join_as_learner`]); `None` on a voter.
     joined: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// Tests: the next committed try's answer is dropped, as a lost RPC reply would be.
+    #[cfg(test)]
+    lose_next_answer: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for RaftMetadataLog {
@@ -745,6 +756,8 @@ impl RaftMetadataLog {
             voters,
             replayed_through: 0,
             joined,
+            #[cfg(test)]
+            lose_next_answer: std::sync::atomic::AtomicBool::new(false),
         };
         if !pristine {
             // The membership is the log's (no membership change is served yet): a voter
@@ -828,6 +841,15 @@ impl RaftMetadataLog {
                 .run(left, async move { raft.client_write(p).await })
                 .ok_or_else(|| raft_error("commit", "timed out"))?;
             let leader = match result {
+                #[cfg(test)]
+                Ok(_)
+                    if self
+                        .lose_next_answer
+                        .swap(false, std::sync::atomic::Ordering::SeqCst) =>
+                {
+                    // As when a committed try's answer is lost: the loop tries again.
+                    None
+                }
                 Ok(r) => return Ok(r.log_id.index),
                 Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => f.leader_node,
                 Err(e) => return Err(raft_error("commit", e)),
@@ -1020,9 +1042,11 @@ impl MetadataLog for RaftMetadataLog {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
+        let id = uuid::Uuid::new_v4();
         let offset = self.propose(
             Proposal {
                 records: records.to_vec(),
+                id: Some(id),
             },
             deadline,
         )?;
@@ -1035,7 +1059,17 @@ impl MetadataLog for RaftMetadataLog {
                 format!("entry {offset} committed but not applied here in time"),
             ));
         }
-        Ok(Some(offset))
+        // A try whose answer was lost may have committed before the one answered: that
+        // first copy is this change (the later one was refused, or applied again).
+        match self.queue.first_applied(id) {
+            Some(first) if first < offset => {
+                tracing::info!(
+                    "metadata quorum: a metadata change was committed twice (the answer to entry {first} was lost and it was proposed again as entry {offset}); entry {first} is the change"
+                );
+                Ok(Some(first))
+            }
+            _ => Ok(Some(offset)),
+        }
     }
 
     fn take_committed(&mut self) -> Vec<Committed> {
@@ -1145,5 +1179,40 @@ mod tests {
         assert_eq!(log.machine_image().topic_count(), image.topic_count());
         log.append(&[topic("after")]).unwrap();
         assert!(started.elapsed() < Duration::from_millis(DEFAULT_ELECTION_TIMEOUT_MS * 2));
+    }
+
+    #[test]
+    fn a_change_tried_again_after_a_lost_answer_is_the_first_copy_not_the_refused_second() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = RaftMetadataLog::open(single(dir.path())).unwrap();
+        log.replay().unwrap();
+        log.append(&[topic("before")]).unwrap();
+        log.take_committed();
+        // The first try commits, its answer is lost, the proposer tries again: the log
+        // holds the change twice, and the second copy is refused (the topic exists).
+        log.lose_next_answer
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let offset = log.append(&[topic("twice")]).unwrap().unwrap();
+        let committed = log.take_committed();
+        assert_eq!(committed.len(), 2, "{committed:?}");
+        assert!(matches!(committed[0].change, CommittedChange::Records(_)));
+        assert!(matches!(committed[1].change, CommittedChange::Refused(_)));
+        assert_eq!(committed[0].proposal_id, committed[1].proposal_id);
+        // The proposer is told of the copy that applied.
+        assert_eq!(offset, committed[0].offset);
+        assert!(log.machine_image().topic("twice").is_some());
+        // A change that conflicts with another proposal's is still refused.
+        let MetadataRecord::TopicCreated(mut again) = topic("twice") else {
+            unreachable!()
+        };
+        again.id = uuid::Uuid::new_v4();
+        let offset = log
+            .append(&[MetadataRecord::TopicCreated(again)])
+            .unwrap()
+            .unwrap();
+        let committed = log.take_committed();
+        assert_eq!(committed.len(), 1);
+        assert_eq!(committed[0].offset, offset);
+        assert!(matches!(committed[0].change, CommittedChange::Refused(_)));
     }
 }

@@ -83,6 +83,8 @@ pub struct Committed {
     pub(crate) offset: u64,
     /// What it changed.
     pub(crate) change: CommittedChange,
+    /// The entry's [`Proposal::id`] (`None` for a snapshot, or an entry without one).
+    pub(crate) proposal_id: Option<uuid::Uuid>,
 }
 
 /// The hand-over from the state machine (the Raft runtime) to `Metadata` (any thread):
@@ -152,6 +154,17 @@ impl CommittedQueue {
             .expect("committed queue lock poisoned")
             .drain(..)
             .collect()
+    }
+
+    /// The offset of the first queued entry of proposal `id` that applied (not refused),
+    /// if any: a change tried again after a lost answer can be committed twice.
+    pub(crate) fn first_applied(&self, id: uuid::Uuid) -> Option<u64> {
+        self.items
+            .lock()
+            .expect("committed queue lock poisoned")
+            .iter()
+            .find(|c| c.proposal_id == Some(id) && matches!(c.change, CommittedChange::Records(_)))
+            .map(|c| c.offset)
     }
 
     /// Waits up to `timeout` for the queue to hold an entry at `offset` or later (`None`:
@@ -587,13 +600,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     inner.membership = StoredMembership::new(Some(entry.log_id), m);
                     out.push(ProposalOutcome { refused: None });
                 }
-                EntryPayload::Normal(Proposal { records }) => {
+                EntryPayload::Normal(Proposal { records, id }) => {
                     match MetadataDelta::apply(inner.image.clone(), records.clone()) {
                         Ok(delta) => {
                             inner.image = delta.after().clone();
                             self.queue.push(Committed {
                                 offset,
                                 change: CommittedChange::Records(records),
+                                proposal_id: id,
                             });
                             out.push(ProposalOutcome { refused: None });
                         }
@@ -601,6 +615,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                             self.queue.push(Committed {
                                 offset,
                                 change: CommittedChange::Refused(e.to_string()),
+                                proposal_id: id,
                             });
                             out.push(ProposalOutcome {
                                 refused: Some(e.to_string()),
@@ -651,6 +666,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.queue.push(Committed {
             offset: meta.last_log_id.map_or(0, |l| l.index),
             change: CommittedChange::Image(image),
+            proposal_id: None,
         });
         Ok(())
     }
