@@ -80,7 +80,11 @@
 #                        record and the application thread frees it; on two CPUs at once
 #                        the two contend for glibc's arena lock (futex waits), and a
 #                        consumer's CPU per record doubles in runs where the scheduler
-#                        spreads them (benches/RESULTS.md, session 38)
+#                        spreads them (benches/RESULTS.md, session 38). Issue 17's
+#                        client-bound targets (consume >= produce, p99 at half the
+#                        maximum) are judged with CLIENT_CPUS=1 on 2 vCPUs: each client
+#                        then has one CPU, as it would on its own machine
+#                        (benches/RESULTS.md, session 41)
 #   AB_TOLERANCE=5       % by which a candidate median may be worse than the baseline's
 #                        and still count as "ok" (rates lower, CPU/RSS/latency higher)
 # Only 127.0.0.1 traffic. The brokers are stopped on exit (trap), whatever happens.
