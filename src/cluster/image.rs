@@ -292,6 +292,12 @@ pub enum MetadataRecord {
         topic_id: Uuid,
         /// The new partitions, in index order.
         partitions: Vec<PartitionState>,
+        /// The index of the first new partition (Kafka's `PartitionRecord.partitionId`):
+        /// the record is refused unless the topic has exactly that many partitions, so
+        /// a copy committed again (a retried proposal) does not add them twice. `None`
+        /// in records written before it existed: appended at the current count.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        first_partition: Option<i32>,
     },
     /// A topic's config overrides replaced as a whole (Kafka: `ConfigRecord`s).
     TopicConfigsChanged {
@@ -697,6 +703,7 @@ impl MetadataImage {
                         out.push(MetadataRecord::PartitionsAdded {
                             topic_id: a.id,
                             partitions: a.partition_states[b.partition_states.len()..].to_vec(),
+                            first_partition: Some(b.partitions),
                         });
                     }
                     for (index, old, new) in a.changed_partitions(b) {
@@ -861,9 +868,17 @@ impl MetadataImage {
             MetadataRecord::PartitionsAdded {
                 topic_id,
                 partitions,
+                first_partition,
             } => {
                 let name = self.name_of(*topic_id)?.to_string();
                 let old = &self.topics[&name];
+                if first_partition.is_some_and(|first| first != old.partitions) {
+                    return Err(ImageError(format!(
+                        "topic {name} has {} partitions, so partitions from {} cannot be added (added already?)",
+                        old.partitions,
+                        first_partition.unwrap_or_default()
+                    )));
+                }
                 let states: Arc<[PartitionState]> = old
                     .partition_states
                     .iter()
@@ -1155,6 +1170,7 @@ mod tests {
                 MetadataRecord::PartitionsAdded {
                     topic_id: id,
                     partitions: vec![PartitionState::single_node(7); 3],
+                    first_partition: Some(2),
                 },
                 MetadataRecord::TopicConfigsChanged {
                     topic_id: id,
@@ -1163,6 +1179,13 @@ mod tests {
             ],
         );
         let grown = two.topic("orders").unwrap();
+        // The same partitions again (a retried proposal committed twice) are refused.
+        let again = MetadataRecord::PartitionsAdded {
+            topic_id: id,
+            partitions: vec![PartitionState::single_node(7); 3],
+            first_partition: Some(2),
+        };
+        assert!(MetadataDelta::apply(two.clone(), vec![again]).is_err());
         assert_eq!((grown.partitions, grown.partition_states.len()), (5, 5));
         assert_eq!(grown.configs, configs);
         assert_eq!(one.topic("orders").unwrap().partitions, 2);
@@ -1231,6 +1254,7 @@ mod tests {
             MetadataRecord::PartitionsAdded {
                 topic_id: unknown,
                 partitions: vec![],
+                first_partition: None,
             },
         ] {
             assert!(MetadataDelta::apply(one.clone(), vec![r]).is_err());
@@ -1289,6 +1313,7 @@ mod tests {
                 MetadataRecord::PartitionsAdded {
                     topic_id: y.id,
                     partitions: vec![PartitionState::single_node(7); 2],
+                    first_partition: None,
                 },
                 MetadataRecord::TopicConfigsChanged {
                     topic_id: y.id,

@@ -1038,6 +1038,27 @@ mod tests {
     }
 
     #[test]
+    fn a_change_committed_twice_after_a_lost_answer_answers_success_and_applies_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = open_sole_voter(dir.path());
+        // CreateTopics: the retried copy is refused (the topic exists); the first is ours.
+        m.writer().log.lose_next_answer();
+        let t = m.create_topic(spec("retried", 2)).unwrap();
+        assert_eq!(m.writer().log.changes_committed_twice(), 1);
+        assert_eq!(m.topic("retried"), Some(t));
+        // CreatePartitions: the retried copy names the same first partition, so it is
+        // refused instead of adding the partitions again.
+        m.writer().log.lose_next_answer();
+        let grown = m.add_partitions("retried", 4, &[]).unwrap();
+        assert_eq!(m.writer().log.changes_committed_twice(), 2);
+        assert_eq!(grown.partitions, 4);
+        assert_eq!(m.topic("retried").unwrap().partitions, 4);
+        drop(m);
+        let m = open_sole_voter(dir.path());
+        assert_eq!(m.topic("retried").unwrap().partitions, 4);
+    }
+
+    #[test]
     fn the_quorum_migrates_the_file_store_once_and_replays_after_restart() {
         let dir = tempfile::tempdir().unwrap();
         let old = Metadata::open(dir.path(), 1).unwrap();

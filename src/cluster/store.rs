@@ -72,6 +72,17 @@ pub trait MetadataLog: Send + std::fmt::Debug {
     fn quorum(&self) -> Option<std::sync::Arc<super::raft::QuorumHandle>> {
         None
     }
+
+    /// Tests: the answer to the next committed proposal is lost once, so a replicated log
+    /// proposes it again (a local store has no answer to lose).
+    #[cfg(test)]
+    fn lose_next_answer(&self) {}
+
+    /// Tests: how many changes `append` found committed twice (a replicated log).
+    #[cfg(test)]
+    fn changes_committed_twice(&self) -> u64 {
+        0
+    }
 }
 
 /// The topic file, field for field what weir has always written (`topics/<name>.toml`).
@@ -239,12 +250,19 @@ impl MetadataLog for FileMetadataLog {
                 MetadataRecord::PartitionsAdded {
                     topic_id,
                     partitions,
+                    first_partition,
                 } => {
                     self.check_states(partitions)?;
                     let added = i32::try_from(partitions.len()).map_err(|_| {
                         MetadataError::Unsupported("too many partitions".to_string())
                     })?;
                     let mut file = self.known(*topic_id)?.clone();
+                    if first_partition.is_some_and(|first| first != file.partitions) {
+                        return Err(MetadataError::Unsupported(format!(
+                            "topic {} has {} partitions, so partitions from {first_partition:?} cannot be added",
+                            file.name, file.partitions
+                        )));
+                    }
                     file.partitions += added;
                     self.write_topic(&file)?;
                     self.topics.insert(*topic_id, file);
@@ -420,6 +438,7 @@ mod tests {
         log.append(&[MetadataRecord::PartitionsAdded {
             topic_id: orders.id,
             partitions: vec![PartitionState::single_node(1); 2],
+            first_partition: Some(3),
         }])
         .unwrap();
         let text = std::fs::read_to_string(md.join("topics/orders.v1.toml")).unwrap();
@@ -430,6 +449,7 @@ mod tests {
             .append(&[MetadataRecord::PartitionsAdded {
                 topic_id: orders.id,
                 partitions: vec![other],
+                first_partition: None,
             }])
             .unwrap_err();
         assert!(matches!(err, MetadataError::Unsupported(_)), "{err}");

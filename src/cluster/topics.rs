@@ -383,6 +383,7 @@ impl Metadata {
                 Ok(vec![MetadataRecord::PartitionsAdded {
                     topic_id,
                     partitions,
+                    first_partition: Some(from),
                 }])
             })
             .map_err(|e| server_error(name, "add partitions", e))?;

@@ -506,6 +506,9 @@ pub(crate) struct RaftMetadataLog {
     /// Tests: the next committed try's answer is dropped, as a lost RPC reply would be.
     #[cfg(test)]
     lose_next_answer: std::sync::atomic::AtomicBool,
+    /// Tests: changes `append` found committed twice.
+    #[cfg(test)]
+    committed_twice: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for RaftMetadataLog {
@@ -758,6 +761,8 @@ impl RaftMetadataLog {
             joined,
             #[cfg(test)]
             lose_next_answer: std::sync::atomic::AtomicBool::new(false),
+            #[cfg(test)]
+            committed_twice: std::sync::atomic::AtomicU64::new(0),
         };
         if !pristine {
             // The membership is the log's (no membership change is served yet): a voter
@@ -1063,6 +1068,9 @@ impl MetadataLog for RaftMetadataLog {
         // first copy is this change (the later one was refused, or applied again).
         match self.queue.first_applied(id) {
             Some(first) if first < offset => {
+                #[cfg(test)]
+                self.committed_twice
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 tracing::info!(
                     "metadata quorum: a metadata change was committed twice (the answer to entry {first} was lost and it was proposed again as entry {offset}); entry {first} is the change"
                 );
@@ -1087,6 +1095,18 @@ impl MetadataLog for RaftMetadataLog {
 
     fn quorum(&self) -> Option<Arc<QuorumHandle>> {
         Some(self.quorum.clone())
+    }
+
+    #[cfg(test)]
+    fn lose_next_answer(&self) {
+        self.lose_next_answer
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    #[cfg(test)]
+    fn changes_committed_twice(&self) -> u64 {
+        self.committed_twice
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
