@@ -872,11 +872,10 @@ impl MetadataImage {
             } => {
                 let name = self.name_of(*topic_id)?.to_string();
                 let old = &self.topics[&name];
-                if first_partition.is_some_and(|first| first != old.partitions) {
+                if let Some(first) = first_partition.filter(|&f| f != old.partitions) {
                     return Err(ImageError(format!(
-                        "topic {name} has {} partitions, so partitions from {} cannot be added (added already?)",
-                        old.partitions,
-                        first_partition.unwrap_or_default()
+                        "topic {name} has {} partitions, so partitions from {first} cannot be added (added already?)",
+                        old.partitions
                     )));
                 }
                 let states: Arc<[PartitionState]> = old

@@ -257,9 +257,9 @@ impl MetadataLog for FileMetadataLog {
                         MetadataError::Unsupported("too many partitions".to_string())
                     })?;
                     let mut file = self.known(*topic_id)?.clone();
-                    if first_partition.is_some_and(|first| first != file.partitions) {
+                    if let Some(first) = first_partition.filter(|&f| f != file.partitions) {
                         return Err(MetadataError::Unsupported(format!(
-                            "topic {} has {} partitions, so partitions from {first_partition:?} cannot be added",
+                            "topic {} has {} partitions, so partitions from {first} cannot be added",
                             file.name, file.partitions
                         )));
                     }

@@ -1210,8 +1210,7 @@ mod tests {
         log.take_committed();
         // The first try commits, its answer is lost, the proposer tries again: the log
         // holds the change twice, and the second copy is refused (the topic exists).
-        log.lose_next_answer
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        log.lose_next_answer();
         let offset = log.append(&[topic("twice")]).unwrap().unwrap();
         let committed = log.take_committed();
         assert_eq!(committed.len(), 2, "{committed:?}");
